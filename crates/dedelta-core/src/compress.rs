@@ -1,0 +1,122 @@
+//! Local compression of compression regions.
+//!
+//! Chunks are not compressed one by one: consecutive stored chunks are packed into a
+//! *compression region* (Data Domain's term) and the region is compressed as a whole, which
+//! lets zstd find redundancy across chunk boundaries. The region size trades ratio against
+//! restore reads (a chunk costs a whole region to read); see docs/format.md.
+
+use serde::{Deserialize, Serialize};
+
+/// How a region's bytes are stored; recorded per region as a one-byte code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "codec", rename_all = "lowercase")]
+pub enum Compression {
+    /// Stored as is (code 0).
+    None,
+    /// zstd at `level` (code 1).
+    Zstd {
+        /// zstd level, 1..=22.
+        level: i32,
+    },
+}
+
+/// Region codec code for uncompressed bytes.
+pub const CODEC_NONE: u8 = 0;
+/// Region codec code for zstd.
+pub const CODEC_ZSTD: u8 = 1;
+
+/// A region could not be decompressed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompressError {
+    /// The codec byte is unknown.
+    #[error("unknown region codec {0}")]
+    UnknownCodec(u8),
+    /// The codec failed or produced a different length than recorded.
+    #[error("corrupt compressed region: {0}")]
+    Corrupt(String),
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression::Zstd { level: 3 }
+    }
+}
+
+impl Compression {
+    /// Parses `none` or `zstd:N` (and plain `zstd` for level 3).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "none" => Some(Compression::None),
+            "zstd" => Some(Compression::Zstd { level: 3 }),
+            _ => {
+                let level: i32 = s.strip_prefix("zstd:")?.parse().ok()?;
+                (1..=22)
+                    .contains(&level)
+                    .then_some(Compression::Zstd { level })
+            }
+        }
+    }
+
+    /// Compresses `raw`; returns the codec code and the stored bytes. Falls back to storing
+    /// raw bytes when compression does not shrink them.
+    pub fn compress(&self, raw: &[u8]) -> (u8, Vec<u8>) {
+        if let Compression::Zstd { level } = *self {
+            // zstd on an in-memory slice only fails on allocation failure.
+            if let Ok(out) = zstd::bulk::compress(raw, level) {
+                if out.len() < raw.len() {
+                    return (CODEC_ZSTD, out);
+                }
+            }
+        }
+        (CODEC_NONE, raw.to_vec())
+    }
+}
+
+/// Decompresses a region stored with `codec` whose raw length is `raw_len`.
+pub fn decompress(codec: u8, stored: &[u8], raw_len: usize) -> Result<Vec<u8>, CompressError> {
+    match codec {
+        CODEC_NONE => {
+            if stored.len() != raw_len {
+                return Err(CompressError::Corrupt(format!(
+                    "raw region is {} bytes, expected {raw_len}",
+                    stored.len()
+                )));
+            }
+            Ok(stored.to_vec())
+        }
+        CODEC_ZSTD => {
+            let out = zstd::bulk::decompress(stored, raw_len)
+                .map_err(|e| CompressError::Corrupt(e.to_string()))?;
+            if out.len() != raw_len {
+                return Err(CompressError::Corrupt(format!(
+                    "region decompressed to {} bytes, expected {raw_len}",
+                    out.len()
+                )));
+            }
+            Ok(out)
+        }
+        c => Err(CompressError::UnknownCodec(c)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_parse() {
+        let raw: Vec<u8> = b"abcabcabc".repeat(1000);
+        for c in [Compression::None, Compression::Zstd { level: 3 }] {
+            let (code, stored) = c.compress(&raw);
+            assert_eq!(decompress(code, &stored, raw.len()).unwrap(), raw);
+        }
+        assert_eq!(
+            Compression::parse("zstd:19"),
+            Some(Compression::Zstd { level: 19 })
+        );
+        assert_eq!(Compression::parse("zstd:99"), None);
+        assert!(decompress(CODEC_ZSTD, b"garbage", 10).is_err());
+        assert!(decompress(7, b"", 0).is_err());
+    }
+}
