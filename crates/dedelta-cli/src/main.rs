@@ -1,1 +1,607 @@
-fn main() {}
+//! The `dedelta` command: parses arguments, calls dedelta-store, renders results.
+//!
+//! Exit codes: 0 ok; 1 fatal; 3 backup completed but some sources were unreadable;
+//! 10 repository does not exist; 11 repository locked.
+
+mod progress;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
+use dedelta_core::compress::Compression;
+use dedelta_store::commands::{backup, check, ls, repair, restore, stats};
+use dedelta_store::config::RepoConfig;
+use dedelta_store::lock::LockInfo;
+use dedelta_store::snapshot::{self, ratio};
+use dedelta_store::{Error, IndexedRepository, Repository};
+use serde_json::json;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Exit code: the backup finished but some sources could not be read.
+const EXIT_PARTIAL: u8 = 3;
+/// Exit code: no repository at the given path.
+const EXIT_NO_REPO: u8 = 10;
+/// Exit code: the repository is locked by another process.
+const EXIT_LOCKED: u8 = 11;
+
+/// A backup store with deduplication, resemblance detection and delta compression.
+#[derive(Parser)]
+#[command(name = "dedelta", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct RepoArg {
+    /// Repository path.
+    #[arg(short = 'r', long = "repo", env = "DEDELTA_REPO")]
+    repo: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new repository.
+    Init {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Minimum chunk size in bytes.
+        #[arg(long, default_value_t = ChunkerParams::default().min_size)]
+        chunk_min: usize,
+        /// Average chunk size in bytes (a power of two).
+        #[arg(long, default_value_t = ChunkerParams::default().avg_size)]
+        chunk_avg: usize,
+        /// Maximum chunk size in bytes.
+        #[arg(long, default_value_t = ChunkerParams::default().max_size)]
+        chunk_max: usize,
+        /// Chunking method: fastcdc, gear, rabin or fixed.
+        #[arg(long, default_value = "fastcdc")]
+        chunker: String,
+        /// Local compression: zstd:N (1..=22) or none.
+        #[arg(long, default_value = "zstd:3")]
+        compression: String,
+        /// Raw size of a compression region in bytes.
+        #[arg(long, default_value_t = dedelta_store::config::DEFAULT_REGION_SIZE)]
+        region_size: usize,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Back up files and directories (or standard input) as a new snapshot.
+    Backup {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Files and directories to back up.
+        paths: Vec<PathBuf>,
+        /// Skip paths whose full path or name matches this glob (repeatable).
+        #[arg(long)]
+        exclude: Vec<String>,
+        /// Tag the snapshot (repeatable).
+        #[arg(long)]
+        tag: Vec<String>,
+        /// Back up standard input as one file.
+        #[arg(long)]
+        stdin: bool,
+        /// File name for --stdin.
+        #[arg(long, default_value = "stdin")]
+        stdin_name: String,
+        /// Worker threads (default: number of cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Print the summary as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List snapshots.
+    Snapshots {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the files of a snapshot.
+    Ls {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Snapshot id (a unique prefix) or `latest`.
+        snapshot: String,
+        /// Print one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one file of a snapshot to standard output.
+    Dump {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Snapshot id (a unique prefix) or `latest`.
+        snapshot: String,
+        /// Path of the file inside the snapshot.
+        path: String,
+    },
+    /// Restore a snapshot into a directory.
+    Restore {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Snapshot id (a unique prefix) or `latest`.
+        snapshot: String,
+        /// Directory to restore into.
+        #[arg(long, short = 't')]
+        target: PathBuf,
+        /// Restore only this path and what is below it (repeatable).
+        #[arg(long)]
+        include: Vec<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify the repository.
+    Check {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Also read and verify every stored chunk.
+        #[arg(long)]
+        read_data: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show repository statistics.
+    Stats {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Repair repository caches.
+    Repair {
+        #[command(subcommand)]
+        what: RepairWhat,
+    },
+}
+
+#[derive(Subcommand)]
+enum RepairWhat {
+    /// Rebuild the chunk index from container metadata.
+    Index {
+        #[command(flatten)]
+        repo: RepoArg,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            eprintln!("error: {msg}");
+            let code = match e.downcast_ref::<Error>() {
+                Some(Error::RepoNotFound(_)) => EXIT_NO_REPO,
+                Some(Error::Locked { .. }) => EXIT_LOCKED,
+                _ => 1,
+            };
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+fn host() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn lock_info(command: &str) -> LockInfo {
+    LockInfo {
+        pid: std::process::id(),
+        host: host(),
+        time: now_rfc3339(),
+        command: command.into(),
+    }
+}
+
+/// 16 random bytes as hex, from the OS.
+fn random_id() -> Result<String> {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+fn open(repo: &RepoArg) -> Result<IndexedRepository> {
+    Ok(Repository::open_local(&repo.repo)?.open_index()?)
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn run(cli: Cli) -> Result<u8> {
+    match cli.command {
+        Command::Init {
+            repo,
+            chunk_min,
+            chunk_avg,
+            chunk_max,
+            chunker,
+            compression,
+            region_size,
+            json,
+        } => {
+            let mut cfg = RepoConfig::new(random_id()?);
+            cfg.chunker.kind = ChunkerKind::from_name(&chunker)
+                .ok_or_else(|| Error::InvalidOption(format!("unknown chunker {chunker:?}")))?;
+            cfg.chunker.params = ChunkerParams {
+                min_size: chunk_min,
+                avg_size: chunk_avg,
+                max_size: chunk_max,
+            };
+            cfg.compression = Compression::parse(&compression).ok_or_else(|| {
+                Error::InvalidOption(format!(
+                    "compression must be zstd:N (1..=22) or none, not {compression:?}"
+                ))
+            })?;
+            cfg.region_size = region_size;
+            let r = Repository::init_local(&repo.repo, cfg)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&json!({"repository": repo.repo, "config": r.config()}))?
+                );
+            } else {
+                println!(
+                    "created dedelta repository {} at {}",
+                    r.config().id,
+                    repo.repo.display()
+                );
+            }
+            Ok(0)
+        }
+        Command::Backup {
+            repo,
+            paths,
+            exclude,
+            tag,
+            stdin,
+            stdin_name,
+            threads,
+            json,
+        } => {
+            let r = open(&repo)?;
+            let lock = r.lock(&lock_info("backup"))?;
+            let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
+            let stdin_src = stdin.then(|| backup::StdinSource {
+                reader: Box::new(std::io::stdin()),
+                name: stdin_name,
+                mtime_secs: chrono::Utc::now().timestamp(),
+            });
+            if stdin_src.is_some() && !paths.is_empty() {
+                return Err(Error::InvalidOption("--stdin takes no paths".into()).into());
+            }
+            let total: u64 = if stdin {
+                0
+            } else {
+                paths.iter().map(|p| du(p)).sum()
+            };
+            dedelta_store::progress::Progress::set_total(&progress, total);
+            let opts = backup::BackupOptions {
+                paths,
+                excludes: exclude,
+                tags: tag,
+                stdin: stdin_src,
+                host: host(),
+                time: now_rfc3339(),
+                threads: threads.unwrap_or_else(|| {
+                    std::thread::available_parallelism()
+                        .map(|n| n.get())
+                        .unwrap_or(2)
+                }),
+            };
+            let res = backup::backup(&r, &lock, opts, &progress)?;
+            progress.finish();
+            lock.release()?;
+            let s = &res.summary;
+            let mbps = s.bytes_read as f64 / 1e6 / s.seconds.max(1e-9);
+            if json {
+                let mut v = serde_json::to_value(s)?;
+                v["snapshot_id"] = json!(res.snapshot_id.to_hex());
+                v["dedup_factor"] = json!(s.dedup_factor());
+                v["mb_per_s"] = json!(mbps);
+                v["warning_messages"] = json!(res.warnings);
+                println!("{}", serde_json::to_string(&v)?);
+            } else {
+                for w in &res.warnings {
+                    eprintln!("warning: {w}");
+                }
+                println!("snapshot {} saved", res.snapshot_id.short());
+                println!(
+                    "files: {}, dirs: {}, symlinks: {}",
+                    s.files, s.dirs, s.symlinks
+                );
+                println!(
+                    "read {}, new {} ({} chunks of {}), added {} to the repository",
+                    mb(s.bytes_read),
+                    mb(s.bytes_new),
+                    s.new_chunks,
+                    s.chunks,
+                    mb(s.bytes_added)
+                );
+                println!(
+                    "dedup factor {:.2}, total factor {:.2}, {:.2} s, {:.1} MB/s",
+                    s.dedup_factor(),
+                    ratio(s.bytes_read, s.bytes_added),
+                    s.seconds,
+                    mbps
+                );
+            }
+            Ok(if res.warnings.is_empty() {
+                0
+            } else {
+                EXIT_PARTIAL
+            })
+        }
+        Command::Snapshots { repo, json } => {
+            let r = Repository::open_local(&repo.repo)?;
+            let all = snapshot::load_all(r.backend().as_ref())?;
+            if json {
+                let arr: Vec<_> = all
+                    .iter()
+                    .map(|(id, s)| {
+                        json!({
+                            "id": id.to_hex(),
+                            "short_id": id.short(),
+                            "time": s.time,
+                            "host": s.host,
+                            "paths": s.paths,
+                            "tags": s.tags,
+                            "summary": s.summary,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string(&arr)?);
+            } else {
+                println!(
+                    "{:<10} {:<28} {:<16} {:<12} paths",
+                    "id", "time", "host", "size"
+                );
+                for (id, s) in &all {
+                    println!(
+                        "{:<10} {:<28} {:<16} {:<12} {}{}",
+                        id.short(),
+                        s.time,
+                        s.host,
+                        mb(s.summary.bytes_read),
+                        s.paths.join(", "),
+                        if s.tags.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" [{}]", s.tags.join(","))
+                        }
+                    );
+                }
+                println!("{} snapshots", all.len());
+            }
+            Ok(0)
+        }
+        Command::Ls {
+            repo,
+            snapshot,
+            json,
+        } => {
+            let r = open(&repo)?;
+            let (_, snap) = snapshot::find(r.backend().as_ref(), &snapshot)?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            ls::walk_tree(&r, &snap, |n, _| {
+                let line = if json {
+                    json!({
+                        "path": format!("/{}", n.path_lossy()),
+                        "type": n.kind,
+                        "mode": n.mode,
+                        "size": n.size,
+                        "mtime": n.mtime_secs,
+                        "target": if n.target.is_empty() { None } else { Some(String::from_utf8_lossy(&n.target)) },
+                    })
+                    .to_string()
+                } else {
+                    let t = match n.kind {
+                        dedelta_store::tree::NodeKind::Dir => 'd',
+                        dedelta_store::tree::NodeKind::File => '-',
+                        dedelta_store::tree::NodeKind::Symlink => 'l',
+                    };
+                    let mut l = format!(
+                        "{t}{:04o} {:>12} /{}",
+                        n.mode & 0o7777,
+                        n.size,
+                        n.path_lossy()
+                    );
+                    if !n.target.is_empty() {
+                        l.push_str(&format!(" -> {}", String::from_utf8_lossy(&n.target)));
+                    }
+                    l
+                };
+                writeln!(out, "{line}").map_err(|e| Error::io("writing to standard output", e))
+            })?;
+            out.flush()?;
+            Ok(0)
+        }
+        Command::Dump {
+            repo,
+            snapshot,
+            path,
+        } => {
+            let r = open(&repo)?;
+            let (id, snap) = snapshot::find(r.backend().as_ref(), &snapshot)?;
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            ls::dump(&r, &id, &snap, &path, &mut out)?;
+            Ok(0)
+        }
+        Command::Restore {
+            repo,
+            snapshot,
+            target,
+            include,
+            json,
+        } => {
+            let r = open(&repo)?;
+            let (id, snap) = snapshot::find(r.backend().as_ref(), &snapshot)?;
+            let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
+            let started = std::time::Instant::now();
+            let opts = restore::RestoreOptions {
+                target: target.clone(),
+                include,
+                cache_bytes: 256 << 20,
+            };
+            let st = restore::restore(&r, &snap, &opts, &progress)?;
+            progress.finish();
+            let secs = started.elapsed().as_secs_f64();
+            let mbps = st.bytes_written as f64 / 1e6 / secs.max(1e-9);
+            if json {
+                let mut v = serde_json::to_value(&st)?;
+                v["snapshot_id"] = json!(id.to_hex());
+                v["seconds"] = json!(secs);
+                v["mb_per_s"] = json!(mbps);
+                println!("{}", serde_json::to_string(&v)?);
+            } else {
+                println!(
+                    "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} in {:.2} s ({:.1} MB/s)",
+                    id.short(),
+                    target.display(),
+                    st.files,
+                    st.dirs,
+                    st.symlinks,
+                    mb(st.bytes_written),
+                    secs,
+                    mbps
+                );
+            }
+            Ok(0)
+        }
+        Command::Check {
+            repo,
+            read_data,
+            json,
+        } => {
+            let r = open(&repo)?;
+            let lock = r.lock(&lock_info("check"))?;
+            let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
+            let report = check::check(&r, read_data, &progress)?;
+            progress.finish();
+            lock.release()?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                for p in &report.problems {
+                    let mut where_ = String::new();
+                    if let Some(s) = &p.snapshot {
+                        where_.push_str(&format!("snapshot {s}: "));
+                    }
+                    if let Some(f) = &p.path {
+                        where_.push_str(&format!("file /{f}: "));
+                    }
+                    println!("error: {where_}{}", p.message);
+                }
+                println!(
+                    "checked {} snapshots, {} containers, {} references{}: {}",
+                    report.snapshots,
+                    report.containers,
+                    report.references,
+                    if read_data {
+                        format!(", {} chunks read", report.chunks_read)
+                    } else {
+                        String::new()
+                    },
+                    if report.problems.is_empty() {
+                        "no errors".to_string()
+                    } else {
+                        format!("{} errors", report.problems.len())
+                    }
+                );
+            }
+            Ok(if report.problems.is_empty() { 0 } else { 1 })
+        }
+        Command::Stats { repo, json } => {
+            let r = open(&repo)?;
+            let s = stats::stats(&r)?;
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                println!("snapshots:          {}", s.snapshots);
+                println!(
+                    "logical bytes:      {} ({})",
+                    s.logical_bytes,
+                    mb(s.logical_bytes)
+                );
+                println!(
+                    "unique bytes:       {} ({})",
+                    s.unique_bytes,
+                    mb(s.unique_bytes)
+                );
+                println!(
+                    "after delta:        {} ({})",
+                    s.after_delta_bytes,
+                    mb(s.after_delta_bytes)
+                );
+                println!(
+                    "stored bytes:       {} ({})",
+                    s.stored_bytes,
+                    mb(s.stored_bytes)
+                );
+                println!(
+                    "chunks:             {} ({} full, {} delta)",
+                    s.chunks, s.full_chunks, s.delta_chunks
+                );
+                println!("containers:         {}", s.containers);
+                println!("dedup factor:       {:.2}", s.dedup_factor);
+                println!("delta factor:       {:.2}", s.delta_factor);
+                println!("compression factor: {:.2}", s.compression_factor);
+                println!("total factor:       {:.2}", s.total_factor);
+            }
+            Ok(0)
+        }
+        Command::Repair {
+            what: RepairWhat::Index { repo },
+        } => {
+            let r = Repository::open_local(&repo.repo)?;
+            let lock = r.lock(&lock_info("repair index"))?;
+            let r = r.open_index()?;
+            let st = repair::rebuild_index(&r, &mut |w| eprintln!("warning: {w}"))?;
+            lock.release()?;
+            println!(
+                "index rebuilt: {} chunks in {} containers",
+                st.chunks, st.containers
+            );
+            Ok(if st.problems.is_empty() { 0 } else { 1 })
+        }
+    }
+}
+
+/// Total size of regular files under `p` (for the progress bar; errors count as 0).
+fn du(p: &Path) -> u64 {
+    walkdir_size(p)
+}
+
+fn walkdir_size(p: &Path) -> u64 {
+    let Ok(md) = std::fs::symlink_metadata(p) else {
+        return 0;
+    };
+    if md.is_file() {
+        return md.len();
+    }
+    if !md.is_dir() {
+        return 0;
+    }
+    std::fs::read_dir(p)
+        .map(|rd| rd.flatten().map(|e| walkdir_size(&e.path())).sum())
+        .unwrap_or(0)
+}

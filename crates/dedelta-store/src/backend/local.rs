@@ -1,0 +1,195 @@
+//! The local-directory backend.
+//!
+//! Layout: `config`, `containers/<2 hex>/<64 hex>`, `snapshots/<64 hex>`, `locks/<name>`.
+//! Writes go to a temp file in the target folder, are fsynced, renamed into place, and the
+//! folder is fsynced: so an object is either absent or whole and durable. Temp files start
+//! with `.tmp-` and are ignored by `list`.
+
+use super::{Backend, FileKind};
+use crate::error::{Error, IoContext, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A repository in a local directory.
+#[derive(Debug)]
+pub struct LocalBackend {
+    root: PathBuf,
+    tmp_counter: AtomicU64,
+}
+
+impl LocalBackend {
+    /// A backend rooted at `root` (which need not exist yet).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        LocalBackend {
+            root: root.into(),
+            tmp_counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Creates the folder layout.
+    pub fn create_layout(&self) -> Result<()> {
+        for kind in [FileKind::Container, FileKind::Snapshot, FileKind::Lock] {
+            let d = self.root.join(kind.dir());
+            fs::create_dir_all(&d).ctx(|| format!("creating {}", d.display()))?;
+        }
+        sync_dir(&self.root)
+    }
+
+    fn path(&self, kind: FileKind, name: &str) -> PathBuf {
+        match kind {
+            FileKind::Config => self.root.join("config"),
+            FileKind::Container => {
+                let shard = name.get(..2).unwrap_or("00");
+                self.root.join(kind.dir()).join(shard).join(name)
+            }
+            _ => self.root.join(kind.dir()).join(name),
+        }
+    }
+
+    fn tmp_path(&self, target: &Path) -> PathBuf {
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let dir = target.parent().unwrap_or(&self.root);
+        dir.join(format!(".tmp-{}-{n}", std::process::id()))
+    }
+}
+
+/// fsyncs a directory so that a rename or create in it is durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .ctx(|| format!("syncing directory {}", dir.display()))
+}
+
+fn not_found_to_missing(e: std::io::Error, path: &Path) -> Error {
+    Error::io(format!("reading {}", path.display()), e)
+}
+
+impl Backend for LocalBackend {
+    fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+        let p = self.path(kind, name);
+        fs::read(&p).map_err(|e| not_found_to_missing(e, &p))
+    }
+
+    fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
+        let p = self.path(kind, name);
+        let mut f = File::open(&p).map_err(|e| not_found_to_missing(e, &p))?;
+        let pos = if offset < 0 {
+            SeekFrom::End(offset)
+        } else {
+            SeekFrom::Start(offset as u64)
+        };
+        f.seek(pos).ctx(|| format!("seeking in {}", p.display()))?;
+        let mut buf = vec![0u8; len];
+        f.read_exact(&mut buf)
+            .ctx(|| format!("reading {len} bytes at {offset} of {}", p.display()))?;
+        Ok(buf)
+    }
+
+    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
+        let p = self.path(kind, name);
+        let dir = p.parent().unwrap_or(&self.root).to_path_buf();
+        if !dir.exists() {
+            fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent)?;
+            }
+        }
+        let tmp = self.tmp_path(&p);
+        let write = || -> std::io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(data)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &p)
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(format!("writing {}", p.display()), e));
+        }
+        sync_dir(&dir)
+    }
+
+    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
+        let p = self.path(kind, name);
+        let mut f = match OpenOptions::new().write(true).create_new(true).open(&p) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(Error::io(format!("creating {}", p.display()), e)),
+        };
+        f.write_all(data)
+            .and_then(|_| f.sync_all())
+            .ctx(|| format!("writing {}", p.display()))?;
+        sync_dir(p.parent().unwrap_or(&self.root))?;
+        Ok(true)
+    }
+
+    fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+        let dir = self.root.join(kind.dir());
+        let mut out = Vec::new();
+        let mut push_files = |d: &Path| -> Result<()> {
+            let rd = match fs::read_dir(d) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(Error::io(format!("listing {}", d.display()), e)),
+            };
+            for ent in rd {
+                let ent = ent.ctx(|| format!("listing {}", d.display()))?;
+                let name = ent.file_name().to_string_lossy().into_owned();
+                let md = ent
+                    .metadata()
+                    .ctx(|| format!("stat {}", ent.path().display()))?;
+                if md.is_file() && !name.starts_with(".tmp-") {
+                    out.push((name, md.len()));
+                }
+            }
+            Ok(())
+        };
+        if kind == FileKind::Container {
+            let rd = match fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(out),
+                Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
+            };
+            for ent in rd {
+                let ent = ent.ctx(|| format!("listing {}", dir.display()))?;
+                if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    push_files(&ent.path())?;
+                }
+            }
+        } else {
+            push_files(&dir)?;
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
+        let p = self.path(kind, name);
+        match fs::remove_file(&p) {
+            Ok(()) => sync_dir(p.parent().unwrap_or(&self.root)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("deleting {}", p.display()), e)),
+        }
+    }
+
+    fn size(&self, kind: FileKind, name: &str) -> Result<u64> {
+        let p = self.path(kind, name);
+        fs::metadata(&p)
+            .map(|m| m.len())
+            .map_err(|e| not_found_to_missing(e, &p))
+    }
+
+    fn exists(&self, kind: FileKind, name: &str) -> Result<bool> {
+        Ok(self.path(kind, name).exists())
+    }
+
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+}

@@ -1,0 +1,60 @@
+//! The backend: named, write-once objects.
+//!
+//! All repository I/O goes through [`Backend`], keyed by ([`FileKind`], name). The trait is
+//! deliberately small (put, get, ranged get, list, delete, atomic create) so that an object
+//! store (S3 through `object_store`) can implement it without touching the pipelines. The
+//! local directory ([`local::LocalBackend`]) is the embedded default; [`memory::MemoryBackend`]
+//! is test support.
+
+pub mod local;
+pub mod memory;
+
+use crate::error::Result;
+
+/// The kinds of objects in a repository, each in its own namespace (a folder locally).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    /// The repository `config` (one object, name ignored).
+    Config,
+    /// Containers: chunk data and metadata.
+    Container,
+    /// Snapshot files.
+    Snapshot,
+    /// Lock files.
+    Lock,
+}
+
+impl FileKind {
+    /// The folder (or key prefix) of this kind.
+    pub fn dir(self) -> &'static str {
+        match self {
+            FileKind::Config => "",
+            FileKind::Container => "containers",
+            FileKind::Snapshot => "snapshots",
+            FileKind::Lock => "locks",
+        }
+    }
+}
+
+/// A store of named objects. Objects are written whole and never modified in place.
+pub trait Backend: Send + Sync {
+    /// Reads a whole object.
+    fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
+    /// Reads `len` bytes at `offset`; a negative `offset` counts from the end.
+    fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>>;
+    /// Writes an object durably and atomically: after return it survives a crash, and a crash
+    /// during the call leaves either no object or the whole one. Overwrites an existing object.
+    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
+    /// Creates an object only if none of that name exists; `Ok(false)` if one did.
+    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool>;
+    /// Lists object names of a kind, with their sizes in bytes.
+    fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>>;
+    /// Deletes an object; deleting a missing object is not an error.
+    fn delete(&self, kind: FileKind, name: &str) -> Result<()>;
+    /// Size of an object in bytes.
+    fn size(&self, kind: FileKind, name: &str) -> Result<u64>;
+    /// Whether an object exists.
+    fn exists(&self, kind: FileKind, name: &str) -> Result<bool>;
+    /// A human-readable location for messages.
+    fn location(&self) -> String;
+}

@@ -1,0 +1,600 @@
+//! Backup: walk the sources, chunk, fingerprint, deduplicate, compress, write containers,
+//! index them, and finally write the snapshot.
+//!
+//! The pipeline runs as three threads plus a worker pool, connected by bounded channels:
+//!
+//! ```text
+//! reader (caller's thread)   walk, read 1 MiB blocks, cut chunks --> pool: BLAKE3
+//! dedup thread               in order: index lookup, recipes, tree stream, regions --> pool: zstd
+//! writer thread              in order: append regions, seal containers, put, index
+//! ```
+//!
+//! Order is kept by sending, for each job, the receiving end of a one-shot channel that the
+//! pool fills: consumers wait for the results in submission order while the pool works on
+//! several at once. Memory is bounded by the channel capacities (blocks and regions in
+//! flight), never by file size.
+//!
+//! Crash safety: a container is durable (`Backend::put`) before its chunks are indexed, and
+//! every container is indexed before the snapshot is written. A backup killed anywhere leaves
+//! at worst unreferenced containers, which `check` accepts and a later prune removes.
+
+use crate::config::RepoConfig;
+use crate::container::{CompressedRegion, ContainerBuilder, EntryKind, RegionBuilder};
+use crate::error::{Error, Result};
+use crate::lock::RepoLock;
+use crate::progress::Progress;
+use crate::repository::IndexedRepository;
+use crate::snapshot::{BackupSummary, Snapshot, SnapshotId, TreeRef};
+use crate::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
+use bytes::Bytes;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use dedelta_core::chunker::{new_chunker, Chunker};
+use dedelta_core::ChunkId;
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Bytes read from a file per block (before cutting chunks).
+const BLOCK_SIZE: usize = 1 << 20;
+/// Blocks in flight between reader and dedup thread.
+const BLOCKS_IN_FLIGHT: usize = 16;
+/// Regions in flight between dedup and writer thread.
+const REGIONS_IN_FLIGHT: usize = 8;
+
+/// A source read from standard input (or any reader).
+pub struct StdinSource {
+    /// The stream.
+    pub reader: Box<dyn Read + Send>,
+    /// The file name it is stored under.
+    pub name: String,
+    /// Modification time to record (seconds since the epoch).
+    pub mtime_secs: i64,
+}
+
+/// What to back up and how.
+pub struct BackupOptions {
+    /// Files and directories to back up (made absolute).
+    pub paths: Vec<PathBuf>,
+    /// Glob patterns; a path is skipped when a pattern matches its full path or its name.
+    pub excludes: Vec<String>,
+    /// Tags recorded in the snapshot.
+    pub tags: Vec<String>,
+    /// Back up one stream instead of `paths`.
+    pub stdin: Option<StdinSource>,
+    /// Host name recorded in the snapshot.
+    pub host: String,
+    /// Start time recorded in the snapshot (RFC 3339).
+    pub time: String,
+    /// Worker threads for hashing and compression.
+    pub threads: usize,
+}
+
+/// The result of a backup.
+#[derive(Debug)]
+pub struct BackupResult {
+    /// The new snapshot.
+    pub snapshot_id: SnapshotId,
+    /// What was done.
+    pub summary: BackupSummary,
+    /// Sources that could not be read.
+    pub warnings: Vec<String>,
+}
+
+/// Messages from the reader to the dedup thread, in stream order.
+enum Item {
+    /// A directory or symlink.
+    Node(Node),
+    /// Start of a regular file.
+    FileStart(Node),
+    /// The next chunks of the current file, fingerprinted by the pool.
+    FileData(Receiver<Vec<(ChunkId, Bytes)>>),
+    /// End of the current file.
+    FileEnd,
+}
+
+/// Runs `f` on the pool; the returned receiver yields its result.
+fn submit<T: Send + 'static>(
+    pool: &rayon::ThreadPool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Receiver<T> {
+    let (tx, rx) = bounded(1);
+    pool.spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx
+}
+
+/// Backs up `opts` into the repository; the caller holds the exclusive lock.
+pub fn backup(
+    repo: &IndexedRepository,
+    _lock: &RepoLock,
+    mut opts: BackupOptions,
+    progress: &dyn Progress,
+) -> Result<BackupResult> {
+    let started = Instant::now();
+    let config = repo.config().clone();
+    let chunker = new_chunker(config.chunker.kind, config.chunker.params)
+        .map_err(|e| Error::InvalidOption(e.to_string()))?;
+    let excludes = build_excludes(&opts.excludes)?;
+    let mut sources = Vec::new();
+    for p in &opts.paths {
+        let abs = std::path::absolute(p)
+            .map_err(|e| Error::io(format!("resolving {}", p.display()), e))?;
+        if std::fs::symlink_metadata(&abs).is_err() {
+            return Err(Error::SourceNotFound(p.clone()));
+        }
+        sources.push(abs);
+    }
+    sources.sort();
+    sources.dedup();
+    if sources.is_empty() && opts.stdin.is_none() {
+        return Err(Error::InvalidOption(
+            "nothing to back up: give a path or --stdin".into(),
+        ));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads.max(1))
+        .thread_name(|i| format!("dedelta-worker-{i}"))
+        .build()
+        .map_err(|e| Error::InvalidOption(format!("thread pool: {e}")))?;
+
+    let stdin_name = opts.stdin.as_ref().map(|s| s.name.clone());
+    let (item_tx, item_rx) = bounded::<Item>(BLOCKS_IN_FLIGHT);
+    let (region_tx, region_rx) = bounded::<Receiver<CompressedRegion>>(REGIONS_IN_FLIGHT);
+    let mut warnings = Vec::new();
+    let mut reader_stats = ReaderStats::default();
+
+    let (dedup_result, writer_result) = std::thread::scope(|s| {
+        let dedup =
+            s.spawn(|| dedup_stage(repo, &config, chunker.as_ref(), &pool, item_rx, region_tx));
+        let writer = s.spawn(|| writer_stage(repo, &config, region_rx));
+        let mut reader = Reader {
+            chunker: chunker.as_ref(),
+            pool: &pool,
+            tx: item_tx,
+            excludes: &excludes,
+            progress,
+            warnings: &mut warnings,
+            stats: &mut reader_stats,
+        };
+        let read_result = match opts.stdin.take() {
+            Some(src) => reader.stdin(src),
+            None => sources.iter().try_for_each(|src| reader.walk(src)),
+        };
+        drop(reader); // closes the item channel: the dedup thread drains and finishes
+        let dedup_result = dedup
+            .join()
+            .unwrap_or_else(|_| Err(Error::Index("dedup thread panicked".into())));
+        let writer_result = writer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Index("writer thread panicked".into())));
+        // A reader error caused by a closed channel is secondary to the stage's own error.
+        match read_result {
+            Err(e) if !matches!(e, Error::Index(ref m) if m == CHANNEL_CLOSED) => {
+                (Err(e), writer_result)
+            }
+            _ => (dedup_result, writer_result),
+        }
+    });
+    let writer_stats = writer_result?;
+    let dedup_out = dedup_result?;
+
+    let mut summary = dedup_out.summary;
+    summary.files = reader_stats.files;
+    summary.dirs = reader_stats.dirs;
+    summary.symlinks = reader_stats.symlinks;
+    summary.bytes_read = reader_stats.bytes_read;
+    summary.bytes_added = writer_stats.bytes_written;
+    summary.containers_written = writer_stats.containers;
+    summary.warnings = warnings.len() as u64;
+    summary.seconds = started.elapsed().as_secs_f64();
+    let paths = if let Some(name) = stdin_name {
+        vec![name]
+    } else {
+        sources
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
+    };
+    let snapshot = Snapshot {
+        time: opts.time,
+        host: opts.host,
+        paths,
+        tags: opts.tags,
+        tree: dedup_out.tree,
+        summary: summary.clone(),
+    };
+    let snapshot_id = snapshot.save(repo.backend().as_ref())?;
+    Ok(BackupResult {
+        snapshot_id,
+        summary,
+        warnings,
+    })
+}
+
+const CHANNEL_CLOSED: &str = "pipeline stopped";
+
+fn closed<T>(_: T) -> Error {
+    Error::Index(CHANNEL_CLOSED.into())
+}
+
+fn build_excludes(patterns: &[String]) -> Result<GlobSet> {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        b.add(
+            Glob::new(p)
+                .map_err(|e| Error::InvalidOption(format!("exclude pattern {p:?}: {e}")))?,
+        );
+    }
+    b.build().map_err(|e| Error::InvalidOption(e.to_string()))
+}
+
+#[derive(Default)]
+struct ReaderStats {
+    files: u64,
+    dirs: u64,
+    symlinks: u64,
+    bytes_read: u64,
+}
+
+struct Reader<'a> {
+    chunker: &'a dyn Chunker,
+    pool: &'a rayon::ThreadPool,
+    tx: Sender<Item>,
+    excludes: &'a GlobSet,
+    progress: &'a dyn Progress,
+    warnings: &'a mut Vec<String>,
+    stats: &'a mut ReaderStats,
+}
+
+/// The stored path of an absolute path: without the leading `/`.
+fn stored_path(p: &Path) -> Vec<u8> {
+    let b = p.as_os_str().as_bytes();
+    let trimmed = b.strip_prefix(b"/").unwrap_or(b);
+    trimmed.to_vec()
+}
+
+fn node_from(path: &Path, md: &std::fs::Metadata, kind: NodeKind) -> Node {
+    Node {
+        path: stored_path(path),
+        kind,
+        mode: md.mode(),
+        mtime_secs: md.mtime(),
+        mtime_nanos: u32::try_from(md.mtime_nsec()).unwrap_or(0),
+        size: if kind == NodeKind::File { md.len() } else { 0 },
+        target: Vec::new(),
+    }
+}
+
+impl Reader<'_> {
+    fn warn(&mut self, msg: String) {
+        self.progress.warn(&msg);
+        self.warnings.push(msg);
+    }
+
+    fn excluded(&self, p: &Path) -> bool {
+        !self.excludes.is_empty()
+            && (self.excludes.is_match(p)
+                || p.file_name().is_some_and(|n| self.excludes.is_match(n)))
+    }
+
+    fn walk(&mut self, root: &Path) -> Result<()> {
+        let walker = walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .sort_by(|a, b| a.file_name().cmp(b.file_name()));
+        let mut it = walker.into_iter();
+        loop {
+            let ent = match it.next() {
+                None => break,
+                Some(Ok(e)) => e,
+                Some(Err(e)) => {
+                    let p = e
+                        .path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default();
+                    self.warn(format!("{p}: {e}"));
+                    continue;
+                }
+            };
+            let path = ent.path();
+            if self.excluded(path) {
+                if ent.file_type().is_dir() {
+                    it.skip_current_dir();
+                }
+                continue;
+            }
+            let md = match ent.metadata() {
+                Ok(m) => m,
+                Err(e) => {
+                    self.warn(format!("{}: {e}", path.display()));
+                    continue;
+                }
+            };
+            let ft = md.file_type();
+            if ft.is_dir() {
+                self.stats.dirs += 1;
+                self.tx
+                    .send(Item::Node(node_from(path, &md, NodeKind::Dir)))
+                    .map_err(closed)?;
+            } else if ft.is_symlink() {
+                match std::fs::read_link(path) {
+                    Ok(t) => {
+                        let mut n = node_from(path, &md, NodeKind::Symlink);
+                        n.target = t.as_os_str().as_bytes().to_vec();
+                        self.stats.symlinks += 1;
+                        self.tx.send(Item::Node(n)).map_err(closed)?;
+                    }
+                    Err(e) => self.warn(format!("{}: {e}", path.display())),
+                }
+            } else if ft.is_file() {
+                match std::fs::File::open(path) {
+                    Ok(f) => {
+                        self.progress.message(&path.display().to_string());
+                        self.file(
+                            node_from(path, &md, NodeKind::File),
+                            f,
+                            &path.display().to_string(),
+                        )?;
+                    }
+                    Err(e) => self.warn(format!("{}: {e}", path.display())),
+                }
+            } else {
+                self.warn(format!(
+                    "{}: skipped (not a file, directory or symlink)",
+                    path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn stdin(&mut self, src: StdinSource) -> Result<()> {
+        let node = Node {
+            path: src.name.as_bytes().to_vec(),
+            kind: NodeKind::File,
+            mode: 0o100644,
+            mtime_secs: src.mtime_secs,
+            mtime_nanos: 0,
+            size: 0,
+            target: Vec::new(),
+        };
+        self.file(node, src.reader, &src.name)
+    }
+
+    /// Streams one file: blocks of chunks are fingerprinted on the pool.
+    fn file(&mut self, node: Node, mut f: impl Read, display: &str) -> Result<()> {
+        self.stats.files += 1;
+        self.tx.send(Item::FileStart(node)).map_err(closed)?;
+        let max = self.chunker.max_size();
+        let mut buf: Vec<u8> = Vec::with_capacity(BLOCK_SIZE + max);
+        let mut eof = false;
+        while !eof || !buf.is_empty() {
+            while !eof && buf.len() < BLOCK_SIZE {
+                let old = buf.len();
+                buf.resize(BLOCK_SIZE.max(old + max), 0);
+                match f.read(&mut buf[old..]) {
+                    Ok(0) => {
+                        buf.truncate(old);
+                        eof = true;
+                    }
+                    Ok(n) => buf.truncate(old + n),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(old),
+                    Err(e) => {
+                        buf.truncate(old);
+                        self.warn(format!("{display}: read error, file stored truncated: {e}"));
+                        eof = true;
+                    }
+                }
+            }
+            let mut cuts = Vec::new();
+            let mut pos = 0;
+            while pos < buf.len() && (eof || buf.len() - pos >= max) {
+                let end = (pos + max).min(buf.len());
+                let len = self.chunker.next_chunk_len(&buf[pos..end]);
+                cuts.push(pos..pos + len);
+                pos += len;
+            }
+            let rest = buf[pos..].to_vec();
+            let mut next = Vec::with_capacity(BLOCK_SIZE + max);
+            next.extend_from_slice(&rest);
+            let block = Bytes::from(std::mem::replace(&mut buf, next));
+            self.stats.bytes_read += pos as u64;
+            self.progress.inc(pos as u64);
+            if cuts.is_empty() {
+                continue;
+            }
+            let rx = submit(self.pool, move || {
+                cuts.into_iter()
+                    .map(|r| {
+                        let c = block.slice(r);
+                        (ChunkId::of(&c), c)
+                    })
+                    .collect()
+            });
+            self.tx.send(Item::FileData(rx)).map_err(closed)?;
+        }
+        self.tx.send(Item::FileEnd).map_err(closed)
+    }
+}
+
+struct DedupOutput {
+    summary: BackupSummary,
+    tree: TreeRef,
+}
+
+/// Decides, in stream order, which chunks are new, and packs new chunks into regions.
+struct ChunkSink<'a> {
+    index: crate::index::IndexReader,
+    pending: HashSet<ChunkId>,
+    region: RegionBuilder,
+    region_size: usize,
+    config: &'a RepoConfig,
+    pool: &'a rayon::ThreadPool,
+    tx: Sender<Receiver<CompressedRegion>>,
+    summary: BackupSummary,
+}
+
+impl ChunkSink<'_> {
+    fn add(&mut self, id: ChunkId, data: &[u8]) -> Result<()> {
+        self.summary.chunks += 1;
+        if self.pending.contains(&id) || self.index.get(&id)?.is_some() {
+            return Ok(());
+        }
+        self.pending.insert(id);
+        self.summary.new_chunks += 1;
+        self.summary.bytes_new += data.len() as u64;
+        self.region
+            .push(id, EntryKind::Full, data, data.len(), Vec::new());
+        if self.region.raw.len() >= self.region_size {
+            self.flush_region()?;
+        }
+        Ok(())
+    }
+
+    fn flush_region(&mut self) -> Result<()> {
+        if self.region.is_empty() {
+            return Ok(());
+        }
+        let region = std::mem::take(&mut self.region);
+        let compression = self.config.compression;
+        let rx = submit(self.pool, move || region.compress(compression));
+        self.tx.send(rx).map_err(closed)
+    }
+}
+
+/// Writes the tree stream through the chunk store as it grows.
+struct TreeWriter<'c> {
+    encoder: TreeEncoder,
+    buf: Vec<u8>,
+    chunks: Vec<String>,
+    len: u64,
+    chunker: &'c dyn Chunker,
+}
+
+impl TreeWriter<'_> {
+    /// Stores complete chunks from the buffer; with `all`, the rest too.
+    fn drain(&mut self, sink: &mut ChunkSink<'_>, all: bool) -> Result<()> {
+        let max = self.chunker.max_size();
+        let mut pos = 0;
+        while pos < self.buf.len() && (all || self.buf.len() - pos >= max) {
+            let end = (pos + max).min(self.buf.len());
+            let n = self.chunker.next_chunk_len(&self.buf[pos..end]);
+            let chunk = &self.buf[pos..pos + n];
+            let id = ChunkId::of(chunk);
+            sink.add(id, chunk)?;
+            self.chunks.push(id.to_hex());
+            self.len += n as u64;
+            pos += n;
+        }
+        self.buf.drain(..pos);
+        Ok(())
+    }
+
+    fn maybe_drain(&mut self, sink: &mut ChunkSink<'_>) -> Result<()> {
+        if self.buf.len() >= 4 * self.chunker.max_size() {
+            self.drain(sink, false)?;
+        }
+        Ok(())
+    }
+}
+
+fn dedup_stage(
+    repo: &IndexedRepository,
+    config: &RepoConfig,
+    chunker: &dyn Chunker,
+    pool: &rayon::ThreadPool,
+    items: Receiver<Item>,
+    regions: Sender<Receiver<CompressedRegion>>,
+) -> Result<DedupOutput> {
+    let mut sink = ChunkSink {
+        index: repo.index().reader()?,
+        pending: HashSet::new(),
+        region: RegionBuilder::default(),
+        region_size: config.region_size,
+        config,
+        pool,
+        tx: regions,
+        summary: BackupSummary::default(),
+    };
+    let mut tree = TreeWriter {
+        encoder: TreeEncoder::default(),
+        buf: Vec::new(),
+        chunks: Vec::new(),
+        len: 0,
+        chunker,
+    };
+    tree.encoder.begin(&mut tree.buf);
+    for item in items {
+        match item {
+            Item::Node(n) => tree.encoder.node(&n, &mut tree.buf),
+            Item::FileStart(n) => {
+                tree.encoder.file_start(&n, &mut tree.buf);
+            }
+            Item::FileData(rx) => {
+                let chunks = rx.recv().map_err(closed)?;
+                for (id, data) in chunks {
+                    sink.add(id, &data)?;
+                    tree.encoder.chunk(
+                        &ChunkRef {
+                            id,
+                            len: data.len() as u32,
+                        },
+                        &mut tree.buf,
+                    );
+                }
+            }
+            Item::FileEnd => tree.encoder.file_end(&mut tree.buf),
+        }
+        tree.maybe_drain(&mut sink)?;
+    }
+    tree.encoder.end(&mut tree.buf);
+    tree.drain(&mut sink, true)?;
+    sink.summary.tree_bytes = tree.len;
+    sink.flush_region()?;
+    Ok(DedupOutput {
+        summary: sink.summary,
+        tree: TreeRef {
+            chunks: tree.chunks,
+            len: tree.len,
+        },
+    })
+}
+
+#[derive(Default)]
+struct WriterStats {
+    containers: u64,
+    bytes_written: u64,
+}
+
+fn writer_stage(
+    repo: &IndexedRepository,
+    config: &RepoConfig,
+    regions: Receiver<Receiver<CompressedRegion>>,
+) -> Result<WriterStats> {
+    let mut stats = WriterStats::default();
+    let mut container = ContainerBuilder::new();
+    let seal = |c: ContainerBuilder, stats: &mut WriterStats| -> Result<()> {
+        let (id, bytes, meta) = c.seal();
+        repo.backend()
+            .put(crate::backend::FileKind::Container, &id.to_hex(), &bytes)?;
+        repo.index().insert_container(id, &meta)?;
+        stats.containers += 1;
+        stats.bytes_written += bytes.len() as u64;
+        Ok(())
+    };
+    for rx in regions {
+        let region = rx.recv().map_err(closed)?;
+        if !container.is_empty() && container.len() + region.stored.len() > config.container_size {
+            seal(std::mem::take(&mut container), &mut stats)?;
+        }
+        container.add_region(region);
+    }
+    if !container.is_empty() {
+        seal(container, &mut stats)?;
+    }
+    Ok(stats)
+}

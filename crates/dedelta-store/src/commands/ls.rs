@@ -1,0 +1,81 @@
+//! Listing a snapshot's tree, and finding one node in it (for `ls` and `dump`).
+
+use crate::error::{Error, Result};
+use crate::repository::{ChunkReader, ChunkStreamReader, IndexedRepository};
+use crate::snapshot::{Snapshot, SnapshotId};
+use crate::tree::{ChunkRef, Node, NodeKind, TreeDecoder};
+use std::io::{BufReader, Write};
+
+/// Region cache for metadata reads.
+const TREE_CACHE_BYTES: usize = 16 << 20;
+
+/// Calls `f` for every node of a snapshot, in stored order, streaming the tree.
+pub fn walk_tree(
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+) -> Result<()> {
+    let mut reader = repo.chunk_reader(TREE_CACHE_BYTES)?;
+    let ids = snapshot.tree.chunk_ids()?;
+    let mut dec = TreeDecoder::new(BufReader::with_capacity(
+        64 * 1024,
+        ChunkStreamReader::new(&mut reader, ids),
+    ));
+    while let Some((node, chunks)) = dec.next_node()? {
+        f(node, chunks)?;
+    }
+    Ok(())
+}
+
+/// Normalises a user-given path to the stored form (no leading or trailing `/`).
+pub fn normalize_path(p: &str) -> String {
+    p.trim_start_matches('/').trim_end_matches('/').to_string()
+}
+
+/// Finds the node at `path`.
+pub fn find_node(
+    repo: &IndexedRepository,
+    id: &SnapshotId,
+    snapshot: &Snapshot,
+    path: &str,
+) -> Result<(Node, Vec<ChunkRef>)> {
+    let want = normalize_path(path);
+    let mut found = None;
+    walk_tree(repo, snapshot, |n, c| {
+        if found.is_none() && n.path == want.as_bytes() {
+            found = Some((n, c));
+        }
+        Ok(())
+    })?;
+    found.ok_or_else(|| Error::PathNotInSnapshot {
+        path: path.to_string(),
+        snapshot: id.short(),
+    })
+}
+
+/// Writes the content of one file of a snapshot to `out`, verifying every chunk.
+pub fn dump(
+    repo: &IndexedRepository,
+    id: &SnapshotId,
+    snapshot: &Snapshot,
+    path: &str,
+    out: &mut dyn Write,
+) -> Result<u64> {
+    let (node, chunks) = find_node(repo, id, snapshot, path)?;
+    if node.kind != NodeKind::File {
+        return Err(Error::InvalidOption(format!(
+            "{path} is not a regular file"
+        )));
+    }
+    let mut reader: ChunkReader<'_> = repo.chunk_reader(64 << 20)?;
+    let mut written = 0u64;
+    for c in chunks {
+        let data = reader.read_chunk(&c.id)?;
+        out.write_all(&data)
+            .map_err(|e| Error::io("writing to standard output", e))?;
+        written += data.len() as u64;
+    }
+    out.flush()
+        .map_err(|e| Error::io("writing to standard output", e))?;
+    Ok(written)
+}

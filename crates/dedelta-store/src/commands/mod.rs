@@ -1,0 +1,8 @@
+//! One file per operation, each with its options and statistics.
+
+pub mod backup;
+pub mod check;
+pub mod ls;
+pub mod repair;
+pub mod restore;
+pub mod stats;

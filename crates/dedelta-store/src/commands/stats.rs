@@ -1,0 +1,68 @@
+//! `stats`: what the repository holds and how well it reduces it.
+//!
+//! Computed from container metadata (never chunk data) and snapshot summaries.
+
+use crate::backend::FileKind;
+use crate::container::EntryKind;
+use crate::error::Result;
+use crate::repository::{read_container_meta, IndexedRepository};
+use crate::snapshot::{load_all, ratio};
+
+/// Repository statistics (`stats --json` prints these keys).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RepoStats {
+    /// Snapshots.
+    pub snapshots: u64,
+    /// Sum over snapshots of the file bytes they hold.
+    pub logical_bytes: u64,
+    /// Bytes of all containers (what the repository occupies for data).
+    pub stored_bytes: u64,
+    /// Distinct chunks stored.
+    pub chunks: u64,
+    /// Chunks stored in full.
+    pub full_chunks: u64,
+    /// Chunks stored as deltas.
+    pub delta_chunks: u64,
+    /// Containers.
+    pub containers: u64,
+    /// Raw bytes of the distinct chunks (after deduplication).
+    pub unique_bytes: u64,
+    /// Raw bytes of stored entries (after delta compression, before local compression).
+    pub after_delta_bytes: u64,
+    /// logical / unique.
+    pub dedup_factor: f64,
+    /// unique / after delta.
+    pub delta_factor: f64,
+    /// after delta / stored.
+    pub compression_factor: f64,
+    /// logical / stored.
+    pub total_factor: f64,
+}
+
+/// Computes the statistics.
+pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
+    let mut s = RepoStats::default();
+    for (_, snap) in load_all(repo.backend().as_ref())? {
+        s.snapshots += 1;
+        s.logical_bytes += snap.summary.bytes_read;
+    }
+    for (name, size) in repo.backend().list(FileKind::Container)? {
+        let meta = read_container_meta(repo.backend().as_ref(), &name)?;
+        s.containers += 1;
+        s.stored_bytes += size;
+        for e in &meta.entries {
+            s.chunks += 1;
+            s.unique_bytes += u64::from(e.original_len);
+            s.after_delta_bytes += u64::from(e.stored_len);
+            match e.kind {
+                EntryKind::Full => s.full_chunks += 1,
+                EntryKind::Delta { .. } => s.delta_chunks += 1,
+            }
+        }
+    }
+    s.dedup_factor = ratio(s.logical_bytes, s.unique_bytes);
+    s.delta_factor = ratio(s.unique_bytes, s.after_delta_bytes);
+    s.compression_factor = ratio(s.after_delta_bytes, s.stored_bytes);
+    s.total_factor = ratio(s.logical_bytes, s.stored_bytes);
+    Ok(s)
+}

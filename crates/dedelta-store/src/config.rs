@@ -1,0 +1,123 @@
+//! The repository config: every parameter that decides what is stored.
+//!
+//! Written once by `init` (an envelope with magic `DDCF` around JSON). The chunker, hash,
+//! compression, region and container sizes and the delta settings are fixed here, so every
+//! client that opens the repository stores data the same way.
+
+use crate::backend::{Backend, FileKind};
+use crate::envelope;
+use crate::error::{Error, Result};
+use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
+use dedelta_core::compress::Compression;
+use serde::{Deserialize, Serialize};
+
+/// Magic of the config file.
+pub const CONFIG_MAGIC: &[u8; 4] = b"DDCF";
+/// The repository format version this build writes and reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// The only fingerprint hash.
+pub const HASH_BLAKE3: &str = "blake3-256";
+/// Default compression region size (raw bytes): see docs/format.md for the measurement.
+pub const DEFAULT_REGION_SIZE: usize = 256 * 1024;
+/// Default container size (stored bytes).
+pub const DEFAULT_CONTAINER_SIZE: usize = 4 * 1024 * 1024;
+
+/// Chunking parameters as recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkerConfig {
+    /// The method.
+    pub kind: ChunkerKind,
+    /// Size bounds.
+    #[serde(flatten)]
+    pub params: ChunkerParams,
+}
+
+/// The repository config.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RepoConfig {
+    /// Format version (also in the envelope).
+    pub version: u32,
+    /// Random repository id (32 hex chars), chosen by the caller of `init`.
+    pub id: String,
+    /// Chunking.
+    pub chunker: ChunkerConfig,
+    /// Fingerprint hash; always `blake3-256`.
+    pub hash: String,
+    /// Local compression of regions.
+    pub compression: Compression,
+    /// Target raw size of a compression region in bytes.
+    pub region_size: usize,
+    /// Target stored size of a container in bytes.
+    pub container_size: usize,
+}
+
+impl RepoConfig {
+    /// A config with the defaults and the given id.
+    pub fn new(id: String) -> Self {
+        RepoConfig {
+            version: FORMAT_VERSION.into(),
+            id,
+            chunker: ChunkerConfig {
+                kind: ChunkerKind::FastCdc,
+                params: ChunkerParams::default(),
+            },
+            hash: HASH_BLAKE3.into(),
+            compression: Compression::default(),
+            region_size: DEFAULT_REGION_SIZE,
+            container_size: DEFAULT_CONTAINER_SIZE,
+        }
+    }
+
+    /// Checks the parameters before anything is written with them.
+    pub fn validate(&self) -> Result<()> {
+        self.chunker
+            .params
+            .validate(self.chunker.kind)
+            .map_err(|e| Error::InvalidOption(e.to_string()))?;
+        if self.hash != HASH_BLAKE3 {
+            return Err(Error::InvalidOption(format!(
+                "unsupported hash {}",
+                self.hash
+            )));
+        }
+        if !(4096..=64 * 1024 * 1024).contains(&self.region_size) {
+            return Err(Error::InvalidOption(
+                "region size must be 4 KiB ..= 64 MiB".into(),
+            ));
+        }
+        if self.container_size < self.region_size || self.container_size > 1 << 30 {
+            return Err(Error::InvalidOption(
+                "container size must be >= region size and <= 1 GiB".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Serializes into the enveloped form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Serializing a plain struct of strings and numbers cannot fail.
+        let json = serde_json::to_vec_pretty(self).expect("config serializes");
+        envelope::seal(CONFIG_MAGIC, FORMAT_VERSION, &json)
+    }
+
+    /// Parses and checks the enveloped form.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let payload = envelope::open(bytes, CONFIG_MAGIC, FORMAT_VERSION, "config")?;
+        let cfg: RepoConfig =
+            serde_json::from_slice(payload).map_err(|e| Error::corrupt("config", e.to_string()))?;
+        if cfg.version != u32::from(FORMAT_VERSION) {
+            return Err(Error::UnsupportedVersion {
+                what: "config".into(),
+                found: cfg.version,
+                supported: FORMAT_VERSION.into(),
+            });
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Loads the config of a repository.
+    pub fn load(backend: &dyn Backend) -> Result<Self> {
+        Self::from_bytes(&backend.get(FileKind::Config, "config")?)
+    }
+}

@@ -1,0 +1,131 @@
+//! The store's error type.
+//!
+//! One enum for the public API, with variants that carry what a user needs to act: the path,
+//! the container and chunk, the reason. The CLI maps a few variants to exit codes (repository
+//! missing: 10, locked: 11).
+
+use std::path::PathBuf;
+
+/// Result alias for the store.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the repository and its pipelines.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No repository at the path (no `config` file).
+    #[error("repository {0} does not exist (run `dedelta init` first)")]
+    RepoNotFound(PathBuf),
+    /// `init` on a path that already holds a repository.
+    #[error("repository {0} already exists")]
+    RepoExists(PathBuf),
+    /// Another process holds the exclusive lock.
+    #[error("repository is locked by pid {pid} on host {host} since {time} ({command}); if that process is gone, remove {path}")]
+    Locked {
+        /// Holder's process id.
+        pid: u32,
+        /// Holder's host name.
+        host: String,
+        /// When the lock was taken (RFC 3339).
+        time: String,
+        /// What the holder is doing.
+        command: String,
+        /// The lock file.
+        path: String,
+    },
+    /// A file written by a newer (or unknown) format version.
+    #[error(
+        "{what} has unsupported format version {found} (this dedelta reads version {supported})"
+    )]
+    UnsupportedVersion {
+        /// Which file.
+        what: String,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// A repository file failed its magic, checksum or structure checks.
+    #[error("corrupt {what}: {reason}")]
+    Corrupt {
+        /// Which file or object.
+        what: String,
+        /// What check failed.
+        reason: String,
+    },
+    /// A stored chunk could not be read back intact.
+    #[error("corrupt chunk {chunk} in container {container}: {reason}")]
+    CorruptChunk {
+        /// Container id (hex).
+        container: String,
+        /// Chunk id (hex).
+        chunk: String,
+        /// What check failed.
+        reason: String,
+    },
+    /// A chunk that a snapshot needs is not in the index.
+    #[error("chunk {0} is missing from the repository (try `dedelta repair index`, then `dedelta check`)")]
+    ChunkMissing(String),
+    /// No snapshot matches.
+    #[error("no snapshot matches {0:?}")]
+    SnapshotNotFound(String),
+    /// A snapshot id prefix matches several snapshots.
+    #[error("snapshot id prefix {0:?} is ambiguous: matches {1} snapshots")]
+    AmbiguousSnapshot(String, usize),
+    /// A path inside a snapshot does not exist.
+    #[error("path {path:?} not found in snapshot {snapshot}")]
+    PathNotInSnapshot {
+        /// The requested path.
+        path: String,
+        /// Snapshot id.
+        snapshot: String,
+    },
+    /// A backup source does not exist.
+    #[error("source path {0} does not exist")]
+    SourceNotFound(PathBuf),
+    /// A user-supplied option is invalid.
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    /// An I/O error, with what was being done.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, naming the path.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The chunk index (redb) failed.
+    #[error("chunk index error: {0}")]
+    Index(String),
+}
+
+impl Error {
+    /// Wraps an I/O error with context.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A corruption error.
+    pub fn corrupt(what: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Corrupt {
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Adds context to I/O results.
+pub(crate) trait IoContext<T> {
+    /// Maps an I/O error to [`Error::Io`] with the context string built by `f`.
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T> {
+        self.map_err(|e| Error::io(f(), e))
+    }
+}

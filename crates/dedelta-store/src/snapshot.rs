@@ -1,0 +1,187 @@
+//! Snapshot files: one small, write-once file per backup.
+//!
+//! An envelope (magic `DDSN`) around JSON: time, host, paths, tags, the backup summary and the
+//! tree reference (the chunk ids of the tree stream). The snapshot id is the BLAKE3 hash of the
+//! file, so ids are unique without coordination between clients, and any unique prefix names it.
+
+use crate::backend::{Backend, FileKind};
+use crate::envelope;
+use crate::error::{Error, Result};
+use dedelta_core::ChunkId;
+use serde::{Deserialize, Serialize};
+
+/// Snapshot file magic.
+pub const SNAPSHOT_MAGIC: &[u8; 4] = b"DDSN";
+/// Snapshot format version.
+pub const SNAPSHOT_VERSION: u16 = 1;
+
+/// A snapshot's id: BLAKE3 of its file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SnapshotId(pub [u8; 32]);
+
+impl SnapshotId {
+    /// Full hex form (the object name).
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+    /// The 8-character short form shown in listings.
+    pub fn short(&self) -> String {
+        self.to_hex()[..8].to_string()
+    }
+}
+
+/// The reference to a snapshot's tree stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeRef {
+    /// Chunk ids of the tree stream, in order (hex).
+    pub chunks: Vec<String>,
+    /// Total length of the stream in bytes.
+    pub len: u64,
+}
+
+impl TreeRef {
+    /// The chunk ids, parsed.
+    pub fn chunk_ids(&self) -> Result<Vec<ChunkId>> {
+        self.chunks
+            .iter()
+            .map(|h| {
+                ChunkId::from_hex(h).ok_or_else(|| Error::corrupt("snapshot", "bad tree chunk id"))
+            })
+            .collect()
+    }
+}
+
+/// What a backup did; stored in the snapshot and printed by `backup`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BackupSummary {
+    /// Regular files backed up.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Symlinks.
+    pub symlinks: u64,
+    /// Bytes of file content read (logical bytes of this snapshot).
+    pub bytes_read: u64,
+    /// Chunks processed (file content and tree).
+    pub chunks: u64,
+    /// Chunks that were new to the repository.
+    pub new_chunks: u64,
+    /// Raw bytes of the new chunks (after deduplication, before compression).
+    pub bytes_new: u64,
+    /// Bytes added to the repository (containers written, compressed).
+    pub bytes_added: u64,
+    /// Bytes of the tree stream (metadata).
+    pub tree_bytes: u64,
+    /// Containers written.
+    pub containers_written: u64,
+    /// Sources that could not be read.
+    pub warnings: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+impl BackupSummary {
+    /// bytes read / new bytes.
+    pub fn dedup_factor(&self) -> f64 {
+        ratio(self.bytes_read, self.bytes_new)
+    }
+}
+
+/// `a / b`, or 1 when `b` is 0 and `a` too, or infinity-free large value.
+pub fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        if a == 0 {
+            1.0
+        } else {
+            a as f64
+        }
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The content of a snapshot file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// When the backup started (RFC 3339).
+    pub time: String,
+    /// Host name.
+    pub host: String,
+    /// The backed-up paths as given (absolute).
+    pub paths: Vec<String>,
+    /// Tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The tree stream.
+    pub tree: TreeRef,
+    /// What the backup did.
+    pub summary: BackupSummary,
+}
+
+impl Snapshot {
+    /// Serializes into the enveloped file form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // A struct of strings and numbers always serializes.
+        let json = serde_json::to_vec(self).expect("snapshot serializes");
+        envelope::seal(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, &json)
+    }
+
+    /// Parses the file form.
+    pub fn from_bytes(bytes: &[u8], what: &str) -> Result<Self> {
+        let payload = envelope::open(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, what)?;
+        serde_json::from_slice(payload).map_err(|e| Error::corrupt(what, e.to_string()))
+    }
+
+    /// Writes the snapshot durably; returns its id.
+    pub fn save(&self, backend: &dyn Backend) -> Result<SnapshotId> {
+        let bytes = self.to_bytes();
+        let id = SnapshotId(ChunkId::of(&bytes).0);
+        backend.put(FileKind::Snapshot, &id.to_hex(), &bytes)?;
+        Ok(id)
+    }
+}
+
+/// Loads one snapshot by full hex id, checking that the file hashes to its name.
+pub fn load(backend: &dyn Backend, name: &str) -> Result<(SnapshotId, Snapshot)> {
+    let what = format!("snapshot {name}");
+    let bytes = backend.get(FileKind::Snapshot, name)?;
+    let id = SnapshotId(ChunkId::of(&bytes).0);
+    if id.to_hex() != name {
+        return Err(Error::corrupt(what, "content does not match its id"));
+    }
+    Ok((id, Snapshot::from_bytes(&bytes, &what)?))
+}
+
+/// All snapshots, oldest first.
+pub fn load_all(backend: &dyn Backend) -> Result<Vec<(SnapshotId, Snapshot)>> {
+    let mut all = Vec::new();
+    for (name, _) in backend.list(FileKind::Snapshot)? {
+        all.push(load(backend, &name)?);
+    }
+    all.sort_by(|a, b| a.1.time.cmp(&b.1.time).then(a.0.cmp(&b.0)));
+    Ok(all)
+}
+
+/// Finds a snapshot by unique id prefix, or `latest`.
+pub fn find(backend: &dyn Backend, spec: &str) -> Result<(SnapshotId, Snapshot)> {
+    if spec == "latest" {
+        return load_all(backend)?
+            .pop()
+            .ok_or_else(|| Error::SnapshotNotFound(spec.to_string()));
+    }
+    if spec.is_empty() || !spec.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::SnapshotNotFound(spec.to_string()));
+    }
+    let spec_lc = spec.to_ascii_lowercase();
+    let matches: Vec<String> = backend
+        .list(FileKind::Snapshot)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n.starts_with(&spec_lc))
+        .collect();
+    match matches.len() {
+        0 => Err(Error::SnapshotNotFound(spec.to_string())),
+        1 => load(backend, &matches[0]),
+        n => Err(Error::AmbiguousSnapshot(spec.to_string(), n)),
+    }
+}
