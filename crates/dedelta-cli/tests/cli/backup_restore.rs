@@ -1,0 +1,143 @@
+//! backup, snapshots, ls, dump, restore, stats: round trips and output formats.
+
+use crate::support::*;
+use std::fs;
+
+#[test]
+fn round_trip_tree_with_modes_times_links() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    make_tree(&src, 1);
+    let s1 = f.backup(&[&src]);
+    assert_eq!(s1["files"], 7);
+    assert_eq!(s1["symlinks"], 2);
+    // Change a little and back up again: little is added.
+    fs::write(src.join("small.txt"), b"changed\n").unwrap();
+    let s2 = f.backup(&[&src]);
+    assert!(s2["bytes_added"].as_u64().unwrap() < 100_000, "{s2}");
+    assert!(s2["dedup_factor"].as_f64().unwrap() > 10.0);
+    for (i, id) in [&s1, &s2]
+        .iter()
+        .map(|s| s["snapshot_id"].as_str().unwrap().to_string())
+        .enumerate()
+    {
+        let target = f.path(&format!("out{i}"));
+        f.ok(&["restore", &id[..8], "--target", target.to_str().unwrap()]);
+        if i == 1 {
+            assert_same_tree(&src, &restored(&target, &src));
+        } else {
+            let r = restored(&target, &src);
+            assert_eq!(fs::read(r.join("small.txt")).unwrap(), b"hello\n");
+            assert_eq!(
+                fs::read(r.join("big.bin")).unwrap(),
+                fs::read(src.join("big.bin")).unwrap()
+            );
+        }
+    }
+    f.ok(&["check", "--read-data"]);
+}
+
+#[test]
+fn snapshots_json_ls_dump_include_tags_exclude() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    make_tree(&src, 2);
+    let out = f
+        .cmd(&["backup", "--json", "--tag", "nightly", "--exclude", "*.bin"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let snaps: serde_json::Value = serde_json::from_str(&f.ok(&["snapshots", "--json"])).unwrap();
+    let s = &snaps.as_array().unwrap()[0];
+    for key in ["id", "time", "paths", "tags", "summary"] {
+        assert!(s.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(s["tags"][0], "nightly");
+    assert!(chrono::DateTime::parse_from_rfc3339(s["time"].as_str().unwrap()).is_ok());
+    let ls = f.ok(&["ls", "latest"]);
+    assert!(ls.contains("text.txt") && !ls.contains("big.bin"), "{ls}");
+    assert!(ls.contains("link -> small.txt"));
+    let file = format!("{}/text.txt", src.display());
+    let out = f.cmd(&["dump", "latest", &file]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, fs::read(src.join("text.txt")).unwrap());
+    // --include restores only the named subtree.
+    let target = f.path("out");
+    let inc = format!("{}/deep", src.display());
+    f.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        target.to_str().unwrap(),
+        "--include",
+        &inc,
+    ]);
+    let r = restored(&target, &src);
+    assert!(r.join("deep/a/b/c/d/e/f/g/leaf").exists());
+    assert!(!r.join("text.txt").exists());
+}
+
+#[test]
+fn stdin_backup_and_dump() {
+    let f = Fixture::new();
+    let data = text(500_000, 9);
+    let out = f
+        .cmd(&["backup", "--stdin", "--stdin-name", "db.sql", "--json"])
+        .write_stdin(data.clone())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = f.cmd(&["dump", "latest", "db.sql"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout == data);
+}
+
+#[test]
+fn stats_json_and_repair_index() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    make_tree(&src, 3);
+    f.backup(&[&src]);
+    f.backup(&[&src]);
+    let s: serde_json::Value = serde_json::from_str(&f.ok(&["stats", "--json"])).unwrap();
+    for key in [
+        "logical_bytes",
+        "stored_bytes",
+        "chunks",
+        "containers",
+        "dedup_factor",
+        "compression_factor",
+    ] {
+        assert!(s.get(key).is_some(), "missing {key}");
+    }
+    assert!(s["dedup_factor"].as_f64().unwrap() > 1.9);
+    let stored: u64 = f
+        .containers()
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum();
+    assert_eq!(s["stored_bytes"].as_u64().unwrap(), stored);
+    // The index is a cache: remove it, rebuild it, everything still checks.
+    fs::remove_dir_all(f.repo().join("index")).unwrap();
+    f.ok(&["repair", "index"]);
+    f.ok(&["check", "--read-data"]);
+    let target = f.path("out");
+    f.ok(&["restore", "latest", "--target", target.to_str().unwrap()]);
+    assert_same_tree(&src, &restored(&target, &src));
+}
+
+#[test]
+fn env_var_names_the_repository() {
+    let f = Fixture::new();
+    let out = dedelta()
+        .arg("snapshots")
+        .env("DEDELTA_REPO", f.repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}

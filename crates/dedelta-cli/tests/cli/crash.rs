@@ -1,0 +1,43 @@
+//! A backup killed at any point leaves a repository that checks and restores.
+
+use crate::support::*;
+use std::fs;
+use std::time::Duration;
+
+#[test]
+fn killed_backup_leaves_consistent_repository() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("first.txt"), text(2 << 20, 1)).unwrap();
+    let first = f.backup(&[&src]);
+    // Lots of new data so that the next backup is still running when killed.
+    for i in 0..6 {
+        fs::write(src.join(format!("big{i}.bin")), bytes(24 << 20, 100 + i)).unwrap();
+    }
+    for delay_ms in [30u64, 120, 300, 700] {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
+            .args(["backup", "-r"])
+            .arg(f.repo())
+            .arg(&src)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SIGKILL: no chance to clean up.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGKILL);
+        }
+        child.wait().unwrap();
+        f.ok(&["check", "--read-data"]);
+        let target = f.path(&format!("out{delay_ms}"));
+        let id = first["snapshot_id"].as_str().unwrap();
+        f.ok(&["restore", id, "--target", target.to_str().unwrap()]);
+        let r = restored(&target, &src);
+        assert!(fs::read(r.join("first.txt")).unwrap() == fs::read(src.join("first.txt")).unwrap());
+    }
+    // The stale lock of the killed process does not block the next backup.
+    f.backup(&[&src]);
+    f.ok(&["check"]);
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the `dedelta` binary: one module per command, each test in a fresh
+//! temporary directory.
+
+mod backup_restore;
+mod check;
+mod crash;
+mod errors;
+mod support;

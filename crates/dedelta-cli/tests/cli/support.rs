@@ -1,0 +1,193 @@
+//! Shared helpers: running the binary, generating trees, comparing trees.
+
+#![allow(dead_code)]
+
+use assert_cmd::Command;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The binary under test with `DEDELTA_REPO` cleared.
+pub fn dedelta() -> Command {
+    let mut c = Command::cargo_bin("dedelta").expect("binary built");
+    c.env_remove("DEDELTA_REPO");
+    c
+}
+
+/// A fresh directory with an initialised repository at `<dir>/repo`.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        let f = Fixture {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        f.cmd(&["init"]).assert().success();
+        f
+    }
+
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    pub fn repo(&self) -> PathBuf {
+        self.path("repo")
+    }
+
+    /// `dedelta <args> -r repo`.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = dedelta();
+        c.args(args).arg("-r").arg(self.repo());
+        c
+    }
+
+    /// Runs a command expecting success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.cmd(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Backs up `paths` with `--json`; returns the summary.
+    pub fn backup(&self, paths: &[&Path]) -> serde_json::Value {
+        let mut c = self.cmd(&["backup", "--json"]);
+        c.args(paths);
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "backup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Paths of the container files.
+    pub fn containers(&self) -> Vec<PathBuf> {
+        let mut v = Vec::new();
+        for shard in fs::read_dir(self.repo().join("containers")).unwrap() {
+            for f in fs::read_dir(shard.unwrap().path()).unwrap() {
+                v.push(f.unwrap().path());
+            }
+        }
+        v.sort();
+        v
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect()
+}
+
+/// Compressible text-like bytes.
+pub fn text(len: usize, seed: u64) -> Vec<u8> {
+    let words = [
+        "alpha ", "beta ", "gamma ", "delta\n", "epsilon ", "zeta ", "eta\n", "theta ",
+    ];
+    let r = bytes(len / 4 + 1, seed);
+    let mut out = Vec::with_capacity(len + 8);
+    let mut i = 0;
+    while out.len() < len {
+        out.extend_from_slice(words[(r[i % r.len()] % 8) as usize].as_bytes());
+        out.extend_from_slice(format!("{} ", r[(i * 7) % r.len()]).as_bytes());
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+/// Builds a varied tree under `root`.
+pub fn make_tree(root: &Path, seed: u64) {
+    fs::create_dir_all(root.join("deep/a/b/c/d/e/f/g")).unwrap();
+    fs::create_dir_all(root.join("ünïcødé dir/日本語")).unwrap();
+    fs::write(root.join("empty"), b"").unwrap();
+    fs::write(root.join("small.txt"), b"hello\n").unwrap();
+    fs::write(root.join("big.bin"), bytes(3 << 20, seed)).unwrap();
+    fs::write(root.join("text.txt"), text(1 << 20, seed + 1)).unwrap();
+    fs::write(root.join("deep/a/b/c/d/e/f/g/leaf"), text(70_000, seed + 2)).unwrap();
+    fs::write(
+        root.join("ünïcødé dir/日本語/ファイル.txt"),
+        text(5000, seed + 3),
+    )
+    .unwrap();
+    fs::write(root.join("exec.sh"), b"#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(root.join("exec.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(root.join("small.txt"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink("small.txt", root.join("link")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/target", root.join("dangling")).unwrap();
+    filetime::set_file_mtime(
+        root.join("text.txt"),
+        filetime::FileTime::from_unix_time(1_000_000_000, 123),
+    )
+    .unwrap();
+}
+
+/// Asserts that two trees have the same names, kinds, contents, modes, mtimes and link targets.
+pub fn assert_same_tree(a: &Path, b: &Path) {
+    let list = |root: &Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = walk(root)
+            .into_iter()
+            .map(|p| p.strip_prefix(root).unwrap().to_path_buf())
+            .collect();
+        v.sort();
+        v
+    };
+    let la = list(a);
+    assert_eq!(la, list(b), "file lists differ");
+    for rel in la {
+        let (pa, pb) = (a.join(&rel), b.join(&rel));
+        let (ma, mb) = (
+            fs::symlink_metadata(&pa).unwrap(),
+            fs::symlink_metadata(&pb).unwrap(),
+        );
+        assert_eq!(ma.file_type(), mb.file_type(), "{rel:?}");
+        if ma.file_type().is_symlink() {
+            assert_eq!(
+                fs::read_link(&pa).unwrap(),
+                fs::read_link(&pb).unwrap(),
+                "{rel:?}"
+            );
+            continue;
+        }
+        assert_eq!(ma.mode() & 0o7777, mb.mode() & 0o7777, "mode of {rel:?}");
+        assert_eq!(ma.mtime(), mb.mtime(), "mtime of {rel:?}");
+        assert_eq!(ma.mtime_nsec(), mb.mtime_nsec(), "mtime ns of {rel:?}");
+        if ma.is_file() {
+            assert!(
+                fs::read(&pa).unwrap() == fs::read(&pb).unwrap(),
+                "content of {rel:?}"
+            );
+        }
+    }
+}
+
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(root).unwrap() {
+        let p = e.unwrap().path();
+        out.push(p.clone());
+        if fs::symlink_metadata(&p).unwrap().is_dir() {
+            out.extend(walk(&p));
+        }
+    }
+    out
+}
+
+/// Where `restore` puts an absolute source path under `target`.
+pub fn restored(target: &Path, source: &Path) -> PathBuf {
+    target.join(source.strip_prefix("/").unwrap())
+}
