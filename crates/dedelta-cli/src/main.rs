@@ -9,8 +9,10 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::compress::Compression;
+use dedelta_core::delta::DeltaKind;
+use dedelta_core::sketch::SketchKind;
 use dedelta_store::commands::{backup, check, ls, repair, restore, stats};
-use dedelta_store::config::RepoConfig;
+use dedelta_store::config::{DeltaConfig, RepoConfig, SketchIndexKind};
 use dedelta_store::lock::LockInfo;
 use dedelta_store::snapshot::{self, ratio};
 use dedelta_store::{Error, IndexedRepository, Repository};
@@ -41,6 +43,79 @@ struct RepoArg {
     repo: PathBuf,
 }
 
+/// Resemblance detection and delta compression options (for `init`: the repository
+/// defaults; for `backup`: overrides for this backup).
+#[derive(Args, Clone, Default)]
+struct DeltaArgs {
+    /// Sketch method: none, ntransform, finesse or odess.
+    #[arg(long)]
+    sketch: Option<String>,
+    /// Super-features per chunk (M).
+    #[arg(long = "sf")]
+    sf: Option<usize>,
+    /// Features per super-feature (K).
+    #[arg(long)]
+    features_per_sf: Option<usize>,
+    /// Delta codec: ddelta, edelta or xdelta.
+    #[arg(long)]
+    delta: Option<String>,
+    /// Sketch index: full or stream.
+    #[arg(long)]
+    sketch_index: Option<String>,
+    /// Duplicate-adjacency detection (DARE): on or off.
+    #[arg(long)]
+    dupadj: Option<String>,
+    /// Base cache size in MiB.
+    #[arg(long)]
+    base_cache_mib: Option<usize>,
+    /// Minimum saving for a delta to be kept, in percent of the chunk's compressed size.
+    #[arg(long)]
+    min_saving_percent: Option<f64>,
+}
+
+impl DeltaArgs {
+    /// Applies the given options to `cfg`.
+    fn apply(&self, cfg: &mut DeltaConfig) -> Result<()> {
+        let bad = |what: &str, v: &str| Error::InvalidOption(format!("unknown {what} {v:?}"));
+        if let Some(s) = &self.sketch {
+            cfg.sketch = match s.as_str() {
+                "none" => None,
+                other => {
+                    Some(SketchKind::from_name(other).ok_or_else(|| bad("sketch method", other))?)
+                }
+            };
+        }
+        if let Some(m) = self.sf {
+            cfg.sketch_params.sf_count = m;
+        }
+        if let Some(k) = self.features_per_sf {
+            cfg.sketch_params.features_per_sf = k;
+        }
+        if let Some(d) = &self.delta {
+            cfg.codec = DeltaKind::from_name(d).ok_or_else(|| bad("delta codec", d))?;
+        }
+        if let Some(i) = &self.sketch_index {
+            cfg.sketch_index =
+                SketchIndexKind::from_name(i).ok_or_else(|| bad("sketch index", i))?;
+        }
+        if let Some(d) = &self.dupadj {
+            cfg.dupadj = match d.as_str() {
+                "on" => true,
+                "off" => false,
+                other => return Err(bad("--dupadj value (on|off)", other).into()),
+            };
+        }
+        if let Some(m) = self.base_cache_mib {
+            cfg.base_cache_bytes = m << 20;
+        }
+        if let Some(p) = self.min_saving_percent {
+            cfg.min_saving = p / 100.0;
+        }
+        cfg.validate()?;
+        Ok(())
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Create a new repository.
@@ -65,6 +140,8 @@ enum Command {
         /// Raw size of a compression region in bytes.
         #[arg(long, default_value_t = dedelta_store::config::DEFAULT_REGION_SIZE)]
         region_size: usize,
+        #[command(flatten)]
+        delta: DeltaArgs,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -90,6 +167,8 @@ enum Command {
         /// Worker threads (default: number of cores).
         #[arg(long)]
         threads: Option<usize>,
+        #[command(flatten)]
+        delta: DeltaArgs,
         /// Print the summary as one JSON object.
         #[arg(long)]
         json: bool,
@@ -235,6 +314,7 @@ fn run(cli: Cli) -> Result<u8> {
             chunker,
             compression,
             region_size,
+            delta,
             json,
         } => {
             let mut cfg = RepoConfig::new(random_id()?);
@@ -251,6 +331,7 @@ fn run(cli: Cli) -> Result<u8> {
                 ))
             })?;
             cfg.region_size = region_size;
+            delta.apply(&mut cfg.delta)?;
             let r = Repository::init_local(&repo.repo, cfg)?;
             if json {
                 println!(
@@ -274,9 +355,12 @@ fn run(cli: Cli) -> Result<u8> {
             stdin,
             stdin_name,
             threads,
+            delta,
             json,
         } => {
             let r = open(&repo)?;
+            let mut delta_cfg = r.config().delta.clone();
+            delta.apply(&mut delta_cfg)?;
             let lock = r.lock(&lock_info("backup"))?;
             let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
             let stdin_src = stdin.then(|| backup::StdinSource {
@@ -305,6 +389,7 @@ fn run(cli: Cli) -> Result<u8> {
                         .map(|n| n.get())
                         .unwrap_or(2)
                 }),
+                delta: Some(delta_cfg),
             };
             let res = backup::backup(&r, &lock, opts, &progress)?;
             progress.finish();
@@ -315,6 +400,8 @@ fn run(cli: Cli) -> Result<u8> {
                 let mut v = serde_json::to_value(s)?;
                 v["snapshot_id"] = json!(res.snapshot_id.to_hex());
                 v["dedup_factor"] = json!(s.dedup_factor());
+                v["dcr"] = json!(s.dcr());
+                v["dce"] = json!(s.dce());
                 v["mb_per_s"] = json!(mbps);
                 v["warning_messages"] = json!(res.warnings);
                 println!("{}", serde_json::to_string(&v)?);
@@ -335,6 +422,17 @@ fn run(cli: Cli) -> Result<u8> {
                     s.chunks,
                     mb(s.bytes_added)
                 );
+                if s.delta_chunks > 0 {
+                    println!(
+                        "delta: {} chunks as deltas ({} by DupAdj, {} by sketch), {} after delta, DCR {:.2}, DCE {:.2}",
+                        s.delta_chunks,
+                        s.dupadj_deltas,
+                        s.sketch_deltas,
+                        mb(s.bytes_after_delta),
+                        s.dcr(),
+                        s.dce()
+                    );
+                }
                 println!(
                     "dedup factor {:.2}, total factor {:.2}, {:.2} s, {:.1} MB/s",
                     s.dedup_factor(),
@@ -563,7 +661,8 @@ fn run(cli: Cli) -> Result<u8> {
                 );
                 println!("containers:         {}", s.containers);
                 println!("dedup factor:       {:.2}", s.dedup_factor);
-                println!("delta factor:       {:.2}", s.delta_factor);
+                println!("delta factor (DCR): {:.2}", s.delta_factor);
+                println!("DCE:                {:.2}", s.dce);
                 println!("compression factor: {:.2}", s.compression_factor);
                 println!("total factor:       {:.2}", s.total_factor);
             }

@@ -9,6 +9,8 @@ use crate::envelope;
 use crate::error::{Error, Result};
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::compress::Compression;
+use dedelta_core::delta::DeltaKind;
+use dedelta_core::sketch::{SketchKind, SketchParams};
 use serde::{Deserialize, Serialize};
 
 /// Magic of the config file.
@@ -49,6 +51,109 @@ pub struct RepoConfig {
     pub region_size: usize,
     /// Target stored size of a container in bytes.
     pub container_size: usize,
+    /// Resemblance detection and delta compression (defaults for every backup).
+    #[serde(default)]
+    pub delta: DeltaConfig,
+}
+
+/// How the sketch index finds candidate bases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SketchIndexKind {
+    /// An index of the super-features of every full chunk (LoopDelta's Greedy baseline).
+    Full,
+    /// Stream-informed (SIDC, Shilane et al.): only sketches of containers recently consulted
+    /// for deduplication, and of this backup's own chunks, are matched.
+    Stream,
+}
+
+impl SketchIndexKind {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            SketchIndexKind::Full => "full",
+            SketchIndexKind::Stream => "stream",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(s: &str) -> Option<Self> {
+        [SketchIndexKind::Full, SketchIndexKind::Stream]
+            .into_iter()
+            .find(|k| k.name() == s)
+    }
+}
+
+/// Resemblance detection and delta compression settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeltaConfig {
+    /// Sketch method; `None` disables resemblance detection by super-features.
+    pub sketch: Option<SketchKind>,
+    /// Super-features per chunk and features per super-feature.
+    #[serde(flatten)]
+    pub sketch_params: SketchParams,
+    /// Delta codec.
+    pub codec: DeltaKind,
+    /// Sketch index strategy.
+    pub sketch_index: SketchIndexKind,
+    /// Duplicate-adjacency detection (DARE) before super-features.
+    pub dupadj: bool,
+    /// A delta is kept only if its length is at most `(1 - min_saving)` times the chunk's
+    /// zstd-compressed size (so it saves space after local compression too).
+    pub min_saving: f64,
+    /// Bytes of base chunks cached in memory during backup.
+    pub base_cache_bytes: usize,
+    /// Containers whose sketches the stream-informed index keeps.
+    pub stream_cache_containers: usize,
+}
+
+impl Default for DeltaConfig {
+    /// Delta compression off: what a repository without a `delta` section means.
+    fn default() -> Self {
+        DeltaConfig {
+            sketch: None,
+            sketch_params: SketchParams::default(),
+            codec: DeltaKind::Ddelta,
+            sketch_index: SketchIndexKind::Full,
+            dupadj: false,
+            min_saving: 0.1,
+            base_cache_bytes: 256 << 20,
+            stream_cache_containers: 64,
+        }
+    }
+}
+
+impl DeltaConfig {
+    /// The defaults for a new repository: the measured best (docs/benchmarks.md).
+    pub fn recommended() -> Self {
+        DeltaConfig {
+            sketch: Some(SketchKind::Finesse),
+            dupadj: true,
+            ..DeltaConfig::default()
+        }
+    }
+
+    /// Whether any resemblance detection runs.
+    pub fn enabled(&self) -> bool {
+        self.sketch.is_some() || self.dupadj
+    }
+
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(kind) = self.sketch {
+            dedelta_core::sketch::new_sketcher(kind, self.sketch_params)
+                .map_err(|e| Error::InvalidOption(e.to_string()))?;
+        }
+        if !(0.0..1.0).contains(&self.min_saving) {
+            return Err(Error::InvalidOption("min_saving must be in [0, 1)".into()));
+        }
+        if self.stream_cache_containers == 0 {
+            return Err(Error::InvalidOption(
+                "the stream cache needs at least one container".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl RepoConfig {
@@ -65,6 +170,7 @@ impl RepoConfig {
             compression: Compression::default(),
             region_size: DEFAULT_REGION_SIZE,
             container_size: DEFAULT_CONTAINER_SIZE,
+            delta: DeltaConfig::recommended(),
         }
     }
 
@@ -85,6 +191,7 @@ impl RepoConfig {
                 "region size must be 4 KiB ..= 64 MiB".into(),
             ));
         }
+        self.delta.validate()?;
         if self.container_size < self.region_size || self.container_size > 1 << 30 {
             return Err(Error::InvalidOption(
                 "container size must be >= region size and <= 1 GiB".into(),

@@ -13,6 +13,17 @@ use std::path::Path;
 
 /// chunk id -> container id (32 bytes) ++ entry number (u32 LE).
 const CHUNKS: TableDefinition<&[u8; 32], &[u8; 36]> = TableDefinition::new("chunks");
+/// (super-feature position u8, super-feature u64 LE) -> the first full chunk that had it:
+/// the persistent `full` sketch index (FirstFit keeps the oldest chunk).
+const SKETCHES: TableDefinition<&[u8; 9], &[u8; 32]> = TableDefinition::new("sketches");
+
+/// The key of one super-feature in the sketch table.
+pub fn sketch_key(position: usize, sf: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = position as u8;
+    k[1..].copy_from_slice(&sf.to_le_bytes());
+    k
+}
 
 /// Where a chunk is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +80,7 @@ impl ChunkIndex {
             .map_err(|e| Error::Index(format!("opening {}: {e}", path.display())))?;
         let txn = db.begin_write().map_err(db_err)?;
         txn.open_table(CHUNKS).map_err(db_err)?;
+        txn.open_table(SKETCHES).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
         Ok(ChunkIndex { db })
     }
@@ -82,7 +94,8 @@ impl ChunkIndex {
     pub fn reader(&self) -> Result<IndexReader> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let table = txn.open_table(CHUNKS).map_err(db_err)?;
-        Ok(IndexReader { table })
+        let sketches = txn.open_table(SKETCHES).map_err(db_err)?;
+        Ok(IndexReader { table, sketches })
     }
 
     /// Records every entry of a durable container, in one durable transaction.
@@ -107,7 +120,9 @@ impl ChunkIndex {
     pub fn clear(&self) -> Result<()> {
         let txn = self.db.begin_write().map_err(db_err)?;
         txn.delete_table(CHUNKS).map_err(db_err)?;
+        txn.delete_table(SKETCHES).map_err(db_err)?;
         txn.open_table(CHUNKS).map_err(db_err)?;
+        txn.open_table(SKETCHES).map_err(db_err)?;
         txn.commit().map_err(db_err)
     }
 
@@ -136,6 +151,7 @@ impl ChunkIndex {
 /// A read view of the index.
 pub struct IndexReader {
     table: redb::ReadOnlyTable<&'static [u8; 32], &'static [u8; 36]>,
+    sketches: redb::ReadOnlyTable<&'static [u8; 9], &'static [u8; 32]>,
 }
 
 impl IndexReader {
@@ -146,5 +162,14 @@ impl IndexReader {
             .get(id.as_bytes())
             .map_err(db_err)?
             .map(|v| ChunkLocation::from_bytes(v.value())))
+    }
+
+    /// The first full chunk recorded with super-feature `sf` at `position`.
+    pub fn sketch(&self, position: usize, sf: u64) -> Result<Option<ChunkId>> {
+        Ok(self
+            .sketches
+            .get(&sketch_key(position, sf))
+            .map_err(db_err)?
+            .map(|v| ChunkId(*v.value())))
     }
 }

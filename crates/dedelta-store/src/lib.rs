@@ -10,12 +10,14 @@ pub mod backend;
 pub mod commands;
 pub mod config;
 pub mod container;
+pub mod delta_stage;
 pub mod envelope;
 pub mod error;
 pub mod index;
 pub mod lock;
 pub mod progress;
 pub mod repository;
+pub mod sketch_index;
 pub mod snapshot;
 pub mod tree;
 

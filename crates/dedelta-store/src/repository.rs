@@ -235,6 +235,31 @@ impl<'a> ChunkReader<'a> {
         Ok(raw)
     }
 
+    /// Re-reads the index, to see chunks committed since this reader was made.
+    pub fn refresh_index(&mut self) -> Result<()> {
+        self.index = self.repo.index.reader()?;
+        Ok(())
+    }
+
+    /// The full chunk to use as a delta base for `id`: `id` itself if it is stored in full,
+    /// else the base of its delta (deltas are one level deep). `None` if it is not indexed.
+    pub fn resolve_base(&mut self, id: &ChunkId) -> Result<Option<(ChunkId, Vec<u8>)>> {
+        let Some(loc) = self.index.get(id)? else {
+            return Ok(None);
+        };
+        let meta = self.meta(loc.container)?;
+        let base = match meta.entries.get(loc.entry as usize).map(|e| e.kind) {
+            Some(EntryKind::Full) => *id,
+            Some(EntryKind::Delta { base }) => base,
+            None => return Ok(None),
+        };
+        match self.read(&base, false) {
+            Ok(bytes) => Ok(Some((base, bytes))),
+            Err(Error::ChunkMissing(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Reads chunk `id`, decoding a delta against its base, and verifies its fingerprint.
     ///
     /// # Errors

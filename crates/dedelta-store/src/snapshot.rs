@@ -78,6 +78,33 @@ pub struct BackupSummary {
     pub warnings: u64,
     /// Wall time in seconds.
     pub seconds: f64,
+    /// Raw bytes of the new chunks after delta compression (full chunks plus deltas).
+    #[serde(default)]
+    pub bytes_after_delta: u64,
+    /// New chunks stored as deltas.
+    #[serde(default)]
+    pub delta_chunks: u64,
+    /// Original bytes of the chunks stored as deltas.
+    #[serde(default)]
+    pub delta_source_bytes: u64,
+    /// Bytes of their deltas.
+    #[serde(default)]
+    pub delta_bytes: u64,
+    /// Deltas whose base DupAdj found.
+    #[serde(default)]
+    pub dupadj_deltas: u64,
+    /// Deltas whose base the sketch index found.
+    #[serde(default)]
+    pub sketch_deltas: u64,
+    /// Base cache hits.
+    #[serde(default)]
+    pub base_cache_hits: u64,
+    /// Base cache misses (bases read back from the repository, or not found).
+    #[serde(default)]
+    pub base_cache_misses: u64,
+    /// Seconds per pipeline stage, summed over threads.
+    #[serde(default)]
+    pub stage_seconds: std::collections::BTreeMap<String, f64>,
 }
 
 impl BackupSummary {
@@ -85,18 +112,25 @@ impl BackupSummary {
     pub fn dedup_factor(&self) -> f64 {
         ratio(self.bytes_read, self.bytes_new)
     }
+
+    /// Delta compression ratio (Finesse §5.1): new bytes before / after delta compression.
+    pub fn dcr(&self) -> f64 {
+        ratio(self.bytes_new, self.bytes_after_delta)
+    }
+
+    /// Delta compression efficiency (Finesse §5.1): original / delta bytes of the chunks
+    /// stored as deltas.
+    pub fn dce(&self) -> f64 {
+        ratio(self.delta_source_bytes, self.delta_bytes)
+    }
 }
 
-/// `a / b`, or 1 when `b` is 0 and `a` too, or infinity-free large value.
+/// `a / b`; 1 when both are 0; infinite when only `b` is (serialized as JSON `null`).
 pub fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        if a == 0 {
-            1.0
-        } else {
-            a as f64
-        }
-    } else {
-        a as f64 / b as f64
+    match (a, b) {
+        (0, 0) => 1.0,
+        (_, 0) => f64::INFINITY,
+        _ => a as f64 / b as f64,
     }
 }
 

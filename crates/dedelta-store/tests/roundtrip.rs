@@ -28,12 +28,17 @@ fn name() -> impl Strategy<Value = String> {
 
 fn entry() -> impl Strategy<Value = Entry> {
     let leaf = prop_oneof![
-        (name(), prop_oneof![Just(0usize), 1usize..100, 1000usize..200_000], any::<u8>())
+        (
+            name(),
+            prop_oneof![Just(0usize), 1usize..100, 1000usize..200_000],
+            any::<u8>()
+        )
             .prop_map(|(name, len, seed)| Entry::File { name, len, seed }),
         (name(), "[a-z/.]{1,30}").prop_map(|(name, target)| Entry::Link { name, target }),
     ];
     leaf.prop_recursive(4, 24, 6, |inner| {
-        (name(), proptest::collection::vec(inner, 0..6)).prop_map(|(name, children)| Entry::Dir { name, children })
+        (name(), proptest::collection::vec(inner, 0..6))
+            .prop_map(|(name, children)| Entry::Dir { name, children })
     })
 }
 
@@ -139,6 +144,7 @@ proptest! {
                 host: "t".into(),
                 time: format!("2026-01-01T00:00:0{_round}Z"),
                 threads: 2,
+                delta: None,
             };
             let res = backup::backup(&repo, &lock, opts, &NoProgress).unwrap();
             prop_assert!(res.warnings.is_empty(), "{:?}", res.warnings);

@@ -18,8 +18,9 @@
 //! every container is indexed before the snapshot is written. A backup killed anywhere leaves
 //! at worst unreferenced containers, which `check` accepts and a later prune removes.
 
-use crate::config::RepoConfig;
+use crate::config::{DeltaConfig, RepoConfig};
 use crate::container::{CompressedRegion, ContainerBuilder, EntryKind, RegionBuilder};
+use crate::delta_stage::{DeltaStage, PrevRecipe, StageTimes, Stored};
 use crate::error::{Error, Result};
 use crate::lock::RepoLock;
 use crate::progress::Progress;
@@ -36,6 +37,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Bytes read from a file per block (before cutting chunks).
@@ -69,8 +71,10 @@ pub struct BackupOptions {
     pub host: String,
     /// Start time recorded in the snapshot (RFC 3339).
     pub time: String,
-    /// Worker threads for hashing and compression.
+    /// Worker threads for hashing, sketching, delta encoding and compression.
     pub threads: usize,
+    /// Delta settings for this backup; `None` uses the repository's.
+    pub delta: Option<DeltaConfig>,
 }
 
 /// The result of a backup.
@@ -143,15 +147,44 @@ pub fn backup(
         .map_err(|e| Error::InvalidOption(format!("thread pool: {e}")))?;
 
     let stdin_name = opts.stdin.as_ref().map(|s| s.name.clone());
+    let delta_cfg = opts.delta.take().unwrap_or_else(|| config.delta.clone());
+    let times = Arc::new(StageTimes::default());
+    let snapshot_paths: Vec<String> = match &stdin_name {
+        Some(name) => vec![name.clone()],
+        None => sources
+            .iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
+    };
+    let delta_stage = if delta_cfg.enabled() {
+        let prev = if delta_cfg.dupadj {
+            parent_recipe(repo, &snapshot_paths)?
+        } else {
+            None
+        };
+        Some(DeltaStage::new(repo, delta_cfg, prev, times.clone())?)
+    } else {
+        None
+    };
     let (item_tx, item_rx) = bounded::<Item>(BLOCKS_IN_FLIGHT);
     let (region_tx, region_rx) = bounded::<Receiver<CompressedRegion>>(REGIONS_IN_FLIGHT);
     let mut warnings = Vec::new();
     let mut reader_stats = ReaderStats::default();
 
     let (dedup_result, writer_result) = std::thread::scope(|s| {
-        let dedup =
-            s.spawn(|| dedup_stage(repo, &config, chunker.as_ref(), &pool, item_rx, region_tx));
-        let writer = s.spawn(|| writer_stage(repo, &config, region_rx));
+        let dedup = s.spawn(|| {
+            dedup_stage(
+                repo,
+                &config,
+                chunker.as_ref(),
+                &pool,
+                item_rx,
+                region_tx,
+                delta_stage,
+                &times,
+            )
+        });
+        let writer = s.spawn(|| writer_stage(repo, &config, region_rx, &times));
         let mut reader = Reader {
             chunker: chunker.as_ref(),
             pool: &pool,
@@ -160,6 +193,7 @@ pub fn backup(
             progress,
             warnings: &mut warnings,
             stats: &mut reader_stats,
+            times: &times,
         };
         let read_result = match opts.stdin.take() {
             Some(src) => reader.stdin(src),
@@ -216,6 +250,25 @@ pub fn backup(
     })
 }
 
+/// The chunk sequence of the newest snapshot with the same paths (else the newest), for DupAdj.
+fn parent_recipe(repo: &IndexedRepository, paths: &[String]) -> Result<Option<PrevRecipe>> {
+    let all = crate::snapshot::load_all(repo.backend().as_ref())?;
+    let parent = all
+        .iter()
+        .rev()
+        .find(|(_, s)| s.paths == paths)
+        .or_else(|| all.last());
+    let Some((_, snap)) = parent else {
+        return Ok(None);
+    };
+    let mut ids = Vec::new();
+    crate::commands::ls::walk_tree(repo, snap, |_, chunks| {
+        ids.extend(chunks.iter().map(|c| c.id));
+        Ok(())
+    })?;
+    Ok(Some(PrevRecipe::new(ids)))
+}
+
 const CHANNEL_CLOSED: &str = "pipeline stopped";
 
 fn closed<T>(_: T) -> Error {
@@ -249,6 +302,7 @@ struct Reader<'a> {
     progress: &'a dyn Progress,
     warnings: &'a mut Vec<String>,
     stats: &'a mut ReaderStats,
+    times: &'a Arc<StageTimes>,
 }
 
 /// The stored path of an absolute path: without the leading `/`.
@@ -390,6 +444,7 @@ impl Reader<'_> {
                     }
                 }
             }
+            let t = Instant::now();
             let mut cuts = Vec::new();
             let mut pos = 0;
             while pos < buf.len() && (eof || buf.len() - pos >= max) {
@@ -398,6 +453,7 @@ impl Reader<'_> {
                 cuts.push(pos..pos + len);
                 pos += len;
             }
+            StageTimes::add(&self.times.chunk, t);
             let rest = buf[pos..].to_vec();
             let mut next = Vec::with_capacity(BLOCK_SIZE + max);
             next.extend_from_slice(&rest);
@@ -407,13 +463,18 @@ impl Reader<'_> {
             if cuts.is_empty() {
                 continue;
             }
+            let times = self.times.clone();
             let rx = submit(self.pool, move || {
-                cuts.into_iter()
+                let t = Instant::now();
+                let out = cuts
+                    .into_iter()
                     .map(|r| {
                         let c = block.slice(r);
                         (ChunkId::of(&c), c)
                     })
-                    .collect()
+                    .collect();
+                StageTimes::add(&times.hash, t);
+                out
             });
             self.tx.send(Item::FileData(rx)).map_err(closed)?;
         }
@@ -426,7 +487,8 @@ struct DedupOutput {
     tree: TreeRef,
 }
 
-/// Decides, in stream order, which chunks are new, and packs new chunks into regions.
+/// Decides, in stream order, which chunks are new, and packs new chunks into regions
+/// (through the delta stage when resemblance detection is on).
 struct ChunkSink<'a> {
     index: crate::index::IndexReader,
     pending: HashSet<ChunkId>,
@@ -436,19 +498,73 @@ struct ChunkSink<'a> {
     pool: &'a rayon::ThreadPool,
     tx: Sender<Receiver<CompressedRegion>>,
     summary: BackupSummary,
+    delta: Option<DeltaStage<'a>>,
+    times: &'a Arc<StageTimes>,
 }
 
 impl ChunkSink<'_> {
-    fn add(&mut self, id: ChunkId, data: &[u8]) -> Result<()> {
+    /// One chunk of the stream; `allow_delta` is false for metadata (tree) chunks.
+    fn add(&mut self, id: ChunkId, data: Bytes, allow_delta: bool) -> Result<()> {
         self.summary.chunks += 1;
-        if self.pending.contains(&id) || self.index.get(&id)?.is_some() {
+        let t = Instant::now();
+        let known = if self.pending.contains(&id) {
+            Some(None)
+        } else {
+            self.index.get(&id)?.map(|loc| Some(loc.container))
+        };
+        StageTimes::add(&self.times.index, t);
+        if let Some(container) = known {
+            if let Some(d) = self.delta.as_mut() {
+                d.on_duplicate(&id, container)?;
+            }
             return Ok(());
         }
         self.pending.insert(id);
         self.summary.new_chunks += 1;
         self.summary.bytes_new += data.len() as u64;
-        self.region
-            .push(id, EntryKind::Full, data, data.len(), Vec::new());
+        match self.delta.as_mut() {
+            Some(d) if allow_delta => d.push_new(id, data),
+            _ => {
+                self.summary.bytes_after_delta += data.len() as u64;
+                self.push(id, EntryKind::Full, &data, data.len(), Vec::new())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides the chunks waiting in the delta stage and stores them.
+    fn end_block(&mut self) -> Result<()> {
+        let Some(d) = self.delta.as_mut() else {
+            return Ok(());
+        };
+        if !d.has_pending() {
+            return Ok(());
+        }
+        let decided = d.process(self.pool, &mut self.summary)?;
+        for c in decided {
+            match c.stored {
+                Stored::Full => self.push(c.id, EntryKind::Full, &c.data, c.data.len(), c.sfs.0)?,
+                Stored::Delta { base, delta } => self.push(
+                    c.id,
+                    EntryKind::Delta { base },
+                    &delta,
+                    c.data.len(),
+                    c.sfs.0,
+                )?,
+            }
+        }
+        Ok(())
+    }
+
+    fn push(
+        &mut self,
+        id: ChunkId,
+        kind: EntryKind,
+        bytes: &[u8],
+        original_len: usize,
+        sfs: Vec<u64>,
+    ) -> Result<()> {
+        self.region.push(id, kind, bytes, original_len, sfs);
         if self.region.raw.len() >= self.region_size {
             self.flush_region()?;
         }
@@ -461,7 +577,13 @@ impl ChunkSink<'_> {
         }
         let region = std::mem::take(&mut self.region);
         let compression = self.config.compression;
-        let rx = submit(self.pool, move || region.compress(compression));
+        let times = self.times.clone();
+        let rx = submit(self.pool, move || {
+            let t = Instant::now();
+            let r = region.compress(compression);
+            StageTimes::add(&times.compress, t);
+            r
+        });
         self.tx.send(rx).map_err(closed)
     }
 }
@@ -483,9 +605,9 @@ impl TreeWriter<'_> {
         while pos < self.buf.len() && (all || self.buf.len() - pos >= max) {
             let end = (pos + max).min(self.buf.len());
             let n = self.chunker.next_chunk_len(&self.buf[pos..end]);
-            let chunk = &self.buf[pos..pos + n];
-            let id = ChunkId::of(chunk);
-            sink.add(id, chunk)?;
+            let chunk = Bytes::copy_from_slice(&self.buf[pos..pos + n]);
+            let id = ChunkId::of(&chunk);
+            sink.add(id, chunk, false)?;
             self.chunks.push(id.to_hex());
             self.len += n as u64;
             pos += n;
@@ -502,13 +624,16 @@ impl TreeWriter<'_> {
     }
 }
 
-fn dedup_stage(
+#[allow(clippy::too_many_arguments)]
+fn dedup_stage<'a>(
     repo: &IndexedRepository,
-    config: &RepoConfig,
+    config: &'a RepoConfig,
     chunker: &dyn Chunker,
-    pool: &rayon::ThreadPool,
+    pool: &'a rayon::ThreadPool,
     items: Receiver<Item>,
     regions: Sender<Receiver<CompressedRegion>>,
+    delta: Option<DeltaStage<'a>>,
+    times: &'a Arc<StageTimes>,
 ) -> Result<DedupOutput> {
     let mut sink = ChunkSink {
         index: repo.index().reader()?,
@@ -519,6 +644,8 @@ fn dedup_stage(
         pool,
         tx: regions,
         summary: BackupSummary::default(),
+        delta,
+        times,
     };
     let mut tree = TreeWriter {
         encoder: TreeEncoder::default(),
@@ -537,20 +664,17 @@ fn dedup_stage(
             Item::FileData(rx) => {
                 let chunks = rx.recv().map_err(closed)?;
                 for (id, data) in chunks {
-                    sink.add(id, &data)?;
-                    tree.encoder.chunk(
-                        &ChunkRef {
-                            id,
-                            len: data.len() as u32,
-                        },
-                        &mut tree.buf,
-                    );
+                    let len = data.len() as u32;
+                    sink.add(id, data, true)?;
+                    tree.encoder.chunk(&ChunkRef { id, len }, &mut tree.buf);
                 }
+                sink.end_block()?;
             }
             Item::FileEnd => tree.encoder.file_end(&mut tree.buf),
         }
         tree.maybe_drain(&mut sink)?;
     }
+    sink.end_block()?;
     tree.encoder.end(&mut tree.buf);
     tree.drain(&mut sink, true)?;
     sink.summary.tree_bytes = tree.len;
@@ -574,16 +698,19 @@ fn writer_stage(
     repo: &IndexedRepository,
     config: &RepoConfig,
     regions: Receiver<Receiver<CompressedRegion>>,
+    times: &StageTimes,
 ) -> Result<WriterStats> {
     let mut stats = WriterStats::default();
     let mut container = ContainerBuilder::new();
     let seal = |c: ContainerBuilder, stats: &mut WriterStats| -> Result<()> {
+        let t = Instant::now();
         let (id, bytes, meta) = c.seal();
         repo.backend()
             .put(crate::backend::FileKind::Container, &id.to_hex(), &bytes)?;
         repo.index().insert_container(id, &meta)?;
         stats.containers += 1;
         stats.bytes_written += bytes.len() as u64;
+        StageTimes::add(&times.write, t);
         Ok(())
     };
     for rx in regions {

@@ -37,6 +37,14 @@ pub struct RepoStats {
     pub compression_factor: f64,
     /// logical / stored.
     pub total_factor: f64,
+    /// Delta compression ratio (Finesse §5.1): unique / after delta (= `delta_factor`).
+    pub dcr: f64,
+    /// Delta compression efficiency: original / stored bytes of the delta chunks.
+    pub dce: f64,
+    /// Original bytes of the chunks stored as deltas.
+    pub delta_source_bytes: u64,
+    /// Bytes of their deltas.
+    pub delta_bytes: u64,
 }
 
 /// Computes the statistics.
@@ -56,7 +64,11 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
             s.after_delta_bytes += u64::from(e.stored_len);
             match e.kind {
                 EntryKind::Full => s.full_chunks += 1,
-                EntryKind::Delta { .. } => s.delta_chunks += 1,
+                EntryKind::Delta { .. } => {
+                    s.delta_chunks += 1;
+                    s.delta_source_bytes += u64::from(e.original_len);
+                    s.delta_bytes += u64::from(e.stored_len);
+                }
             }
         }
     }
@@ -64,5 +76,7 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     s.delta_factor = ratio(s.unique_bytes, s.after_delta_bytes);
     s.compression_factor = ratio(s.after_delta_bytes, s.stored_bytes);
     s.total_factor = ratio(s.logical_bytes, s.stored_bytes);
+    s.dcr = s.delta_factor;
+    s.dce = ratio(s.delta_source_bytes, s.delta_bytes);
     Ok(s)
 }

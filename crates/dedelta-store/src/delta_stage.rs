@@ -1,0 +1,409 @@
+//! The resemblance-detection and delta-encoding stage of backup.
+//!
+//! New (non-duplicate) chunks are collected per block, in stream order, and processed as a
+//! batch: super-features are computed on the worker pool; candidates are found sequentially
+//! (DupAdj first, then the sketch index, FirstFit); base chunks are fetched through an LRU
+//! [`BaseCache`] (or read back from the repository); deltas are encoded on the worker pool;
+//! and a delta is kept only when it saves space (see [`DeltaConfig::min_saving`]).
+//!
+//! One-level deltas (Shilane §2.1): a base is always a chunk stored in full. A candidate that
+//! is itself stored as a delta is replaced by its own base, which is similar too.
+//!
+//! DupAdj (DARE §3.2): the previous snapshot's chunk sequence is loaded; when a duplicate is
+//! found at position `p` of that sequence, the new chunks after it are paired with positions
+//! `p+1, p+2, ...` and the new chunks before it with `p-1, p-2, ...`. Each pair is then checked
+//! by the delta saving test; a pair that fails falls back to the super-feature candidate.
+//! (DARE stops walking at the first dissimilar pair; here pairs are judged individually, which
+//! costs an extra encode per failed pair and never detects less.) Candidates of chunks within
+//! one batch come from earlier batches only, so that a base is always decided before it is used.
+
+use crate::config::{DeltaConfig, SketchIndexKind};
+use crate::container::ContainerId;
+use crate::error::Result;
+use crate::repository::{ChunkReader, IndexedRepository};
+use crate::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
+use crate::snapshot::BackupSummary;
+use bytes::Bytes;
+use dedelta_core::compress::Compression;
+use dedelta_core::delta::{new_codec, DeltaCodec};
+use dedelta_core::sketch::{new_sketcher, Sketcher, SuperFeatures};
+use dedelta_core::ChunkId;
+use lru::LruCache;
+use rayon::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Nanoseconds spent per pipeline stage, summed over threads.
+#[derive(Debug, Default)]
+pub struct StageTimes {
+    /// Cutting chunks.
+    pub chunk: AtomicU64,
+    /// BLAKE3 fingerprints.
+    pub hash: AtomicU64,
+    /// Chunk-index lookups.
+    pub index: AtomicU64,
+    /// Super-features.
+    pub sketch: AtomicU64,
+    /// Fetching base chunks.
+    pub base_read: AtomicU64,
+    /// Delta encoding (and the saving test).
+    pub delta: AtomicU64,
+    /// Region compression.
+    pub compress: AtomicU64,
+    /// Writing containers and index entries.
+    pub write: AtomicU64,
+}
+
+impl StageTimes {
+    /// Adds the time since `start` to `stage`.
+    pub fn add(stage: &AtomicU64, start: Instant) {
+        stage.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Seconds per stage, by name.
+    pub fn seconds(&self) -> BTreeMap<String, f64> {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;
+        [
+            ("chunk", s(&self.chunk)),
+            ("hash", s(&self.hash)),
+            ("index", s(&self.index)),
+            ("sketch", s(&self.sketch)),
+            ("base_read", s(&self.base_read)),
+            ("delta", s(&self.delta)),
+            ("compress", s(&self.compress)),
+            ("write", s(&self.write)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// An LRU cache of base chunks bounded by bytes.
+pub struct BaseCache {
+    map: LruCache<ChunkId, Arc<Vec<u8>>>,
+    bytes: usize,
+    budget: usize,
+    /// Lookups served from memory.
+    pub hits: u64,
+    /// Lookups that had to read the repository.
+    pub misses: u64,
+}
+
+impl BaseCache {
+    /// A cache of at most `budget` bytes.
+    pub fn new(budget: usize) -> Self {
+        BaseCache {
+            map: LruCache::unbounded(),
+            bytes: 0,
+            budget,
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    /// A cached base.
+    pub fn get(&mut self, id: &ChunkId) -> Option<Arc<Vec<u8>>> {
+        let r = self.map.get(id).cloned();
+        if r.is_some() {
+            self.hits += 1;
+        } else {
+            self.misses += 1;
+        }
+        r
+    }
+
+    /// Adds a base, evicting the least recently used ones beyond the budget.
+    pub fn put(&mut self, id: ChunkId, data: Arc<Vec<u8>>) {
+        if self.budget == 0 {
+            return;
+        }
+        self.bytes += data.len();
+        if let Some(old) = self.map.put(id, data) {
+            self.bytes -= old.len();
+        }
+        while self.bytes > self.budget {
+            match self.map.pop_lru() {
+                Some((_, old)) => self.bytes -= old.len(),
+                None => break,
+            }
+        }
+    }
+}
+
+/// The chunk sequence of the previous snapshot, for DupAdj.
+#[derive(Debug, Default)]
+pub struct PrevRecipe {
+    ids: Vec<ChunkId>,
+    pos: HashMap<ChunkId, u32>,
+}
+
+impl PrevRecipe {
+    /// Builds the lookup from a chunk sequence (first occurrence wins).
+    pub fn new(ids: Vec<ChunkId>) -> Self {
+        let mut pos = HashMap::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            pos.entry(*id).or_insert(i as u32);
+        }
+        PrevRecipe { ids, pos }
+    }
+}
+
+/// How a delta's base was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    DupAdj,
+    Sketch,
+}
+
+/// What the stage decided for a chunk.
+pub enum Stored {
+    /// Store in full.
+    Full,
+    /// Store as a delta against `base`.
+    Delta {
+        /// The base chunk (stored in full).
+        base: ChunkId,
+        /// The delta instructions.
+        delta: Vec<u8>,
+    },
+}
+
+/// A new chunk on its way through the stage.
+pub struct NewChunk {
+    /// Fingerprint.
+    pub id: ChunkId,
+    /// Bytes.
+    pub data: Bytes,
+    /// Super-features (empty without a sketch method).
+    pub sfs: SuperFeatures,
+    /// The decision.
+    pub stored: Stored,
+    adj: Option<ChunkId>,
+    candidates: Vec<(ChunkId, Arc<Vec<u8>>, Via)>,
+    via: Option<Via>,
+}
+
+/// The per-backup resemblance detection and delta encoding state.
+pub struct DeltaStage<'a> {
+    cfg: DeltaConfig,
+    sketcher: Option<Box<dyn Sketcher>>,
+    codec: Box<dyn DeltaCodec>,
+    index: Box<dyn SketchIndex + 'a>,
+    cache: BaseCache,
+    reader: ChunkReader<'a>,
+    prev: Option<PrevRecipe>,
+    cursor: Option<usize>,
+    run: Vec<usize>,
+    batch: Vec<NewChunk>,
+    times: Arc<StageTimes>,
+}
+
+impl<'a> DeltaStage<'a> {
+    /// Sets the stage up for one backup; `prev` is the parent snapshot's chunk sequence.
+    pub fn new(
+        repo: &'a IndexedRepository,
+        cfg: DeltaConfig,
+        prev: Option<PrevRecipe>,
+        times: Arc<StageTimes>,
+    ) -> Result<Self> {
+        cfg.validate()?;
+        let sketcher = match cfg.sketch {
+            Some(kind) => Some(
+                new_sketcher(kind, cfg.sketch_params)
+                    .map_err(|e| crate::Error::InvalidOption(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let index: Box<dyn SketchIndex> = match cfg.sketch_index {
+            SketchIndexKind::Full => Box::new(FullSketchIndex::new(repo.index().reader()?)),
+            SketchIndexKind::Stream => Box::new(StreamSketchIndex::new(
+                repo.backend().clone(),
+                cfg.stream_cache_containers,
+            )),
+        };
+        Ok(DeltaStage {
+            codec: new_codec(cfg.codec),
+            cache: BaseCache::new(cfg.base_cache_bytes),
+            reader: repo.chunk_reader(32 << 20)?,
+            prev: if cfg.dupadj { prev } else { None },
+            cfg,
+            sketcher,
+            index,
+            cursor: None,
+            run: Vec::new(),
+            batch: Vec::new(),
+            times,
+        })
+    }
+
+    /// A duplicate chunk went by, stored in `container` if already durable.
+    pub fn on_duplicate(&mut self, id: &ChunkId, container: Option<ContainerId>) -> Result<()> {
+        if let Some(c) = container {
+            self.index.consulted(c)?;
+        }
+        let Some(prev) = &self.prev else {
+            return Ok(());
+        };
+        match prev.pos.get(id) {
+            Some(&p) => {
+                let p = p as usize;
+                // Backward walk: the new chunks just before this duplicate.
+                for (k, &bi) in self.run.iter().rev().enumerate() {
+                    let Some(q) = p.checked_sub(k + 1) else { break };
+                    let chunk = &mut self.batch[bi];
+                    if chunk.adj.is_none() {
+                        chunk.adj = Some(prev.ids[q]);
+                    }
+                }
+                self.cursor = Some(p + 1);
+            }
+            None => self.cursor = None,
+        }
+        self.run.clear();
+        Ok(())
+    }
+
+    /// A new chunk, to be decided at the next [`Self::process`].
+    pub fn push_new(&mut self, id: ChunkId, data: Bytes) {
+        let mut adj = None;
+        if let (Some(prev), Some(c)) = (&self.prev, self.cursor) {
+            if let Some(candidate) = prev.ids.get(c) {
+                adj = Some(*candidate);
+                self.cursor = Some(c + 1);
+            } else {
+                self.cursor = None;
+            }
+        }
+        self.run.push(self.batch.len());
+        self.batch.push(NewChunk {
+            id,
+            data,
+            sfs: SuperFeatures::default(),
+            stored: Stored::Full,
+            adj,
+            candidates: Vec::new(),
+            via: None,
+        });
+    }
+
+    /// Whether chunks are waiting.
+    pub fn has_pending(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    fn fetch_base(&mut self, id: ChunkId) -> Result<Option<(ChunkId, Arc<Vec<u8>>)>> {
+        if let Some(b) = self.cache.get(&id) {
+            return Ok(Some((id, b)));
+        }
+        let mut found = self.reader.resolve_base(&id)?;
+        if found.is_none() {
+            // Possibly written by this backup after the reader's view was taken.
+            self.reader.refresh_index()?;
+            found = self.reader.resolve_base(&id)?;
+        }
+        Ok(found.map(|(base, bytes)| {
+            let bytes = Arc::new(bytes);
+            self.cache.put(base, bytes.clone());
+            (base, bytes)
+        }))
+    }
+
+    /// Decides every waiting chunk; returns them in stream order.
+    pub fn process(
+        &mut self,
+        pool: &rayon::ThreadPool,
+        summary: &mut BackupSummary,
+    ) -> Result<Vec<NewChunk>> {
+        self.run.clear();
+        let mut batch = std::mem::take(&mut self.batch);
+        if batch.is_empty() {
+            return Ok(batch);
+        }
+        // 1. Super-features, in parallel.
+        if let Some(sketcher) = &self.sketcher {
+            let t = Instant::now();
+            pool.install(|| {
+                batch
+                    .par_iter_mut()
+                    .for_each(|c| c.sfs = sketcher.sketch(&c.data));
+            });
+            StageTimes::add(&self.times.sketch, t);
+        }
+        // 2. Candidates and their bases, in order.
+        let t = Instant::now();
+        for c in batch.iter_mut() {
+            let mut wanted: Vec<(ChunkId, Via)> = Vec::with_capacity(2);
+            if let Some(a) = c.adj {
+                wanted.push((a, Via::DupAdj));
+            }
+            if self.sketcher.is_some() {
+                if let Some(s) = self.index.lookup(&c.sfs)? {
+                    if !wanted.iter().any(|(w, _)| *w == s) {
+                        wanted.push((s, Via::Sketch));
+                    }
+                }
+            }
+            for (w, via) in wanted {
+                if let Some((base, bytes)) = self.fetch_base(w)? {
+                    if base != c.id && !c.candidates.iter().any(|(b, _, _)| *b == base) {
+                        c.candidates.push((base, bytes, via));
+                    }
+                }
+            }
+        }
+        StageTimes::add(&self.times.base_read, t);
+        // 3. Delta encoding and the saving test, in parallel.
+        let t = Instant::now();
+        let codec = self.codec.as_ref();
+        let keep = 1.0 - self.cfg.min_saving;
+        pool.install(|| {
+            batch.par_iter_mut().for_each(|c| {
+                if c.candidates.is_empty() {
+                    return;
+                }
+                // What the chunk would cost stored in full (zstd level 1 as an estimate).
+                let full_cost = Compression::Zstd { level: 1 }.compress(&c.data).1.len();
+                let limit = (full_cost as f64 * keep) as usize;
+                for (base, bytes, via) in &c.candidates {
+                    let mut delta = Vec::new();
+                    codec.encode(bytes, &c.data, &mut delta);
+                    if delta.len() <= limit {
+                        c.stored = Stored::Delta { base: *base, delta };
+                        c.via = Some(*via);
+                        break;
+                    }
+                }
+                c.candidates = Vec::new();
+            });
+        });
+        StageTimes::add(&self.times.delta, t);
+        // 4. Bookkeeping in order: full chunks become bases for later chunks.
+        for c in &batch {
+            match &c.stored {
+                Stored::Full => {
+                    summary.bytes_after_delta += c.data.len() as u64;
+                    if !c.sfs.0.is_empty() {
+                        self.index.insert(c.id, &c.sfs);
+                    }
+                    self.cache.put(c.id, Arc::new(c.data.to_vec()));
+                }
+                Stored::Delta { delta, .. } => {
+                    summary.bytes_after_delta += delta.len() as u64;
+                    summary.delta_chunks += 1;
+                    summary.delta_source_bytes += c.data.len() as u64;
+                    summary.delta_bytes += delta.len() as u64;
+                    match c.via {
+                        Some(Via::DupAdj) => summary.dupadj_deltas += 1,
+                        _ => summary.sketch_deltas += 1,
+                    }
+                }
+            }
+        }
+        summary.base_cache_hits = self.cache.hits;
+        summary.base_cache_misses = self.cache.misses;
+        Ok(batch)
+    }
+}

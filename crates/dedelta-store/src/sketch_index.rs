@@ -1,0 +1,187 @@
+//! Sketch indexes: from a chunk's super-features to a candidate base chunk.
+//!
+//! One trait, [`SketchIndex`], with the strategies the papers compare:
+//! - [`FullSketchIndex`]: every full chunk's super-features (LoopDelta's "Greedy" baseline),
+//!   persisted in the redb index (rebuilt from container metadata by `repair index`) plus an
+//!   in-memory overlay for the chunks of the running backup.
+//! - [`StreamSketchIndex`]: stream-informed delta (SIDC, Shilane et al. §2.1). Sketches live
+//!   only in container metadata; when deduplication consults a container, its sketches are
+//!   loaded with it, and only cached sketches are matched. LRU eviction by container.
+//!
+//! Base choice is FirstFit (Finesse): super-features are tried in order and the first match
+//! wins. The `consulted` hook is where LoopDelta's dual-locality tracking and locality-aware
+//! prefetching will plug in: they observe the same stream of container consultations.
+
+use crate::backend::Backend;
+use crate::container::{ContainerId, EntryKind};
+use crate::error::Result;
+use crate::index::IndexReader;
+use crate::repository::read_container_meta;
+use dedelta_core::sketch::SuperFeatures;
+use dedelta_core::ChunkId;
+use lru::LruCache;
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+/// Finds candidate bases by super-feature.
+pub trait SketchIndex: Send {
+    /// FirstFit: the chunk of the first super-feature of `sfs` that is known.
+    fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>>;
+    /// Records a full chunk stored by the running backup.
+    fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures);
+    /// Deduplication found a duplicate stored in `container` (the stream-locality signal).
+    fn consulted(&mut self, container: ContainerId) -> Result<()>;
+    /// Strategy name.
+    fn name(&self) -> &'static str;
+}
+
+/// Per-backup overlay: super-features of the full chunks this backup stored.
+#[derive(Debug, Default)]
+struct Overlay {
+    map: HashMap<(u8, u64), ChunkId>,
+}
+
+impl Overlay {
+    fn lookup(&self, sfs: &SuperFeatures) -> Option<(usize, ChunkId)> {
+        sfs.0
+            .iter()
+            .enumerate()
+            .find_map(|(i, sf)| self.map.get(&(i as u8, *sf)).map(|id| (i, *id)))
+    }
+
+    fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
+        for (i, sf) in sfs.0.iter().enumerate() {
+            self.map.entry((i as u8, *sf)).or_insert(id);
+        }
+    }
+}
+
+/// Index of every full chunk's super-features.
+pub struct FullSketchIndex {
+    reader: IndexReader,
+    overlay: Overlay,
+}
+
+impl FullSketchIndex {
+    /// An index over the persisted sketches visible to `reader`.
+    pub fn new(reader: IndexReader) -> Self {
+        FullSketchIndex {
+            reader,
+            overlay: Overlay::default(),
+        }
+    }
+}
+
+impl SketchIndex for FullSketchIndex {
+    fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
+        // FirstFit over SF positions: the persisted index and the overlay are one index.
+        let overlay_hit = self.overlay.lookup(sfs);
+        for (i, sf) in sfs.0.iter().enumerate() {
+            if let Some((j, id)) = overlay_hit {
+                if j == i {
+                    return Ok(Some(id));
+                }
+            }
+            if let Some(id) = self.reader.sketch(i, *sf)? {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
+    fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
+        self.overlay.insert(id, sfs);
+    }
+
+    fn consulted(&mut self, _container: ContainerId) -> Result<()> {
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "full"
+    }
+}
+
+/// Stream-informed sketch cache (SIDC).
+pub struct StreamSketchIndex {
+    backend: Arc<dyn Backend>,
+    containers: LruCache<ContainerId, Vec<(u8, u64)>>,
+    map: HashMap<(u8, u64), (ChunkId, ContainerId)>,
+    overlay: Overlay,
+    /// Container metadata sections loaded.
+    pub loads: u64,
+}
+
+impl StreamSketchIndex {
+    /// A cache of the sketches of up to `capacity` containers.
+    pub fn new(backend: Arc<dyn Backend>, capacity: usize) -> Self {
+        StreamSketchIndex {
+            backend,
+            containers: LruCache::new(
+                NonZeroUsize::new(capacity.max(1)).unwrap_or(NonZeroUsize::MIN),
+            ),
+            map: HashMap::new(),
+            overlay: Overlay::default(),
+            loads: 0,
+        }
+    }
+}
+
+impl SketchIndex for StreamSketchIndex {
+    fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
+        let overlay_hit = self.overlay.lookup(sfs);
+        for (i, sf) in sfs.0.iter().enumerate() {
+            if let Some((j, id)) = overlay_hit {
+                if j == i {
+                    return Ok(Some(id));
+                }
+            }
+            if let Some((id, c)) = self.map.get(&(i as u8, *sf)) {
+                let (id, c) = (*id, *c);
+                self.containers.get(&c); // a hit refreshes its container
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
+    fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
+        self.overlay.insert(id, sfs);
+    }
+
+    fn consulted(&mut self, container: ContainerId) -> Result<()> {
+        if self.containers.get(&container).is_some() {
+            return Ok(());
+        }
+        let meta = read_container_meta(self.backend.as_ref(), &container.to_hex())?;
+        self.loads += 1;
+        let mut keys = Vec::new();
+        for e in &meta.entries {
+            if e.kind != EntryKind::Full {
+                continue;
+            }
+            for (i, sf) in e.super_features.iter().enumerate() {
+                let k = (i as u8, *sf);
+                self.map.entry(k).or_insert_with(|| {
+                    keys.push(k);
+                    (e.id, container)
+                });
+            }
+        }
+        if let Some((old, old_keys)) = self.containers.push(container, keys) {
+            if old != container {
+                for k in old_keys {
+                    if self.map.get(&k).is_some_and(|(_, c)| *c == old) {
+                        self.map.remove(&k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "stream"
+    }
+}
