@@ -98,11 +98,13 @@ impl ChunkIndex {
         Ok(IndexReader { table, sketches })
     }
 
-    /// Records every entry of a durable container, in one durable transaction.
+    /// Records every entry of a durable container, and the super-features of its full
+    /// entries (FirstFit: an existing super-feature keeps its chunk), in one durable transaction.
     pub fn insert_container(&self, id: ContainerId, meta: &ContainerMeta) -> Result<()> {
         let txn = self.db.begin_write().map_err(db_err)?;
         {
             let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
+            let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
             for (i, e) in meta.entries.iter().enumerate() {
                 let loc = ChunkLocation {
                     container: id,
@@ -111,6 +113,15 @@ impl ChunkIndex {
                 table
                     .insert(e.id.as_bytes(), &loc.to_bytes())
                     .map_err(db_err)?;
+                if e.kind != crate::container::EntryKind::Full {
+                    continue;
+                }
+                for (pos, sf) in e.super_features.iter().enumerate() {
+                    let key = sketch_key(pos, *sf);
+                    if sketches.get(&key).map_err(db_err)?.is_none() {
+                        sketches.insert(&key, e.id.as_bytes()).map_err(db_err)?;
+                    }
+                }
             }
         }
         txn.commit().map_err(db_err)
