@@ -51,7 +51,9 @@ const SHIFT: u32 = DEGREE - 8;
 /// and a [`RABIN_WINDOW`]-byte window. Computed at compile time; see the module doc.
 #[derive(Debug)]
 pub struct RabinTables {
-    t: [u64; 256],
+    /// Indexed by `fp >> 55`, which is below 256 since fingerprints are below `2^63`; the
+    /// upper 256 entries (zero, never read) let the compiler drop the bounds check.
+    t: [u64; 512],
     u: [u64; 256],
 }
 
@@ -103,7 +105,7 @@ impl RabinTables {
             size_shift = poly_mulmod(size_shift, 1 << 8, poly, DEGREE);
             i += 1;
         }
-        let mut t = [0u64; 256];
+        let mut t = [0u64; 512];
         let mut u = [0u64; 256];
         let mut j = 0;
         while j < 256 {
