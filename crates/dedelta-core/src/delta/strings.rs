@@ -1,0 +1,370 @@
+//! Gear-based string chunking and the fingerprint index of base strings, shared by Ddelta and
+//! Edelta (Ddelta §3.1–3.2, Algorithms 1 and 2).
+//!
+//! A chunk is cut into *strings* where the Gear hash `h = (h << 1) + GEAR[byte]` (32-bit, as in
+//! the paper) falls below a threshold: a condition on its most significant bits, as §3.2
+//! prescribes. Because the hash shifts left by one per byte, it depends only on the last 32
+//! bytes; restarting it 32 bytes before any position therefore reproduces the hash a
+//! continuous scan would have, which lets Ddelta and Edelta chunk the target lazily (only
+//! where it does not already match) and still cut where the base was cut.
+//!
+//! Two guards the paper leaves implicit: strings are at least `avg / 4` bytes long (a 2-byte
+//! string is not worth a fingerprint and a Copy) and at most `avg * 8` (a low-entropy run would
+//! otherwise become one huge string that a single edit spoils). The threshold is set so that
+//! the mean string length, minimum included, is `avg`.
+//!
+//! Strings are fingerprinted with 64-bit xxh3 in place of Spooky (§3.1 allows any fast hash);
+//! a matching fingerprint is always verified byte by byte before it becomes a Copy.
+
+use super::scan::{common_prefix, common_suffix};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// The Gear table: 256 fixed pseudo-random 32-bit values (splitmix64 from a fixed seed).
+///
+/// Only the encoder uses it, so changing it changes which deltas are written, never whether
+/// old deltas decode.
+pub(crate) static GEAR: [u32; 256] = gear_table(0x6464_656c_7461_2e31);
+
+const fn gear_table(seed: u64) -> [u32; 256] {
+    let mut table = [0u32; 256];
+    let mut state = seed;
+    let mut i = 0;
+    while i < 256 {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        table[i] = (z >> 32) as u32;
+        i += 1;
+    }
+    table
+}
+
+/// Bytes of history the 32-bit Gear hash (and so a cut) depends on.
+pub(crate) const GEAR_WINDOW: usize = 32;
+
+/// String-size parameters derived from the average.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StringParams {
+    /// No string but the last of a region is shorter.
+    pub min: usize,
+    /// No string is longer.
+    pub max: usize,
+    /// A cut follows a byte whose Gear hash is below this.
+    pub threshold: u32,
+}
+
+impl StringParams {
+    /// Parameters for an average string of `avg` bytes (`avg >= 8`; smaller is raised).
+    pub(crate) fn new(avg: usize) -> Self {
+        let avg = avg.max(8);
+        let min = avg / 4;
+        // After `min` bytes each byte cuts with probability 1 / (avg - min): mean length avg.
+        let threshold = (u64::from(u32::MAX) / (avg - min) as u64) as u32;
+        StringParams {
+            min,
+            max: avg * 8,
+            threshold,
+        }
+    }
+}
+
+/// One Gear step.
+#[inline(always)]
+fn roll(hash: u32, byte: u8) -> u32 {
+    (hash << 1).wrapping_add(GEAR[usize::from(byte)])
+}
+
+/// The Gear hash of the `GEAR_WINDOW` bytes before `pos`: the state a continuous scan of
+/// `data` would have just before `pos`.
+#[inline]
+pub(crate) fn warm_up(data: &[u8], pos: usize) -> u32 {
+    let from = pos.saturating_sub(GEAR_WINDOW);
+    data[from..pos].iter().fold(0u32, |h, &b| roll(h, b))
+}
+
+/// The Gear contributions of four bytes, to be added to `hash << 4`, and the hashes after
+/// each of the four bytes.
+///
+/// Four steps of `h = (h << 1) + GEAR[b]` are `h4 = (h << 4) + k` with `k` independent of `h`:
+/// computing each intermediate hash from `h` directly keeps the loop-carried dependency at one
+/// shift and one add per four bytes instead of per byte.
+#[inline(always)]
+fn roll4(hash: u32, bytes: &[u8]) -> [u32; 4] {
+    let g = |i: usize| GEAR[usize::from(bytes[i])];
+    let (t0, t1, t2, t3) = (g(0), g(1), g(2), g(3));
+    let k1 = t0;
+    let k2 = (t0 << 1).wrapping_add(t1);
+    let k3 = (t0 << 2).wrapping_add(t1 << 1).wrapping_add(t2);
+    let k4 = (t0 << 3)
+        .wrapping_add(t1 << 2)
+        .wrapping_add(t2 << 1)
+        .wrapping_add(t3);
+    [
+        (hash << 1).wrapping_add(k1),
+        (hash << 2).wrapping_add(k2),
+        (hash << 3).wrapping_add(k3),
+        (hash << 4).wrapping_add(k4),
+    ]
+}
+
+/// End of the string that starts at `start` in `data[..end]`, continuing the Gear hash `h`
+/// (Algorithm 2, with the minimum and maximum lengths above).
+#[inline]
+pub(crate) fn next_cut(
+    data: &[u8],
+    start: usize,
+    end: usize,
+    h: &mut u32,
+    p: StringParams,
+) -> usize {
+    let min_end = (start + p.min).min(end);
+    let max_end = (start + p.max).min(end);
+    let mut hash = *h;
+    let head = &data[start..min_end];
+    let mut quads = head.chunks_exact(4);
+    for q in &mut quads {
+        hash = roll4(hash, q)[3];
+    }
+    for &b in quads.remainder() {
+        hash = roll(hash, b);
+    }
+    let body = &data[min_end..max_end];
+    let mut quads = body.chunks_exact(4);
+    let mut pos = min_end;
+    for q in &mut quads {
+        let hs = roll4(hash, q);
+        if hs[0].min(hs[1]).min(hs[2]).min(hs[3]) < p.threshold {
+            // One of the four is below the threshold (their minimum is), so `position` finds it.
+            let i = hs.iter().position(|&x| x < p.threshold).unwrap_or(3);
+            *h = hs[i];
+            return pos + i + 1;
+        }
+        hash = hs[3];
+        pos += 4;
+    }
+    for &b in quads.remainder() {
+        hash = roll(hash, b);
+        pos += 1;
+        if hash < p.threshold {
+            *h = hash;
+            return pos;
+        }
+    }
+    *h = hash;
+    max_end
+}
+
+/// Ddelta Step 1 (§3.3, chunk-level search): the lengths of the common prefix and of the
+/// common suffix of `base` and `target`, the suffix taken from what the prefix leaves.
+#[inline]
+pub(crate) fn prefix_suffix(base: &[u8], target: &[u8]) -> (usize, usize) {
+    let pre = common_prefix(base, target);
+    let suf = common_suffix(&base[pre..], &target[pre..]);
+    (pre, suf)
+}
+
+/// Open-addressing table from string fingerprint to base offset.
+///
+/// A slot holds `(fingerprint >> 32) << 32 | (offset + 1)`; 0 is empty. The first string with a
+/// given fingerprint wins (later duplicates would only lengthen probe chains). The table is
+/// sized to twice the expected string count and stops accepting strings at 3/4 load, so
+/// probing always ends at an empty slot.
+pub(crate) struct StringIndex {
+    slots: Vec<u64>,
+    mask: usize,
+    room: usize,
+}
+
+impl StringIndex {
+    /// Chunks `base[start..end]` into strings and indexes those at least `p.min` long.
+    /// Offsets beyond `u32::MAX - 1` are not indexed.
+    pub(crate) fn build(base: &[u8], start: usize, end: usize, p: StringParams) -> Self {
+        let expected = (end - start) / (p.min * 4).max(1) + 1;
+        let size = (expected * 2).next_power_of_two().max(16);
+        let mut index = StringIndex {
+            slots: vec![0; size],
+            mask: size - 1,
+            room: size / 4 * 3,
+        };
+        let end = end.min(u32::MAX as usize - 1);
+        let mut h = warm_up(base, start);
+        let mut s = start;
+        while s < end {
+            let e = next_cut(base, s, end, &mut h, p);
+            if e - s >= p.min {
+                if index.room == 0 {
+                    break;
+                }
+                index.insert(xxh3_64(&base[s..e]), s);
+            }
+            s = e;
+        }
+        index
+    }
+
+    #[inline]
+    fn insert(&mut self, fp: u64, offset: usize) {
+        let tag = fp & !0xffff_ffff;
+        let mut i = fp as usize & self.mask;
+        loop {
+            let slot = self.slots[i];
+            if slot == 0 {
+                self.slots[i] = tag | (offset as u64 + 1);
+                self.room -= 1;
+                return;
+            }
+            if slot & !0xffff_ffff == tag {
+                return;
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Base offset of a string equal to `s` (fingerprint `fp`), verified byte by byte.
+    #[inline]
+    pub(crate) fn find(&self, fp: u64, base: &[u8], s: &[u8]) -> Option<usize> {
+        let tag = fp & !0xffff_ffff;
+        let mut i = fp as usize & self.mask;
+        loop {
+            let slot = self.slots[i];
+            if slot == 0 {
+                return None;
+            }
+            if slot & !0xffff_ffff == tag {
+                let offset = (slot & 0xffff_ffff) as usize - 1;
+                if let Some(candidate) = base.get(offset..) {
+                    if common_prefix(s, candidate) == s.len() {
+                        return Some(offset);
+                    }
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    fn cuts(data: &[u8], start: usize, p: StringParams) -> Vec<usize> {
+        let mut h = warm_up(data, start);
+        let mut s = start;
+        let mut out = Vec::new();
+        while s < data.len() {
+            s = next_cut(data, s, data.len(), &mut h, p);
+            out.push(s);
+        }
+        out
+    }
+
+    /// Algorithm 2 byte by byte, with the same minimum and maximum.
+    fn naive_cut(data: &[u8], start: usize, end: usize, h: &mut u32, p: StringParams) -> usize {
+        let mut pos = start;
+        while pos < end.min(start + p.max) {
+            *h = roll(*h, data[pos]);
+            pos += 1;
+            if pos - start > p.min && *h < p.threshold {
+                return pos;
+            }
+        }
+        pos
+    }
+
+    #[test]
+    fn unrolled_cut_matches_naive() {
+        for (seed, avg) in [(1, 8), (2, 16), (3, 32), (4, 64), (5, 33)] {
+            let mut data = noise(20_000, seed);
+            data[5000..6000].fill(0); // a low-entropy run
+            let p = StringParams::new(avg);
+            let (mut a, mut b) = (warm_up(&data, 0), warm_up(&data, 0));
+            let (mut s, mut t) = (0, 0);
+            while s < data.len() {
+                s = next_cut(&data, s, data.len(), &mut a, p);
+                t = naive_cut(&data, t, data.len(), &mut b, p);
+                assert_eq!((s, a), (t, b), "avg {avg}");
+            }
+        }
+    }
+
+    #[test]
+    fn mean_string_length_is_close_to_avg() {
+        let data = noise(1 << 20, 7);
+        for avg in [16, 32, 64, 128] {
+            let p = StringParams::new(avg);
+            let n = cuts(&data, 0, p).len();
+            let mean = data.len() as f64 / n as f64;
+            assert!(
+                (mean - avg as f64).abs() < avg as f64 * 0.1,
+                "avg {avg}: mean {mean}"
+            );
+        }
+    }
+
+    #[test]
+    fn restarting_resynchronises() {
+        // Chunking from an arbitrary position with warm-up meets the continuous cut points
+        // after its first cut that is not constrained by the minimum length.
+        let data = noise(64 * 1024, 3);
+        let p = StringParams::new(32);
+        let full = cuts(&data, 0, p);
+        for start in [1, 100, 777, 5000] {
+            let lazy = cuts(&data, start, p);
+            let meet = lazy.iter().position(|c| full.binary_search(c).is_ok());
+            let meet = meet.expect("resynchronises");
+            assert!(meet <= 3, "start {start}: met after {meet} strings");
+            let from = full.binary_search(&lazy[meet]).unwrap();
+            assert_eq!(&lazy[meet..], &full[from..]);
+        }
+    }
+
+    #[test]
+    fn index_finds_verified_strings() {
+        let base = noise(8192, 11);
+        let p = StringParams::new(32);
+        let index = StringIndex::build(&base, 0, base.len(), p);
+        let mut h = warm_up(&base, 0);
+        let mut s = 0;
+        let mut found = 0;
+        while s < base.len() {
+            let e = next_cut(&base, s, base.len(), &mut h, p);
+            if e - s >= p.min {
+                let hit = index.find(xxh3_64(&base[s..e]), &base, &base[s..e]);
+                assert_eq!(hit, Some(s));
+                found += 1;
+            }
+            s = e;
+        }
+        assert!(found > 100);
+        assert_eq!(
+            index.find(xxh3_64(b"not in base!"), &base, b"not in base!"),
+            None
+        );
+    }
+
+    #[test]
+    fn low_entropy_base_does_not_overfill() {
+        let base = vec![0u8; 100_000];
+        let p = StringParams::new(32);
+        let index = StringIndex::build(&base, 0, base.len(), p);
+        let first = cuts(&base, 0, p)[0];
+        let s = &base[..first];
+        assert_eq!(index.find(xxh3_64(s), &base, s), Some(0));
+        let other = vec![1u8; first];
+        assert_eq!(index.find(xxh3_64(&other), &base, &other), None);
+    }
+}
