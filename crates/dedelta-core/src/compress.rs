@@ -100,6 +100,52 @@ pub fn decompress(codec: u8, stored: &[u8], raw_len: usize) -> Result<Vec<u8>, C
     }
 }
 
+/// Decompresses regions, reusing one zstd context (creating a context per region costs a few
+/// percent of restore time).
+pub struct RegionDecompressor {
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl std::fmt::Debug for RegionDecompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RegionDecompressor")
+    }
+}
+
+impl Default for RegionDecompressor {
+    fn default() -> Self {
+        RegionDecompressor {
+            zstd: zstd::bulk::Decompressor::new().ok(),
+        }
+    }
+}
+
+impl RegionDecompressor {
+    /// Like [`decompress`], with the reused context.
+    pub fn decompress(
+        &mut self,
+        codec: u8,
+        stored: &[u8],
+        raw_len: usize,
+    ) -> Result<Vec<u8>, CompressError> {
+        match (codec, self.zstd.as_mut()) {
+            (CODEC_ZSTD, Some(z)) => {
+                let mut out = Vec::with_capacity(raw_len);
+                z.decompress_to_buffer(stored, &mut out)
+                    .map_err(|e| CompressError::Corrupt(e.to_string()))?;
+                if out.len() != raw_len {
+                    return Err(CompressError::Corrupt(format!(
+                        "region decompressed to {} bytes, expected {raw_len}",
+                        out.len()
+                    )));
+                }
+                Ok(out)
+            }
+            _ => decompress(codec, stored, raw_len),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +164,10 @@ mod tests {
         assert_eq!(Compression::parse("zstd:99"), None);
         assert!(decompress(CODEC_ZSTD, b"garbage", 10).is_err());
         assert!(decompress(7, b"", 0).is_err());
+        let mut d = RegionDecompressor::default();
+        let (code, stored) = Compression::Zstd { level: 3 }.compress(&raw);
+        assert_eq!(d.decompress(code, &stored, raw.len()).unwrap(), raw);
+        assert!(d.decompress(code, &stored, raw.len() - 1).is_err());
+        assert!(d.decompress(code, b"junk", 10).is_err());
     }
 }

@@ -465,13 +465,28 @@ pub fn decode_container_meta(file: &[u8], what: &str) -> Result<ContainerMeta> {
 
 /// Checks a region's CRC and decompresses it.
 pub fn open_region(stored: &[u8], region: &RegionMeta, what: &str) -> Result<Vec<u8>> {
+    open_region_with(
+        &mut compress::RegionDecompressor::default(),
+        stored,
+        region,
+        what,
+    )
+}
+
+/// [`open_region`] with a reused decompression context.
+pub fn open_region_with(
+    dec: &mut compress::RegionDecompressor,
+    stored: &[u8],
+    region: &RegionMeta,
+    what: &str,
+) -> Result<Vec<u8>> {
     if crc32c::crc32c(stored) != region.crc {
         return Err(Error::corrupt(
             what,
             format!("region at offset {} fails its checksum", region.offset),
         ));
     }
-    compress::decompress(region.codec, stored, region.raw_len as usize)
+    dec.decompress(region.codec, stored, region.raw_len as usize)
         .map_err(|e| Error::corrupt(what, format!("region at offset {}: {e}", region.offset)))
 }
 

@@ -159,6 +159,10 @@ pub struct ReadStats {
     pub region_cache_hits: u64,
     /// Delta chunks decoded.
     pub deltas_decoded: u64,
+    /// Delta bases served from the verified-base cache.
+    pub base_cache_hits: u64,
+    /// Delta bases read (and verified) from their regions.
+    pub base_cache_misses: u64,
 }
 
 /// Reads chunks back: index lookup, container metadata and region caches, delta decoding,
@@ -168,6 +172,9 @@ pub struct ChunkReader<'a> {
     index: IndexReader,
     metas: LruCache<ContainerId, Arc<ContainerMeta>>,
     regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
+    /// Verified base chunks: a base used by many deltas is read and hashed once.
+    bases: LruCache<ChunkId, Arc<Vec<u8>>>,
+    decompressor: dedelta_core::compress::RegionDecompressor,
     region_bytes: usize,
     cache_bytes: usize,
     stats: ReadStats,
@@ -180,6 +187,8 @@ impl<'a> ChunkReader<'a> {
             index: repo.index.reader()?,
             metas: LruCache::new(std::num::NonZeroUsize::new(256).expect("256 is non-zero")),
             regions: LruCache::unbounded(),
+            bases: LruCache::new(std::num::NonZeroUsize::new(4096).expect("4096 is non-zero")),
+            decompressor: Default::default(),
             region_bytes: 0,
             cache_bytes,
             stats: ReadStats::default(),
@@ -224,7 +233,12 @@ impl<'a> ChunkReader<'a> {
         )?;
         self.stats.regions_read += 1;
         self.stats.bytes_read += stored.len() as u64;
-        let raw = Arc::new(container::open_region(&stored, r, &what)?);
+        let raw = Arc::new(container::open_region_with(
+            &mut self.decompressor,
+            &stored,
+            r,
+            &what,
+        )?);
         self.region_bytes += raw.len();
         self.regions.put((cid, index), raw.clone());
         while self.region_bytes > self.cache_bytes && self.regions.len() > 1 {
@@ -301,9 +315,20 @@ impl<'a> ChunkReader<'a> {
                 if !allow_delta {
                     return Err(corrupt("a delta is used as a delta base".into()));
                 }
-                let base_bytes = self
-                    .read(&base, false)
-                    .map_err(|e| corrupt(format!("its delta base {base} is unreadable: {e}")))?;
+                let base_bytes = match self.bases.get(&base) {
+                    Some(b) => {
+                        self.stats.base_cache_hits += 1;
+                        b.clone()
+                    }
+                    None => {
+                        self.stats.base_cache_misses += 1;
+                        let b = Arc::new(self.read(&base, false).map_err(|e| {
+                            corrupt(format!("its delta base {base} is unreadable: {e}"))
+                        })?);
+                        self.bases.put(base, b.clone());
+                        b
+                    }
+                };
                 let mut out = Vec::with_capacity(entry.original_len as usize);
                 new_codec(DeltaKind::Ddelta)
                     .decode(&base_bytes, bytes, &mut out)

@@ -226,18 +226,11 @@ pub fn backup(
     summary.containers_written = writer_stats.containers;
     summary.warnings = warnings.len() as u64;
     summary.seconds = started.elapsed().as_secs_f64();
-    let paths = if let Some(name) = stdin_name {
-        vec![name]
-    } else {
-        sources
-            .iter()
-            .map(|p| p.to_string_lossy().into_owned())
-            .collect()
-    };
+    summary.stage_seconds = times.seconds();
     let snapshot = Snapshot {
         time: opts.time,
         host: opts.host,
-        paths,
+        paths: snapshot_paths,
         tags: opts.tags,
         tree: dedup_out.tree,
         summary: summary.clone(),

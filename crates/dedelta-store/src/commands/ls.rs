@@ -67,7 +67,7 @@ pub fn dump(
             "{path} is not a regular file"
         )));
     }
-    let mut reader: ChunkReader<'_> = repo.chunk_reader(64 << 20)?;
+    let mut reader: ChunkReader<'_> = repo.chunk_reader(256 << 20)?;
     let mut written = 0u64;
     for c in chunks {
         let data = reader.read_chunk(&c.id)?;

@@ -7,7 +7,7 @@
 use crate::commands::ls::{normalize_path, walk_tree};
 use crate::error::{Error, IoContext, Result};
 use crate::progress::Progress;
-use crate::repository::{ChunkReader, IndexedRepository, ReadStats};
+use crate::repository::{IndexedRepository, ReadStats};
 use crate::snapshot::Snapshot;
 use crate::tree::{Node, NodeKind};
 use filetime::FileTime;
@@ -81,7 +81,22 @@ fn mtime(node: &Node) -> FileTime {
     FileTime::from_unix_time(node.mtime_secs, node.mtime_nanos)
 }
 
+const STOPPED: &str = "restore stopped";
+
+/// What the reading thread sends to the writing thread, in tree order.
+enum Event {
+    /// A node; for a file, its chunks follow as [`Event::Data`] and then [`Event::FileEnd`].
+    Node(Node),
+    /// Verified bytes of the current file.
+    Data(Vec<u8>),
+    /// The current file is complete.
+    FileEnd,
+}
+
 /// Restores `snapshot` into `opts.target`.
+///
+/// Two threads: one walks the tree and reads, decompresses, decodes and verifies chunks; the
+/// caller's thread creates files and writes them. A bounded channel keeps memory small.
 pub fn restore(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
@@ -96,35 +111,124 @@ pub fn restore(
         .and_then(|_| fs::remove_file(&probe))
         .ctx(|| format!("restore target {} is not writable", opts.target.display()))?;
     progress.set_total(snapshot.summary.bytes_read);
-    let mut reader = repo.chunk_reader(opts.cache_bytes.max(8 << 20))?;
+    let (tx, rx) = crossbeam_channel::bounded::<Event>(256);
+    let cache_bytes = opts.cache_bytes.max(8 << 20);
+    std::thread::scope(|s| {
+        let producer = s.spawn(move || -> Result<ReadStats> {
+            let mut reader = repo.chunk_reader(cache_bytes)?;
+            let sent = walk_tree(repo, snapshot, |node, chunks| {
+                if !included(&node.path, &include) {
+                    return Ok(());
+                }
+                let is_file = node.kind == NodeKind::File;
+                if tx.send(Event::Node(node)).is_err() {
+                    return Err(Error::InvalidOption(STOPPED.into()));
+                }
+                if is_file {
+                    for c in &chunks {
+                        let data = reader.read_chunk(&c.id)?;
+                        if data.len() != c.len as usize {
+                            return Err(Error::corrupt(
+                                "recipe",
+                                format!(
+                                    "chunk {} has length {} but the recipe says {}",
+                                    c.id,
+                                    data.len(),
+                                    c.len
+                                ),
+                            ));
+                        }
+                        if tx.send(Event::Data(data)).is_err() {
+                            return Err(Error::InvalidOption(STOPPED.into()));
+                        }
+                    }
+                    let _ = tx.send(Event::FileEnd);
+                }
+                Ok(())
+            });
+            drop(tx);
+            sent.map(|_| reader.stats())
+        });
+        let written = write_events(&rx, opts, progress);
+        drop(rx);
+        let read = producer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Index("restore reader panicked".into())));
+        match (read, written) {
+            (Ok(reads), Ok(mut stats)) => {
+                stats.reads = reads;
+                Ok(stats)
+            }
+            // The reader stopped only because the writer failed: the writer's error is the cause.
+            (Err(Error::InvalidOption(m)), Err(e)) if m == STOPPED => Err(e),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
+    })
+}
+
+fn write_events(
+    rx: &crossbeam_channel::Receiver<Event>,
+    opts: &RestoreOptions,
+    progress: &dyn Progress,
+) -> Result<RestoreStats> {
     let mut stats = RestoreStats::default();
     let mut dirs: Vec<(PathBuf, Node)> = Vec::new();
-    walk_tree(repo, snapshot, |node, chunks| {
-        if !included(&node.path, &include) {
-            return Ok(());
-        }
-        let dest = opts.target.join(safe_relative(&node.path)?);
-        if let Some(parent) = dest.parent() {
-            fs::create_dir_all(parent).ctx(|| format!("creating {}", parent.display()))?;
-        }
-        match node.kind {
-            NodeKind::Dir => {
-                fs::create_dir_all(&dest).ctx(|| format!("creating {}", dest.display()))?;
-                stats.dirs += 1;
-                dirs.push((dest, node));
-            }
-            NodeKind::Symlink => {
-                if fs::symlink_metadata(&dest).is_ok() {
-                    fs::remove_file(&dest).ctx(|| format!("replacing {}", dest.display()))?;
+    let mut file: Option<(PathBuf, Node, std::io::BufWriter<fs::File>)> = None;
+    for ev in rx.iter() {
+        match ev {
+            Event::Node(node) => {
+                let dest = opts.target.join(safe_relative(&node.path)?);
+                if let Some(parent) = dest.parent() {
+                    fs::create_dir_all(parent).ctx(|| format!("creating {}", parent.display()))?;
                 }
-                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&node.target), &dest)
-                    .ctx(|| format!("creating symlink {}", dest.display()))?;
-                filetime::set_symlink_file_times(&dest, mtime(&node), mtime(&node))
-                    .ctx(|| format!("setting times of {}", dest.display()))?;
-                stats.symlinks += 1;
+                match node.kind {
+                    NodeKind::Dir => {
+                        fs::create_dir_all(&dest).ctx(|| format!("creating {}", dest.display()))?;
+                        stats.dirs += 1;
+                        dirs.push((dest, node));
+                    }
+                    NodeKind::Symlink => {
+                        if fs::symlink_metadata(&dest).is_ok() {
+                            fs::remove_file(&dest)
+                                .ctx(|| format!("replacing {}", dest.display()))?;
+                        }
+                        std::os::unix::fs::symlink(
+                            std::ffi::OsStr::from_bytes(&node.target),
+                            &dest,
+                        )
+                        .ctx(|| format!("creating symlink {}", dest.display()))?;
+                        filetime::set_symlink_file_times(&dest, mtime(&node), mtime(&node))
+                            .ctx(|| format!("setting times of {}", dest.display()))?;
+                        stats.symlinks += 1;
+                    }
+                    NodeKind::File => {
+                        if fs::symlink_metadata(&dest).is_ok_and(|m| !m.is_file()) {
+                            return Err(Error::InvalidOption(format!(
+                                "{} exists and is not a regular file",
+                                dest.display()
+                            )));
+                        }
+                        let f = fs::File::create(&dest)
+                            .ctx(|| format!("creating {}", dest.display()))?;
+                        file = Some((dest, node, std::io::BufWriter::with_capacity(1 << 20, f)));
+                    }
+                }
             }
-            NodeKind::File => {
-                stats.bytes_written += write_file(&mut reader, &dest, &chunks, progress)?;
+            Event::Data(data) => {
+                let Some((dest, _, w)) = file.as_mut() else {
+                    return Err(Error::corrupt("tree stream", "file data outside a file"));
+                };
+                w.write_all(&data)
+                    .ctx(|| format!("writing {}", dest.display()))?;
+                stats.bytes_written += data.len() as u64;
+                progress.inc(data.len() as u64);
+            }
+            Event::FileEnd => {
+                let Some((dest, node, mut w)) = file.take() else {
+                    return Err(Error::corrupt("tree stream", "file end outside a file"));
+                };
+                w.flush().ctx(|| format!("writing {}", dest.display()))?;
+                drop(w);
                 fs::set_permissions(&dest, fs::Permissions::from_mode(node.mode & 0o7777))
                     .ctx(|| format!("setting mode of {}", dest.display()))?;
                 filetime::set_file_times(&dest, mtime(&node), mtime(&node))
@@ -132,8 +236,7 @@ pub fn restore(
                 stats.files += 1;
             }
         }
-        Ok(())
-    })?;
+    }
     // Deepest first, so that setting a child's times does not disturb its parent's.
     for (dest, node) in dirs.iter().rev() {
         fs::set_permissions(dest, fs::Permissions::from_mode(node.mode & 0o7777))
@@ -141,43 +244,5 @@ pub fn restore(
         filetime::set_file_times(dest, mtime(node), mtime(node))
             .ctx(|| format!("setting times of {}", dest.display()))?;
     }
-    stats.reads = reader.stats();
     Ok(stats)
-}
-
-fn write_file(
-    reader: &mut ChunkReader<'_>,
-    dest: &Path,
-    chunks: &[crate::tree::ChunkRef],
-    progress: &dyn Progress,
-) -> Result<u64> {
-    if fs::symlink_metadata(dest).is_ok_and(|m| !m.is_file()) {
-        return Err(Error::InvalidOption(format!(
-            "{} exists and is not a regular file",
-            dest.display()
-        )));
-    }
-    let f = fs::File::create(dest).ctx(|| format!("creating {}", dest.display()))?;
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-    let mut n = 0u64;
-    for c in chunks {
-        let data = reader.read_chunk(&c.id)?;
-        if data.len() != c.len as usize {
-            return Err(Error::corrupt(
-                format!("recipe of {}", dest.display()),
-                format!(
-                    "chunk {} has length {} but the recipe says {}",
-                    c.id,
-                    data.len(),
-                    c.len
-                ),
-            ));
-        }
-        w.write_all(&data)
-            .ctx(|| format!("writing {}", dest.display()))?;
-        n += data.len() as u64;
-        progress.inc(data.len() as u64);
-    }
-    w.flush().ctx(|| format!("writing {}", dest.display()))?;
-    Ok(n)
 }

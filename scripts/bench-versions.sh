@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Backs up a series of versions (files given in order, each as one snapshot through --stdin
+# under one name) into a fresh repository per configuration, then restores every snapshot and
+# compares it bit-exact. Prints one JSON line per configuration.
+# Usage: scripts/bench-versions.sh WORKDIR "INIT-FLAGS" FILE...
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${DEDELTA_BIN:-$here/target/release/dedelta}
+work=$1; flags=$2; shift 2
+repo="$work/repo"; rm -rf "$repo"; mkdir -p "$work"
+# shellcheck disable=SC2086
+"$bin" init -r "$repo" $flags >/dev/null
+cat "$@" > /dev/null  # page cache
+logical=0; backup_s=0
+for f in "$@"; do
+  out=$("$bin" backup -r "$repo" --stdin --stdin-name data.tar --json < "$f")
+  backup_s=$(python3 -c "import json,sys; print($backup_s + json.loads(sys.argv[1])['seconds'])" "$out")
+  logical=$((logical + $(stat -c %s "$f")))
+done
+restore_s=0; i=0
+ids=$("$bin" snapshots -r "$repo" --json | python3 -c 'import json,sys; print(" ".join(s["id"] for s in json.load(sys.stdin)))')
+files=("$@")
+for id in $ids; do
+  t0=$(date +%s.%N)
+  "$bin" dump -r "$repo" "$id" data.tar > "$work/restored.tar"
+  t1=$(date +%s.%N)
+  restore_s=$(python3 -c "print($restore_s + $t1 - $t0)")
+  cmp -s "$work/restored.tar" "${files[$i]}" || { echo "MISMATCH in snapshot $id" >&2; exit 1; }
+  i=$((i + 1))
+done
+rm -f "$work/restored.tar"
+stats=$("$bin" stats -r "$repo" --json)
+python3 - "$stats" "$flags" "$logical" "$backup_s" "$restore_s" <<'PY'
+import json, sys
+s = json.loads(sys.argv[1]); logical = int(sys.argv[3]); b = float(sys.argv[4]); r = float(sys.argv[5])
+print(json.dumps({"config": sys.argv[2], "logical_mb": round(logical/1e6, 1), "stored_mb": round(s["stored_bytes"]/1e6, 2),
+  "total_factor": round(logical / s["stored_bytes"], 2), "dedup": round(s["dedup_factor"], 2), "dcr": round(s["dcr"], 2),
+  "dce": round(s["dce"], 2) if s["dce"] else None, "compression": round(s["compression_factor"], 2), "delta_chunks": s["delta_chunks"],
+  "backup_mb_s": round(logical/1e6/b, 1), "restore_mb_s": round(logical/1e6/r, 1)}))
+PY
