@@ -4,5 +4,6 @@
 mod backup_restore;
 mod check;
 mod crash;
+mod delta;
 mod errors;
 mod support;

@@ -1,0 +1,119 @@
+//! Delta options on init and backup, and the statistics they produce.
+
+use crate::support::*;
+use std::fs;
+
+fn versioned(path: &std::path::Path, v: u8) {
+    let mut data = text(400_000, 77);
+    for k in 0..(v as usize * 10) {
+        let i = (k * 35_317) % data.len();
+        data[i] = b'@';
+    }
+    fs::write(path, data).unwrap();
+}
+
+#[test]
+fn delta_options_and_statistics() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    dedelta()
+        .args([
+            "init",
+            "--sketch",
+            "odess",
+            "--sketch-index",
+            "stream",
+            "--delta",
+            "edelta",
+            "--dupadj",
+            "off",
+            "-r",
+        ])
+        .arg(&repo)
+        .assert()
+        .success();
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut last = serde_json::Value::Null;
+    for v in 0..3 {
+        versioned(&src.join("f.txt"), v);
+        let out = dedelta()
+            .args(["backup", "--json", "-r"])
+            .arg(&repo)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        last = serde_json::from_slice(&out.stdout).unwrap();
+    }
+    assert!(last["delta_chunks"].as_u64().unwrap() > 0, "{last}");
+    assert_eq!(last["dupadj_deltas"], 0);
+    assert!(last["dcr"].as_f64().unwrap() > 1.5, "{last}");
+    assert!(last["dce"].as_f64().unwrap() > 2.0, "{last}");
+    for stage in [
+        "chunk",
+        "hash",
+        "index",
+        "sketch",
+        "base_read",
+        "delta",
+        "compress",
+        "write",
+    ] {
+        assert!(
+            last["stage_seconds"][stage].is_number(),
+            "missing stage {stage}: {last}"
+        );
+    }
+    for key in ["base_cache_hits", "base_cache_misses", "bytes_after_delta"] {
+        assert!(last[key].is_number(), "missing {key}");
+    }
+    let out = dedelta()
+        .args(["stats", "--json", "-r"])
+        .arg(&repo)
+        .output()
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(stats["delta_chunks"].as_u64().unwrap() > 0);
+    assert!(stats["dcr"].as_f64().unwrap() > 1.0);
+    // A per-backup override: no sketches for this one.
+    versioned(&src.join("f.txt"), 9);
+    let out = dedelta()
+        .args(["backup", "--json", "--sketch", "none", "-r"])
+        .arg(&repo)
+        .arg(&src)
+        .output()
+        .unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["delta_chunks"], 0, "{s}");
+    // Everything restores.
+    dedelta()
+        .args(["check", "--read-data", "-r"])
+        .arg(&repo)
+        .assert()
+        .success();
+}
+
+#[test]
+fn bad_delta_options_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["--sketch", "minhash"][..],
+        &["--delta", "bsdiff"],
+        &["--sketch-index", "bloom"],
+        &["--dupadj", "maybe"],
+        &["--sf", "0"],
+    ] {
+        let out = dedelta()
+            .arg("init")
+            .args(args)
+            .arg("-r")
+            .arg(dir.path().join("r"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error: "), "{err}");
+        assert!(!dir.path().join("r").join("config").exists());
+    }
+}
