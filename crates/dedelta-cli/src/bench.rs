@@ -167,8 +167,8 @@ fn measure_sketches(data: &[Vec<u8>]) -> Result<Vec<BenchResult>> {
     let bytes = total_bytes(data);
     let mut results = Vec::new();
     for (name, kind, params) in sketch_methods() {
-        let sketcher = new_sketcher(kind, params)
-            .with_context(|| format!("building the {name} sketcher"))?;
+        let sketcher =
+            new_sketcher(kind, params).with_context(|| format!("building the {name} sketcher"))?;
         let (took, _) = fastest(|| {
             // Fold every SF in, so that no sketch can be optimised away.
             chunks.iter().fold(0u64, |acc, c| {
@@ -189,12 +189,7 @@ fn measure_sketches(data: &[Vec<u8>]) -> Result<Vec<BenchResult>> {
 }
 
 /// Renders the results: a table, or the JSON object.
-fn print_results(
-    what: &str,
-    data: &[Vec<u8>],
-    results: &[BenchResult],
-    json: bool,
-) -> Result<()> {
+fn print_results(what: &str, data: &[Vec<u8>], results: &[BenchResult], json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string(&Report { results })?);
         return Ok(());
