@@ -67,7 +67,7 @@ pub fn bench_sketch(files: &[PathBuf], json: bool) -> Result<()> {
 }
 
 /// Reads every file whole; refuses an empty input (no throughput to measure).
-fn read_files(files: &[PathBuf]) -> Result<Vec<Vec<u8>>> {
+pub(crate) fn read_files(files: &[PathBuf]) -> Result<Vec<Vec<u8>>> {
     let mut data = Vec::with_capacity(files.len());
     for f in files {
         data.push(std::fs::read(f).with_context(|| format!("reading {}", f.display()))?);
@@ -80,7 +80,7 @@ fn read_files(files: &[PathBuf]) -> Result<Vec<Vec<u8>>> {
 
 /// Runs `f` [`MIN_RUNS`]..=[`MAX_RUNS`] times (until [`MIN_SECONDS`]), returns the fastest
 /// run's duration and its result.
-fn fastest<T>(mut f: impl FnMut() -> T) -> (Duration, T) {
+pub(crate) fn fastest<T>(mut f: impl FnMut() -> T) -> (Duration, T) {
     let started = Instant::now();
     let mut best: Option<(Duration, T)> = None;
     for run in 0..MAX_RUNS {
@@ -107,7 +107,7 @@ fn fastest<T>(mut f: impl FnMut() -> T) -> (Duration, T) {
 
 /// `bytes` over `d` in MB/s; 0 when nothing was timed (no division by zero, no infinity in the
 /// JSON).
-fn mb_per_s(bytes: usize, d: Duration) -> f64 {
+pub(crate) fn mb_per_s(bytes: usize, d: Duration) -> f64 {
     let secs = d.as_secs_f64();
     if secs > 0.0 {
         bytes as f64 / 1e6 / secs

@@ -3,6 +3,8 @@
 //! Exit codes: 0 ok; 1 fatal; 3 backup completed but some sources were unreadable;
 //! 10 repository does not exist; 11 repository locked.
 
+mod bench;
+mod bench_delta;
 mod progress;
 
 use anyhow::{Context, Result};
@@ -239,6 +241,43 @@ enum Command {
     Repair {
         #[command(subcommand)]
         what: RepairWhat,
+    },
+    /// Measure the algorithms (single thread) on your files.
+    Bench {
+        #[command(subcommand)]
+        what: BenchWhat,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchWhat {
+    /// Chunker throughput (rabin, gear, fastcdc, fixed).
+    Chunk {
+        /// Input files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print `{"results": [...]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Super-feature throughput (ntransform, ntransform-2f, finesse, odess).
+    Sketch {
+        /// Input files.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print `{"results": [...]}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delta codecs (xdelta, ddelta, edelta) on the similar chunks of two versions.
+    Delta {
+        /// The older version.
+        old: PathBuf,
+        /// The newer version.
+        new: PathBuf,
+        /// Print `{"results": [...]}`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -665,6 +704,14 @@ fn run(cli: Cli) -> Result<u8> {
                 println!("DCE:                {:.2}", s.dce);
                 println!("compression factor: {:.2}", s.compression_factor);
                 println!("total factor:       {:.2}", s.total_factor);
+            }
+            Ok(0)
+        }
+        Command::Bench { what } => {
+            match what {
+                BenchWhat::Chunk { files, json } => bench::bench_chunk(&files, json)?,
+                BenchWhat::Sketch { files, json } => bench::bench_sketch(&files, json)?,
+                BenchWhat::Delta { old, new, json } => bench_delta::bench_delta(&old, &new, json)?,
             }
             Ok(0)
         }

@@ -364,13 +364,20 @@ impl<'a> DeltaStage<'a> {
                 if c.candidates.is_empty() {
                     return;
                 }
-                // What the chunk would cost stored in full (zstd level 1 as an estimate).
-                let full_cost = Compression::Zstd { level: 1 }.compress(&c.data).1.len();
-                let limit = (full_cost as f64 * keep) as usize;
+                // What the chunk would cost stored in full: zstd level 1 of the chunk alone,
+                // computed only when the delta is not obviously smaller (8x below raw size,
+                // which a single chunk rarely compresses to).
+                let mut full_cost: Option<usize> = None;
                 for (base, bytes, via) in &c.candidates {
                     let mut delta = Vec::new();
                     codec.encode(bytes, &c.data, &mut delta);
-                    if delta.len() <= limit {
+                    let keep_it = delta.len() * 8 <= c.data.len() || {
+                        let cost = *full_cost.get_or_insert_with(|| {
+                            Compression::Zstd { level: 1 }.compress(&c.data).1.len()
+                        });
+                        delta.len() as f64 <= cost as f64 * keep
+                    };
+                    if keep_it {
                         c.stored = Stored::Delta { base: *base, delta };
                         c.via = Some(*via);
                         break;

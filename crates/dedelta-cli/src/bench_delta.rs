@@ -1,0 +1,180 @@
+//! `dedelta bench delta OLD NEW`: every delta codec on the similar chunk pairs of two versions.
+//!
+//! Both files are chunked with FastCDC (2/8/64 KiB). Each chunk of NEW that is not a
+//! duplicate of a chunk of OLD is paired, by Finesse super-features (3 x 4, FirstFit), with a
+//! similar chunk of OLD. Every codec encodes all pairs and decodes them back (timed
+//! separately, single thread, fastest of several runs), and every round trip is verified.
+//! Output: a table, or with `--json` one object `{"results": [...]}` with one entry per codec.
+
+use crate::bench::{fastest, mb_per_s, read_files};
+use anyhow::{bail, Result};
+use dedelta_core::chunker::{chunk_all, new_chunker, ChunkerKind, ChunkerParams};
+use dedelta_core::delta::{new_codec, DeltaKind};
+use dedelta_core::sketch::{new_sketcher, SketchKind, SketchParams};
+use dedelta_core::ChunkId;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::hint::black_box;
+use std::path::PathBuf;
+
+/// One codec's result.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeltaResult {
+    /// Codec name.
+    pub codec: String,
+    /// Target bytes encoded per second (10^6).
+    pub encode_mb_per_s: f64,
+    /// Target bytes decoded per second (10^6).
+    pub decode_mb_per_s: f64,
+    /// Bytes of the target chunks of all pairs.
+    pub input_bytes: usize,
+    /// Bytes of all deltas.
+    pub delta_bytes: usize,
+    /// Pairs.
+    pub pairs: usize,
+    /// Whether every decode reproduced its target.
+    pub roundtrip_ok: bool,
+}
+
+/// Pairs of (base, target) chunks.
+fn similar_pairs(old: &[u8], new: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let chunker = new_chunker(ChunkerKind::FastCdc, ChunkerParams::default())?;
+    let sketcher = new_sketcher(SketchKind::Finesse, SketchParams::default())?;
+    let old_chunks: Vec<&[u8]> = chunk_all(chunker.as_ref(), old)
+        .into_iter()
+        .map(|r| &old[r])
+        .collect();
+    let old_ids: HashSet<ChunkId> = old_chunks.iter().map(|c| ChunkId::of(c)).collect();
+    let mut by_sf: HashMap<(usize, u64), usize> = HashMap::new();
+    for (i, c) in old_chunks.iter().enumerate() {
+        for (pos, sf) in sketcher.sketch(c).0.into_iter().enumerate() {
+            by_sf.entry((pos, sf)).or_insert(i);
+        }
+    }
+    let mut pairs = Vec::new();
+    for r in chunk_all(chunker.as_ref(), new) {
+        let c = &new[r];
+        if old_ids.contains(&ChunkId::of(c)) {
+            continue;
+        }
+        let sfs = sketcher.sketch(c);
+        if let Some(&i) = sfs
+            .0
+            .iter()
+            .enumerate()
+            .find_map(|(pos, sf)| by_sf.get(&(pos, *sf)))
+        {
+            pairs.push((old_chunks[i].to_vec(), c.to_vec()));
+        }
+    }
+    Ok(pairs)
+}
+
+/// Measures every codec on the pairs.
+pub fn measure(old: &[u8], new: &[u8]) -> Result<Vec<DeltaResult>> {
+    let pairs = similar_pairs(old, new)?;
+    let input_bytes: usize = pairs.iter().map(|(_, t)| t.len()).sum();
+    let mut results = Vec::new();
+    for kind in DeltaKind::ALL {
+        let codec = new_codec(kind);
+        let (enc_time, deltas) = fastest(|| {
+            pairs
+                .iter()
+                .map(|(b, t)| {
+                    let mut d = Vec::new();
+                    codec.encode(b, t, &mut d);
+                    d
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut roundtrip_ok = true;
+        let (dec_time, _) = fastest(|| {
+            let mut out = Vec::with_capacity(65536);
+            for ((b, _), d) in pairs.iter().zip(&deltas) {
+                out.clear();
+                if codec.decode(b, d, &mut out).is_err() {
+                    roundtrip_ok = false;
+                }
+                black_box(&out);
+            }
+        });
+        for ((b, t), d) in pairs.iter().zip(&deltas) {
+            let mut out = Vec::new();
+            roundtrip_ok &= codec.decode(b, d, &mut out).is_ok() && out == *t;
+        }
+        results.push(DeltaResult {
+            codec: kind.name().to_string(),
+            encode_mb_per_s: mb_per_s(input_bytes, enc_time),
+            decode_mb_per_s: mb_per_s(input_bytes, dec_time),
+            input_bytes,
+            delta_bytes: deltas.iter().map(Vec::len).sum(),
+            pairs: pairs.len(),
+            roundtrip_ok,
+        });
+    }
+    Ok(results)
+}
+
+/// `dedelta bench delta OLD NEW`.
+///
+/// # Errors
+/// A file cannot be read, or a round trip fails (exit 1 after printing the results).
+pub fn bench_delta(old: &PathBuf, new: &PathBuf, json: bool) -> Result<()> {
+    let data = read_files(&[old.clone(), new.clone()])?;
+    let results = measure(&data[0], &data[1])?;
+    if json {
+        println!("{}", serde_json::json!({ "results": results }));
+    } else {
+        println!(
+            "delta codecs, single thread, {} similar pairs ({:.1} MB of targets)",
+            results[0].pairs,
+            results[0].input_bytes as f64 / 1e6
+        );
+        println!(
+            "{:<8} {:>12} {:>12} {:>14} {:>8} {:>10}",
+            "codec", "encode MB/s", "decode MB/s", "delta bytes", "ratio", "roundtrip"
+        );
+        for r in &results {
+            println!(
+                "{:<8} {:>12.1} {:>12.1} {:>14} {:>8.2} {:>10}",
+                r.codec,
+                r.encode_mb_per_s,
+                r.decode_mb_per_s,
+                r.delta_bytes,
+                r.input_bytes as f64 / r.delta_bytes.max(1) as f64,
+                if r.roundtrip_ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    if results.iter().any(|r| !r.roundtrip_ok) {
+        bail!("a delta codec failed its round trip");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn measures_every_codec_and_round_trips() {
+        let mut old = Vec::new();
+        for i in 0..20_000u32 {
+            old.extend_from_slice(
+                format!("line {i} value {}\n", i.wrapping_mul(2_654_435_761) % 1000).as_bytes(),
+            );
+        }
+        let mut new = old.clone();
+        for k in 0..40 {
+            new[k * 7_919 % old.len()] = b'#';
+        }
+        let r = measure(&old, &new).unwrap();
+        assert_eq!(r.len(), 3);
+        for x in &r {
+            assert!(
+                x.roundtrip_ok && x.pairs > 0 && x.delta_bytes < x.input_bytes / 4,
+                "{x:?}"
+            );
+        }
+    }
+}
