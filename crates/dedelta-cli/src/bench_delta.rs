@@ -15,7 +15,7 @@ use dedelta_core::ChunkId;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// One codec's result.
 #[derive(Clone, Debug, Serialize)]
@@ -119,8 +119,8 @@ pub fn measure(old: &[u8], new: &[u8]) -> Result<Vec<DeltaResult>> {
 ///
 /// # Errors
 /// A file cannot be read, or a round trip fails (exit 1 after printing the results).
-pub fn bench_delta(old: &PathBuf, new: &PathBuf, json: bool) -> Result<()> {
-    let data = read_files(&[old.clone(), new.clone()])?;
+pub fn bench_delta(old: &Path, new: &Path, json: bool) -> Result<()> {
+    let data = read_files(&[old.to_path_buf(), new.to_path_buf()])?;
     let results = measure(&data[0], &data[1])?;
     if json {
         println!("{}", serde_json::json!({ "results": results }));

@@ -13,7 +13,7 @@ use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::SketchKind;
-use dedelta_store::commands::{backup, check, ls, repair, restore, stats};
+use dedelta_store::commands::{backup, check, forget, ls, prune, repair, restore, stats};
 use dedelta_store::config::{DeltaConfig, RepoConfig, SketchIndexKind};
 use dedelta_store::lock::LockInfo;
 use dedelta_store::snapshot::{self, ratio};
@@ -241,6 +241,60 @@ enum Command {
     Repair {
         #[command(subcommand)]
         what: RepairWhat,
+    },
+    /// Remove snapshots by id or by a retention policy.
+    Forget {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Snapshots to remove (unique id prefixes).
+        snapshots: Vec<String>,
+        /// Keep the N newest snapshots.
+        #[arg(long, default_value_t = 0)]
+        keep_last: usize,
+        /// Keep the newest snapshot of each of the N most recent hours.
+        #[arg(long, default_value_t = 0)]
+        keep_hourly: usize,
+        /// ... days.
+        #[arg(long, default_value_t = 0)]
+        keep_daily: usize,
+        /// ... weeks.
+        #[arg(long, default_value_t = 0)]
+        keep_weekly: usize,
+        /// ... months.
+        #[arg(long, default_value_t = 0)]
+        keep_monthly: usize,
+        /// ... years.
+        #[arg(long, default_value_t = 0)]
+        keep_yearly: usize,
+        /// Keep snapshots with this tag (repeatable).
+        #[arg(long)]
+        keep_tag: Vec<String>,
+        /// Keep snapshots within this duration of the newest (e.g. 1y2m3d4h).
+        #[arg(long)]
+        keep_within: Option<String>,
+        /// Only show what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Run prune afterwards.
+        #[arg(long)]
+        prune: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Free the space of data no snapshot needs.
+    Prune {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Rewrite containers with more than this percentage of unused bytes.
+        #[arg(long, default_value_t = 10.0)]
+        max_unused: f64,
+        /// Only show the plan.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Measure the algorithms (single thread) on your files.
     Bench {
@@ -707,6 +761,104 @@ fn run(cli: Cli) -> Result<u8> {
             }
             Ok(0)
         }
+        Command::Forget {
+            repo,
+            snapshots,
+            keep_last,
+            keep_hourly,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+            keep_yearly,
+            keep_tag,
+            keep_within,
+            dry_run,
+            prune: then_prune,
+            json,
+        } => {
+            let policy = forget::KeepPolicy {
+                last: keep_last,
+                hourly: keep_hourly,
+                daily: keep_daily,
+                weekly: keep_weekly,
+                monthly: keep_monthly,
+                yearly: keep_yearly,
+                tags: keep_tag,
+                within_secs: keep_within
+                    .as_deref()
+                    .map(forget::parse_duration)
+                    .transpose()?,
+            };
+            if policy.is_empty() && snapshots.is_empty() {
+                return Err(Error::InvalidOption(
+                    "nothing to forget: name snapshots or give a --keep-* policy".into(),
+                )
+                .into());
+            }
+            let r = Repository::open_local(&repo.repo)?;
+            let lock = r.lock(&lock_info("forget"))?;
+            let decisions = forget::forget(&r, &lock, &snapshots, &policy, dry_run)?;
+            let removed = decisions.iter().filter(|d| !d.keep).count();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&json!({"dry_run": dry_run, "snapshots": decisions}))?
+                );
+            } else {
+                for d in &decisions {
+                    println!(
+                        "{} {} {} {}",
+                        if d.keep {
+                            "keep  "
+                        } else if dry_run {
+                            "would remove"
+                        } else {
+                            "remove"
+                        },
+                        &d.id[..8],
+                        d.time,
+                        d.reasons.join(",")
+                    );
+                }
+                println!(
+                    "{removed} snapshots {}",
+                    if dry_run {
+                        "would be removed"
+                    } else {
+                        "removed"
+                    }
+                );
+            }
+            if then_prune && !dry_run {
+                let r = r.open_index()?;
+                let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
+                let st = prune::prune(&r, &lock, &prune::PruneOptions::default(), &progress)?;
+                progress.finish();
+                print_prune(&st, json)?;
+            }
+            lock.release()?;
+            Ok(0)
+        }
+        Command::Prune {
+            repo,
+            max_unused,
+            dry_run,
+            json,
+        } => {
+            let r = Repository::open_local(&repo.repo)?;
+            let lock = r.lock(&lock_info("prune"))?;
+            let r = r.open_index()?;
+            let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
+            let opts = prune::PruneOptions {
+                max_unused: max_unused / 100.0,
+                dry_run,
+            };
+            let st = prune::prune(&r, &lock, &opts, &progress)?;
+            progress.finish();
+            lock.release()?;
+            print_prune(&st, json)?;
+            Ok(0)
+        }
         Command::Bench { what } => {
             match what {
                 BenchWhat::Chunk { files, json } => bench::bench_chunk(&files, json)?,
@@ -730,6 +882,52 @@ fn run(cli: Cli) -> Result<u8> {
             Ok(if st.problems.is_empty() { 0 } else { 1 })
         }
     }
+}
+
+fn print_prune(st: &prune::PruneStats, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(st)?);
+        return Ok(());
+    }
+    let p = &st.plan;
+    if st.containers_written == 0
+        && st.bytes_freed == 0
+        && (!p.delete.is_empty() || !p.rewrite.is_empty())
+    {
+        println!("dry run: nothing was changed");
+        for c in &p.delete {
+            println!("would delete container {c}");
+        }
+        for c in &p.rewrite {
+            println!("would rewrite container {c}");
+        }
+    }
+    println!(
+        "{} chunks referenced, {} kept as delta bases, {} dead",
+        p.referenced_chunks, p.bases_kept, p.dead_chunks
+    );
+    println!(
+        "containers: {} deleted, {} rewritten ({} new), {} kept",
+        p.delete.len(),
+        p.rewrite.len(),
+        st.containers_written,
+        p.keep
+    );
+    println!(
+        "{} {} in {:.2} s",
+        if st.seconds > 0.0
+            && st.containers_written == 0
+            && p.delete.is_empty()
+            && p.rewrite.is_empty()
+        {
+            "nothing to free,"
+        } else {
+            "freed"
+        },
+        mb(st.bytes_freed.max(0) as u64),
+        st.seconds
+    );
+    Ok(())
 }
 
 /// Total size of regular files under `p` (for the progress bar; errors count as 0).

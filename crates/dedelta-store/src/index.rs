@@ -127,6 +127,27 @@ impl ChunkIndex {
         txn.commit().map_err(db_err)
     }
 
+    /// Removes the entries of `dead` chunks, and every super-feature that names one of them,
+    /// in one durable transaction. Prune calls this before deleting any container, so that no
+    /// later backup deduplicates against a chunk about to disappear.
+    pub fn remove_chunks(&self, dead: &std::collections::HashSet<ChunkId>) -> Result<()> {
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
+            for id in dead {
+                table.remove(id.as_bytes()).map_err(db_err)?;
+            }
+            let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
+            sketches
+                .retain(|_, v| !dead.contains(&ChunkId(*v)))
+                .map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+
     /// Removes every entry (before a rebuild).
     pub fn clear(&self) -> Result<()> {
         let txn = self.db.begin_write().map_err(db_err)?;

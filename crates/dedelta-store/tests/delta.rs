@@ -96,15 +96,14 @@ fn run_backup(repo: &IndexedRepository, src: &Path, n: u64) -> BackupSummary {
         .summary
 }
 
+/// Per version, each file's name and content.
+type Contents = Vec<Vec<(String, Vec<u8>)>>;
+
 /// Backs up three versions; returns the repository and the source snapshots' contents.
 fn three_versions(
     dir: &Path,
     delta: DeltaConfig,
-) -> (
-    IndexedRepository,
-    Vec<Vec<(String, Vec<u8>)>>,
-    Vec<BackupSummary>,
-) {
+) -> (IndexedRepository, Contents, Vec<BackupSummary>) {
     let repo = Repository::init_local(&dir.join("repo"), small_config(delta))
         .unwrap()
         .open_index()

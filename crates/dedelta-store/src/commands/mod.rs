@@ -2,7 +2,9 @@
 
 pub mod backup;
 pub mod check;
+pub mod forget;
 pub mod ls;
+pub mod prune;
 pub mod repair;
 pub mod restore;
 pub mod stats;
