@@ -20,7 +20,7 @@
 
 use super::format::Writer;
 use super::scan::{common_prefix, common_suffix};
-use super::strings::{next_cut, prefix_suffix, warm_up, StringIndex, StringParams};
+use super::strings::{prefix_suffix, Cuts, StringIndex, StringParams};
 use super::{DeltaCodec, DeltaError};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -57,13 +57,13 @@ impl DeltaCodec for DdeltaCodec {
         w.copy(0, 0, pre);
         if t_end - pre >= p.min && b_end - pre >= p.min {
             let index = StringIndex::build(base, pre, b_end, p);
-            let mut s = pre;
-            let mut h = warm_up(target, s);
+            let mut cuts = Cuts::new(target, pre, t_end, p);
             // While the strings since the last fingerprint hit keep matching right after it:
             // the base offset where the next string should continue.
             let mut follow: Option<usize> = None;
-            while s < t_end {
-                let e = next_cut(target, s, t_end, &mut h, p);
+            while !cuts.done() {
+                let s = cuts.start();
+                let e = cuts.next_cut();
                 let string = &target[s..e];
                 // Step 3, forward: a string right after a duplicate is compared byte-wise with
                 // the base right after the duplicate's match.
@@ -73,12 +73,11 @@ impl DeltaCodec for DdeltaCodec {
                     if adjacent == string.len() {
                         w.copy(s, bf, adjacent);
                         follow = Some(bf + adjacent);
-                        s = e;
                         continue;
                     }
                 }
                 // Step 2: fingerprint, look up, verify.
-                let hit = if string.len() >= p.min {
+                let hit = if string.len() > p.min {
                     index.find(xxh3_64(string), base, string)
                 } else {
                     None
@@ -92,7 +91,6 @@ impl DeltaCodec for DdeltaCodec {
                     // Step 3, forward, into a non-duplicate string: keep what matched.
                     w.copy(s, bf, adjacent);
                 }
-                s = e;
             }
         }
         w.copy(t_end, b_end, suf);

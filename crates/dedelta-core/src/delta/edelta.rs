@@ -13,7 +13,7 @@
 
 use super::format::Writer;
 use super::scan::{common_prefix, common_suffix};
-use super::strings::{next_cut, prefix_suffix, warm_up, StringIndex, StringParams};
+use super::strings::{prefix_suffix, Cuts, StringIndex, StringParams};
 use super::{DeltaCodec, DeltaError};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -50,14 +50,15 @@ impl DeltaCodec for EdeltaCodec {
         w.copy(0, 0, pre);
         if t_end - pre >= p.min && b_end - pre >= p.min {
             let index = StringIndex::build(base, pre, b_end, p);
-            let mut s = pre;
-            let mut h = warm_up(target, s);
-            // Whether `s` is a cut point (and not where an enlargement stopped).
+            let mut cuts = Cuts::new(target, pre, t_end, p);
+            // Whether the next string starts at a cut point (and not where an enlargement
+            // stopped, which the base has no reason to have cut at).
             let mut aligned = true;
-            while s < t_end {
-                let e = next_cut(target, s, t_end, &mut h, p);
-                let hit = if aligned && e - s >= p.min {
-                    let string = &target[s..e];
+            while !cuts.done() {
+                let s = cuts.start();
+                let e = cuts.next_cut();
+                let string = &target[s..e];
+                let hit = if aligned && string.len() > p.min {
                     index.find(xxh3_64(string), base, string)
                 } else {
                     None
@@ -65,16 +66,16 @@ impl DeltaCodec for EdeltaCodec {
                 aligned = true;
                 if let Some(b) = hit {
                     let back = common_suffix(&target[w.cursor()..s], &base[..b]);
-                    let len = (e - s) + common_prefix(&target[e..t_end], &base[b + (e - s)..]);
+                    // Word-enlarging: extend over the following bytes 8 at a time, without
+                    // chunking or fingerprinting them.
+                    let len =
+                        string.len() + common_prefix(&target[e..t_end], &base[b + string.len()..]);
                     w.copy(s - back, b - back, back + len);
                     if s + len > e {
-                        s += len;
-                        h = warm_up(target, s);
+                        cuts.restart(s + len);
                         aligned = false;
-                        continue;
                     }
                 }
-                s = e;
             }
         }
         w.copy(t_end, b_end, suf);

@@ -109,51 +109,94 @@ fn roll4(hash: u32, bytes: &[u8]) -> [u32; 4] {
     ]
 }
 
-/// End of the string that starts at `start` in `data[..end]`, continuing the Gear hash `h`
-/// (Algorithm 2, with the minimum and maximum lengths above).
-#[inline]
-pub(crate) fn next_cut(
-    data: &[u8],
-    start: usize,
+/// Gear chunking of `data[..end]` into strings (Algorithm 2, with the minimum and maximum
+/// lengths above), one cut at a time.
+///
+/// The hash runs continuously over the region four bytes per step (see [`roll4`]) and the
+/// cut test is one comparison per four bytes, so strings cost no loop restarts; only a quad
+/// holding a cut candidate is looked at byte by byte.
+pub(crate) struct Cuts<'a> {
+    data: &'a [u8],
     end: usize,
-    h: &mut u32,
+    /// Bytes before `pos` have been hashed into `hash`.
+    pos: usize,
+    hash: u32,
+    /// Start of the current string (the previous cut).
+    start: usize,
     p: StringParams,
-) -> usize {
-    let min_end = (start + p.min).min(end);
-    let max_end = (start + p.max).min(end);
-    let mut hash = *h;
-    let head = &data[start..min_end];
-    let mut quads = head.chunks_exact(4);
-    for q in &mut quads {
-        hash = roll4(hash, q)[3];
-    }
-    for &b in quads.remainder() {
-        hash = roll(hash, b);
-    }
-    let body = &data[min_end..max_end];
-    let mut quads = body.chunks_exact(4);
-    let mut pos = min_end;
-    for q in &mut quads {
-        let hs = roll4(hash, q);
-        if hs[0].min(hs[1]).min(hs[2]).min(hs[3]) < p.threshold {
-            // One of the four is below the threshold (their minimum is), so `position` finds it.
-            let i = hs.iter().position(|&x| x < p.threshold).unwrap_or(3);
-            *h = hs[i];
-            return pos + i + 1;
-        }
-        hash = hs[3];
-        pos += 4;
-    }
-    for &b in quads.remainder() {
-        hash = roll(hash, b);
-        pos += 1;
-        if hash < p.threshold {
-            *h = hash;
-            return pos;
+}
+
+impl<'a> Cuts<'a> {
+    /// Chunks `data[start..end]`, the hash warmed up on the bytes before `start`.
+    pub(crate) fn new(data: &'a [u8], start: usize, end: usize, p: StringParams) -> Self {
+        Cuts {
+            data,
+            end,
+            pos: start,
+            hash: warm_up(data, start),
+            start,
+            p,
         }
     }
-    *h = hash;
-    max_end
+
+    /// Starts over at `at` (after bytes that needed no chunking), warming the hash up again.
+    pub(crate) fn restart(&mut self, at: usize) {
+        self.pos = at;
+        self.hash = warm_up(self.data, at);
+        self.start = at;
+    }
+
+    /// Start of the next string (the end of the previous one).
+    #[inline]
+    pub(crate) fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Whether the region is exhausted.
+    #[inline]
+    pub(crate) fn done(&self) -> bool {
+        self.start >= self.end
+    }
+
+    /// End of the string that starts at [`Cuts::start`]; requires `!self.done()`.
+    #[inline]
+    pub(crate) fn next_cut(&mut self) -> usize {
+        let p = self.p;
+        let max_end = (self.start + p.max).min(self.end);
+        // A string ending before `min_end` would be no longer than `min`.
+        let min_end = self.start + p.min + 1;
+        let mut pos = self.pos;
+        let mut hash = self.hash;
+        while pos + 4 <= max_end {
+            let hs = roll4(hash, &self.data[pos..pos + 4]);
+            if hs[0].min(hs[1]).min(hs[2]).min(hs[3]) < p.threshold {
+                for (i, &h) in hs.iter().enumerate() {
+                    let cut = pos + i + 1;
+                    if h < p.threshold && cut >= min_end {
+                        return self.cut_at(cut, h);
+                    }
+                }
+            }
+            hash = hs[3];
+            pos += 4;
+        }
+        while pos < max_end {
+            hash = roll(hash, self.data[pos]);
+            pos += 1;
+            if hash < p.threshold && pos >= min_end {
+                return self.cut_at(pos, hash);
+            }
+        }
+        self.cut_at(max_end, hash)
+    }
+
+    #[inline(always)]
+    fn cut_at(&mut self, cut: usize, hash: u32) -> usize {
+        self.pos = cut;
+        self.hash = hash;
+        self.start = cut;
+        cut
+    }
 }
 
 /// Ddelta Step 1 (§3.3, chunk-level search): the lengths of the common prefix and of the
@@ -189,17 +232,13 @@ impl StringIndex {
             room: size / 4 * 3,
         };
         let end = end.min(u32::MAX as usize - 1);
-        let mut h = warm_up(base, start);
-        let mut s = start;
-        while s < end {
-            let e = next_cut(base, s, end, &mut h, p);
-            if e - s >= p.min {
-                if index.room == 0 {
-                    break;
-                }
+        let mut cuts = Cuts::new(base, start, end, p);
+        while !cuts.done() && index.room > 0 {
+            let s = cuts.start();
+            let e = cuts.next_cut();
+            if e - s > p.min {
                 index.insert(xxh3_64(&base[s..e]), s);
             }
-            s = e;
         }
         index
     }
@@ -262,12 +301,10 @@ mod tests {
     }
 
     fn cuts(data: &[u8], start: usize, p: StringParams) -> Vec<usize> {
-        let mut h = warm_up(data, start);
-        let mut s = start;
+        let mut c = Cuts::new(data, start, data.len(), p);
         let mut out = Vec::new();
-        while s < data.len() {
-            s = next_cut(data, s, data.len(), &mut h, p);
-            out.push(s);
+        while !c.done() {
+            out.push(c.next_cut());
         }
         out
     }
@@ -291,12 +328,22 @@ mod tests {
             let mut data = noise(20_000, seed);
             data[5000..6000].fill(0); // a low-entropy run
             let p = StringParams::new(avg);
-            let (mut a, mut b) = (warm_up(&data, 0), warm_up(&data, 0));
-            let (mut s, mut t) = (0, 0);
-            while s < data.len() {
-                s = next_cut(&data, s, data.len(), &mut a, p);
-                t = naive_cut(&data, t, data.len(), &mut b, p);
-                assert_eq!((s, a), (t, b), "avg {avg}");
+            let mut c = Cuts::new(&data, 0, data.len(), p);
+            let mut h = warm_up(&data, 0);
+            let mut t = 0;
+            while !c.done() {
+                let s = c.next_cut();
+                t = naive_cut(&data, t, data.len(), &mut h, p);
+                assert_eq!((s, c.hash), (t, h), "avg {avg}");
+            }
+            assert_eq!(t, data.len());
+            // Restarting gives the cuts of a fresh chunker at that point.
+            let mut c = Cuts::new(&data, 0, data.len(), p);
+            c.next_cut();
+            c.restart(4321);
+            let mut fresh = Cuts::new(&data, 4321, data.len(), p);
+            for _ in 0..50 {
+                assert_eq!(c.next_cut(), fresh.next_cut());
             }
         }
     }
@@ -337,17 +384,16 @@ mod tests {
         let base = noise(8192, 11);
         let p = StringParams::new(32);
         let index = StringIndex::build(&base, 0, base.len(), p);
-        let mut h = warm_up(&base, 0);
-        let mut s = 0;
+        let mut c = Cuts::new(&base, 0, base.len(), p);
         let mut found = 0;
-        while s < base.len() {
-            let e = next_cut(&base, s, base.len(), &mut h, p);
-            if e - s >= p.min {
+        while !c.done() {
+            let s = c.start();
+            let e = c.next_cut();
+            if e - s > p.min {
                 let hit = index.find(xxh3_64(&base[s..e]), &base, &base[s..e]);
                 assert_eq!(hit, Some(s));
                 found += 1;
             }
-            s = e;
         }
         assert!(found > 100);
         assert_eq!(
