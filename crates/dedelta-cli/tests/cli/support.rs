@@ -48,8 +48,9 @@ impl Fixture {
         let out = self.cmd(args).output().unwrap();
         assert!(
             out.status.success(),
-            "{args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "{args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
         );
         String::from_utf8(out.stdout).unwrap()
     }

@@ -218,8 +218,12 @@ pub fn prune(
     let config = repo.config().clone();
     let mut builder = ContainerBuilder::new();
     let mut region = RegionBuilder::default();
+    // Container names are content hashes: a copy can have the very name of a container this
+    // prune is about to delete (an unindexed copy left by a killed prune). Never delete those.
+    let written: std::cell::RefCell<HashSet<String>> = Default::default();
     let write_container = |b: ContainerBuilder, stats: &mut PruneStats| -> Result<()> {
         let (id, bytes, meta) = b.seal();
+        written.borrow_mut().insert(id.to_hex());
         backend.put(FileKind::Container, &id.to_hex(), &bytes)?;
         repo.index().insert_container(id, &meta)?;
         stats.containers_written += 1;
@@ -297,8 +301,11 @@ pub fn prune(
     // 2. Forget dead chunks in the index before any container disappears.
     repo.index().remove_chunks(&dead)?;
     // 3. Delete old containers.
+    let written = written.into_inner();
     for name in plan.delete.iter().chain(plan.rewrite.iter()) {
-        backend.delete(FileKind::Container, name)?;
+        if !written.contains(name) {
+            backend.delete(FileKind::Container, name)?;
+        }
     }
     stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;
     stats.plan = plan;
