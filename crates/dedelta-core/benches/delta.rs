@@ -8,9 +8,12 @@
 //! `cargo bench -p dedelta-core --bench delta`.
 //!
 //! Real data: with `DEDELTA_DELTA_PAIRS=old.tar,new.tar` set, the bench instead chunks both
-//! files with FastCDC, pairs every non-duplicate chunk of the new file with a base chunk of the
-//! old one by DARE's DupAdj rule (the old neighbour of the duplicate chunk next to it), and
-//! prints per codec the total delta size and the best-of-N encode and decode throughput.
+//! files with FastCDC, pairs the non-duplicate chunks of the new file with base chunks of the
+//! old one twice, by DARE's DupAdj rule (the old neighbour of the duplicate chunk next to it)
+//! and by Finesse super-features (FirstFit, as the store does), and for each pairing
+//! prints per codec the total delta size (raw, and after zstd in 128 KiB regions as the
+//! containers store it) and the best-of-9 encode and decode throughput (target bytes per
+//! second of wall time, one thread).
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use dedelta_core::delta::{new_codec, DeltaKind};
@@ -149,15 +152,36 @@ fn bench_synthetic(c: &mut Criterion) {
 /// The real-data measurement (see the module docs).
 mod real {
     use dedelta_core::chunker::{chunk_all, new_chunker, ChunkerKind, ChunkerParams};
+    use dedelta_core::compress::Compression;
     use dedelta_core::delta::{new_codec, DeltaKind};
+    use dedelta_core::sketch::{new_sketcher, SketchKind, SketchParams};
     use dedelta_core::ChunkId;
     use std::collections::HashMap;
     use std::time::Instant;
 
-    const ROUNDS: usize = 7;
+    const ROUNDS: usize = 9;
 
     /// A (base, target) pair.
     type Pair<'a> = (&'a [u8], &'a [u8]);
+
+    /// Size after packing the items into 128 KiB regions compressed with the default zstd
+    /// level, as the store's containers do.
+    fn zstd_regions<'a>(items: impl Iterator<Item = &'a [u8]>) -> usize {
+        const REGION: usize = 128 * 1024;
+        let mut region = Vec::with_capacity(2 * REGION);
+        let mut total = 0;
+        for item in items {
+            region.extend_from_slice(item);
+            if region.len() >= REGION {
+                total += Compression::default().compress(&region).1.len();
+                region.clear();
+            }
+        }
+        if !region.is_empty() {
+            total += Compression::default().compress(&region).1.len();
+        }
+        total
+    }
 
     fn chunks(data: &[u8]) -> Vec<&[u8]> {
         let chunker = new_chunker(ChunkerKind::FastCdc, ChunkerParams::default())
@@ -207,27 +231,41 @@ mod real {
         (list, unique)
     }
 
-    pub fn report(spec: &str) {
-        let (old_path, new_path) = spec.split_once(',').expect("DEDELTA_DELTA_PAIRS=old,new");
-        let old_data = std::fs::read(old_path).expect("read old");
-        let new_data = std::fs::read(new_path).expect("read new");
-        let (old, new) = (chunks(&old_data), chunks(&new_data));
-        let (pairs, unique) = pairs(&old, &new);
+    /// Finesse pairing (3 super-features of 4 features, FirstFit): each non-duplicate chunk
+    /// of `new` with the first chunk of `old` that shares a super-feature, as the store does.
+    fn finesse_pairs<'a>(old: &[&'a [u8]], new: &[&'a [u8]]) -> Vec<Pair<'a>> {
+        let sketcher = new_sketcher(SketchKind::Finesse, SketchParams::default())
+            .expect("default params are valid");
+        let old_ids: std::collections::HashSet<ChunkId> =
+            old.iter().map(|c| ChunkId::of(c)).collect();
+        let mut by_sf: HashMap<(usize, u64), usize> = HashMap::new();
+        for (i, c) in old.iter().enumerate() {
+            for (pos, sf) in sketcher.sketch(c).0.into_iter().enumerate() {
+                by_sf.entry((pos, sf)).or_insert(i);
+            }
+        }
+        new.iter()
+            .filter(|c| !old_ids.contains(&ChunkId::of(c)))
+            .filter_map(|c| {
+                let sfs = sketcher.sketch(c).0;
+                let base = sfs
+                    .into_iter()
+                    .enumerate()
+                    .find_map(|(pos, sf)| by_sf.get(&(pos, sf)).copied())?;
+                Some((old[base], *c))
+            })
+            .collect()
+    }
+
+    fn measure(what: &str, pairs: &[Pair<'_>]) {
         let target_bytes: usize = pairs.iter().map(|(_, t)| t.len()).sum();
         let base_bytes: usize = pairs.iter().map(|(b, _)| b.len()).sum();
         println!(
-            "old {} B in {} chunks, new {} B in {} chunks, {} non-duplicate",
-            old_data.len(),
-            old.len(),
-            new_data.len(),
-            new.len(),
-            unique
+            "\n{what}: {} pairs, {target_bytes} target bytes ({} after zstd), {base_bytes} base bytes",
+            pairs.len(),
+            zstd_regions(pairs.iter().map(|(_, t)| *t))
         );
-        println!(
-            "{} pairs: {target_bytes} target bytes, {base_bytes} base bytes",
-            pairs.len()
-        );
-        println!("codec    delta_bytes  ratio   encode_MB/s  decode_MB/s");
+        println!("codec    delta_bytes  ratio   +zstd_bytes  encode_MB/s  decode_MB/s");
         for kind in DeltaKind::ALL {
             let codec = new_codec(kind);
             let mut deltas: Vec<Vec<u8>> = vec![Vec::new(); pairs.len()];
@@ -259,14 +297,33 @@ mod real {
                 assert!(out == *t, "{}: round trip failed", kind.name());
             }
             println!(
-                "{:8} {:11}  {:5.2}%  {:11.0}  {:11.0}",
+                "{:8} {:11}  {:5.2}%  {:11}  {:11.0}  {:11.0}",
                 kind.name(),
                 delta_bytes,
                 100.0 * delta_bytes as f64 / target_bytes as f64,
+                zstd_regions(deltas.iter().map(Vec::as_slice)),
                 target_bytes as f64 / best_encode / 1e6,
                 target_bytes as f64 / best_decode / 1e6
             );
         }
+    }
+
+    pub fn report(spec: &str) {
+        let (old_path, new_path) = spec.split_once(',').expect("DEDELTA_DELTA_PAIRS=old,new");
+        let old_data = std::fs::read(old_path).expect("read old");
+        let new_data = std::fs::read(new_path).expect("read new");
+        let (old, new) = (chunks(&old_data), chunks(&new_data));
+        let (dupadj, unique) = pairs(&old, &new);
+        println!(
+            "old {} B in {} chunks, new {} B in {} chunks, {} non-duplicate",
+            old_data.len(),
+            old.len(),
+            new_data.len(),
+            new.len(),
+            unique
+        );
+        measure("DupAdj pairing", &dupadj);
+        measure("Finesse pairing", &finesse_pairs(&old, &new));
     }
 }
 

@@ -1,6 +1,6 @@
 //! Delta codecs: encode a target chunk as instructions against a similar base chunk.
 //!
-//! All codecs emit one instruction format ([`format`]: varint Copy/Insert instructions), so
+//! All codecs emit one instruction format ([`mod@format`]: varint Copy/Insert instructions), so
 //! one decoder ([`format::decode`]) serves them all and the repository config's codec only
 //! matters when writing. The codecs, one per file:
 //! - [`xdelta::XdeltaCodec`]: the Xdelta-style baseline (hash index of base windows, byte-wise

@@ -8,7 +8,7 @@
 //! continuous scan would have, which lets Ddelta and Edelta chunk the target lazily (only
 //! where it does not already match) and still cut where the base was cut.
 //!
-//! Two guards the paper leaves implicit: strings are at least `avg / 4` bytes long (a 2-byte
+//! Two guards the paper leaves implicit: strings are longer than `avg / 4` bytes (a 2-byte
 //! string is not worth a fingerprint and a Copy) and at most `avg * 8` (a low-entropy run would
 //! otherwise become one huge string that a single edit spoils). The threshold is set so that
 //! the mean string length, minimum included, is `avg`.
@@ -47,7 +47,7 @@ pub(crate) const GEAR_WINDOW: usize = 32;
 /// String-size parameters derived from the average.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StringParams {
-    /// No string but the last of a region is shorter.
+    /// Strings are longer than this, except the last of a region.
     pub min: usize,
     /// No string is longer.
     pub max: usize,
