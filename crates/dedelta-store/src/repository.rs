@@ -283,7 +283,23 @@ impl<'a> ChunkReader<'a> {
         self.read(id, true)
     }
 
+    /// Like [`Self::read_chunk`], but leaves the final fingerprint check to the caller, who
+    /// must call [`verify_chunk`] before using the bytes (restore does it on its writer
+    /// thread, to spread the hashing over both cores). Delta bases are still verified here.
+    pub fn read_chunk_unverified(&mut self, id: &ChunkId) -> Result<(Vec<u8>, ContainerId)> {
+        self.read_inner(id, true, false)
+    }
+
     fn read(&mut self, id: &ChunkId, allow_delta: bool) -> Result<Vec<u8>> {
+        self.read_inner(id, allow_delta, true).map(|(d, _)| d)
+    }
+
+    fn read_inner(
+        &mut self,
+        id: &ChunkId,
+        allow_delta: bool,
+        verify: bool,
+    ) -> Result<(Vec<u8>, ContainerId)> {
         let loc = self
             .index
             .get(id)?
@@ -337,10 +353,23 @@ impl<'a> ChunkReader<'a> {
                 out
             }
         };
-        if data.len() != entry.original_len as usize || ChunkId::of(&data) != *id {
+        if data.len() != entry.original_len as usize || (verify && ChunkId::of(&data) != *id) {
             return Err(corrupt("content does not match its fingerprint".into()));
         }
-        Ok(data)
+        Ok((data, loc.container))
+    }
+}
+
+/// Checks bytes returned by [`ChunkReader::read_chunk_unverified`] against their fingerprint.
+pub fn verify_chunk(id: &ChunkId, container: &ContainerId, data: &[u8]) -> Result<()> {
+    if ChunkId::of(data) == *id {
+        Ok(())
+    } else {
+        Err(Error::CorruptChunk {
+            container: container.to_hex(),
+            chunk: id.to_hex(),
+            reason: "content does not match its fingerprint".into(),
+        })
     }
 }
 

@@ -5,11 +5,13 @@
 //! times are applied last (writing into a directory changes its mtime).
 
 use crate::commands::ls::{normalize_path, walk_tree};
+use crate::container::ContainerId;
 use crate::error::{Error, IoContext, Result};
 use crate::progress::Progress;
-use crate::repository::{IndexedRepository, ReadStats};
+use crate::repository::{verify_chunk, IndexedRepository, ReadStats};
 use crate::snapshot::Snapshot;
 use crate::tree::{Node, NodeKind};
+use dedelta_core::ChunkId;
 use filetime::FileTime;
 use std::fs;
 use std::io::Write;
@@ -87,8 +89,8 @@ const STOPPED: &str = "restore stopped";
 enum Event {
     /// A node; for a file, its chunks follow as [`Event::Data`] and then [`Event::FileEnd`].
     Node(Node),
-    /// Verified bytes of the current file.
-    Data(Vec<u8>),
+    /// Bytes of the current file, with the chunk id and container to verify them against.
+    Data(Vec<u8>, ChunkId, ContainerId),
     /// The current file is complete.
     FileEnd,
 }
@@ -126,7 +128,7 @@ pub fn restore(
                 }
                 if is_file {
                     for c in &chunks {
-                        let data = reader.read_chunk(&c.id)?;
+                        let (data, container) = reader.read_chunk_unverified(&c.id)?;
                         if data.len() != c.len as usize {
                             return Err(Error::corrupt(
                                 "recipe",
@@ -138,7 +140,7 @@ pub fn restore(
                                 ),
                             ));
                         }
-                        if tx.send(Event::Data(data)).is_err() {
+                        if tx.send(Event::Data(data, c.id, container)).is_err() {
                             return Err(Error::InvalidOption(STOPPED.into()));
                         }
                     }
@@ -214,10 +216,11 @@ fn write_events(
                     }
                 }
             }
-            Event::Data(data) => {
+            Event::Data(data, id, container) => {
                 let Some((dest, _, w)) = file.as_mut() else {
                     return Err(Error::corrupt("tree stream", "file data outside a file"));
                 };
+                verify_chunk(&id, &container, &data)?;
                 w.write_all(&data)
                     .ctx(|| format!("writing {}", dest.display()))?;
                 stats.bytes_written += data.len() as u64;
