@@ -290,10 +290,10 @@ mod tests {
             ]
         );
         let p = KeepPolicy {
-            within_secs: Some(parse_duration("40d").unwrap()),
+            within_secs: Some(parse_duration("38d").unwrap()),
             ..Default::default()
         };
-        assert_eq!(kept(&apply_policy(&snaps, &p)).len(), 4);
+        assert_eq!(kept(&apply_policy(&snaps, &p)).len(), 3);
         assert_eq!(
             parse_duration("1y2m3w4d5h").unwrap(),
             365 * 86400 + 60 * 86400 + 21 * 86400 + 4 * 86400 + 5 * 3600
