@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_delta;
+mod eval_cmd;
 mod progress;
 
 use anyhow::{Context, Result};
@@ -301,6 +302,9 @@ enum Command {
         #[command(subcommand)]
         what: BenchWhat,
     },
+    /// Evaluate: store a versioned dataset with every configuration and the peers, and
+    /// write report.md, results.csv and plots.
+    Eval(eval_cmd::EvalArgs),
 }
 
 #[derive(Subcommand)]
@@ -859,6 +863,7 @@ fn run(cli: Cli) -> Result<u8> {
             print_prune(&st, json)?;
             Ok(0)
         }
+        Command::Eval(args) => eval_cmd::run(args, host(), now_rfc3339()),
         Command::Bench { what } => {
             match what {
                 BenchWhat::Chunk { files, json } => bench::bench_chunk(&files, json)?,

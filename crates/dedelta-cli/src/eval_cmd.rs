@@ -1,0 +1,97 @@
+//! `dedelta eval`: stores a versioned dataset with every configuration and with the peers,
+//! and writes report.md, results.csv, versions.csv and plots (crate dedelta-eval).
+
+use anyhow::{Context, Result};
+use clap::Args;
+use dedelta_eval::configs;
+use dedelta_eval::dataset::Dataset;
+use dedelta_eval::EvalOptions;
+use std::path::PathBuf;
+
+/// Arguments of `dedelta eval`.
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A directory whose entries are the versions (natural order), a generated series
+    /// (synthetic, synthetic-small, sqlite, sqlite-small) or a directory of --data-dir
+    /// (sqla, prettier: scripts/datasets.sh).
+    #[arg(long)]
+    dataset: String,
+    /// Where report.md, results.csv, versions.csv and the plots go.
+    #[arg(long)]
+    out: PathBuf,
+    /// Comma-separated configurations: all, quick, or names (dedup, ntransform-4f,
+    /// ntransform-2f, finesse, odess, dupadj-only, recommended, stream-index,
+    /// stream-nodupadj, xdelta, edelta).
+    #[arg(long, default_value = "all")]
+    config: String,
+    /// Cache of downloaded and generated datasets.
+    #[arg(long, env = "DEDELTA_DATA_DIR", default_value = "data")]
+    data_dir: PathBuf,
+    /// Where the repositories go (kept after the run); default OUT/repos.
+    #[arg(long)]
+    repos_dir: Option<PathBuf>,
+    /// Use only the first N versions.
+    #[arg(long)]
+    versions: Option<usize>,
+    /// Restore only N versions per configuration (evenly spread, always the last).
+    #[arg(long)]
+    restore_sample: Option<usize>,
+    /// Worker threads per backup (default: number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Do not run restic, borg, zstd or xdelta3 even when installed.
+    #[arg(long)]
+    no_peers: bool,
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=,:".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Runs `dedelta eval`.
+///
+/// # Errors
+/// Bad options, a dataset that cannot be built, or a failing configuration.
+pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
+    let configs = configs::parse(&args.config)?;
+    let mut dataset = Dataset::resolve(&args.dataset, &args.data_dir)
+        .with_context(|| format!("preparing dataset {}", args.dataset))?;
+    if let Some(n) = args.versions {
+        anyhow::ensure!(n >= 1, "--versions must be at least 1");
+        dataset.truncate(n);
+    }
+    let command_line = std::iter::once("dedelta".to_string())
+        .chain(std::env::args().skip(1))
+        .map(|a| shell_quote(&a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    let opts = EvalOptions {
+        dataset,
+        repos_dir: args.repos_dir.unwrap_or_else(|| args.out.join("repos")),
+        out_dir: args.out.clone(),
+        configs,
+        threads,
+        restore_sample: args.restore_sample,
+        peers: !args.no_peers,
+        command_line,
+        host,
+        time,
+    };
+    let report = dedelta_eval::run_eval(&opts, &mut |line| eprintln!("{line}"))?;
+    for n in &report.notes {
+        eprintln!("note: {n}");
+    }
+    println!("{}", args.out.join("report.md").display());
+    Ok(0)
+}

@@ -1,0 +1,185 @@
+//! `dedelta eval` on a small generated dataset, without peers: the report is written and its
+//! numbers match the repositories they came from (`stats --json`).
+
+use assert_cmd::Command;
+use std::collections::HashMap;
+use std::path::Path;
+
+fn parse_csv(text: &str) -> Vec<HashMap<String, String>> {
+    let mut lines = text.lines();
+    let header: Vec<String> = lines
+        .next()
+        .expect("header")
+        .split(',')
+        .map(String::from)
+        .collect();
+    lines
+        .map(|l| {
+            // The quoted free-text columns come last; the numbers before them have no commas.
+            header
+                .iter()
+                .cloned()
+                .zip(l.split(',').map(String::from))
+                .collect()
+        })
+        .collect()
+}
+
+fn stats_json(repo: &Path) -> serde_json::Value {
+    let out = Command::cargo_bin("dedelta")
+        .unwrap()
+        .args(["stats", "--json", "-r"])
+        .arg(repo)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn eval_small_synthetic_report_matches_repositories() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let out = tmp.path().join("out");
+    let assert = Command::cargo_bin("dedelta")
+        .unwrap()
+        .args([
+            "eval",
+            "--dataset",
+            "synthetic-small",
+            "--no-peers",
+            "--threads",
+            "2",
+        ])
+        .args(["--config", "dedup,recommended,stream-index,xdelta"])
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--out")
+        .arg(&out)
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
+    assert!(stdout.contains("report.md"), "{stdout}");
+
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("dedelta eval --dataset synthetic-small"),
+        "{report}"
+    );
+    assert!(report.contains("peers: skipped"), "{report}");
+    for section in ["## Storage", "## Speed", "## Memory"] {
+        assert!(report.contains(section), "{section} missing");
+    }
+
+    let rows = parse_csv(&std::fs::read_to_string(out.join("results.csv")).unwrap());
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["dedup", "recommended", "stream-index", "xdelta"]);
+    for r in &rows {
+        let repo = out.join("repos").join(&r["name"]);
+        let s = stats_json(&repo);
+        let num = |k: &str| {
+            r[k].parse::<f64>()
+                .unwrap_or_else(|_| panic!("{k}: {:?}", r[k]))
+        };
+        assert_eq!(
+            r["stored_bytes"],
+            s["stored_bytes"].to_string(),
+            "{}",
+            r["name"]
+        );
+        assert_eq!(
+            r["logical_bytes"],
+            s["logical_bytes"].to_string(),
+            "{}",
+            r["name"]
+        );
+        assert_eq!(
+            r["delta_chunks"],
+            s["delta_chunks"].to_string(),
+            "{}",
+            r["name"]
+        );
+        for k in [
+            "total_factor",
+            "dedup_factor",
+            "delta_factor",
+            "compression_factor",
+            "dcr",
+        ] {
+            let want = s[k].as_f64().unwrap();
+            assert!(
+                (num(k) - want).abs() <= 1e-9 * want.max(1.0),
+                "{k}: {} vs {want}",
+                num(k)
+            );
+        }
+        assert_eq!(r["versions"], "4");
+        assert_eq!(r["versions_restored"], "4");
+        assert!(num("backup_mb_s") > 0.0 && num("restore_mb_s") > 0.0);
+        assert!(num("restore_speed_factor") > 0.0);
+    }
+    // Resemblance detection stores less than deduplication alone on this series.
+    let stored = |n: &str| {
+        rows.iter().find(|r| r["name"] == n).unwrap()["stored_bytes"]
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(stored("recommended") < stored("dedup"));
+
+    let versions = std::fs::read_to_string(out.join("versions.csv")).unwrap();
+    assert_eq!(versions.lines().count(), 1 + 4 * 4);
+    // Plots are drawn where a font is installed (Debian's fonts-dejavu-core).
+    if Path::new(dedelta_eval_font()).exists() {
+        for png in [
+            "stored.png",
+            "cumulative.png",
+            "throughput.png",
+            "restore_speed_factor.png",
+        ] {
+            let bytes = std::fs::read(out.join(png)).unwrap();
+            assert_eq!(&bytes[1..4], b"PNG", "{png}");
+        }
+    }
+}
+
+fn dedelta_eval_font() -> &'static str {
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+}
+
+#[test]
+fn eval_rejects_unknown_configuration_and_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("dedelta")
+        .unwrap()
+        .args([
+            "eval",
+            "--dataset",
+            "synthetic-small",
+            "--config",
+            "bogus",
+            "--no-peers",
+        ])
+        .arg("--data-dir")
+        .arg(tmp.path())
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown configuration"));
+    let out = Command::cargo_bin("dedelta")
+        .unwrap()
+        .args(["eval", "--dataset", "no-such-dataset", "--no-peers"])
+        .arg("--data-dir")
+        .arg(tmp.path())
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("neither a directory"));
+}

@@ -1,0 +1,153 @@
+//! The configurations an evaluation compares: one fresh repository each.
+//!
+//! Each differs from the recommended one ([`DeltaConfig::recommended`]: Finesse 3x4, DupAdj,
+//! full sketch index, Ddelta) in one dimension, so each row of the report isolates one choice.
+//! Sketch methods are measured with DupAdj off, so the sketch alone finds the bases.
+
+use crate::error::{EvalError, Result};
+use dedelta_core::delta::DeltaKind;
+use dedelta_core::sketch::{SketchKind, SketchParams};
+use dedelta_store::config::{DeltaConfig, SketchIndexKind};
+
+/// One configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalConfig {
+    /// Short name (report rows, repository directory).
+    pub name: String,
+    /// What it varies, for the report.
+    pub description: String,
+    /// The delta settings of its repository.
+    pub delta: DeltaConfig,
+}
+
+fn cfg(name: &str, description: &str, f: impl FnOnce(&mut DeltaConfig)) -> EvalConfig {
+    let mut delta = DeltaConfig::recommended();
+    f(&mut delta);
+    EvalConfig {
+        name: name.into(),
+        description: description.into(),
+        delta,
+    }
+}
+
+fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
+    d.sketch = Some(kind);
+    d.sketch_params = SketchParams {
+        sf_count: m,
+        features_per_sf: k,
+    };
+    d.dupadj = false;
+}
+
+/// Every preset configuration, in report order.
+pub fn all() -> Vec<EvalConfig> {
+    vec![
+        cfg(
+            "dedup",
+            "deduplication only (no resemblance detection)",
+            |d| {
+                d.sketch = None;
+                d.dupadj = false;
+            },
+        ),
+        cfg(
+            "ntransform-4f",
+            "N-transform SF-4F (3 SF x 4 features), no DupAdj",
+            |d| sketch_only(d, SketchKind::NTransform, 3, 4),
+        ),
+        cfg(
+            "ntransform-2f",
+            "N-transform SF-2F (6 SF x 2 features), no DupAdj",
+            |d| sketch_only(d, SketchKind::NTransform, 6, 2),
+        ),
+        cfg("finesse", "Finesse 3x4, no DupAdj", |d| {
+            sketch_only(d, SketchKind::Finesse, 3, 4)
+        }),
+        cfg("odess", "Odess 3x4, no DupAdj", |d| {
+            sketch_only(d, SketchKind::Odess, 3, 4)
+        }),
+        cfg("dupadj-only", "DupAdj alone (no sketch)", |d| {
+            d.sketch = None
+        }),
+        cfg(
+            "recommended",
+            "Finesse 3x4 + DupAdj, full sketch index, Ddelta (the default)",
+            |_| {},
+        ),
+        cfg(
+            "stream-index",
+            "recommended with the stream-informed sketch index",
+            |d| d.sketch_index = SketchIndexKind::Stream,
+        ),
+        cfg(
+            "stream-nodupadj",
+            "stream-informed index, DupAdj off",
+            |d| {
+                d.sketch_index = SketchIndexKind::Stream;
+                d.dupadj = false;
+            },
+        ),
+        cfg("xdelta", "recommended with the Xdelta-style codec", |d| {
+            d.codec = DeltaKind::Xdelta
+        }),
+        cfg("edelta", "recommended with the Edelta codec", |d| {
+            d.codec = DeltaKind::Edelta
+        }),
+    ]
+}
+
+/// Parses a comma-separated list of names; `all` is every preset, `quick` is dedup,
+/// finesse, recommended and stream-index.
+///
+/// # Errors
+/// An unknown name (the error lists the known ones).
+pub fn parse(list: &str) -> Result<Vec<EvalConfig>> {
+    let presets = all();
+    let mut out: Vec<EvalConfig> = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let picked: Vec<EvalConfig> = match name {
+            "all" => presets.clone(),
+            "quick" => presets
+                .iter()
+                .filter(|c| {
+                    ["dedup", "finesse", "recommended", "stream-index"].contains(&c.name.as_str())
+                })
+                .cloned()
+                .collect(),
+            _ => match presets.iter().find(|c| c.name == name) {
+                Some(c) => vec![c.clone()],
+                None => {
+                    let known: Vec<&str> = presets.iter().map(|c| c.name.as_str()).collect();
+                    return Err(EvalError::InvalidOption(format!(
+                        "unknown configuration {name:?}; known: all, quick, {}",
+                        known.join(", ")
+                    )));
+                }
+            },
+        };
+        for c in picked {
+            if !out.iter().any(|o| o.name == c.name) {
+                out.push(c);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(EvalError::InvalidOption("no configuration given".into()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_valid_and_parse() {
+        for c in all() {
+            c.delta.validate().unwrap();
+        }
+        assert_eq!(parse("quick").unwrap().len(), 4);
+        assert_eq!(parse("dedup,dedup,all").unwrap().len(), all().len());
+        assert!(parse("nope").unwrap_err().to_string().contains("known"));
+    }
+}

@@ -1,0 +1,140 @@
+//! dedelta-eval: the evaluation harness behind `dedelta eval`.
+//!
+//! One command stores a versioned dataset with every configuration of dedelta and with the
+//! tools people use (restic, borg, zstd, xdelta3), restores and verifies it, and writes
+//! `report.md`, `results.csv`, `versions.csv` and PNG plots.
+//!
+//! - [`dataset`]: versioned datasets (a directory of versions, or a generated series).
+//! - [`synthetic`], [`sqlite`]: the generators (DARE §4.1 file-tree mutations; database
+//!   snapshots).
+//! - [`configs`]: the configurations compared.
+//! - [`runner`]: backup, restore and verification per configuration.
+//! - [`kernels`]: single-thread sketch and delta codec speeds on a sample.
+//! - [`peers`]: the outside tools.
+//! - [`report`], [`plot`]: the outputs.
+//!
+//! Choice: the harness calls the store library directly (one process, exact numbers from
+//! `BackupSummary`, `ReadStats` and `stats`) rather than driving the CLI binary; the peers
+//! are driven as processes because they are only available that way.
+
+pub mod configs;
+pub mod dataset;
+pub mod error;
+pub mod kernels;
+pub mod peers;
+pub mod plot;
+pub mod report;
+pub mod rng;
+pub mod runner;
+pub mod sqlite;
+pub mod synthetic;
+
+pub use error::{EvalError, Result};
+
+use configs::EvalConfig;
+use dataset::Dataset;
+use error::IoContext;
+use runner::{ConfigResult, RunOptions, VersionRow};
+use std::path::PathBuf;
+
+/// Everything one evaluation needs.
+#[derive(Clone, Debug)]
+pub struct EvalOptions {
+    /// The dataset.
+    pub dataset: Dataset,
+    /// Where report.md, results.csv, versions.csv and the plots go.
+    pub out_dir: PathBuf,
+    /// Where the repositories go (kept after the run, so their numbers can be checked).
+    pub repos_dir: PathBuf,
+    /// The configurations.
+    pub configs: Vec<EvalConfig>,
+    /// Worker threads per backup.
+    pub threads: usize,
+    /// Restore this many versions per configuration (`None`: all).
+    pub restore_sample: Option<usize>,
+    /// Run the installed peers.
+    pub peers: bool,
+    /// The command line, recorded in the report.
+    pub command_line: String,
+    /// Host recorded in snapshots.
+    pub host: String,
+    /// Start time (RFC 3339), recorded in snapshots and the report.
+    pub time: String,
+}
+
+/// What an evaluation produced.
+#[derive(Clone, Debug, Default)]
+pub struct EvalReport {
+    /// One summary per configuration, then per peer.
+    pub results: Vec<ConfigResult>,
+    /// Per-version rows.
+    pub rows: Vec<VersionRow>,
+    /// Notes (skipped peers, plots not drawn).
+    pub notes: Vec<String>,
+    /// Similar chunk pairs in the kernel sample (0 when not measured).
+    pub kernel_pairs: usize,
+}
+
+/// Runs an evaluation and writes its outputs; `log` receives one line per step.
+///
+/// # Errors
+/// A configuration fails (backup, restore, verification), or an output cannot be written.
+/// Peers that fail are noted in the report instead.
+pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalReport> {
+    std::fs::create_dir_all(&opts.out_dir)
+        .ctx(|| format!("creating {}", opts.out_dir.display()))?;
+    let scratch = opts.repos_dir.join(".scratch");
+    std::fs::create_dir_all(&scratch).ctx(|| format!("creating {}", scratch.display()))?;
+    let run_opts = RunOptions {
+        repos_dir: opts.repos_dir.clone(),
+        scratch_dir: scratch.clone(),
+        threads: opts.threads,
+        restore_sample: opts.restore_sample,
+        host: opts.host.clone(),
+        time: opts.time.clone(),
+    };
+    let mut report = EvalReport::default();
+    log("measuring kernels (sketch, delta codecs) on a sample");
+    let mut kernels = kernels::Kernels::prepare(&opts.dataset)?;
+    if kernels.is_none() {
+        report
+            .notes
+            .push("kernel speeds not measured: fewer than two file versions".into());
+    }
+    for c in &opts.configs {
+        log(&format!("configuration {}: {}", c.name, c.description));
+        let (r, rows) = runner::run_config(&opts.dataset, c, &run_opts, kernels.as_mut())?;
+        log(&format!(
+            "  stored {:.2} MB, factor {:.2}, backup {:.1} MB/s, restore {:.1} MB/s",
+            r.stored_bytes as f64 / 1e6,
+            r.total_factor,
+            r.backup_mb_s,
+            r.restore_mb_s.unwrap_or(0.0)
+        ));
+        report.results.push(r);
+        report.rows.extend(rows);
+    }
+    report.kernel_pairs = kernels.as_ref().map_or(0, kernels::Kernels::pairs);
+    if opts.peers {
+        log("running peers");
+        let p = peers::run_peers(&opts.dataset, &scratch.join("peers"), opts.threads)?;
+        for r in &p.results {
+            log(&format!(
+                "  {}: stored {:.2} MB, factor {:.2}",
+                r.name,
+                r.stored_bytes as f64 / 1e6,
+                r.total_factor
+            ));
+        }
+        report.results.extend(p.results);
+        report.rows.extend(p.rows);
+        report.notes.extend(p.notes);
+    } else {
+        report.notes.push("peers: skipped (--no-peers)".into());
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    log("writing report and plots");
+    report.notes.extend(plot::draw_all(&opts.out_dir, &report));
+    report::write_all(opts, &report)?;
+    Ok(report)
+}

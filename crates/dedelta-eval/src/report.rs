@@ -1,0 +1,290 @@
+//! report.md, results.csv and versions.csv.
+//!
+//! results.csv has one row per configuration and peer with the columns of [`RESULT_COLUMNS`]
+//! (the field names of [`ConfigResult`]); empty cells are values that do not apply.
+
+use crate::error::{IoContext, Result};
+use crate::runner::{ConfigResult, VersionRow};
+use crate::{EvalOptions, EvalReport};
+use std::fmt::Write as _;
+
+/// Columns of results.csv, in order.
+pub const RESULT_COLUMNS: &[&str] = &[
+    "name",
+    "kind",
+    "versions",
+    "logical_bytes",
+    "stored_bytes",
+    "repo_bytes",
+    "total_factor",
+    "dedup_factor",
+    "delta_factor",
+    "compression_factor",
+    "dcr",
+    "dce",
+    "delta_chunks",
+    "sf_mb_s",
+    "delta_encode_mb_s",
+    "delta_decode_mb_s",
+    "pipeline_sketch_mb_s",
+    "pipeline_delta_mb_s",
+    "backup_seconds",
+    "backup_mb_s",
+    "versions_restored",
+    "restore_bytes",
+    "restore_seconds",
+    "restore_mb_s",
+    "restore_speed_factor",
+    "restore_read_amplification",
+    "index_bytes",
+    "base_cache_bytes",
+    "base_cache_hit_rate",
+    "peak_rss_bytes",
+    "description",
+    "note",
+];
+
+/// Columns of versions.csv, in order.
+pub const VERSION_COLUMNS: &[&str] = &[
+    "config",
+    "version",
+    "version_name",
+    "logical_bytes",
+    "cumulative_stored_bytes",
+    "backup_seconds",
+    "restore_seconds",
+    "restore_read_bytes",
+    "restore_containers_read",
+    "restore_speed_factor",
+];
+
+fn cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) => {
+            if s.contains([',', '"', '\n']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.clone()
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+fn csv<T: serde::Serialize>(columns: &[&str], rows: &[T]) -> String {
+    let mut out = columns.join(",");
+    out.push('\n');
+    for r in rows {
+        // Serializing plain structs of numbers and strings cannot fail.
+        let v = serde_json::to_value(r).unwrap_or_default();
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| cell(v.get(*c).unwrap_or(&serde_json::Value::Null)))
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// results.csv.
+pub fn results_csv(results: &[ConfigResult]) -> String {
+    csv(RESULT_COLUMNS, results)
+}
+
+/// versions.csv.
+pub fn versions_csv(rows: &[VersionRow]) -> String {
+    csv(VERSION_COLUMNS, rows)
+}
+
+fn f(v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.digits$}"),
+        _ => "–".into(),
+    }
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.2}", b as f64 / 1e6)
+}
+
+fn mib(b: Option<u64>) -> String {
+    b.map_or("–".into(), |b| {
+        format!("{:.1}", b as f64 / (1024.0 * 1024.0))
+    })
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("{cores} cores ({cpu})")
+}
+
+/// The markdown report.
+pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
+    let d = &opts.dataset;
+    let mut s = String::new();
+    let _ = writeln!(s, "# dedelta eval: {}\n", d.name);
+    let _ = writeln!(s, "Produced by:\n\n```sh\n{}\n```\n", opts.command_line);
+    let first = d.versions.first().map_or("", |v| v.name.as_str());
+    let last = d.versions.last().map_or("", |v| v.name.as_str());
+    let _ = writeln!(
+        s,
+        "- Dataset: `{}`, {} versions ({first} .. {last}), {} MB in all.\n- Started {}; \
+         machine: {}; {} backup threads. Timings are wall clock on a machine shared with \
+         other work: compare them within this run only.\n- Each version is one backup into a \
+         fresh repository per configuration; {} of {} versions restored per configuration \
+         and compared byte for byte with the originals.\n",
+        d.name,
+        d.versions.len(),
+        mb(d.total_bytes()),
+        opts.time,
+        machine(),
+        opts.threads,
+        opts.restore_sample
+            .map_or(d.versions.len(), |n| n.min(d.versions.len())),
+        d.versions.len()
+    );
+    let _ = writeln!(s, "## Storage\n");
+    let _ = writeln!(
+        s,
+        "| configuration | stored MB | total factor | dedup | delta | compression | DCR | DCE | delta chunks |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &report.results {
+        let _ = writeln!(
+            s,
+            "| {}{} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            if r.kind == "peer" { "peer: " } else { "" },
+            r.name,
+            mb(r.stored_bytes),
+            r.total_factor,
+            f(r.dedup_factor, 2),
+            f(r.delta_factor, 2),
+            f(r.compression_factor, 2),
+            f(r.dcr, 2),
+            f(r.dce, 2),
+            r.delta_chunks.map_or("–".into(), |v| v.to_string())
+        );
+    }
+    let _ = writeln!(s, "\n## Speed\n");
+    let _ = writeln!(
+        s,
+        "| configuration | backup MB/s | restore MB/s | SF MB/s | delta encode MB/s | delta decode MB/s | sketch stage MB/s | delta stage MB/s | restore speed factor | read amplification |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &report.results {
+        let _ = writeln!(
+            s,
+            "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            if r.kind == "peer" { "peer: " } else { "" },
+            r.name,
+            r.backup_mb_s,
+            f(r.restore_mb_s, 1),
+            f(r.sf_mb_s, 0),
+            f(r.delta_encode_mb_s, 0),
+            f(r.delta_decode_mb_s, 0),
+            f(r.pipeline_sketch_mb_s, 0),
+            f(r.pipeline_delta_mb_s, 0),
+            f(r.restore_speed_factor, 2),
+            f(r.restore_read_amplification, 2)
+        );
+    }
+    let _ = writeln!(s, "\n## Memory\n");
+    let _ = writeln!(
+        s,
+        "| configuration | index file MiB | base cache MiB (configured) | base cache hit rate | peak RSS MiB |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for r in report.results.iter().filter(|r| r.kind == "dedelta") {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            r.name,
+            mib(r.index_bytes),
+            mib(r.base_cache_bytes),
+            f(r.base_cache_hit_rate, 3),
+            mib(r.peak_rss_bytes)
+        );
+    }
+    let _ = writeln!(s, "\n## Plots\n");
+    for (png, what) in [
+        ("stored.png", "Stored size per configuration and peer"),
+        ("cumulative.png", "Cumulative stored size over versions"),
+        ("throughput.png", "Backup and restore throughput"),
+        (
+            "restore_speed_factor.png",
+            "Restore speed factor over versions",
+        ),
+    ] {
+        if opts.out_dir.join(png).exists() {
+            let _ = writeln!(s, "![{what}]({png})\n");
+        }
+    }
+    let _ = writeln!(s, "## Configurations\n");
+    for r in &report.results {
+        let note = if r.note.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", r.note)
+        };
+        let _ = writeln!(s, "- `{}`: {}{note}", r.name, r.description);
+    }
+    let _ = writeln!(s, "\n## Notes\n");
+    for n in &report.notes {
+        let _ = writeln!(s, "- {n}");
+    }
+    let _ = writeln!(
+        s,
+        "- What is measured. *stored MB*: for dedelta the bytes of all containers (`stats` \
+         `stored_bytes`; snapshots and the local index not included, `repo_bytes` in \
+         results.csv has the whole directory); for restic and borg the repository \
+         directory; for zstd and xdelta3 the output files. *Factors, DCR, DCE*: from \
+         `dedelta stats` of each repository. *SF, delta encode/decode MB/s*: single thread, \
+         fastest of 3 runs, on the non-duplicate chunks (SF) and the {} Finesse-similar \
+         chunk pairs (codecs) of the first 16 MiB of the last two versions. *Sketch / \
+         delta stage MB/s*: in the backups, new bytes (resp. bytes delta-encoded) per \
+         second summed over worker threads. *Backup MB/s*: logical bytes over the wall time \
+         of all backups. *Restore MB/s*: bytes restored over wall time (written to disk, \
+         every chunk verified). *Restore speed factor* (LoopDelta §5.1): MB restored per \
+         container read (container metadata sections read by the restore). *Read \
+         amplification*: stored bytes read per byte restored. *Index file*: size of the \
+         redb chunk index; *base cache*: the configured delta base cache of the backup; \
+         *peak RSS*: VmHWM of the eval process, reset before each configuration (the whole \
+         process: backup pipeline, caches, restore).",
+        report.kernel_pairs
+    );
+    let _ = writeln!(
+        s,
+        "- Files: results.csv (one row per configuration and peer), versions.csv (one row \
+         per version: cumulative stored bytes, backup and restore time, restore speed \
+         factor)."
+    );
+    s
+}
+
+/// Writes report.md, results.csv and versions.csv into the output directory.
+///
+/// # Errors
+/// A file cannot be written.
+pub fn write_all(opts: &EvalOptions, report: &EvalReport) -> Result<()> {
+    let out = &opts.out_dir;
+    for (name, text) in [
+        ("results.csv", results_csv(&report.results)),
+        ("versions.csv", versions_csv(&report.rows)),
+        ("report.md", markdown(opts, report)),
+    ] {
+        let p = out.join(name);
+        std::fs::write(&p, text).ctx(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

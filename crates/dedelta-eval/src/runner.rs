@@ -1,0 +1,469 @@
+//! Runs the configurations: each version as one backup into a fresh repository per
+//! configuration, then restores of every version (or a sample), verified against the
+//! originals.
+//!
+//! Versions that are single files are backed up as one stream under the fixed name
+//! [`STREAM_NAME`], so consecutive snapshots have the same path (DupAdj's previous recipe);
+//! versions that are directories are backed up by path.
+
+use crate::configs::EvalConfig;
+use crate::dataset::{Dataset, Version};
+use crate::error::{EvalError, IoContext, Result, StoreContext};
+use crate::kernels::Kernels;
+use dedelta_store::commands::backup::{backup, BackupOptions, StdinSource};
+use dedelta_store::commands::restore::{restore, RestoreOptions};
+use dedelta_store::commands::stats::{stats, RepoStats};
+use dedelta_store::config::RepoConfig;
+use dedelta_store::lock::LockInfo;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::snapshot;
+use dedelta_store::Repository;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The file name single-file versions are stored under.
+pub const STREAM_NAME: &str = "data";
+/// Bytes of decompressed regions the restore caches.
+pub const RESTORE_CACHE_BYTES: usize = 64 << 20;
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Where the repositories go (`<repos_dir>/<config name>`); existing ones are replaced.
+    pub repos_dir: PathBuf,
+    /// Scratch space for restores.
+    pub scratch_dir: PathBuf,
+    /// Worker threads per backup.
+    pub threads: usize,
+    /// Restore this many versions, evenly spread and always including the last; `None`
+    /// restores every version.
+    pub restore_sample: Option<usize>,
+    /// Host recorded in snapshots and locks.
+    pub host: String,
+    /// Time recorded in snapshots and locks (RFC 3339).
+    pub time: String,
+}
+
+/// One version of one configuration or peer.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct VersionRow {
+    /// Configuration or peer name.
+    pub config: String,
+    /// Version number (0-based).
+    pub version: usize,
+    /// Version name.
+    pub version_name: String,
+    /// Bytes of the version.
+    pub logical_bytes: u64,
+    /// Bytes stored after this version (cumulative).
+    pub cumulative_stored_bytes: u64,
+    /// Seconds the backup of this version took.
+    pub backup_seconds: f64,
+    /// Seconds its restore took (when restored).
+    pub restore_seconds: Option<f64>,
+    /// Stored bytes read by the restore.
+    pub restore_read_bytes: Option<u64>,
+    /// Containers whose metadata the restore read.
+    pub restore_containers_read: Option<u64>,
+    /// MB restored per container read (LoopDelta's restore speed factor).
+    pub restore_speed_factor: Option<f64>,
+}
+
+/// The summary of one configuration or peer.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ConfigResult {
+    /// Configuration or peer name.
+    pub name: String,
+    /// `dedelta` or `peer`.
+    pub kind: String,
+    /// What it is.
+    pub description: String,
+    /// Versions stored.
+    pub versions: usize,
+    /// Bytes of all versions.
+    pub logical_bytes: u64,
+    /// Bytes stored: for dedelta the containers (`stats` `stored_bytes`), for peers the
+    /// repository directory or output files.
+    pub stored_bytes: u64,
+    /// Bytes of the whole repository directory (containers, snapshots, index, locks).
+    pub repo_bytes: u64,
+    /// logical / stored.
+    pub total_factor: f64,
+    /// Deduplication factor (`stats`).
+    pub dedup_factor: Option<f64>,
+    /// Delta factor (`stats`).
+    pub delta_factor: Option<f64>,
+    /// Local compression factor (`stats`).
+    pub compression_factor: Option<f64>,
+    /// Delta compression ratio (`stats`).
+    pub dcr: Option<f64>,
+    /// Delta compression efficiency (`stats`).
+    pub dce: Option<f64>,
+    /// Chunks stored as deltas.
+    pub delta_chunks: Option<u64>,
+    /// Super-feature computing speed, MB/s, single thread on the kernel sample.
+    pub sf_mb_s: Option<f64>,
+    /// Delta encode speed, MB/s, single thread on the kernel sample.
+    pub delta_encode_mb_s: Option<f64>,
+    /// Delta decode speed, MB/s, single thread on the kernel sample.
+    pub delta_decode_mb_s: Option<f64>,
+    /// Sketch stage in the backups: new bytes / summed sketch seconds (all threads).
+    pub pipeline_sketch_mb_s: Option<f64>,
+    /// Delta stage in the backups: bytes delta-encoded / summed delta seconds.
+    pub pipeline_delta_mb_s: Option<f64>,
+    /// Seconds of all backups.
+    pub backup_seconds: f64,
+    /// logical MB / backup seconds.
+    pub backup_mb_s: f64,
+    /// Versions restored (and verified).
+    pub versions_restored: usize,
+    /// Bytes restored.
+    pub restore_bytes: u64,
+    /// Seconds of all restores.
+    pub restore_seconds: Option<f64>,
+    /// restored MB / restore seconds.
+    pub restore_mb_s: Option<f64>,
+    /// MB restored per container read (LoopDelta §5.1), over all restores.
+    pub restore_speed_factor: Option<f64>,
+    /// Stored bytes read / bytes restored.
+    pub restore_read_amplification: Option<f64>,
+    /// Bytes of the redb chunk index file.
+    pub index_bytes: Option<u64>,
+    /// Configured base cache of the backup (bytes).
+    pub base_cache_bytes: Option<u64>,
+    /// Base cache hit rate during the backups.
+    pub base_cache_hit_rate: Option<f64>,
+    /// Peak resident set of the process during this configuration (VmHWM after a reset).
+    pub peak_rss_bytes: Option<u64>,
+    /// Anything notable (skips, approximations).
+    pub note: String,
+}
+
+/// The versions to restore: `n` evenly spread, always the last.
+pub fn restore_picks(versions: usize, sample: Option<usize>) -> Vec<usize> {
+    let n = sample.unwrap_or(versions).clamp(1, versions.max(1));
+    if versions == 0 {
+        return Vec::new();
+    }
+    let mut picks: Vec<usize> = (0..n)
+        .map(|i| {
+            if n == 1 {
+                versions - 1
+            } else {
+                i * (versions - 1) / (n - 1)
+            }
+        })
+        .collect();
+    picks.dedup();
+    picks
+}
+
+/// Resets the peak resident set (Linux `clear_refs` 5); false where unsupported.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", b"5").is_ok()
+}
+
+/// Peak resident set in bytes (`VmHWM` of /proc/self/status).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Bytes of files under `path` (0 if missing).
+pub fn du(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path)
+        .map(|rd| rd.flatten().map(|e| du(&e.path())).sum())
+        .unwrap_or(0)
+}
+
+/// Runs one configuration; returns its summary and per-version rows.
+///
+/// # Errors
+/// A backup or restore fails, or a restored version differs from its original.
+pub fn run_config(
+    dataset: &Dataset,
+    config: &EvalConfig,
+    opts: &RunOptions,
+    kernels: Option<&mut Kernels>,
+) -> Result<(ConfigResult, Vec<VersionRow>)> {
+    let repo_dir = opts.repos_dir.join(&config.name);
+    if repo_dir.exists() {
+        std::fs::remove_dir_all(&repo_dir).ctx(|| format!("clearing {}", repo_dir.display()))?;
+    }
+    std::fs::create_dir_all(&opts.repos_dir)
+        .ctx(|| format!("creating {}", opts.repos_dir.display()))?;
+    let rss_reset = reset_peak_rss();
+    let ctx = |what: &str| format!("{} ({what})", config.name);
+    let mut repo_config = RepoConfig::new(format!("{:032x}", hash_name(&config.name)));
+    repo_config.delta = config.delta.clone();
+    let repo = Repository::init_local(&repo_dir, repo_config)
+        .store_ctx(|| ctx("init"))?
+        .open_index()
+        .store_ctx(|| ctx("opening the index"))?;
+    let me = LockInfo {
+        pid: std::process::id(),
+        host: opts.host.clone(),
+        time: opts.time.clone(),
+        command: "eval".into(),
+    };
+    let mut rows = Vec::new();
+    let mut snapshots = Vec::new();
+    let mut cumulative = 0u64;
+    let mut backup_seconds = 0.0;
+    let (mut new_bytes, mut sketch_s, mut delta_src, mut delta_s) = (0u64, 0.0, 0u64, 0.0);
+    let (mut hits, mut misses) = (0u64, 0u64);
+    for (i, v) in dataset.versions.iter().enumerate() {
+        let lock = repo.lock(&me).store_ctx(|| ctx("lock"))?;
+        let stdin = if v.is_dir {
+            None
+        } else {
+            let f = std::fs::File::open(&v.path).ctx(|| format!("opening {}", v.path.display()))?;
+            Some(StdinSource {
+                reader: Box::new(std::io::BufReader::with_capacity(1 << 20, f)),
+                name: STREAM_NAME.into(),
+                mtime_secs: 1_700_000_000,
+            })
+        };
+        let started = Instant::now();
+        let result = backup(
+            &repo,
+            &lock,
+            BackupOptions {
+                paths: if v.is_dir {
+                    vec![v.path.clone()]
+                } else {
+                    vec![]
+                },
+                excludes: vec![],
+                tags: vec![format!("v{i}")],
+                stdin,
+                host: opts.host.clone(),
+                time: opts.time.clone(),
+                threads: opts.threads.max(1),
+                delta: None,
+            },
+            &NoProgress,
+        )
+        .store_ctx(|| ctx(&format!("backup of {}", v.name)))?;
+        let secs = started.elapsed().as_secs_f64();
+        drop(lock);
+        let s = &result.summary;
+        cumulative += s.bytes_added;
+        backup_seconds += secs;
+        new_bytes += s.bytes_new;
+        sketch_s += s.stage_seconds.get("sketch").copied().unwrap_or(0.0);
+        delta_src += s.delta_source_bytes;
+        delta_s += s.stage_seconds.get("delta").copied().unwrap_or(0.0);
+        hits += s.base_cache_hits;
+        misses += s.base_cache_misses;
+        snapshots.push(result.snapshot_id);
+        rows.push(VersionRow {
+            config: config.name.clone(),
+            version: i,
+            version_name: v.name.clone(),
+            logical_bytes: v.len_bytes,
+            cumulative_stored_bytes: cumulative,
+            backup_seconds: secs,
+            ..VersionRow::default()
+        });
+    }
+    // Restores, verified.
+    let (mut restore_s, mut restored, mut read_bytes, mut containers) = (0.0, 0u64, 0u64, 0u64);
+    let picks = restore_picks(dataset.versions.len(), opts.restore_sample);
+    for &i in &picks {
+        let v = &dataset.versions[i];
+        let (_, snap) = snapshot::find(repo.backend().as_ref(), &snapshots[i].to_hex())
+            .store_ctx(|| ctx("finding a snapshot"))?;
+        let target = opts.scratch_dir.join(format!("restore-{}", config.name));
+        if target.exists() {
+            std::fs::remove_dir_all(&target).ctx(|| format!("clearing {}", target.display()))?;
+        }
+        let started = Instant::now();
+        let st = restore(
+            &repo,
+            &snap,
+            &RestoreOptions {
+                target: target.clone(),
+                include: vec![],
+                cache_bytes: RESTORE_CACHE_BYTES,
+            },
+            &NoProgress,
+        )
+        .store_ctx(|| ctx(&format!("restore of {}", v.name)))?;
+        let secs = started.elapsed().as_secs_f64();
+        verify(config, v, &target)?;
+        std::fs::remove_dir_all(&target).ctx(|| format!("clearing {}", target.display()))?;
+        restore_s += secs;
+        restored += st.bytes_written;
+        read_bytes += st.reads.bytes_read;
+        containers += st.reads.container_metas_read;
+        let row = &mut rows[i];
+        row.restore_seconds = Some(secs);
+        row.restore_read_bytes = Some(st.reads.bytes_read);
+        row.restore_containers_read = Some(st.reads.container_metas_read);
+        row.restore_speed_factor = Some(rsf(st.bytes_written, st.reads.container_metas_read));
+    }
+    let peak = if rss_reset { peak_rss_bytes() } else { None };
+    let st: RepoStats = stats(&repo).store_ctx(|| ctx("stats"))?;
+    let logical = dataset.total_bytes();
+    let mut r = ConfigResult {
+        name: config.name.clone(),
+        kind: "dedelta".into(),
+        description: config.description.clone(),
+        versions: dataset.versions.len(),
+        logical_bytes: logical,
+        stored_bytes: st.stored_bytes,
+        repo_bytes: du(&repo_dir),
+        total_factor: ratio(logical, st.stored_bytes),
+        dedup_factor: Some(st.dedup_factor),
+        delta_factor: Some(st.delta_factor),
+        compression_factor: Some(st.compression_factor),
+        dcr: Some(st.dcr),
+        dce: Some(st.dce),
+        delta_chunks: Some(st.delta_chunks),
+        pipeline_sketch_mb_s: (sketch_s > 0.0).then(|| new_bytes as f64 / 1e6 / sketch_s),
+        pipeline_delta_mb_s: (delta_s > 0.0).then(|| delta_src as f64 / 1e6 / delta_s),
+        backup_seconds,
+        backup_mb_s: logical as f64 / 1e6 / backup_seconds.max(1e-9),
+        versions_restored: picks.len(),
+        restore_bytes: restored,
+        restore_seconds: Some(restore_s),
+        restore_mb_s: Some(restored as f64 / 1e6 / f64::max(restore_s, 1e-9)),
+        restore_speed_factor: Some(rsf(restored, containers)),
+        restore_read_amplification: Some(read_bytes as f64 / restored.max(1) as f64),
+        index_bytes: std::fs::metadata(repo_dir.join("index").join("chunks.redb"))
+            .ok()
+            .map(|m| m.len()),
+        base_cache_bytes: config
+            .delta
+            .enabled()
+            .then_some(config.delta.base_cache_bytes as u64),
+        base_cache_hit_rate: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
+        peak_rss_bytes: peak,
+        note: String::new(),
+        ..ConfigResult::default()
+    };
+    if let Some(k) = kernels {
+        if let Some(kind) = config.delta.sketch {
+            r.sf_mb_s = Some(k.sketch_mb_s(kind, config.delta.sketch_params)?);
+        }
+        if config.delta.enabled() {
+            let c = k.codec(config.delta.codec)?;
+            r.delta_encode_mb_s = Some(c.encode_mb_s);
+            r.delta_decode_mb_s = Some(c.decode_mb_s);
+        }
+    }
+    Ok((r, rows))
+}
+
+/// MB restored per container read.
+pub fn rsf(restored_bytes: u64, containers: u64) -> f64 {
+    restored_bytes as f64 / 1e6 / containers.max(1) as f64
+}
+
+/// a / b, 0 when b is 0.
+pub fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+fn hash_name(name: &str) -> u128 {
+    // FNV-1a: a stable repository id per configuration name.
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in name.bytes() {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    h
+}
+
+/// Compares a restored version with its original.
+fn verify(config: &EvalConfig, v: &Version, target: &Path) -> Result<()> {
+    let mismatch = |path: &Path| EvalError::Mismatch {
+        config: config.name.clone(),
+        version: v.name.clone(),
+        path: path.to_path_buf(),
+    };
+    if !v.is_dir {
+        return if same_file(&v.path, &target.join(STREAM_NAME))? {
+            Ok(())
+        } else {
+            Err(mismatch(&v.path))
+        };
+    }
+    let abs = std::path::absolute(&v.path).ctx(|| format!("resolving {}", v.path.display()))?;
+    let mut stack = vec![abs];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).ctx(|| format!("reading {}", d.display()))? {
+            let e = e.ctx(|| format!("reading {}", d.display()))?;
+            let p = e.path();
+            let ft = e.file_type().ctx(|| format!("reading {}", p.display()))?;
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                let rel = p.strip_prefix("/").unwrap_or(&p);
+                if !same_file(&p, &target.join(rel))? {
+                    return Err(mismatch(&p));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn same_file(a: &Path, b: &Path) -> Result<bool> {
+    let open = |p: &Path| std::fs::File::open(p).ctx(|| format!("opening {}", p.display()));
+    let (mut fa, mut fb) = match (open(a)?, open(b)) {
+        (fa, Ok(fb)) => (fa, fb),
+        (_, Err(_)) => return Ok(false),
+    };
+    let mut ba = vec![0u8; 1 << 20];
+    let mut bb = vec![0u8; 1 << 20];
+    loop {
+        let na = read_full(&mut fa, &mut ba).ctx(|| format!("reading {}", a.display()))?;
+        let nb = read_full(&mut fb, &mut bb).ctx(|| format!("reading {}", b.display()))?;
+        if na != nb || ba[..na] != bb[..nb] {
+            return Ok(false);
+        }
+        if na == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+fn read_full(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let k = f.read(&mut buf[n..])?;
+        if k == 0 {
+            break;
+        }
+        n += k;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_spread_and_include_last() {
+        assert_eq!(restore_picks(10, None), (0..10).collect::<Vec<_>>());
+        assert_eq!(restore_picks(10, Some(3)), vec![0, 4, 9]);
+        assert_eq!(restore_picks(10, Some(1)), vec![9]);
+        assert_eq!(restore_picks(2, Some(5)), vec![0, 1]);
+    }
+}
