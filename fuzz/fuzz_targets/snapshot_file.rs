@@ -1,0 +1,11 @@
+//! Snapshot and config files: the envelope and JSON decoders must reject garbage cleanly.
+#![no_main]
+
+use dedelta_store::config::RepoConfig;
+use dedelta_store::snapshot::Snapshot;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = Snapshot::from_bytes(data, "fuzz");
+    let _ = RepoConfig::from_bytes(data);
+});
