@@ -27,7 +27,7 @@
 //! panics, never reads out of bounds, and reserves memory only up to what the rest of the
 //! delta can actually produce.
 //!
-//! docs/delta-format.md describes the same format with byte tables and a worked example; the
+//! docs/format.md ("Delta instructions") describes the same format with byte tables and a worked example; the
 //! test `doc_example_bytes` below pins that example.
 
 use super::DeltaError;
@@ -368,7 +368,7 @@ mod tests {
         assert_eq!(zigzag(1), 2);
     }
 
-    /// The worked example of docs/delta-format.md, byte for byte.
+    /// The worked example of docs/format.md ("Delta instructions"), byte for byte.
     #[test]
     fn doc_example_bytes() {
         let base = b"The quick brown fox jumps over the lazy dog";
