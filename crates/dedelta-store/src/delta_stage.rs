@@ -181,6 +181,7 @@ pub struct NewChunk {
     pub sfs: SuperFeatures,
     /// The decision.
     pub stored: Stored,
+    presketched: bool,
     adj: Option<ChunkId>,
     candidates: Vec<(ChunkId, Arc<Vec<u8>>, Via)>,
     via: Option<Via>,
@@ -267,7 +268,8 @@ impl<'a> DeltaStage<'a> {
     }
 
     /// A new chunk, to be decided at the next [`Self::process`].
-    pub fn push_new(&mut self, id: ChunkId, data: Bytes) {
+    /// `sfs` are the chunk's super-features if already computed.
+    pub fn push_new(&mut self, id: ChunkId, data: Bytes, sfs: Option<SuperFeatures>) {
         let mut adj = None;
         if let (Some(prev), Some(c)) = (&self.prev, self.cursor) {
             if let Some(candidate) = prev.ids.get(c) {
@@ -281,7 +283,8 @@ impl<'a> DeltaStage<'a> {
         self.batch.push(NewChunk {
             id,
             data,
-            sfs: SuperFeatures::default(),
+            presketched: sfs.is_some(),
+            sfs: sfs.unwrap_or_default(),
             stored: Stored::Full,
             adj,
             candidates: Vec::new(),
@@ -324,13 +327,16 @@ impl<'a> DeltaStage<'a> {
         }
         // 1. Super-features, in parallel.
         if let Some(sketcher) = &self.sketcher {
-            let t = Instant::now();
-            pool.install(|| {
-                batch
-                    .par_iter_mut()
-                    .for_each(|c| c.sfs = sketcher.sketch(&c.data));
-            });
-            StageTimes::add(&self.times.sketch, t);
+            if batch.iter().any(|c| !c.presketched) {
+                let t = Instant::now();
+                pool.install(|| {
+                    batch
+                        .par_iter_mut()
+                        .filter(|c| !c.presketched)
+                        .for_each(|c| c.sfs = sketcher.sketch(&c.data));
+                });
+                StageTimes::add(&self.times.sketch, t);
+            }
         }
         // 2. Candidates and their bases, in order.
         let t = Instant::now();
@@ -359,33 +365,35 @@ impl<'a> DeltaStage<'a> {
         let t = Instant::now();
         let codec = self.codec.as_ref();
         let keep = 1.0 - self.cfg.min_saving;
-        pool.install(|| {
-            batch.par_iter_mut().for_each(|c| {
-                if c.candidates.is_empty() {
-                    return;
+        let encode = |c: &mut NewChunk| {
+            if c.candidates.is_empty() {
+                return;
+            }
+            // What the chunk would cost stored in full: zstd level 1 of the chunk alone,
+            // computed only when the delta is not obviously smaller (8x below raw size,
+            // which a single chunk rarely compresses to).
+            let mut full_cost: Option<usize> = None;
+            for (base, bytes, via) in &c.candidates {
+                let mut delta = Vec::new();
+                codec.encode(bytes, &c.data, &mut delta);
+                let keep_it = delta.len() * 8 <= c.data.len() || {
+                    let cost = *full_cost.get_or_insert_with(|| {
+                        Compression::Zstd { level: 1 }.compress(&c.data).1.len()
+                    });
+                    delta.len() as f64 <= cost as f64 * keep
+                };
+                if keep_it {
+                    c.stored = Stored::Delta { base: *base, delta };
+                    c.via = Some(*via);
+                    break;
                 }
-                // What the chunk would cost stored in full: zstd level 1 of the chunk alone,
-                // computed only when the delta is not obviously smaller (8x below raw size,
-                // which a single chunk rarely compresses to).
-                let mut full_cost: Option<usize> = None;
-                for (base, bytes, via) in &c.candidates {
-                    let mut delta = Vec::new();
-                    codec.encode(bytes, &c.data, &mut delta);
-                    let keep_it = delta.len() * 8 <= c.data.len() || {
-                        let cost = *full_cost.get_or_insert_with(|| {
-                            Compression::Zstd { level: 1 }.compress(&c.data).1.len()
-                        });
-                        delta.len() as f64 <= cost as f64 * keep
-                    };
-                    if keep_it {
-                        c.stored = Stored::Delta { base: *base, delta };
-                        c.via = Some(*via);
-                        break;
-                    }
-                }
-                c.candidates = Vec::new();
-            });
-        });
+            }
+            c.candidates = Vec::new();
+        };
+        // Waiting for the pool costs more than the work when there is none.
+        if batch.iter().any(|c| !c.candidates.is_empty()) {
+            pool.install(|| batch.par_iter_mut().for_each(encode));
+        }
         StageTimes::add(&self.times.delta, t);
         // 4. Bookkeeping in order: full chunks become bases for later chunks.
         for c in &batch {

@@ -30,6 +30,7 @@ use crate::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use dedelta_core::chunker::{new_chunker, Chunker};
+use dedelta_core::sketch::{Sketcher, SuperFeatures};
 use dedelta_core::ChunkId;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use std::collections::HashSet;
@@ -45,7 +46,7 @@ const BLOCK_SIZE: usize = 1 << 20;
 /// Blocks in flight between reader and dedup thread.
 const BLOCKS_IN_FLIGHT: usize = 16;
 /// Regions in flight between dedup and writer thread.
-const REGIONS_IN_FLIGHT: usize = 8;
+const REGIONS_IN_FLIGHT: usize = 48;
 
 /// A source read from standard input (or any reader).
 pub struct StdinSource {
@@ -95,10 +96,15 @@ enum Item {
     /// Start of a regular file.
     FileStart(Node),
     /// The next chunks of the current file, fingerprinted by the pool.
-    FileData(Receiver<Vec<(ChunkId, Bytes)>>),
+    FileData(Receiver<Vec<Fingerprinted>>),
     /// End of the current file.
     FileEnd,
 }
+
+/// A chunk with its fingerprint and, when the backup sketches, its super-features (computed
+/// on the pool with the fingerprint, so that sketching is off the dedup thread's path; the
+/// sketches of chunks that turn out to be duplicates are wasted work).
+type Fingerprinted = (ChunkId, Bytes, Option<SuperFeatures>);
 
 /// Runs `f` on the pool; the returned receiver yields its result.
 fn submit<T: Send + 'static>(
@@ -156,6 +162,13 @@ pub fn backup(
             .map(|p| p.to_string_lossy().into_owned())
             .collect(),
     };
+    let sketcher: Option<Arc<dyn Sketcher>> = match delta_cfg.sketch {
+        Some(kind) if delta_cfg.enabled() => Some(Arc::from(
+            dedelta_core::sketch::new_sketcher(kind, delta_cfg.sketch_params)
+                .map_err(|e| Error::InvalidOption(e.to_string()))?,
+        )),
+        _ => None,
+    };
     let delta_stage = if delta_cfg.enabled() {
         let prev = if delta_cfg.dupadj {
             parent_recipe(repo, &snapshot_paths)?
@@ -194,6 +207,7 @@ pub fn backup(
             warnings: &mut warnings,
             stats: &mut reader_stats,
             times: &times,
+            sketcher: sketcher.clone(),
         };
         let read_result = match opts.stdin.take() {
             Some(src) => reader.stdin(src),
@@ -296,6 +310,7 @@ struct Reader<'a> {
     warnings: &'a mut Vec<String>,
     stats: &'a mut ReaderStats,
     times: &'a Arc<StageTimes>,
+    sketcher: Option<Arc<dyn Sketcher>>,
 }
 
 /// The stored path of an absolute path: without the leading `/`.
@@ -457,16 +472,24 @@ impl Reader<'_> {
                 continue;
             }
             let times = self.times.clone();
+            let sketcher = self.sketcher.clone();
             let rx = submit(self.pool, move || {
                 let t = Instant::now();
-                let out = cuts
+                let mut out: Vec<Fingerprinted> = cuts
                     .into_iter()
                     .map(|r| {
                         let c = block.slice(r);
-                        (ChunkId::of(&c), c)
+                        (ChunkId::of(&c), c, None)
                     })
                     .collect();
                 StageTimes::add(&times.hash, t);
+                if let Some(sk) = sketcher {
+                    let t = Instant::now();
+                    for (_, c, sfs) in out.iter_mut() {
+                        *sfs = Some(sk.sketch(c));
+                    }
+                    StageTimes::add(&times.sketch, t);
+                }
                 out
             });
             self.tx.send(Item::FileData(rx)).map_err(closed)?;
@@ -497,7 +520,13 @@ struct ChunkSink<'a> {
 
 impl ChunkSink<'_> {
     /// One chunk of the stream; `allow_delta` is false for metadata (tree) chunks.
-    fn add(&mut self, id: ChunkId, data: Bytes, allow_delta: bool) -> Result<()> {
+    fn add(
+        &mut self,
+        id: ChunkId,
+        data: Bytes,
+        sfs: Option<SuperFeatures>,
+        allow_delta: bool,
+    ) -> Result<()> {
         self.summary.chunks += 1;
         let t = Instant::now();
         let known = if self.pending.contains(&id) {
@@ -516,7 +545,7 @@ impl ChunkSink<'_> {
         self.summary.new_chunks += 1;
         self.summary.bytes_new += data.len() as u64;
         match self.delta.as_mut() {
-            Some(d) if allow_delta => d.push_new(id, data),
+            Some(d) if allow_delta => d.push_new(id, data, sfs),
             _ => {
                 self.summary.bytes_after_delta += data.len() as u64;
                 self.push(id, EntryKind::Full, &data, data.len(), Vec::new())?;
@@ -600,7 +629,7 @@ impl TreeWriter<'_> {
             let n = self.chunker.next_chunk_len(&self.buf[pos..end]);
             let chunk = Bytes::copy_from_slice(&self.buf[pos..pos + n]);
             let id = ChunkId::of(&chunk);
-            sink.add(id, chunk, false)?;
+            sink.add(id, chunk, None, false)?;
             self.chunks.push(id.to_hex());
             self.len += n as u64;
             pos += n;
@@ -656,9 +685,9 @@ fn dedup_stage<'a>(
             }
             Item::FileData(rx) => {
                 let chunks = rx.recv().map_err(closed)?;
-                for (id, data) in chunks {
+                for (id, data, sfs) in chunks {
                     let len = data.len() as u32;
-                    sink.add(id, data, true)?;
+                    sink.add(id, data, sfs, true)?;
                     tree.encoder.chunk(&ChunkRef { id, len }, &mut tree.buf);
                 }
                 sink.end_block()?;
