@@ -26,9 +26,9 @@ pub enum EvalError {
     Store {
         /// What was being done (configuration and version).
         context: String,
-        /// The cause.
+        /// The cause (boxed: the store's error is large and this enum travels in every Result).
         #[source]
-        source: dedelta_store::Error,
+        source: Box<dedelta_store::Error>,
     },
     /// A restored version differs from its original.
     #[error("restore of {version} in configuration {config} does not match {path}")]
@@ -86,7 +86,7 @@ impl<T> StoreContext<T> for dedelta_store::Result<T> {
     fn store_ctx(self, f: impl FnOnce() -> String) -> Result<T> {
         self.map_err(|source| EvalError::Store {
             context: f(),
-            source,
+            source: Box::new(source),
         })
     }
 }
