@@ -384,3 +384,42 @@ fn unindexed_copy_from_a_killed_prune_is_not_deleted_after_rewrite() {
     );
     verify_all(&repo, tmp.path(), &src, &model);
 }
+
+/// Regression: after a prune that keeps partly-dead containers, `check --read-data` met the
+/// dead (unindexed) delta entries and reported them as missing chunks.
+#[test]
+fn check_after_prune_ignores_dead_entries_in_kept_containers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = Repository::init_local(&tmp.path().join("repo"), config())
+        .unwrap()
+        .open_index()
+        .unwrap();
+    let src = tmp.path().join("src");
+    let mut model = BTreeMap::new();
+    let mut ids = Vec::new();
+    for v in 0..4 {
+        let files = tree(v);
+        let id = do_backup(&repo, &src, &files, v as usize);
+        ids.push(id.clone());
+        model.insert(id, files);
+    }
+    let lock = repo.lock(&me()).unwrap();
+    forget::forget(&repo, &lock, &ids[..2], &KeepPolicy::default(), false).unwrap();
+    for id in &ids[..2] {
+        model.remove(id);
+    }
+    // Keep every container: dead entries stay on disk, out of the index.
+    let st = prune::prune(
+        &repo,
+        &lock,
+        &prune::PruneOptions {
+            max_unused: 1.0,
+            dry_run: false,
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(st.plan.dead_chunks > 0);
+    drop(lock);
+    verify_all(&repo, tmp.path(), &src, &model);
+}
