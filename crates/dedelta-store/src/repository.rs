@@ -127,6 +127,57 @@ impl IndexedRepository {
     }
 }
 
+/// Appends compressed regions to containers and stores each full container durably, then
+/// indexes it (data before index: the crash-safety order). Shared by backup and prune.
+pub struct ContainerWriter<'a> {
+    repo: &'a IndexedRepository,
+    builder: crate::container::ContainerBuilder,
+    container_size: usize,
+    /// Containers written so far.
+    pub written: Vec<ContainerId>,
+    /// Bytes of those containers.
+    pub bytes_written: u64,
+}
+
+impl<'a> ContainerWriter<'a> {
+    /// A writer sealing containers at about the repository's container size.
+    pub fn new(repo: &'a IndexedRepository) -> Self {
+        ContainerWriter {
+            repo,
+            builder: crate::container::ContainerBuilder::new(),
+            container_size: repo.config().container_size,
+            written: Vec::new(),
+            bytes_written: 0,
+        }
+    }
+
+    /// Adds a region, first storing the open container if the region would overflow it.
+    pub fn add_region(&mut self, region: crate::container::CompressedRegion) -> Result<()> {
+        if !self.builder.is_empty()
+            && self.builder.len() + region.stored.len() > self.container_size
+        {
+            self.seal()?;
+        }
+        self.builder.add_region(region);
+        Ok(())
+    }
+
+    /// Stores and indexes the open container, if it holds anything.
+    pub fn seal(&mut self) -> Result<()> {
+        if self.builder.is_empty() {
+            return Ok(());
+        }
+        let (id, bytes, meta) = std::mem::take(&mut self.builder).seal();
+        self.repo
+            .backend()
+            .put(FileKind::Container, &id.to_hex(), &bytes)?;
+        self.repo.index().insert_container(id, &meta)?;
+        self.written.push(id);
+        self.bytes_written += bytes.len() as u64;
+        Ok(())
+    }
+}
+
 /// Reads and checks the metadata of the container named `name`.
 pub fn read_container_meta(backend: &dyn Backend, name: &str) -> Result<ContainerMeta> {
     let what = format!("container {name}");

@@ -19,12 +19,12 @@
 //! at worst unreferenced containers, which `check` accepts and a later prune removes.
 
 use crate::config::{DeltaConfig, RepoConfig};
-use crate::container::{CompressedRegion, ContainerBuilder, EntryKind, RegionBuilder};
+use crate::container::{CompressedRegion, EntryKind, RegionBuilder};
 use crate::delta_stage::{DeltaStage, PrevRecipe, StageTimes, Stored};
 use crate::error::{Error, Result};
 use crate::lock::RepoLock;
 use crate::progress::Progress;
-use crate::repository::IndexedRepository;
+use crate::repository::{ContainerWriter, IndexedRepository};
 use crate::snapshot::{BackupSummary, Snapshot, SnapshotId, TreeRef};
 use crate::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use bytes::Bytes;
@@ -722,28 +722,20 @@ fn writer_stage(
     regions: Receiver<Receiver<CompressedRegion>>,
     times: &StageTimes,
 ) -> Result<WriterStats> {
-    let mut stats = WriterStats::default();
-    let mut container = ContainerBuilder::new();
-    let seal = |c: ContainerBuilder, stats: &mut WriterStats| -> Result<()> {
-        let t = Instant::now();
-        let (id, bytes, meta) = c.seal();
-        repo.backend()
-            .put(crate::backend::FileKind::Container, &id.to_hex(), &bytes)?;
-        repo.index().insert_container(id, &meta)?;
-        stats.containers += 1;
-        stats.bytes_written += bytes.len() as u64;
-        StageTimes::add(&times.write, t);
-        Ok(())
-    };
+    let mut writer = ContainerWriter::new(repo);
+    debug_assert_eq!(config.container_size, repo.config().container_size);
     for rx in regions {
         let region = rx.recv().map_err(closed)?;
-        if !container.is_empty() && container.len() + region.stored.len() > config.container_size {
-            seal(std::mem::take(&mut container), &mut stats)?;
-        }
-        container.add_region(region);
+        let t = Instant::now();
+        writer.add_region(region)?;
+        StageTimes::add(&times.write, t);
     }
-    if !container.is_empty() {
-        seal(container, &mut stats)?;
-    }
+    let t = Instant::now();
+    writer.seal()?;
+    StageTimes::add(&times.write, t);
+    let stats = WriterStats {
+        containers: writer.written.len() as u64,
+        bytes_written: writer.bytes_written,
+    };
     Ok(stats)
 }

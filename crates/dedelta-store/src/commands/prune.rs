@@ -19,11 +19,11 @@
 
 use crate::backend::FileKind;
 use crate::commands::ls::walk_tree;
-use crate::container::{ContainerBuilder, ContainerId, EntryKind, RegionBuilder};
+use crate::container::{ContainerId, EntryKind, RegionBuilder};
 use crate::error::{Error, Result};
 use crate::lock::RepoLock;
 use crate::progress::Progress;
-use crate::repository::{read_container_meta, IndexedRepository};
+use crate::repository::{read_container_meta, ContainerWriter, IndexedRepository};
 use crate::snapshot::load_all;
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
@@ -216,33 +216,13 @@ pub fn prune(
     // 1. Copy live entries of rewritten containers forward.
     progress.set_total(plan.bytes_to_copy);
     let config = repo.config().clone();
-    let mut builder = ContainerBuilder::new();
+    let mut writer = ContainerWriter::new(repo);
     let mut region = RegionBuilder::default();
-    // Container names are content hashes: a copy can have the very name of a container this
-    // prune is about to delete (an unindexed copy left by a killed prune). Never delete those.
-    let written: std::cell::RefCell<HashSet<String>> = Default::default();
-    let write_container = |b: ContainerBuilder, stats: &mut PruneStats| -> Result<()> {
-        let (id, bytes, meta) = b.seal();
-        written.borrow_mut().insert(id.to_hex());
-        backend.put(FileKind::Container, &id.to_hex(), &bytes)?;
-        repo.index().insert_container(id, &meta)?;
-        stats.containers_written += 1;
-        stats.bytes_written += bytes.len() as u64;
-        Ok(())
-    };
-    let flush_region = |region: &mut RegionBuilder,
-                        builder: &mut ContainerBuilder,
-                        stats: &mut PruneStats|
-     -> Result<()> {
+    let flush_region = |region: &mut RegionBuilder, writer: &mut ContainerWriter| -> Result<()> {
         if region.is_empty() {
             return Ok(());
         }
-        let r = std::mem::take(region).compress(config.compression);
-        if !builder.is_empty() && builder.len() + r.stored.len() > config.container_size {
-            write_container(std::mem::take(builder), stats)?;
-        }
-        builder.add_region(r);
-        Ok(())
+        writer.add_region(std::mem::take(region).compress(config.compression))
     };
     for (name, _, _) in metas.iter().filter(|(n, _, _)| rewrite.contains(n)) {
         progress.message(&format!(
@@ -290,18 +270,20 @@ pub fn prune(
             );
             progress.inc(bytes.len() as u64);
             if region.raw.len() >= config.region_size {
-                flush_region(&mut region, &mut builder, &mut stats)?;
+                flush_region(&mut region, &mut writer)?;
             }
         }
     }
-    flush_region(&mut region, &mut builder, &mut stats)?;
-    if !builder.is_empty() {
-        write_container(builder, &mut stats)?;
-    }
+    flush_region(&mut region, &mut writer)?;
+    writer.seal()?;
+    stats.containers_written = writer.written.len() as u64;
+    stats.bytes_written = writer.bytes_written;
+    // Container names are content hashes: a copy can have the very name of a container this
+    // prune is about to delete (an unindexed copy left by a killed prune). Never delete those.
+    let written: HashSet<String> = writer.written.iter().map(|c| c.to_hex()).collect();
     // 2. Forget dead chunks in the index before any container disappears.
     repo.index().remove_chunks(&dead)?;
     // 3. Delete old containers.
-    let written = written.into_inner();
     for name in plan.delete.iter().chain(plan.rewrite.iter()) {
         if !written.contains(name) {
             backend.delete(FileKind::Container, name)?;
