@@ -1,9 +1,10 @@
 //! The resemblance-detection and delta-encoding stage of backup.
 //!
 //! New (non-duplicate) chunks are collected per block, in stream order, and processed as a
-//! batch: super-features are computed on the worker pool; candidates are found sequentially
-//! (DupAdj first, then the sketch index, FirstFit); base chunks are fetched through an LRU
-//! [`BaseCache`] (or read back from the repository); deltas are encoded on the worker pool;
+//! batch: super-features come computed from the worker pool (with the fingerprints);
+//! candidates are found sequentially (DupAdj first, then the sketch index, FirstFit); base
+//! chunks are fetched through an LRU [`BaseCache`] (or read back from the repository);
+//! deltas are encoded in parallel on a pool of their own (inline with 2 threads: measured faster);
 //! and a delta is kept only when it saves space (see [`DeltaConfig::min_saving`]).
 //!
 //! One-level deltas (Shilane §2.1): a base is always a chunk stored in full. A candidate that
@@ -200,6 +201,11 @@ pub struct DeltaStage<'a> {
     run: Vec<usize>,
     batch: Vec<NewChunk>,
     times: Arc<StageTimes>,
+    /// Delta encoding has a pool of its own when there are cores for it (4 or more threads):
+    /// on the shared pool it would queue behind every fingerprinting and compression job in
+    /// flight. With 2 cores, encoding on this thread measured 2-3x faster than either pool
+    /// (0.04-0.06 s against 0.11-0.15 s per 60 MB version), the pool's cores being busy anyway.
+    encode_pool: Option<rayon::ThreadPool>,
 }
 
 impl<'a> DeltaStage<'a> {
@@ -209,6 +215,7 @@ impl<'a> DeltaStage<'a> {
         cfg: DeltaConfig,
         prev: Option<PrevRecipe>,
         times: Arc<StageTimes>,
+        threads: usize,
     ) -> Result<Self> {
         cfg.validate()?;
         let sketcher = match cfg.sketch {
@@ -237,6 +244,17 @@ impl<'a> DeltaStage<'a> {
             run: Vec::new(),
             batch: Vec::new(),
             times,
+            encode_pool: if threads >= 4 {
+                Some(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads / 2)
+                        .thread_name(|i| format!("dedelta-delta-{i}"))
+                        .build()
+                        .map_err(|e| crate::Error::InvalidOption(format!("thread pool: {e}")))?,
+                )
+            } else {
+                None
+            },
         })
     }
 
@@ -390,10 +408,12 @@ impl<'a> DeltaStage<'a> {
             }
             c.candidates = Vec::new();
         };
-        // On this thread: `pool.install` would queue behind every fingerprinting and
-        // compression job already waiting on the pool, which measured longer than the
-        // encoding itself (Ddelta runs at ~700 MB/s and only candidates are encoded).
-        batch.iter_mut().for_each(encode);
+        match &self.encode_pool {
+            Some(p) if batch.iter().any(|c| !c.candidates.is_empty()) => {
+                p.install(|| batch.par_iter_mut().for_each(encode))
+            }
+            _ => batch.iter_mut().for_each(encode),
+        }
         StageTimes::add(&self.times.delta, t);
         // 4. Bookkeeping in order: full chunks become bases for later chunks.
         for c in &batch {

@@ -175,7 +175,13 @@ pub fn backup(
         } else {
             None
         };
-        Some(DeltaStage::new(repo, delta_cfg, prev, times.clone())?)
+        Some(DeltaStage::new(
+            repo,
+            delta_cfg,
+            prev,
+            times.clone(),
+            opts.threads,
+        )?)
     } else {
         None
     };
