@@ -41,7 +41,7 @@ fn font() -> Option<&'static str> {
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
-const COLORS: [RGBColor; 10] = [
+const COLORS: [RGBColor; 16] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -52,6 +52,12 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(120, 0, 120),
+    RGBColor(0, 90, 60),
+    RGBColor(200, 160, 0),
+    RGBColor(90, 90, 200),
+    RGBColor(160, 40, 90),
 ];
 
 fn color(i: usize) -> RGBColor {
