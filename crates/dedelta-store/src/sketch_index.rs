@@ -43,11 +43,22 @@ struct Overlay {
 }
 
 impl Overlay {
-    fn lookup(&self, sfs: &SuperFeatures) -> Option<(usize, ChunkId)> {
-        sfs.0
-            .iter()
-            .enumerate()
-            .find_map(|(i, sf)| self.map.get(&(i as u8, *sf)).map(|id| (i, *id)))
+    /// FirstFit over SF positions across this overlay and a backing index: at each position
+    /// the overlay is asked first, then `backing`.
+    fn first_fit(
+        &self,
+        sfs: &SuperFeatures,
+        mut backing: impl FnMut(usize, u64) -> Result<Option<ChunkId>>,
+    ) -> Result<Option<ChunkId>> {
+        for (i, sf) in sfs.0.iter().enumerate() {
+            if let Some(id) = self.map.get(&(i as u8, *sf)) {
+                return Ok(Some(*id));
+            }
+            if let Some(id) = backing(i, *sf)? {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
@@ -75,19 +86,8 @@ impl FullSketchIndex {
 
 impl SketchIndex for FullSketchIndex {
     fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
-        // FirstFit over SF positions: the persisted index and the overlay are one index.
-        let overlay_hit = self.overlay.lookup(sfs);
-        for (i, sf) in sfs.0.iter().enumerate() {
-            if let Some((j, id)) = overlay_hit {
-                if j == i {
-                    return Ok(Some(id));
-                }
-            }
-            if let Some(id) = self.reader.sketch(i, *sf)? {
-                return Ok(Some(id));
-            }
-        }
-        Ok(None)
+        let reader = &self.reader;
+        self.overlay.first_fit(sfs, |i, sf| reader.sketch(i, sf))
     }
 
     fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
@@ -130,20 +130,13 @@ impl StreamSketchIndex {
 
 impl SketchIndex for StreamSketchIndex {
     fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
-        let overlay_hit = self.overlay.lookup(sfs);
-        for (i, sf) in sfs.0.iter().enumerate() {
-            if let Some((j, id)) = overlay_hit {
-                if j == i {
-                    return Ok(Some(id));
-                }
-            }
-            if let Some((id, c)) = self.map.get(&(i as u8, *sf)) {
-                let (id, c) = (*id, *c);
-                self.containers.get(&c); // a hit refreshes its container
-                return Ok(Some(id));
-            }
-        }
-        Ok(None)
+        let (map, containers) = (&self.map, &mut self.containers);
+        self.overlay.first_fit(sfs, |i, sf| {
+            Ok(map.get(&(i as u8, sf)).map(|(id, c)| {
+                containers.get(c); // a hit refreshes its container
+                *id
+            }))
+        })
     }
 
     fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
