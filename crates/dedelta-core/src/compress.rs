@@ -128,10 +128,25 @@ impl RegionDecompressor {
         stored: &[u8],
         raw_len: usize,
     ) -> Result<Vec<u8>, CompressError> {
+        let mut out = Vec::new();
+        self.decompress_into(codec, stored, raw_len, &mut out)?;
+        Ok(out)
+    }
+
+    /// Like [`Self::decompress`], into `out` (cleared first): reusing one buffer region after
+    /// region spares the allocator handing out fresh pages that the kernel must zero.
+    pub fn decompress_into(
+        &mut self,
+        codec: u8,
+        stored: &[u8],
+        raw_len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), CompressError> {
+        out.clear();
         match (codec, self.zstd.as_mut()) {
             (CODEC_ZSTD, Some(z)) => {
-                let mut out = Vec::with_capacity(raw_len);
-                z.decompress_to_buffer(stored, &mut out)
+                out.reserve(raw_len);
+                z.decompress_to_buffer(stored, out)
                     .map_err(|e| CompressError::Corrupt(e.to_string()))?;
                 if out.len() != raw_len {
                     return Err(CompressError::Corrupt(format!(
@@ -139,9 +154,12 @@ impl RegionDecompressor {
                         out.len()
                     )));
                 }
-                Ok(out)
+                Ok(())
             }
-            _ => decompress(codec, stored, raw_len),
+            _ => {
+                *out = decompress(codec, stored, raw_len)?;
+                Ok(())
+            }
         }
     }
 }

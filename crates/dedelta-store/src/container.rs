@@ -480,13 +480,26 @@ pub fn open_region_with(
     region: &RegionMeta,
     what: &str,
 ) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    open_region_into(dec, stored, region, what, &mut out)?;
+    Ok(out)
+}
+
+/// [`open_region_with`] into a reused buffer.
+pub fn open_region_into(
+    dec: &mut compress::RegionDecompressor,
+    stored: &[u8],
+    region: &RegionMeta,
+    what: &str,
+    out: &mut Vec<u8>,
+) -> Result<()> {
     if crc32c::crc32c(stored) != region.crc {
         return Err(Error::corrupt(
             what,
             format!("region at offset {} fails its checksum", region.offset),
         ));
     }
-    dec.decompress(region.codec, stored, region.raw_len as usize)
+    dec.decompress_into(region.codec, stored, region.raw_len as usize, out)
         .map_err(|e| Error::corrupt(what, format!("region at offset {}: {e}", region.offset)))
 }
 

@@ -184,7 +184,14 @@ pub struct NewChunk {
     pub stored: Stored,
     presketched: bool,
     adj: Option<ChunkId>,
-    candidates: Vec<(ChunkId, Arc<Vec<u8>>, Via)>,
+    /// Candidate chunks in the order they are tried (before resolving deltas to bases).
+    wanted: Vec<(ChunkId, Via)>,
+    /// Bases already tried.
+    tried: Vec<ChunkId>,
+    /// The base to try next, with its bytes.
+    candidate: Option<(ChunkId, Arc<Vec<u8>>, Via)>,
+    /// Stored size of the chunk alone, once computed.
+    full_cost: Option<usize>,
     via: Option<Via>,
 }
 
@@ -305,7 +312,10 @@ impl<'a> DeltaStage<'a> {
             sfs: sfs.unwrap_or_default(),
             stored: Stored::Full,
             adj,
-            candidates: Vec::new(),
+            wanted: Vec::new(),
+            tried: Vec::new(),
+            candidate: None,
+            full_cost: None,
             via: None,
         });
     }
@@ -332,6 +342,37 @@ impl<'a> DeltaStage<'a> {
         }))
     }
 
+    /// Encodes every chunk that has a candidate against it, in parallel when the stage has
+    /// a pool, and keeps the delta if it saves enough.
+    fn encode_candidates(&self, batch: &mut [NewChunk]) {
+        let codec = self.codec.as_ref();
+        let keep = 1.0 - self.cfg.min_saving;
+        let encode = |c: &mut NewChunk| {
+            let Some((base, bytes, via)) = c.candidate.take() else {
+                return;
+            };
+            let mut delta = Vec::new();
+            codec.encode(&bytes, &c.data, &mut delta);
+            // What the chunk would cost stored in full: zstd level 1 of the chunk alone,
+            // computed only when the delta is not obviously smaller (8x below raw size,
+            // which a single chunk rarely compresses to).
+            let keep_it = delta.len() * 8 <= c.data.len() || {
+                let cost = *c.full_cost.get_or_insert_with(|| {
+                    Compression::Zstd { level: 1 }.compress(&c.data).1.len()
+                });
+                delta.len() as f64 <= cost as f64 * keep
+            };
+            if keep_it {
+                c.stored = Stored::Delta { base, delta };
+                c.via = Some(via);
+            }
+        };
+        match &self.encode_pool {
+            Some(p) => p.install(|| batch.par_iter_mut().for_each(encode)),
+            None => batch.iter_mut().for_each(encode),
+        }
+    }
+
     /// Decides every waiting chunk; returns them in stream order.
     pub fn process(
         &mut self,
@@ -356,65 +397,50 @@ impl<'a> DeltaStage<'a> {
                 StageTimes::add(&self.times.sketch, t);
             }
         }
-        // 2. Candidates and their bases, in order.
+        // 2. Candidates, in order: DupAdj's first, then the sketch index's.
         let t = Instant::now();
         for c in batch.iter_mut() {
-            let mut wanted: Vec<(ChunkId, Via)> = Vec::with_capacity(2);
             if let Some(a) = c.adj {
-                wanted.push((a, Via::DupAdj));
+                c.wanted.push((a, Via::DupAdj));
             }
             if self.sketcher.is_some() {
                 if let Some(s) = self.index.lookup(&c.sfs)? {
-                    if !wanted.iter().any(|(w, _)| *w == s) {
-                        wanted.push((s, Via::Sketch));
-                    }
-                }
-            }
-            for (w, via) in wanted {
-                if let Some((base, bytes)) = self.fetch_base(w)? {
-                    if base != c.id && !c.candidates.iter().any(|(b, _, _)| *b == base) {
-                        c.candidates.push((base, bytes, via));
+                    if !c.wanted.iter().any(|(w, _)| *w == s) {
+                        c.wanted.push((s, Via::Sketch));
                     }
                 }
             }
         }
         StageTimes::add(&self.times.base_read, t);
-        // 3. Delta encoding and the saving test, in parallel.
-        let t = Instant::now();
-        let codec = self.codec.as_ref();
-        let keep = 1.0 - self.cfg.min_saving;
-        let encode = |c: &mut NewChunk| {
-            if c.candidates.is_empty() {
-                return;
-            }
-            // What the chunk would cost stored in full: zstd level 1 of the chunk alone,
-            // computed only when the delta is not obviously smaller (8x below raw size,
-            // which a single chunk rarely compresses to).
-            let mut full_cost: Option<usize> = None;
-            for (base, bytes, via) in &c.candidates {
-                let mut delta = Vec::new();
-                codec.encode(bytes, &c.data, &mut delta);
-                let keep_it = delta.len() * 8 <= c.data.len() || {
-                    let cost = *full_cost.get_or_insert_with(|| {
-                        Compression::Zstd { level: 1 }.compress(&c.data).1.len()
-                    });
-                    delta.len() as f64 <= cost as f64 * keep
+        // 3. Bases and delta encoding, one round per candidate rank: a chunk's second
+        // candidate is fetched only if its first one did not give a delta worth keeping
+        // (most bases are read back from the repository, which is the stage's main cost).
+        let rounds = batch.iter().map(|c| c.wanted.len()).max().unwrap_or(0);
+        for round in 0..rounds {
+            let t = Instant::now();
+            let mut any = false;
+            for c in batch.iter_mut() {
+                if matches!(c.stored, Stored::Delta { .. }) {
+                    continue;
+                }
+                let Some(&(w, via)) = c.wanted.get(round) else {
+                    continue;
                 };
-                if keep_it {
-                    c.stored = Stored::Delta { base: *base, delta };
-                    c.via = Some(*via);
-                    break;
+                if let Some((base, bytes)) = self.fetch_base(w)? {
+                    if base != c.id && !c.tried.contains(&base) {
+                        c.tried.push(base);
+                        c.candidate = Some((base, bytes, via));
+                        any = true;
+                    }
                 }
             }
-            c.candidates = Vec::new();
-        };
-        match &self.encode_pool {
-            Some(p) if batch.iter().any(|c| !c.candidates.is_empty()) => {
-                p.install(|| batch.par_iter_mut().for_each(encode))
+            StageTimes::add(&self.times.base_read, t);
+            if any {
+                let t = Instant::now();
+                self.encode_candidates(&mut batch);
+                StageTimes::add(&self.times.delta, t);
             }
-            _ => batch.iter_mut().for_each(encode),
         }
-        StageTimes::add(&self.times.delta, t);
         // 4. Bookkeeping in order: full chunks become bases for later chunks.
         for c in &batch {
             match &c.stored {

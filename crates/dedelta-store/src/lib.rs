@@ -7,6 +7,7 @@
 //! - [`commands`]: backup, restore, check, stats, ls/dump, repair; one file each.
 
 pub mod backend;
+pub mod chunk_read;
 pub mod commands;
 pub mod config;
 pub mod container;

@@ -78,6 +78,19 @@ impl Backend for LocalBackend {
     }
 
     fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        self.get_range_into(kind, name, offset, len, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn get_range_into(
+        &self,
+        kind: FileKind,
+        name: &str,
+        offset: i64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
         let p = self.path(kind, name);
         let mut f = File::open(&p).map_err(|e| not_found_to_missing(e, &p))?;
         let pos = if offset < 0 {
@@ -86,10 +99,10 @@ impl Backend for LocalBackend {
             SeekFrom::Start(offset as u64)
         };
         f.seek(pos).ctx(|| format!("seeking in {}", p.display()))?;
-        let mut buf = vec![0u8; len];
-        f.read_exact(&mut buf)
-            .ctx(|| format!("reading {len} bytes at {offset} of {}", p.display()))?;
-        Ok(buf)
+        buf.clear();
+        buf.resize(len, 0);
+        f.read_exact(buf)
+            .ctx(|| format!("reading {len} bytes at {offset} of {}", p.display()))
     }
 
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {

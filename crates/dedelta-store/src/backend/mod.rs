@@ -42,6 +42,19 @@ pub trait Backend: Send + Sync {
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
     /// Reads `len` bytes at `offset`; a negative `offset` counts from the end.
     fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>>;
+    /// Like [`Backend::get_range`], into `buf` (replacing its contents), so that a caller
+    /// reading many ranges can reuse one buffer.
+    fn get_range_into(
+        &self,
+        kind: FileKind,
+        name: &str,
+        offset: i64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        *buf = self.get_range(kind, name, offset, len)?;
+        Ok(())
+    }
     /// Writes an object durably and atomically: after return it survives a crash, and a crash
     /// during the call leaves either no object or the whole one. Overwrites an existing object.
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;

@@ -19,9 +19,10 @@
 //! at worst unreferenced containers, which `check` accepts and a later prune removes.
 
 use crate::config::{DeltaConfig, RepoConfig};
-use crate::container::{CompressedRegion, EntryKind, RegionBuilder};
+use crate::container::{CompressedRegion, ContainerId, EntryKind, RegionBuilder};
 use crate::delta_stage::{DeltaStage, PrevRecipe, StageTimes, Stored};
 use crate::error::{Error, Result};
+use crate::index::IndexReader;
 use crate::lock::RepoLock;
 use crate::progress::Progress;
 use crate::repository::{ContainerWriter, IndexedRepository};
@@ -101,10 +102,27 @@ enum Item {
     FileEnd,
 }
 
-/// A chunk with its fingerprint and, when the backup sketches, its super-features (computed
-/// on the pool with the fingerprint, so that sketching is off the dedup thread's path; the
-/// sketches of chunks that turn out to be duplicates are wasted work).
-type Fingerprinted = (ChunkId, Bytes, Option<SuperFeatures>);
+/// A chunk as the pool hands it to the dedup thread: fingerprinted, looked up in the index
+/// as it was when the backup started, and, when the backup sketches and the chunk is not
+/// indexed, with its super-features. Doing both on the pool keeps them off the dedup
+/// thread's path, and looking up first spares sketching the (usually many) duplicates.
+struct Fingerprinted {
+    id: ChunkId,
+    data: Bytes,
+    sfs: Option<SuperFeatures>,
+    indexed: Indexed,
+}
+
+/// What the pool's index lookup found.
+#[derive(Clone, Copy)]
+enum Indexed {
+    /// Stored before this backup, in this container.
+    In(ContainerId),
+    /// Not stored before this backup (it may still be a new chunk of this backup).
+    No,
+    /// Not looked up (or the lookup failed: the dedup thread looks again and reports errors).
+    Unknown,
+}
 
 /// Runs `f` on the pool; the returned receiver yields its result.
 fn submit<T: Send + 'static>(
@@ -185,6 +203,8 @@ pub fn backup(
     } else {
         None
     };
+    // One read view for the pool, taken before anything of this backup is indexed.
+    let index_view = Arc::new(repo.index().reader()?);
     let (item_tx, item_rx) = bounded::<Item>(BLOCKS_IN_FLIGHT);
     let (region_tx, region_rx) = bounded::<Receiver<CompressedRegion>>(REGIONS_IN_FLIGHT);
     let mut warnings = Vec::new();
@@ -214,6 +234,7 @@ pub fn backup(
             stats: &mut reader_stats,
             times: &times,
             sketcher: sketcher.clone(),
+            index: index_view.clone(),
         };
         let read_result = match opts.stdin.take() {
             Some(src) => reader.stdin(src),
@@ -317,6 +338,7 @@ struct Reader<'a> {
     stats: &'a mut ReaderStats,
     times: &'a Arc<StageTimes>,
     sketcher: Option<Arc<dyn Sketcher>>,
+    index: Arc<IndexReader>,
 }
 
 /// The stored path of an absolute path: without the leading `/`.
@@ -479,20 +501,37 @@ impl Reader<'_> {
             }
             let times = self.times.clone();
             let sketcher = self.sketcher.clone();
+            let index = self.index.clone();
             let rx = submit(self.pool, move || {
                 let t = Instant::now();
                 let mut out: Vec<Fingerprinted> = cuts
                     .into_iter()
                     .map(|r| {
-                        let c = block.slice(r);
-                        (ChunkId::of(&c), c, None)
+                        let data = block.slice(r);
+                        Fingerprinted {
+                            id: ChunkId::of(&data),
+                            data,
+                            sfs: None,
+                            indexed: Indexed::Unknown,
+                        }
                     })
                     .collect();
                 StageTimes::add(&times.hash, t);
+                let t = Instant::now();
+                for c in out.iter_mut() {
+                    c.indexed = match index.get(&c.id) {
+                        Ok(Some(loc)) => Indexed::In(loc.container),
+                        Ok(None) => Indexed::No,
+                        Err(_) => Indexed::Unknown,
+                    };
+                }
+                StageTimes::add(&times.index, t);
                 if let Some(sk) = sketcher {
                     let t = Instant::now();
-                    for (_, c, sfs) in out.iter_mut() {
-                        *sfs = Some(sk.sketch(c));
+                    for c in out.iter_mut() {
+                        if !matches!(c.indexed, Indexed::In(_)) {
+                            c.sfs = Some(sk.sketch(&c.data));
+                        }
                     }
                     StageTimes::add(&times.sketch, t);
                 }
@@ -531,16 +570,26 @@ impl ChunkSink<'_> {
         id: ChunkId,
         data: Bytes,
         sfs: Option<SuperFeatures>,
+        indexed: Indexed,
         allow_delta: bool,
     ) -> Result<()> {
         self.summary.chunks += 1;
-        let t = Instant::now();
+        // Some(container if durable) for a duplicate. The pool's view of the index predates
+        // this backup, whose own new chunks are all in `pending`.
         let known = if self.pending.contains(&id) {
             Some(None)
         } else {
-            self.index.get(&id)?.map(|loc| Some(loc.container))
+            match indexed {
+                Indexed::In(c) => Some(Some(c)),
+                Indexed::No => None,
+                Indexed::Unknown => {
+                    let t = Instant::now();
+                    let found = self.index.get(&id)?.map(|loc| Some(loc.container));
+                    StageTimes::add(&self.times.index, t);
+                    found
+                }
+            }
         };
-        StageTimes::add(&self.times.index, t);
         if let Some(container) = known {
             if let Some(d) = self.delta.as_mut() {
                 d.on_duplicate(&id, container)?;
@@ -635,7 +684,7 @@ impl TreeWriter<'_> {
             let n = self.chunker.next_chunk_len(&self.buf[pos..end]);
             let chunk = Bytes::copy_from_slice(&self.buf[pos..pos + n]);
             let id = ChunkId::of(&chunk);
-            sink.add(id, chunk, None, false)?;
+            sink.add(id, chunk, None, Indexed::Unknown, false)?;
             self.chunks.push(id.to_hex());
             self.len += n as u64;
             pos += n;
@@ -691,9 +740,15 @@ fn dedup_stage<'a>(
             }
             Item::FileData(rx) => {
                 let chunks = rx.recv().map_err(closed)?;
-                for (id, data, sfs) in chunks {
+                for Fingerprinted {
+                    id,
+                    data,
+                    sfs,
+                    indexed,
+                } in chunks
+                {
                     let len = data.len() as u32;
-                    sink.add(id, data, sfs, true)?;
+                    sink.add(id, data, sfs, indexed, true)?;
                     tree.encoder.chunk(&ChunkRef { id, len }, &mut tree.buf);
                 }
                 sink.end_block()?;

@@ -1,13 +1,16 @@
 //! Listing a snapshot's tree, and finding one node in it (for `ls` and `dump`).
 
+use crate::chunk_read::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 use crate::error::{Error, Result};
-use crate::repository::{ChunkReader, ChunkStreamReader, IndexedRepository};
+use crate::repository::{ChunkStreamReader, IndexedRepository};
 use crate::snapshot::{Snapshot, SnapshotId};
 use crate::tree::{ChunkRef, Node, NodeKind, TreeDecoder};
 use std::io::{BufReader, Write};
 
 /// Region cache for metadata reads.
 const TREE_CACHE_BYTES: usize = 16 << 20;
+/// Region cache for `dump`.
+const DUMP_CACHE_BYTES: usize = 32 << 20;
 
 /// Calls `f` for every node of a snapshot, in stored order, streaming the tree.
 pub fn walk_tree(
@@ -54,6 +57,9 @@ pub fn find_node(
 }
 
 /// Writes the content of one file of a snapshot to `out`, verifying every chunk.
+///
+/// Two threads, as in restore: a second thread looks chunks up and decompresses their
+/// regions while this one decodes deltas, verifies and writes.
 pub fn dump(
     repo: &IndexedRepository,
     id: &SnapshotId,
@@ -67,15 +73,36 @@ pub fn dump(
             "{path} is not a regular file"
         )));
     }
-    let mut reader: ChunkReader<'_> = repo.chunk_reader(256 << 20)?;
-    let mut written = 0u64;
-    for c in chunks {
-        let data = reader.read_chunk(&c.id)?;
-        out.write_all(&data)
-            .map_err(|e| Error::io("writing to standard output", e))?;
-        written += data.len() as u64;
-    }
-    out.flush()
-        .map_err(|e| Error::io("writing to standard output", e))?;
-    Ok(written)
+    let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);
+    std::thread::scope(|s| {
+        let producer = s.spawn(move || -> Result<()> {
+            let mut locator = PipelinedLocator::new(repo, DUMP_CACHE_BYTES)?;
+            for c in &chunks {
+                let fetched = locator.fetch(&c.id)?;
+                if tx.send(fetched).is_err() {
+                    break; // the writing side failed and reports why
+                }
+            }
+            Ok(())
+        });
+        let mut decoder = PipelinedDecoder::default();
+        let written = (|| -> Result<u64> {
+            let mut written = 0u64;
+            for fetched in rx.iter() {
+                let data = decoder.decode(&fetched)?;
+                out.write_all(data)
+                    .map_err(|e| Error::io("writing to standard output", e))?;
+                written += data.len() as u64;
+            }
+            out.flush()
+                .map_err(|e| Error::io("writing to standard output", e))?;
+            Ok(written)
+        })();
+        drop(rx);
+        let read = producer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Index("dump reader panicked".into())));
+        // A read error ends the stream early: it is the cause, not the short output.
+        read.and(written)
+    })
 }

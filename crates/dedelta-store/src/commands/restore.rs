@@ -4,14 +4,13 @@
 //! repository makes restore fail loudly instead of writing wrong bytes. Directory modes and
 //! times are applied last (writing into a directory changes its mtime).
 
+use crate::chunk_read::{FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats};
 use crate::commands::ls::{normalize_path, walk_tree};
-use crate::container::ContainerId;
 use crate::error::{Error, IoContext, Result};
 use crate::progress::Progress;
-use crate::repository::{verify_chunk, IndexedRepository, ReadStats};
+use crate::repository::IndexedRepository;
 use crate::snapshot::Snapshot;
 use crate::tree::{Node, NodeKind};
-use dedelta_core::ChunkId;
 use filetime::FileTime;
 use std::fs;
 use std::io::Write;
@@ -89,16 +88,17 @@ const STOPPED: &str = "restore stopped";
 enum Event {
     /// A node; for a file, its chunks follow as [`Event::Data`] and then [`Event::FileEnd`].
     Node(Node),
-    /// Bytes of the current file, with the chunk id and container to verify them against.
-    Data(Vec<u8>, ChunkId, ContainerId),
+    /// The next chunk of the current file, located with its region decompressed.
+    Data(FetchedChunk),
     /// The current file is complete.
     FileEnd,
 }
 
 /// Restores `snapshot` into `opts.target`.
 ///
-/// Two threads: one walks the tree and reads, decompresses, decodes and verifies chunks; the
-/// caller's thread creates files and writes them. A bounded channel keeps memory small.
+/// Two threads: one walks the tree, looks chunks up and decompresses their regions; the
+/// caller's thread decodes deltas, verifies every chunk and writes the files. A bounded
+/// channel keeps memory small.
 pub fn restore(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
@@ -117,7 +117,7 @@ pub fn restore(
     let cache_bytes = opts.cache_bytes.max(8 << 20);
     std::thread::scope(|s| {
         let producer = s.spawn(move || -> Result<ReadStats> {
-            let mut reader = repo.chunk_reader(cache_bytes)?;
+            let mut locator = PipelinedLocator::new(repo, cache_bytes)?;
             let sent = walk_tree(repo, snapshot, |node, chunks| {
                 if !included(&node.path, &include) {
                     return Ok(());
@@ -128,19 +128,19 @@ pub fn restore(
                 }
                 if is_file {
                     for c in &chunks {
-                        let (data, container) = reader.read_chunk_unverified(&c.id)?;
-                        if data.len() != c.len as usize {
+                        let fetched = locator.fetch(&c.id)?;
+                        if fetched.len() != c.len as usize {
                             return Err(Error::corrupt(
                                 "recipe",
                                 format!(
                                     "chunk {} has length {} but the recipe says {}",
                                     c.id,
-                                    data.len(),
+                                    fetched.len(),
                                     c.len
                                 ),
                             ));
                         }
-                        if tx.send(Event::Data(data, c.id, container)).is_err() {
+                        if tx.send(Event::Data(fetched)).is_err() {
                             return Err(Error::InvalidOption(STOPPED.into()));
                         }
                     }
@@ -149,7 +149,7 @@ pub fn restore(
                 Ok(())
             });
             drop(tx);
-            sent.map(|_| reader.stats())
+            sent.map(|_| locator.stats())
         });
         let written = write_events(&rx, opts, progress);
         drop(rx);
@@ -158,7 +158,7 @@ pub fn restore(
             .unwrap_or_else(|_| Err(Error::Index("restore reader panicked".into())));
         match (read, written) {
             (Ok(reads), Ok(mut stats)) => {
-                stats.reads = reads;
+                stats.reads = reads.merged(stats.reads);
                 Ok(stats)
             }
             // The reader stopped only because the writer failed: the writer's error is the cause.
@@ -174,6 +174,7 @@ fn write_events(
     progress: &dyn Progress,
 ) -> Result<RestoreStats> {
     let mut stats = RestoreStats::default();
+    let mut decoder = PipelinedDecoder::default();
     let mut dirs: Vec<(PathBuf, Node)> = Vec::new();
     let mut file: Option<(PathBuf, Node, std::io::BufWriter<fs::File>)> = None;
     for ev in rx.iter() {
@@ -216,12 +217,12 @@ fn write_events(
                     }
                 }
             }
-            Event::Data(data, id, container) => {
+            Event::Data(fetched) => {
                 let Some((dest, _, w)) = file.as_mut() else {
                     return Err(Error::corrupt("tree stream", "file data outside a file"));
                 };
-                verify_chunk(&id, &container, &data)?;
-                w.write_all(&data)
+                let data = decoder.decode(&fetched)?;
+                w.write_all(data)
                     .ctx(|| format!("writing {}", dest.display()))?;
                 stats.bytes_written += data.len() as u64;
                 progress.inc(data.len() as u64);
@@ -240,6 +241,7 @@ fn write_events(
             }
         }
     }
+    stats.reads = decoder.stats();
     // Deepest first, so that setting a child's times does not disturb its parent's.
     for (dest, node) in dirs.iter().rev() {
         fs::set_permissions(dest, fs::Permissions::from_mode(node.mode & 0o7777))
