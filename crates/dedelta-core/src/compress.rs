@@ -63,7 +63,7 @@ impl Compression {
     pub fn compress(&self, raw: &[u8]) -> (u8, Vec<u8>) {
         if let Compression::Zstd { level } = *self {
             // zstd on an in-memory slice only fails on allocation failure.
-            if let Ok(out) = zstd::bulk::compress(raw, level) {
+            if let Ok(out) = zstd_compress(raw, level) {
                 if out.len() < raw.len() {
                     return (CODEC_ZSTD, out);
                 }
@@ -71,6 +71,28 @@ impl Compression {
         }
         (CODEC_NONE, raw.to_vec())
     }
+}
+
+thread_local! {
+    /// One zstd context per thread: backup compresses thousands of regions and single
+    /// chunks (the delta saving test), and a fresh context costs more than a small input.
+    static ZSTD_CCTX: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn zstd_compress(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+    ZSTD_CCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        match slot.as_mut() {
+            Some((l, c)) if *l == level => c.compress(raw),
+            _ => {
+                let mut c = zstd::bulk::Compressor::new(level)?;
+                let out = c.compress(raw);
+                *slot = Some((level, c));
+                out
+            }
+        }
+    })
 }
 
 /// Decompresses a region stored with `codec` whose raw length is `raw_len`.
@@ -143,9 +165,13 @@ impl RegionDecompressor {
         out: &mut Vec<u8>,
     ) -> Result<(), CompressError> {
         out.clear();
+        if out.capacity() < raw_len {
+            // A fresh buffer with headroom, so that it fits the next regions too (growing a
+            // reused buffer would copy its stale contents).
+            *out = Vec::with_capacity(raw_len + raw_len / 4);
+        }
         match (codec, self.zstd.as_mut()) {
             (CODEC_ZSTD, Some(z)) => {
-                out.reserve(raw_len);
                 z.decompress_to_buffer(stored, out)
                     .map_err(|e| CompressError::Corrupt(e.to_string()))?;
                 if out.len() != raw_len {

@@ -378,14 +378,26 @@ impl<'a> ChunkReader<'a> {
 
     /// The full chunk to use as a delta base for `id`: `id` itself if it is stored in full,
     /// else the base of its delta (deltas are one level deep). `None` if it is not indexed.
+    pub fn base_of(&mut self, id: &ChunkId) -> Result<Option<ChunkId>> {
+        Ok(match self.locator.kind_of(id)? {
+            Some(EntryKind::Full) => Some(*id),
+            Some(EntryKind::Delta { base }) => Some(base),
+            None => None,
+        })
+    }
+
+    /// [`Self::base_of`] and [`Self::read_base`] in one.
     pub fn resolve_base(&mut self, id: &ChunkId) -> Result<Option<(ChunkId, Vec<u8>)>> {
-        let base = match self.locator.kind_of(id)? {
-            Some(EntryKind::Full) => *id,
-            Some(EntryKind::Delta { base }) => base,
-            None => return Ok(None),
+        let Some(base) = self.base_of(id)? else {
+            return Ok(None);
         };
-        match self.read(&base, false) {
-            Ok(bytes) => Ok(Some((base, bytes))),
+        Ok(self.read_base(&base)?.map(|bytes| (base, bytes)))
+    }
+
+    /// The verified bytes of `base`, which must be stored in full; `None` if not indexed.
+    pub fn read_base(&mut self, base: &ChunkId) -> Result<Option<Vec<u8>>> {
+        match self.read(base, false) {
+            Ok(bytes) => Ok(Some(bytes)),
             Err(Error::ChunkMissing(_)) => Ok(None),
             Err(e) => Err(e),
         }

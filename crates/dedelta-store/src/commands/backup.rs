@@ -211,7 +211,8 @@ pub fn backup(
     let mut reader_stats = ReaderStats::default();
 
     let (dedup_result, writer_result) = std::thread::scope(|s| {
-        let dedup = s.spawn(|| {
+        let named = |name: &str| std::thread::Builder::new().name(format!("dedelta-{name}"));
+        let spawned = named("dedup").spawn_scoped(s, || {
             dedup_stage(
                 repo,
                 &config,
@@ -223,7 +224,26 @@ pub fn backup(
                 &times,
             )
         });
-        let writer = s.spawn(|| writer_stage(repo, &config, region_rx, &times));
+        let dedup = match spawned {
+            Ok(h) => h,
+            Err(e) => {
+                return (
+                    Err(Error::io("starting a thread", e)),
+                    Ok(Default::default()),
+                )
+            }
+        };
+        let spawned =
+            named("writer").spawn_scoped(s, || writer_stage(repo, &config, region_rx, &times));
+        let writer = match spawned {
+            Ok(h) => h,
+            Err(e) => {
+                return (
+                    Err(Error::io("starting a thread", e)),
+                    Ok(Default::default()),
+                )
+            }
+        };
         let mut reader = Reader {
             chunker: chunker.as_ref(),
             pool: &pool,
