@@ -23,6 +23,9 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 sqla() {
   local out="$data_dir/sqla"; mkdir -p "$out"
+  # `pip download` of an sdist prepares its metadata without build isolation, which needs
+  # setuptools and wheel in this interpreter.
+  python3 -c 'import setuptools, wheel' 2>/dev/null || python3 -m pip install -q setuptools wheel
   for i in $(seq 0 19); do
     local v="2.0.$i" f="$out/SQLAlchemy-2.0.$i.tar"
     [ -s "$f" ] && continue
