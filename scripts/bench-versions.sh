@@ -21,6 +21,7 @@ restore_s=0; i=0
 ids=$("$bin" snapshots -r "$repo" --json | python3 -c 'import json,sys; print(" ".join(s["id"] for s in json.load(sys.stdin)))')
 files=("$@")
 for id in $ids; do
+  rm -f "$work/restored.tar"  # a restore writes a new file; truncating the last one is not timed
   t0=$(date +%s.%N)
   "$bin" dump -r "$repo" "$id" data.tar > "$work/restored.tar"
   t1=$(date +%s.%N)
