@@ -172,6 +172,13 @@ enum Command {
         threads: Option<usize>,
         #[command(flatten)]
         delta: DeltaArgs,
+        /// Directory of local caches (default: $DEDELTA_CACHE_DIR, else
+        /// $XDG_CACHE_HOME/dedelta, else ~/.cache/dedelta).
+        #[arg(long, conflicts_with = "no_cache")]
+        cache_dir: Option<PathBuf>,
+        /// Keep no local base cache (every base is read back from the repository).
+        #[arg(long)]
+        no_cache: bool,
         /// Print the summary as one JSON object.
         #[arg(long)]
         json: bool,
@@ -348,6 +355,18 @@ enum RepairWhat {
     },
 }
 
+/// Where local caches live unless `--cache-dir` says otherwise; `None` without a home.
+fn default_cache_dir() -> Option<PathBuf> {
+    let var = |name| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("DEDELTA_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("dedelta")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache").join("dedelta")))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -453,6 +472,8 @@ fn run(cli: Cli) -> Result<u8> {
             stdin_name,
             threads,
             delta,
+            cache_dir,
+            no_cache,
             json,
         } => {
             let r = open(&repo)?;
@@ -487,6 +508,11 @@ fn run(cli: Cli) -> Result<u8> {
                         .unwrap_or(2)
                 }),
                 delta: Some(delta_cfg),
+                cache_dir: if no_cache {
+                    None
+                } else {
+                    cache_dir.or_else(default_cache_dir)
+                },
             };
             let res = backup::backup(&r, &lock, opts, &progress)?;
             progress.finish();
@@ -501,10 +527,14 @@ fn run(cli: Cli) -> Result<u8> {
                 v["dce"] = json!(s.dce());
                 v["mb_per_s"] = json!(mbps);
                 v["warning_messages"] = json!(res.warnings);
+                v["notices"] = json!(res.notices);
                 println!("{}", serde_json::to_string(&v)?);
             } else {
                 for w in &res.warnings {
                     eprintln!("warning: {w}");
+                }
+                for n in &res.notices {
+                    eprintln!("note: {n}");
                 }
                 println!("snapshot {} saved", res.snapshot_id.short());
                 println!(
@@ -528,6 +558,12 @@ fn run(cli: Cli) -> Result<u8> {
                         mb(s.bytes_after_delta),
                         s.dcr(),
                         s.dce()
+                    );
+                }
+                if s.base_cache_hits + s.base_cache_local_hits + s.base_cache_misses > 0 {
+                    println!(
+                        "bases: {} from memory, {} from the local cache, {} read back",
+                        s.base_cache_hits, s.base_cache_local_hits, s.base_cache_misses
                     );
                 }
                 println!(

@@ -196,8 +196,12 @@ pub fn run_config(
     kernels: Option<&mut Kernels>,
 ) -> Result<(ConfigResult, Vec<VersionRow>)> {
     let repo_dir = opts.repos_dir.join(&config.name);
-    if repo_dir.exists() {
-        std::fs::remove_dir_all(&repo_dir).ctx(|| format!("clearing {}", repo_dir.display()))?;
+    // The client's local cache, as a user's backups would have it, fresh for every run.
+    let cache_dir = opts.repos_dir.join(format!("{}.cache", config.name));
+    for dir in [&repo_dir, &cache_dir] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).ctx(|| format!("clearing {}", dir.display()))?;
+        }
     }
     std::fs::create_dir_all(&opts.repos_dir)
         .ctx(|| format!("creating {}", opts.repos_dir.display()))?;
@@ -250,6 +254,7 @@ pub fn run_config(
                 time: opts.time.clone(),
                 threads: opts.threads.max(1),
                 delta: None,
+                cache_dir: Some(cache_dir.clone()),
             },
             &NoProgress,
         )

@@ -21,6 +21,7 @@
 use crate::config::{DeltaConfig, SketchIndexKind};
 use crate::container::ContainerId;
 use crate::error::Result;
+use crate::local_cache::{self, LocalBaseCache};
 use crate::repository::{ChunkReader, IndexedRepository};
 use crate::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use crate::snapshot::BackupSummary;
@@ -32,6 +33,7 @@ use dedelta_core::ChunkId;
 use lru::LruCache;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -87,9 +89,11 @@ pub struct BaseCache {
     map: LruCache<ChunkId, Arc<Vec<u8>>>,
     bytes: usize,
     budget: usize,
-    /// Lookups served from memory.
+    /// Bases served from memory.
     pub hits: u64,
-    /// Lookups that had to read the repository.
+    /// Bases served from the local base cache file.
+    pub local_hits: u64,
+    /// Bases read back from the repository (or not found).
     pub misses: u64,
 }
 
@@ -101,17 +105,16 @@ impl BaseCache {
             bytes: 0,
             budget,
             hits: 0,
+            local_hits: 0,
             misses: 0,
         }
     }
 
-    /// A cached base.
+    /// A cached base (counted as a hit when present).
     pub fn get(&mut self, id: &ChunkId) -> Option<Arc<Vec<u8>>> {
         let r = self.map.get(id).cloned();
         if r.is_some() {
             self.hits += 1;
-        } else {
-            self.misses += 1;
         }
         r
     }
@@ -208,6 +211,10 @@ pub struct DeltaStage<'a> {
     run: Vec<usize>,
     batch: Vec<NewChunk>,
     times: Arc<StageTimes>,
+    /// The local base cache read at the start (see [`crate::local_cache`]), and where the
+    /// next one is written.
+    local: Option<LocalBaseCache>,
+    local_path: Option<PathBuf>,
     /// Delta encoding has a pool of its own when there are cores for it (4 or more threads):
     /// on the shared pool it would queue behind every fingerprinting and compression job in
     /// flight. With 2 cores, encoding on this thread measured 2-3x faster than either pool
@@ -251,6 +258,8 @@ impl<'a> DeltaStage<'a> {
             run: Vec::new(),
             batch: Vec::new(),
             times,
+            local: None,
+            local_path: None,
             encode_pool: if threads >= 4 {
                 Some(
                     rayon::ThreadPoolBuilder::new()
@@ -263,6 +272,41 @@ impl<'a> DeltaStage<'a> {
                 None
             },
         })
+    }
+
+    /// Reads bases from the local base cache file at `path` and replaces it at the end (see
+    /// [`Self::save_local_cache`]); returns why an existing file could not be used, if so.
+    /// Does nothing when the base cache is disabled (size 0).
+    pub fn use_local_cache(&mut self, path: PathBuf) -> Option<String> {
+        if self.cfg.base_cache_bytes == 0 {
+            return None;
+        }
+        let warning = match LocalBaseCache::open(&path) {
+            Ok(cache) => {
+                self.local = cache;
+                None
+            }
+            Err(e) => Some(format!("{e}; it is rebuilt")),
+        };
+        self.local_path = Some(path);
+        warning
+    }
+
+    /// Replaces the local base cache file with the bases and full chunks this backup holds in
+    /// memory (most recently used first), topped up with the previous file's unused entries;
+    /// returns why it could not be written, if so.
+    pub fn save_local_cache(&mut self) -> Option<String> {
+        let path = self.local_path.take()?;
+        let fresh: Vec<_> = self
+            .cache
+            .map
+            .iter()
+            .map(|(id, b)| (*id, b.clone()))
+            .collect();
+        let budget = self.cfg.base_cache_bytes.min(local_cache::DEFAULT_BYTES);
+        LocalBaseCache::save(&path, fresh, self.local.as_mut(), budget)
+            .err()
+            .map(|e| e.to_string())
     }
 
     /// A duplicate chunk went by, stored in `container` if already durable.
@@ -325,21 +369,54 @@ impl<'a> DeltaStage<'a> {
         !self.batch.is_empty()
     }
 
+    /// The base to try for candidate `id` (`id` itself, or its base if it is a delta) with
+    /// its bytes: from memory, else from the local base cache file, else read back from the
+    /// repository. `None` if it is not indexed.
     fn fetch_base(&mut self, id: ChunkId) -> Result<Option<(ChunkId, Arc<Vec<u8>>)>> {
         if let Some(b) = self.cache.get(&id) {
             return Ok(Some((id, b)));
         }
-        let mut found = self.reader.resolve_base(&id)?;
-        if found.is_none() {
+        let mut base = self.reader.base_of(&id)?;
+        if base.is_none() {
             // Possibly written by this backup after the reader's view was taken.
             self.reader.refresh_index()?;
-            found = self.reader.resolve_base(&id)?;
+            base = self.reader.base_of(&id)?;
         }
-        Ok(found.map(|(base, bytes)| {
+        let Some(base) = base else {
+            self.cache.misses += 1;
+            return Ok(None);
+        };
+        if base != id {
+            if let Some(b) = self.cache.get(&base) {
+                return Ok(Some((base, b)));
+            }
+        }
+        if let Some(bytes) = self.take_local(&base, base == id)? {
+            self.cache.local_hits += 1;
+            let bytes = Arc::new(bytes);
+            self.cache.put(base, bytes.clone());
+            return Ok(Some((base, bytes)));
+        }
+        self.cache.misses += 1;
+        Ok(self.reader.read_base(&base)?.map(|bytes| {
             let bytes = Arc::new(bytes);
             self.cache.put(base, bytes.clone());
             (base, bytes)
         }))
+    }
+
+    /// `base`'s bytes from the local base cache file, if it has them and the index holds
+    /// `base` as a full chunk (`known_full` when that is already established): a cached
+    /// chunk that the repository no longer holds in full must never become a delta's base.
+    fn take_local(&mut self, base: &ChunkId, known_full: bool) -> Result<Option<Vec<u8>>> {
+        let Some(local) = self.local.as_mut() else {
+            return Ok(None);
+        };
+        let Some(bytes) = local.take(base) else {
+            return Ok(None);
+        };
+        let full = known_full || self.reader.base_of(base)? == Some(*base);
+        Ok(full.then_some(bytes))
     }
 
     /// Encodes every chunk that has a candidate against it, in parallel when the stage has
@@ -464,6 +541,7 @@ impl<'a> DeltaStage<'a> {
             }
         }
         summary.base_cache_hits = self.cache.hits;
+        summary.base_cache_local_hits = self.cache.local_hits;
         summary.base_cache_misses = self.cache.misses;
         Ok(batch)
     }

@@ -15,6 +15,7 @@ pub mod delta_stage;
 pub mod envelope;
 pub mod error;
 pub mod index;
+pub mod local_cache;
 pub mod lock;
 pub mod progress;
 pub mod repository;

@@ -99,6 +99,9 @@ pub struct BackupSummary {
     /// Base cache hits.
     #[serde(default)]
     pub base_cache_hits: u64,
+    /// Bases read from the local base cache file instead of the repository.
+    #[serde(default)]
+    pub base_cache_local_hits: u64,
     /// Base cache misses (bases read back from the repository, or not found).
     #[serde(default)]
     pub base_cache_misses: u64,

@@ -1,11 +1,12 @@
 //! Delta compression end to end: every sketch x index x codec combination round-trips,
 //! deltas cross containers, restore works with a cold cache, and a damaged base is traced to
-//! every file that needs it.
+//! every file that needs it; the local base cache changes speed, never what is stored.
 
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKind, SketchParams};
 use dedelta_store::backend::FileKind;
-use dedelta_store::commands::{backup, check, restore};
+use dedelta_store::commands::forget::{self, KeepPolicy};
+use dedelta_store::commands::{backup, check, prune, restore};
 use dedelta_store::config::{DeltaConfig, RepoConfig, SketchIndexKind};
 use dedelta_store::container::{ContainerId, EntryKind};
 use dedelta_store::lock::LockInfo;
@@ -80,6 +81,15 @@ fn small_config(delta: DeltaConfig) -> RepoConfig {
 }
 
 fn run_backup(repo: &IndexedRepository, src: &Path, n: u64) -> BackupSummary {
+    run_backup_cached(repo, src, n, None).summary
+}
+
+fn run_backup_cached(
+    repo: &IndexedRepository,
+    src: &Path,
+    n: u64,
+    cache_dir: Option<&Path>,
+) -> backup::BackupResult {
     let lock = repo.lock(&me()).unwrap();
     let opts = backup::BackupOptions {
         paths: vec![src.to_path_buf()],
@@ -90,10 +100,9 @@ fn run_backup(repo: &IndexedRepository, src: &Path, n: u64) -> BackupSummary {
         time: format!("2026-01-01T00:00:{n:02}Z"),
         threads: 2,
         delta: None,
+        cache_dir: cache_dir.map(Path::to_path_buf),
     };
-    backup::backup(repo, &lock, opts, &NoProgress)
-        .unwrap()
-        .summary
+    backup::backup(repo, &lock, opts, &NoProgress).unwrap()
 }
 
 /// Per version, each file's name and content.
@@ -329,4 +338,102 @@ fn damaged_base_is_traced_to_every_dependent_file() {
         .to_string();
     assert!(err.contains("corrupt chunk"), "{err}");
     let _ = first;
+}
+
+/// Backs up versions 0..5 of the test tree twice, with and without a local base cache; the
+/// cache must serve bases and leave every stored byte as it was. A garbage cache file is a
+/// notice and is rebuilt; after everything is forgotten and pruned, cached bases that the
+/// repository no longer holds are never used.
+#[test]
+fn local_base_cache_serves_bases_and_changes_nothing_stored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let init = |name: &str| {
+        Repository::init_local(
+            &tmp.path().join(name),
+            small_config(DeltaConfig::recommended()),
+        )
+        .unwrap()
+        .open_index()
+        .unwrap()
+    };
+    let (cached, plain) = (init("cached"), init("plain"));
+    let cache = tmp.path().join("cache");
+    let src = tmp.path().join("src");
+    let file = cache.join(&cached.config().id).join("bases");
+    let mut contents: Contents = Vec::new();
+    for v in 0..5 {
+        write_versions(&src, v);
+        contents.push(
+            ["a.txt", "b.txt"]
+                .iter()
+                .map(|n| (n.to_string(), fs::read(src.join(n)).unwrap()))
+                .collect(),
+        );
+        if v == 3 {
+            fs::write(&file, b"not a cache file").unwrap();
+        }
+        let with = run_backup_cached(&cached, &src, v, Some(&cache));
+        let without = run_backup(&plain, &src, v);
+        assert!(file.exists(), "version {v}: no cache file written");
+        assert_eq!(with.notices.is_empty(), v != 3, "{:?}", with.notices);
+        let s = &with.summary;
+        if v == 0 || v == 3 {
+            assert_eq!(s.base_cache_local_hits, 0, "version {v}");
+        } else {
+            assert!(s.base_cache_local_hits > 0, "version {v}: {s:?}");
+        }
+        assert_eq!(without.base_cache_local_hits, 0);
+        for (a, b) in [
+            (s.delta_chunks, without.delta_chunks),
+            (s.bytes_after_delta, without.bytes_after_delta),
+            (s.bytes_added, without.bytes_added),
+        ] {
+            assert_eq!(a, b, "version {v}: cached {s:?} vs plain {without:?}");
+        }
+    }
+    restore_all(&cached, tmp.path(), &contents, 64 << 20);
+    assert!(check::check(&cached, true, &NoProgress)
+        .unwrap()
+        .problems
+        .is_empty());
+
+    // Forget and prune everything: the cache file still holds the old bases, none of which
+    // may become a base again.
+    let lock = cached.lock(&me()).unwrap();
+    let ids: Vec<_> = snapshot::load_all(cached.backend().as_ref())
+        .unwrap()
+        .iter()
+        .map(|(id, _)| id.to_hex())
+        .collect();
+    forget::forget(&cached, &lock, &ids, &KeepPolicy::default(), false).unwrap();
+    let opts = prune::PruneOptions {
+        max_unused: 0.0,
+        dry_run: false,
+    };
+    prune::prune(&cached, &lock, &opts, &NoProgress).unwrap();
+    drop(lock);
+    let cached = Repository::open_local(&tmp.path().join("cached"))
+        .unwrap()
+        .open_index()
+        .unwrap();
+    write_versions(&src, 5);
+    let after = run_backup_cached(&cached, &src, 5, Some(&cache));
+    assert_eq!(after.summary.base_cache_local_hits, 0);
+    assert!(check::check(&cached, true, &NoProgress)
+        .unwrap()
+        .problems
+        .is_empty());
+    let snaps = snapshot::load_all(cached.backend().as_ref()).unwrap();
+    assert_eq!(snaps.len(), 1);
+    let target = tmp.path().join("after");
+    let opts = restore::RestoreOptions {
+        target: target.clone(),
+        include: vec![],
+        cache_bytes: 1 << 20,
+    };
+    restore::restore(&cached, &snaps[0].1, &opts, &NoProgress).unwrap();
+    let root = target.join(src.strip_prefix("/").unwrap());
+    for n in ["a.txt", "b.txt"] {
+        assert!(fs::read(root.join(n)).unwrap() == fs::read(src.join(n)).unwrap());
+    }
 }

@@ -91,6 +91,7 @@ fn do_backup(
         time: format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
         threads: 2,
         delta: None,
+        cache_dir: None,
     };
     backup::backup(repo, &lock, opts, &NoProgress)
         .unwrap()

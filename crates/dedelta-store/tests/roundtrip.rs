@@ -145,6 +145,7 @@ proptest! {
                 time: format!("2026-01-01T00:00:0{_round}Z"),
                 threads: 2,
                 delta: None,
+                cache_dir: None,
             };
             let res = backup::backup(&repo, &lock, opts, &NoProgress).unwrap();
             prop_assert!(res.warnings.is_empty(), "{:?}", res.warnings);

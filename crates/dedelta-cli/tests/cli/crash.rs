@@ -19,6 +19,7 @@ fn killed_backup_leaves_consistent_repository() {
         let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
             .args(["backup", "-r"])
             .arg(f.repo())
+            .env("DEDELTA_CACHE_DIR", f.path("cache"))
             .arg(&src)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

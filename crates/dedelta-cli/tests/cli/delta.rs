@@ -117,3 +117,42 @@ fn bad_delta_options_are_refused() {
         assert!(!dir.path().join("r").join("config").exists());
     }
 }
+
+/// The local base cache lives where `DEDELTA_CACHE_DIR` says, serves the next backup's bases,
+/// is rebuilt with a notice when damaged, and is not written with `--no-cache`.
+#[test]
+fn local_base_cache_is_used_rebuilt_and_optional() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    versioned(&src.join("f.txt"), 0);
+    f.backup(&[&src]);
+    let id = fs::read_dir(f.path("cache"))
+        .unwrap()
+        .next()
+        .expect("a cache directory per repository")
+        .unwrap()
+        .path();
+    let file = id.join("bases");
+    assert!(file.is_file());
+    versioned(&src.join("f.txt"), 1);
+    let s = f.backup(&[&src]);
+    assert!(s["base_cache_local_hits"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["notices"], serde_json::json!([]));
+    fs::write(&file, b"garbage").unwrap();
+    versioned(&src.join("f.txt"), 2);
+    let s = f.backup(&[&src]);
+    assert!(
+        s["notices"][0]
+            .as_str()
+            .unwrap()
+            .contains("local base cache"),
+        "{s}"
+    );
+    assert!(fs::read(&file).unwrap().starts_with(b"DDBCACHE"), "rebuilt");
+    f.ok(&["check", "--read-data"]);
+    fs::remove_dir_all(f.path("cache")).unwrap();
+    versioned(&src.join("f.txt"), 3);
+    f.ok(&["backup", "--no-cache", src.to_str().unwrap()]);
+    assert!(!f.path("cache").exists());
+}

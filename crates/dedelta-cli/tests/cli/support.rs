@@ -7,11 +7,18 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// The binary under test with `DEDELTA_REPO` cleared.
+/// The binary under test with `DEDELTA_REPO` cleared and its local cache kept under the
+/// build's temporary directory (never the user's `~/.cache`).
 pub fn dedelta() -> Command {
     let mut c = Command::cargo_bin("dedelta").expect("binary built");
-    c.env_remove("DEDELTA_REPO");
+    c.env_remove("DEDELTA_REPO")
+        .env("DEDELTA_CACHE_DIR", test_cache_dir());
     c
+}
+
+/// The local cache directory of tests that do not choose their own.
+pub fn test_cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("dedelta-cache")
 }
 
 /// A fresh directory with an initialised repository at `<dir>/repo`.
@@ -39,7 +46,10 @@ impl Fixture {
     /// `dedelta <args> -r repo`.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = dedelta();
-        c.args(args).arg("-r").arg(self.repo());
+        c.args(args)
+            .arg("-r")
+            .arg(self.repo())
+            .env("DEDELTA_CACHE_DIR", self.path("cache"));
         c
     }
 

@@ -77,6 +77,9 @@ pub struct BackupOptions {
     pub threads: usize,
     /// Delta settings for this backup; `None` uses the repository's.
     pub delta: Option<DeltaConfig>,
+    /// Directory of this client's local caches (see [`crate::local_cache`]); `None` for none.
+    /// The repository's base cache file is `<cache_dir>/<repository id>/bases`.
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// The result of a backup.
@@ -88,6 +91,8 @@ pub struct BackupResult {
     pub summary: BackupSummary,
     /// Sources that could not be read.
     pub warnings: Vec<String>,
+    /// Problems that do not touch the snapshot (an unusable local cache).
+    pub notices: Vec<String>,
 }
 
 /// Messages from the reader to the dedup thread, in stream order.
@@ -187,19 +192,19 @@ pub fn backup(
         )),
         _ => None,
     };
+    let mut notices = Vec::new();
     let delta_stage = if delta_cfg.enabled() {
         let prev = if delta_cfg.dupadj {
             parent_recipe(repo, &snapshot_paths)?
         } else {
             None
         };
-        Some(DeltaStage::new(
-            repo,
-            delta_cfg,
-            prev,
-            times.clone(),
-            opts.threads,
-        )?)
+        let mut stage = DeltaStage::new(repo, delta_cfg, prev, times.clone(), opts.threads)?;
+        if let Some(dir) = &opts.cache_dir {
+            let path = dir.join(&config.id).join("bases");
+            notices.extend(stage.use_local_cache(path));
+        }
+        Some(stage)
     } else {
         None
     };
@@ -278,6 +283,7 @@ pub fn backup(
     let writer_stats = writer_result?;
     let dedup_out = dedup_result?;
 
+    notices.extend(dedup_out.notices);
     let mut summary = dedup_out.summary;
     summary.files = reader_stats.files;
     summary.dirs = reader_stats.dirs;
@@ -301,6 +307,7 @@ pub fn backup(
         snapshot_id,
         summary,
         warnings,
+        notices,
     })
 }
 
@@ -566,6 +573,7 @@ impl Reader<'_> {
 struct DedupOutput {
     summary: BackupSummary,
     tree: TreeRef,
+    notices: Vec<String>,
 }
 
 /// Decides, in stream order, which chunks are new, and packs new chunks into regions
@@ -778,6 +786,7 @@ fn dedup_stage<'a>(
         tree.maybe_drain(&mut sink)?;
     }
     sink.end_block()?;
+    let notices = sink.delta.as_mut().and_then(|d| d.save_local_cache());
     tree.encoder.end(&mut tree.buf);
     tree.drain(&mut sink, true)?;
     sink.summary.tree_bytes = tree.len;
@@ -788,6 +797,7 @@ fn dedup_stage<'a>(
             chunks: tree.chunks,
             len: tree.len,
         },
+        notices: notices.into_iter().collect(),
     })
 }
 
