@@ -86,12 +86,12 @@ impl StageTimes {
 
 /// An LRU cache of base chunks bounded by bytes.
 pub struct BaseCache {
-    map: LruCache<ChunkId, Arc<Vec<u8>>>,
+    map: LruCache<ChunkId, Bytes>,
     bytes: usize,
     budget: usize,
     /// Bases served from memory.
     pub hits: u64,
-    /// Bases served from the local base cache file.
+    /// Bases served from the local base cache.
     pub local_hits: u64,
     /// Bases read back from the repository (or not found).
     pub misses: u64,
@@ -111,7 +111,7 @@ impl BaseCache {
     }
 
     /// A cached base (counted as a hit when present).
-    pub fn get(&mut self, id: &ChunkId) -> Option<Arc<Vec<u8>>> {
+    pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {
         let r = self.map.get(id).cloned();
         if r.is_some() {
             self.hits += 1;
@@ -120,7 +120,7 @@ impl BaseCache {
     }
 
     /// Adds a base, evicting the least recently used ones beyond the budget.
-    pub fn put(&mut self, id: ChunkId, data: Arc<Vec<u8>>) {
+    pub fn put(&mut self, id: ChunkId, data: Bytes) {
         if self.budget == 0 {
             return;
         }
@@ -192,7 +192,7 @@ pub struct NewChunk {
     /// Bases already tried.
     tried: Vec<ChunkId>,
     /// The base to try next, with its bytes.
-    candidate: Option<(ChunkId, Arc<Vec<u8>>, Via)>,
+    candidate: Option<(ChunkId, Bytes, Via)>,
     /// Stored size of the chunk alone, once computed.
     full_cost: Option<usize>,
     via: Option<Via>,
@@ -274,9 +274,9 @@ impl<'a> DeltaStage<'a> {
         })
     }
 
-    /// Reads bases from the local base cache file at `path` and replaces it at the end (see
-    /// [`Self::save_local_cache`]); returns why an existing file could not be used, if so.
-    /// Does nothing when the base cache is disabled (size 0).
+    /// Reads bases from the local base cache in directory `path` and updates it at the end
+    /// (see [`Self::save_local_cache`]); returns why an existing cache could not be used, if
+    /// so. Does nothing when the base cache is disabled (size 0).
     pub fn use_local_cache(&mut self, path: PathBuf) -> Option<String> {
         if self.cfg.base_cache_bytes == 0 {
             return None;
@@ -292,9 +292,9 @@ impl<'a> DeltaStage<'a> {
         warning
     }
 
-    /// Replaces the local base cache file with the bases and full chunks this backup holds in
-    /// memory (most recently used first), topped up with the previous file's unused entries;
-    /// returns why it could not be written, if so.
+    /// Updates the local base cache to the bases and full chunks this backup holds in memory
+    /// (most recently used first), topped up with the previous cache's other entries; returns
+    /// why it could not be written, if so.
     pub fn save_local_cache(&mut self) -> Option<String> {
         let path = self.local_path.take()?;
         let fresh: Vec<_> = self
@@ -304,7 +304,7 @@ impl<'a> DeltaStage<'a> {
             .map(|(id, b)| (*id, b.clone()))
             .collect();
         let budget = self.cfg.base_cache_bytes.min(local_cache::DEFAULT_BYTES);
-        LocalBaseCache::save(&path, fresh, self.local.as_mut(), budget)
+        LocalBaseCache::save(&path, fresh, self.local.as_ref(), budget)
             .err()
             .map(|e| e.to_string())
     }
@@ -370,9 +370,9 @@ impl<'a> DeltaStage<'a> {
     }
 
     /// The base to try for candidate `id` (`id` itself, or its base if it is a delta) with
-    /// its bytes: from memory, else from the local base cache file, else read back from the
+    /// its bytes: from memory, else from the local base cache, else read back from the
     /// repository. `None` if it is not indexed.
-    fn fetch_base(&mut self, id: ChunkId) -> Result<Option<(ChunkId, Arc<Vec<u8>>)>> {
+    fn fetch_base(&mut self, id: ChunkId) -> Result<Option<(ChunkId, Bytes)>> {
         if let Some(b) = self.cache.get(&id) {
             return Ok(Some((id, b)));
         }
@@ -391,28 +391,27 @@ impl<'a> DeltaStage<'a> {
                 return Ok(Some((base, b)));
             }
         }
-        if let Some(bytes) = self.take_local(&base, base == id)? {
+        if let Some(bytes) = self.local_base(&base, base == id)? {
             self.cache.local_hits += 1;
-            let bytes = Arc::new(bytes);
             self.cache.put(base, bytes.clone());
             return Ok(Some((base, bytes)));
         }
         self.cache.misses += 1;
         Ok(self.reader.read_base(&base)?.map(|bytes| {
-            let bytes = Arc::new(bytes);
+            let bytes = Bytes::from(bytes);
             self.cache.put(base, bytes.clone());
             (base, bytes)
         }))
     }
 
-    /// `base`'s bytes from the local base cache file, if it has them and the index holds
+    /// `base`'s bytes from the local base cache, if it has them and the index holds
     /// `base` as a full chunk (`known_full` when that is already established): a cached
     /// chunk that the repository no longer holds in full must never become a delta's base.
-    fn take_local(&mut self, base: &ChunkId, known_full: bool) -> Result<Option<Vec<u8>>> {
+    fn local_base(&mut self, base: &ChunkId, known_full: bool) -> Result<Option<Bytes>> {
         let Some(local) = self.local.as_mut() else {
             return Ok(None);
         };
-        let Some(bytes) = local.take(base) else {
+        let Some(bytes) = local.get(base) else {
             return Ok(None);
         };
         let full = known_full || self.reader.base_of(base)? == Some(*base);
@@ -526,7 +525,8 @@ impl<'a> DeltaStage<'a> {
                     if !c.sfs.0.is_empty() {
                         self.index.insert(c.id, &c.sfs);
                     }
-                    self.cache.put(c.id, Arc::new(c.data.to_vec()));
+                    // A copy: a slice would keep the reader's whole block alive.
+                    self.cache.put(c.id, Bytes::copy_from_slice(&c.data));
                 }
                 Stored::Delta { delta, .. } => {
                     summary.bytes_after_delta += delta.len() as u64;

@@ -1,43 +1,56 @@
-//! The local base cache: the bases and new full chunks of the last backup, kept on the
+//! The local base cache: the bases and new full chunks of the last backups, kept on the
 //! client's disk between backups.
 //!
 //! Why: a new chunk's DupAdj candidate is the chunk at the same place in the previous
 //! snapshot, and when that one is a delta its base is the base the previous backup used, so
 //! consecutive backups keep needing the same bases. Read back from the repository each one
 //! costs the decompression of a whole region (for a SQLAlchemy release: ~72 MB of regions for
-//! 14 MB of bases, the largest single cost of a delta backup); from this file it costs one
+//! 14 MB of bases, the largest single cost of a delta backup); from this cache it costs one
 //! read.
+//!
+//! Two files per repository: an append-only data file, `bases.<generation>`, and a small
+//! index, `bases.idx`, naming the generation and where each entry lies. Since the same bases
+//! serve many backups in a row, a backup appends only the entries the cache did not have
+//! (about 1 MB per SQLAlchemy release) and replaces the index; the data file is rewritten
+//! (a new generation) only when dead entries make it twice the budget.
 //!
 //! Like restic's cache it is local, optional and never trusted: the delta stage uses an entry
 //! only for a base that the index holds as a full chunk, and only if its bytes hash to that
-//! base's fingerprint. A missing, stale or damaged file costs speed, never correctness. The
-//! file is replaced (temporary file, rename) at the end of each backup; it is not fsynced,
-//! since a torn file is rejected or its entries fail their fingerprint. Format: see
-//! docs/format.md, "Local base cache".
+//! base's fingerprint. A missing, stale or damaged cache costs speed, never correctness, so
+//! nothing is fsynced. Format: see docs/format.md, "Local base cache".
+//!
+//! The data file is memory-mapped and entries are handed out as slices of the mapping: copied
+//! into fresh heap memory instead, the kernel's zeroing of those pages cost as much as the
+//! reads themselves. dedelta only ever appends to a data file or replaces it with a new one,
+//! never truncates it, so the mapping stays valid (as with ripgrep, a file truncated by
+//! another program while mapped would end the process).
 
+use bytes::Bytes;
 use dedelta_core::fingerprint::CHUNK_ID_LEN;
 use dedelta_core::ChunkId;
+use memmap2::Mmap;
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-/// File magic.
+/// Index file magic.
 pub const MAGIC: &[u8; 8] = b"DDBCACHE";
 /// Format version.
-pub const VERSION: u32 = 1;
-/// Magic, version and entry count.
-const HEAD_LEN: usize = 16;
+pub const VERSION: u32 = 2;
+/// Magic, version, generation and entry count.
+const HEAD_LEN: usize = 24;
 /// Fingerprint, offset (u64) and length (u32) of one entry.
 const ENTRY_LEN: usize = CHUNK_ID_LEN + 12;
-/// Default size budget of the file's entries.
+/// Default size budget of the live entries.
 pub const DEFAULT_BYTES: usize = 32 << 20;
+/// The index file's name.
+const INDEX_FILE: &str = "bases.idx";
 
-/// Why a cache file was not used.
+/// Why the cache was not used or not written.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    /// The file could not be read or written.
+    /// A file could not be read or written.
     #[error("local base cache {path}: {source}")]
     Io {
         /// The file.
@@ -45,7 +58,7 @@ pub enum CacheError {
         /// The cause.
         source: std::io::Error,
     },
-    /// The file is not a cache file of this version, or is damaged.
+    /// The index is not of this version, or is damaged, or does not fit its data file.
     #[error("local base cache {path}: {reason}")]
     Malformed {
         /// The file.
@@ -55,213 +68,340 @@ pub enum CacheError {
     },
 }
 
-/// Where each entry's bytes are, by fingerprint.
-pub type CacheIndex = HashMap<ChunkId, (u64, u32)>;
-
-/// How many bytes of the file's start hold the header and index, given its first
-/// [`HEAD_LEN`] bytes and the file's length.
-///
-/// # Errors
-/// A reason when the magic, version or entry count is wrong.
-pub fn header_len(head: &[u8], file_len: u64) -> Result<usize, String> {
-    if head.len() < HEAD_LEN || &head[..8] != MAGIC {
-        return Err("not a dedelta base cache".into());
-    }
-    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version != VERSION {
-        return Err(format!("version {version}, expected {VERSION}"));
-    }
-    let count = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) as u64;
-    let len = HEAD_LEN as u64 + count * ENTRY_LEN as u64 + 4;
-    if len > file_len {
-        return Err(format!("{count} entries do not fit in {file_len} bytes"));
-    }
-    Ok(len as usize)
+/// Where an entry's bytes lie in the data file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Offset in the data file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u32,
 }
 
-/// Decodes the header and index (the first [`header_len`] bytes of a file of `file_len`
-/// bytes): checks the CRC32C and that every entry lies within the file after the index.
-///
-/// # Errors
-/// A reason for anything inconsistent; never panics on any input.
-pub fn decode_index(bytes: &[u8], file_len: u64) -> Result<CacheIndex, String> {
-    let len = header_len(bytes, file_len)?;
-    if bytes.len() < len {
-        return Err("index truncated".into());
-    }
-    let (body, crc) = bytes[..len].split_at(len - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
-        return Err("index fails its checksum".into());
-    }
-    let mut index = CacheIndex::new();
-    for e in body[HEAD_LEN..].chunks_exact(ENTRY_LEN) {
-        let id = ChunkId(e[..CHUNK_ID_LEN].try_into().expect("32 bytes"));
-        let offset = u64::from_le_bytes(e[32..40].try_into().expect("8 bytes"));
-        let n = u32::from_le_bytes(e[40..44].try_into().expect("4 bytes"));
-        let end = offset.checked_add(u64::from(n));
-        if offset < len as u64 || end.is_none_or(|end| end > file_len) {
-            return Err(format!("entry at offset {offset} lies outside the file"));
-        }
-        index.insert(id, (offset, n));
-    }
-    Ok(index)
+/// A decoded index file.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CacheIndex {
+    /// Names the data file, `bases.<generation as 16 hex digits>`.
+    pub generation: u64,
+    /// The entries, in the order stored (most recently useful first).
+    pub entries: Vec<(ChunkId, Extent)>,
 }
 
-/// An open cache file.
-pub struct LocalBaseCache {
-    path: PathBuf,
-    file: File,
-    index: CacheIndex,
-}
-
-impl LocalBaseCache {
-    /// Opens the cache file at `path`; `Ok(None)` if there is none.
+impl CacheIndex {
+    /// Decodes an index file: magic, version, CRC32C, entry count and that no extent
+    /// overflows.
     ///
     /// # Errors
-    /// [`CacheError`] if it cannot be read or is not a valid cache file.
-    pub fn open(path: &Path) -> Result<Option<Self>, CacheError> {
-        let io = |source| CacheError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let mut file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(e)),
-        };
-        let file_len = file.metadata().map_err(io)?.len();
-        let malformed = |reason| CacheError::Malformed {
-            path: path.to_owned(),
-            reason,
-        };
-        let mut head = [0u8; HEAD_LEN];
-        file.read_exact(&mut head)
-            .map_err(|_| malformed("shorter than its header".into()))?;
-        let len = header_len(&head, file_len).map_err(malformed)?;
-        let mut bytes = vec![0u8; len];
-        bytes[..HEAD_LEN].copy_from_slice(&head);
-        file.read_exact(&mut bytes[HEAD_LEN..]).map_err(io)?;
-        let index = decode_index(&bytes, file_len).map_err(malformed)?;
-        Ok(Some(LocalBaseCache {
-            path: path.to_owned(),
-            file,
-            index,
-        }))
-    }
-
-    /// Entries not taken yet.
-    pub fn len(&self) -> usize {
-        self.index.len()
-    }
-
-    /// Whether no entry is left.
-    pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
-    }
-
-    /// Takes the bytes of `id` out of the cache, if present, readable and fingerprinted `id`.
-    pub fn take(&mut self, id: &ChunkId) -> Option<Vec<u8>> {
-        let (offset, len) = self.index.remove(id)?;
-        let bytes = self.read(offset, len).ok()?;
-        (ChunkId::of(&bytes) == *id).then_some(bytes)
-    }
-
-    fn read(&mut self, offset: u64, len: u32) -> std::io::Result<Vec<u8>> {
-        let mut bytes = vec![0u8; len as usize];
-        self.file.seek(SeekFrom::Start(offset))?;
-        self.file.read_exact(&mut bytes)?;
-        Ok(bytes)
-    }
-
-    /// Writes a new cache file at `path`: `fresh` entries first (most useful first), then the
-    /// entries of `old` that were not taken, as long as they fit in `budget` bytes.
-    ///
-    /// # Errors
-    /// [`CacheError::Io`] if the file cannot be written; the previous file is then left as
-    /// it was.
-    pub fn save(
-        path: &Path,
-        fresh: impl IntoIterator<Item = (ChunkId, Arc<Vec<u8>>)>,
-        mut old: Option<&mut LocalBaseCache>,
-        budget: usize,
-    ) -> Result<(), CacheError> {
-        enum Source {
-            Fresh(Arc<Vec<u8>>),
-            Old(u64),
+    /// A reason for anything inconsistent; never panics on any input.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.len() < HEAD_LEN + 4 || &bytes[..8] != MAGIC {
+            return Err("not a dedelta base cache index".into());
         }
-        let mut chosen: Vec<(ChunkId, u32, Source)> = Vec::new();
-        let mut seen = HashSet::new();
-        let mut used = 0usize;
-        for (id, bytes) in fresh {
-            if used + bytes.len() > budget {
-                break;
-            }
-            if seen.insert(id) {
-                used += bytes.len();
-                chosen.push((id, bytes.len() as u32, Source::Fresh(bytes)));
-            }
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(format!("version {version}, expected {VERSION}"));
         }
-        if let Some(old) = old.as_deref() {
-            // In file order, so that copying them reads the old file forward.
-            let mut rest: Vec<_> = old
-                .index
-                .iter()
-                .filter(|(id, _)| !seen.contains(*id))
-                .collect();
-            rest.sort_by_key(|(_, (offset, _))| *offset);
-            for (id, &(offset, len)) in rest {
-                if used + len as usize > budget {
-                    break;
-                }
-                used += len as usize;
-                chosen.push((*id, len, Source::Old(offset)));
-            }
+        let generation = u64_at(12);
+        let count = u32_at(20) as usize;
+        let entry_bytes = bytes.len() - HEAD_LEN - 4;
+        if entry_bytes / ENTRY_LEN != count || !entry_bytes.is_multiple_of(ENTRY_LEN) {
+            return Err(format!(
+                "{count} entries do not match {} bytes",
+                bytes.len()
+            ));
         }
-        let io = |source| CacheError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+            return Err("index fails its checksum".into());
         }
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let mut write = || -> std::io::Result<()> {
-            let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
-            let mut head = Vec::with_capacity(HEAD_LEN + chosen.len() * ENTRY_LEN + 4);
-            head.extend_from_slice(MAGIC);
-            head.extend_from_slice(&VERSION.to_le_bytes());
-            head.extend_from_slice(&(chosen.len() as u32).to_le_bytes());
-            let mut offset = (HEAD_LEN + chosen.len() * ENTRY_LEN + 4) as u64;
-            for (id, len, _) in &chosen {
-                head.extend_from_slice(id.as_bytes());
-                head.extend_from_slice(&offset.to_le_bytes());
-                head.extend_from_slice(&len.to_le_bytes());
-                offset += u64::from(*len);
+        let mut entries = Vec::with_capacity(count);
+        for e in body[HEAD_LEN..].chunks_exact(ENTRY_LEN) {
+            let id = ChunkId(e[..CHUNK_ID_LEN].try_into().expect("32 bytes"));
+            let offset = u64::from_le_bytes(e[32..40].try_into().expect("8 bytes"));
+            let len = u32::from_le_bytes(e[40..44].try_into().expect("4 bytes"));
+            if offset.checked_add(u64::from(len)).is_none() {
+                return Err(format!("entry at offset {offset} overflows"));
             }
-            let crc = crc32c::crc32c(&head);
-            head.extend_from_slice(&crc.to_le_bytes());
-            w.write_all(&head)?;
-            for (_, len, source) in &chosen {
-                match source {
-                    Source::Fresh(bytes) => w.write_all(bytes)?,
-                    Source::Old(offset) => {
-                        let old = old.as_deref_mut().expect("old entries come from old");
-                        w.write_all(&old.read(*offset, *len)?)?;
-                    }
-                }
-            }
-            w.into_inner().map_err(|e| e.into_error())?;
-            std::fs::rename(&tmp, path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(e)
+            entries.push((id, Extent { offset, len }));
+        }
+        Ok(CacheIndex {
+            generation,
+            entries,
         })
     }
 
-    /// The file this cache was read from.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Encodes the index file.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(HEAD_LEN + self.entries.len() * ENTRY_LEN + 4);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.generation.to_le_bytes());
+        b.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for (id, x) in &self.entries {
+            b.extend_from_slice(id.as_bytes());
+            b.extend_from_slice(&x.offset.to_le_bytes());
+            b.extend_from_slice(&x.len.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Checks that every entry lies within a data file of `data_len` bytes.
+    ///
+    /// # Errors
+    /// A reason naming the first entry that does not.
+    pub fn check_within(&self, data_len: u64) -> Result<(), String> {
+        match self
+            .entries
+            .iter()
+            .find(|(_, x)| x.offset + u64::from(x.len) > data_len)
+        {
+            Some((_, x)) => Err(format!(
+                "entry at offset {} lies outside the {data_len}-byte data file",
+                x.offset
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+fn data_file_name(generation: u64) -> String {
+    format!("bases.{generation:016x}")
+}
+
+/// An open cache: its index and mapped data file.
+pub struct LocalBaseCache {
+    dir: PathBuf,
+    generation: u64,
+    /// The data file as long as it was when opened (every entry lies within it).
+    data: Bytes,
+    entries: HashMap<ChunkId, Extent>,
+}
+
+impl LocalBaseCache {
+    /// Opens the cache in directory `dir`; `Ok(None)` if there is none.
+    ///
+    /// # Errors
+    /// [`CacheError`] if it cannot be read or its index is invalid.
+    pub fn open(dir: &Path) -> Result<Option<Self>, CacheError> {
+        let index_path = dir.join(INDEX_FILE);
+        let bytes = match std::fs::read(&index_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(CacheError::Io {
+                    path: index_path,
+                    source,
+                })
+            }
+        };
+        let malformed = |reason| CacheError::Malformed {
+            path: index_path.clone(),
+            reason,
+        };
+        let index = CacheIndex::decode(&bytes).map_err(malformed)?;
+        let data_path = dir.join(data_file_name(index.generation));
+        let io = |source| CacheError::Io {
+            path: data_path.clone(),
+            source,
+        };
+        let file = File::open(&data_path).map_err(io)?;
+        let data_len = file.metadata().map_err(io)?.len();
+        index.check_within(data_len).map_err(malformed)?;
+        let data = if data_len == 0 {
+            Bytes::new()
+        } else {
+            // SAFETY: dedelta never truncates a data file (see the module documentation).
+            Bytes::from_owner(unsafe { Mmap::map(&file) }.map_err(io)?)
+        };
+        Ok(Some(LocalBaseCache {
+            dir: dir.to_owned(),
+            generation: index.generation,
+            data,
+            entries: index.entries.into_iter().collect(),
+        }))
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The bytes of `id`, if present, readable and fingerprinted `id`. An entry that fails is
+    /// dropped, so that the next save writes the chunk afresh.
+    pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {
+        let x = *self.entries.get(id)?;
+        let bytes = self.slice(x);
+        if ChunkId::of(&bytes) == *id {
+            Some(bytes)
+        } else {
+            self.entries.remove(id);
+            None
+        }
+    }
+
+    /// An entry's bytes (within the mapping: checked at open).
+    fn slice(&self, x: Extent) -> Bytes {
+        self.data
+            .slice(x.offset as usize..x.offset as usize + x.len as usize)
+    }
+
+    /// Updates the cache in `dir` to hold `fresh` (most useful first), then as many of
+    /// `old`'s other entries as fit in `budget` bytes. Entries `old` already has are not
+    /// written again: only the others are appended to its data file, and the index is
+    /// replaced (temporary file, rename). When the data file would grow past twice the
+    /// budget, or there is no `old`, a new data file holding just the live entries is
+    /// written instead and the previous one removed.
+    ///
+    /// # Errors
+    /// [`CacheError::Io`] if a file cannot be written; the index then still describes a
+    /// consistent cache (possibly with unused bytes at the end of its data file).
+    pub fn save(
+        dir: &Path,
+        fresh: impl IntoIterator<Item = (ChunkId, Bytes)>,
+        old: Option<&LocalBaseCache>,
+        budget: usize,
+    ) -> Result<(), CacheError> {
+        /// Where a chosen entry's bytes come from.
+        enum Source {
+            New(Bytes),
+            Old(Extent),
+        }
+        let mut chosen: Vec<(ChunkId, Source)> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut used = 0usize;
+        let mut added = 0u64;
+        let len_of = |s: &Source| match s {
+            Source::New(b) => b.len(),
+            Source::Old(x) => x.len as usize,
+        };
+        for (id, bytes) in fresh {
+            let source = match old.and_then(|o| o.entries.get(&id)) {
+                Some(x) => Source::Old(*x),
+                None => Source::New(bytes),
+            };
+            if used + len_of(&source) > budget {
+                break;
+            }
+            if seen.insert(id) {
+                used += len_of(&source);
+                if let Source::New(b) = &source {
+                    added += b.len() as u64;
+                }
+                chosen.push((id, source));
+            }
+        }
+        if let Some(old) = old {
+            // In file order, so that a rewrite reads the old file forward.
+            let mut rest: Vec<_> = old
+                .entries
+                .iter()
+                .filter(|(id, _)| !seen.contains(*id))
+                .collect();
+            rest.sort_by_key(|(_, x)| x.offset);
+            for (id, x) in rest {
+                if used + x.len as usize > budget {
+                    break;
+                }
+                used += x.len as usize;
+                chosen.push((*id, Source::Old(*x)));
+            }
+        }
+        std::fs::create_dir_all(dir).map_err(|source| CacheError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+
+        // Append to the old data file, or write a new one.
+        let append = old.filter(|o| o.data.len() as u64 + added <= 2 * budget as u64);
+        let (generation, data_path) = match (old, append) {
+            (Some(o), Some(_)) => (o.generation, o.dir.join(data_file_name(o.generation))),
+            (o, _) => {
+                let g = o.map_or(1, |o| o.generation.wrapping_add(1));
+                (g, dir.join(data_file_name(g)))
+            }
+        };
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| CacheError::Io { path, source }
+        };
+        let mut index = CacheIndex {
+            generation,
+            entries: Vec::with_capacity(chosen.len()),
+        };
+        let write_data = || -> std::io::Result<Vec<(ChunkId, Extent)>> {
+            let file = match append {
+                Some(_) => OpenOptions::new().write(true).open(&data_path)?,
+                None => File::create(&data_path)?,
+            };
+            let mut offset = match append {
+                Some(_) => file.metadata()?.len(),
+                None => 0,
+            };
+            let mut w = BufWriter::with_capacity(1 << 20, &file);
+            std::io::Seek::seek(&mut w, std::io::SeekFrom::Start(offset))?;
+            let mut entries = Vec::with_capacity(chosen.len());
+            for (id, source) in &chosen {
+                let x = match (source, append) {
+                    (Source::Old(x), Some(_)) => *x,
+                    (source, _) => {
+                        match source {
+                            Source::New(b) => w.write_all(b)?,
+                            Source::Old(x) => {
+                                let old = old.expect("old entries come from old");
+                                w.write_all(&old.slice(*x))?;
+                            }
+                        }
+                        let x = Extent {
+                            offset,
+                            len: len_of(source) as u32,
+                        };
+                        offset += u64::from(x.len);
+                        x
+                    }
+                };
+                entries.push((*id, x));
+            }
+            w.flush()?;
+            Ok(entries)
+        };
+        index.entries = write_data().map_err(io(&data_path))?;
+
+        let index_path = dir.join(INDEX_FILE);
+        let tmp = dir.join(format!("{INDEX_FILE}.tmp-{}", std::process::id()));
+        let write_index = || -> std::io::Result<()> {
+            std::fs::write(&tmp, index.encode())?;
+            std::fs::rename(&tmp, &index_path)
+        };
+        write_index().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            io(&index_path)(e)
+        })?;
+        if append.is_none() {
+            // Data files of other generations (the previous one, or one left by a crash).
+            let keep = data_file_name(generation);
+            if let Ok(names) = std::fs::read_dir(dir) {
+                for name in names.flatten().map(|e| e.file_name()) {
+                    let name = name.to_string_lossy();
+                    if name.starts_with("bases.") && name.len() == 22 && name != keep {
+                        let _ = std::fs::remove_file(dir.join(&*name));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The directory this cache was read from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 }
 
@@ -269,73 +409,126 @@ impl LocalBaseCache {
 mod tests {
     use super::*;
 
-    fn entry(n: u8, len: usize) -> (ChunkId, Arc<Vec<u8>>) {
+    fn entry(n: u8, len: usize) -> (ChunkId, Bytes) {
         let bytes = vec![n; len];
-        (ChunkId::of(&bytes), Arc::new(bytes))
+        (ChunkId::of(&bytes), Bytes::from(bytes))
+    }
+
+    fn data_files(dir: &Path) -> Vec<(String, u64)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name() != INDEX_FILE)
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
     }
 
     #[test]
-    fn saves_reopens_and_carries_untaken_entries_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/bases");
-        assert!(LocalBaseCache::open(&path).unwrap().is_none());
+    fn saves_appends_only_what_is_new_and_carries_old_entries_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("sub");
+        assert!(LocalBaseCache::open(&dir).unwrap().is_none());
         let (a, b, c) = (entry(1, 100), entry(2, 200), entry(3, 300));
-        LocalBaseCache::save(&path, [a.clone(), b.clone()], None, 1 << 20).unwrap();
-        let mut old = LocalBaseCache::open(&path).unwrap().unwrap();
+        LocalBaseCache::save(&dir, [a.clone(), b.clone()], None, 1000).unwrap();
+        assert_eq!(data_files(&dir), [(data_file_name(1), 300)]);
+        let mut old = LocalBaseCache::open(&dir).unwrap().unwrap();
         assert_eq!(old.len(), 2);
-        assert_eq!(old.take(&a.0).as_deref(), Some(a.1.as_slice()));
-        assert!(old.take(&a.0).is_none(), "taken once");
-        // c is fresh; b was not taken and is carried over; the budget leaves a out.
-        LocalBaseCache::save(&path, [c.clone()], Some(&mut old), 500).unwrap();
-        let mut new = LocalBaseCache::open(&path).unwrap().unwrap();
-        assert_eq!(new.len(), 2);
-        assert_eq!(new.take(&c.0).as_deref(), Some(c.1.as_slice()));
-        assert_eq!(new.take(&b.0).as_deref(), Some(b.1.as_slice()));
+        assert_eq!(old.get(&a.0).as_deref(), Some(&a.1[..]));
+        // a again and c are fresh; only c is written; b is carried over.
+        LocalBaseCache::save(&dir, [a.clone(), c.clone()], Some(&old), 1000).unwrap();
+        assert_eq!(data_files(&dir), [(data_file_name(1), 600)]);
+        let mut new = LocalBaseCache::open(&dir).unwrap().unwrap();
+        assert_eq!(new.len(), 3);
+        for (id, bytes) in [&a, &b, &c] {
+            assert_eq!(new.get(id).as_deref(), Some(&bytes[..]));
+        }
+        // A tight budget leaves b out.
+        LocalBaseCache::save(&dir, [c.clone(), a.clone()], Some(&new), 400).unwrap();
+        let mut small = LocalBaseCache::open(&dir).unwrap().unwrap();
+        assert_eq!(small.len(), 2);
+        assert!(small.get(&b.0).is_none());
+        // Past twice the budget the data file is rewritten as a new generation.
+        let d = entry(4, 300);
+        LocalBaseCache::save(&dir, [d.clone()], Some(&small), 400).unwrap();
+        assert_eq!(data_files(&dir), [(data_file_name(2), 400)]);
+        let mut next = LocalBaseCache::open(&dir).unwrap().unwrap();
+        assert_eq!(next.get(&d.0).as_deref(), Some(&d.1[..]));
+        assert_eq!(next.get(&a.0).as_deref(), Some(&a.1[..]));
+        assert!(next.get(&c.0).is_none(), "over budget");
     }
 
     #[test]
     fn damaged_files_are_rejected_or_their_entries_fail_their_fingerprint() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bases");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let a = entry(7, 1000);
-        LocalBaseCache::save(&path, [a.clone()], None, 1 << 20).unwrap();
-        let good = std::fs::read(&path).unwrap();
-        // A flipped data byte: the file opens, the entry is refused.
+        LocalBaseCache::save(dir, [a.clone()], None, 1 << 20).unwrap();
+        let data = dir.join(data_file_name(1));
+        let good = std::fs::read(&data).unwrap();
+        // A flipped data byte: the cache opens, the entry is refused and dropped, and the
+        // next save writes it afresh.
         let mut bad = good.clone();
-        *bad.last_mut().unwrap() ^= 1;
-        std::fs::write(&path, &bad).unwrap();
-        let mut cache = LocalBaseCache::open(&path).unwrap().unwrap();
-        assert!(cache.take(&a.0).is_none());
-        // A flipped index byte, a truncated file, garbage: not opened.
+        bad[500] ^= 1;
+        std::fs::write(&data, &bad).unwrap();
+        let mut cache = LocalBaseCache::open(dir).unwrap().unwrap();
+        assert!(cache.get(&a.0).is_none());
+        assert!(cache.is_empty());
+        LocalBaseCache::save(dir, [a.clone()], Some(&cache), 1 << 20).unwrap();
+        let mut healed = LocalBaseCache::open(dir).unwrap().unwrap();
+        assert_eq!(healed.get(&a.0).as_deref(), Some(&a.1[..]));
+        // A truncated data file, a flipped index byte, a truncated index, garbage.
+        let index = std::fs::read(dir.join(INDEX_FILE)).unwrap();
+        let data_now = dir.join(data_file_name(1));
+        std::fs::write(&data_now, b"short").unwrap();
+        assert!(matches!(
+            LocalBaseCache::open(dir),
+            Err(CacheError::Malformed { .. })
+        ));
         for bad in [
             {
-                let mut b = good.clone();
+                let mut b = index.clone();
                 b[HEAD_LEN + 3] ^= 1;
                 b
             },
-            good[..good.len() - 1].to_vec(),
-            good[..10].to_vec(),
+            index[..index.len() - 1].to_vec(),
+            index[..10].to_vec(),
             b"garbage".to_vec(),
         ] {
-            std::fs::write(&path, &bad).unwrap();
+            std::fs::write(dir.join(INDEX_FILE), &bad).unwrap();
             assert!(matches!(
-                LocalBaseCache::open(&path),
+                LocalBaseCache::open(dir),
                 Err(CacheError::Malformed { .. })
             ));
         }
     }
 
     #[test]
-    fn decode_index_never_panics_on_short_or_lying_input() {
-        for n in 0..64 {
-            let mut b = vec![0u8; n];
-            if n >= 16 {
-                b[..8].copy_from_slice(MAGIC);
-                b[8..12].copy_from_slice(&VERSION.to_le_bytes());
-                b[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+    fn index_round_trips_and_decode_never_panics_on_short_or_lying_input() {
+        let (a, _) = entry(1, 10);
+        let index = CacheIndex {
+            generation: 9,
+            entries: vec![(a, Extent { offset: 5, len: 10 })],
+        };
+        let bytes = index.encode();
+        assert_eq!(CacheIndex::decode(&bytes).unwrap(), index);
+        assert!(index.check_within(15).is_ok());
+        assert!(index.check_within(14).is_err());
+        for n in 0..bytes.len() + 8 {
+            let mut b = bytes.clone();
+            b.resize(n, 0);
+            if n != bytes.len() {
+                assert!(CacheIndex::decode(&b).is_err(), "length {n}");
             }
-            assert!(decode_index(&b, n as u64).is_err());
-            assert!(decode_index(&b, u64::MAX).is_err());
         }
+        let mut lying = bytes.clone();
+        lying[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(CacheIndex::decode(&lying).is_err());
     }
 }

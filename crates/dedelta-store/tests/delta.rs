@@ -359,7 +359,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     let (cached, plain) = (init("cached"), init("plain"));
     let cache = tmp.path().join("cache");
     let src = tmp.path().join("src");
-    let file = cache.join(&cached.config().id).join("bases");
+    let file = cache.join(&cached.config().id).join("bases.idx");
     let mut contents: Contents = Vec::new();
     for v in 0..5 {
         write_versions(&src, v);

@@ -133,7 +133,7 @@ fn local_base_cache_is_used_rebuilt_and_optional() {
         .expect("a cache directory per repository")
         .unwrap()
         .path();
-    let file = id.join("bases");
+    let file = id.join("bases.idx");
     assert!(file.is_file());
     versioned(&src.join("f.txt"), 1);
     let s = f.backup(&[&src]);

@@ -78,7 +78,7 @@ pub struct BackupOptions {
     /// Delta settings for this backup; `None` uses the repository's.
     pub delta: Option<DeltaConfig>,
     /// Directory of this client's local caches (see [`crate::local_cache`]); `None` for none.
-    /// The repository's base cache file is `<cache_dir>/<repository id>/bases`.
+    /// The repository's base cache is in `<cache_dir>/<repository id>/`.
     pub cache_dir: Option<PathBuf>,
 }
 
@@ -201,7 +201,7 @@ pub fn backup(
         };
         let mut stage = DeltaStage::new(repo, delta_cfg, prev, times.clone(), opts.threads)?;
         if let Some(dir) = &opts.cache_dir {
-            let path = dir.join(&config.id).join("bases");
+            let path = dir.join(&config.id);
             notices.extend(stage.use_local_cache(path));
         }
         Some(stage)
