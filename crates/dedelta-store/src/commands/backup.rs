@@ -201,8 +201,21 @@ pub fn backup(
         };
         let mut stage = DeltaStage::new(repo, delta_cfg, prev, times.clone(), opts.threads)?;
         if let Some(dir) = &opts.cache_dir {
-            let path = dir.join(&config.id);
-            notices.extend(stage.use_local_cache(path));
+            // The id names a directory: anything but a plain name (a crafted config) is
+            // refused rather than joined.
+            let id = &config.id;
+            if !id.is_empty()
+                && id.len() <= 64
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                notices.extend(stage.use_local_cache(dir.join(id)));
+            } else {
+                notices.push(format!(
+                    "repository id {id:?} is not a plain name; no local base cache"
+                ));
+            }
         }
         Some(stage)
     } else {
