@@ -3,6 +3,7 @@
 # under one name) into a fresh repository per configuration, then restores every snapshot and
 # compares it bit-exact. Prints one JSON line per configuration.
 # Usage: scripts/bench-versions.sh WORKDIR "INIT-FLAGS" FILE...
+# BACKUP_FLAGS (environment) is passed to every backup, e.g. BACKUP_FLAGS=--no-cache.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -13,7 +14,8 @@ repo="$work/repo"; rm -rf "$repo"; mkdir -p "$work"
 cat "$@" > /dev/null  # page cache
 logical=0; backup_s=0
 for f in "$@"; do
-  out=$("$bin" backup -r "$repo" --stdin --stdin-name data.tar --json < "$f")
+  # shellcheck disable=SC2086
+  out=$("$bin" backup -r "$repo" --stdin --stdin-name data.tar --json ${BACKUP_FLAGS:-} < "$f")
   backup_s=$(python3 -c "import json,sys; print($backup_s + json.loads(sys.argv[1])['seconds'])" "$out")
   logical=$((logical + $(stat -c %s "$f")))
 done
@@ -31,10 +33,10 @@ for id in $ids; do
 done
 rm -f "$work/restored.tar"
 stats=$("$bin" stats -r "$repo" --json)
-python3 - "$stats" "$flags" "$logical" "$backup_s" "$restore_s" <<'PY'
+python3 - "$stats" "$flags" "$logical" "$backup_s" "$restore_s" "${BACKUP_FLAGS:-}" <<'PY'
 import json, sys
 s = json.loads(sys.argv[1]); logical = int(sys.argv[3]); b = float(sys.argv[4]); r = float(sys.argv[5])
-print(json.dumps({"config": sys.argv[2], "logical_mb": round(logical/1e6, 1), "stored_mb": round(s["stored_bytes"]/1e6, 2),
+print(json.dumps({"config": sys.argv[2], "backup_flags": sys.argv[6], "logical_mb": round(logical/1e6, 1), "stored_mb": round(s["stored_bytes"]/1e6, 2),
   "total_factor": round(logical / s["stored_bytes"], 2), "dedup": round(s["dedup_factor"], 2), "dcr": round(s["dcr"], 2),
   "dce": round(s["dce"], 2) if s["dce"] else None, "compression": round(s["compression_factor"], 2), "delta_chunks": s["delta_chunks"],
   "backup_mb_s": round(logical/1e6/b, 1), "restore_mb_s": round(logical/1e6/r, 1)}))
