@@ -54,10 +54,17 @@ fn version(base: &[u8], v: u64) -> Vec<u8> {
     out
 }
 
-fn write_versions(root: &Path, v: u64) {
+/// Writes version `v` of the test tree to `root`; returns each file's name and content.
+fn write_versions(root: &Path, v: u64) -> Vec<(String, Vec<u8>)> {
     fs::create_dir_all(root).unwrap();
-    fs::write(root.join("a.txt"), version(&text(300_000, 1), v)).unwrap();
-    fs::write(root.join("b.txt"), version(&text(200_000, 2), v)).unwrap();
+    let files = vec![
+        ("a.txt".to_string(), version(&text(300_000, 1), v)),
+        ("b.txt".to_string(), version(&text(200_000, 2), v)),
+    ];
+    for (name, data) in &files {
+        fs::write(root.join(name), data).unwrap();
+    }
+    files
 }
 
 fn me() -> LockInfo {
@@ -121,13 +128,7 @@ fn three_versions(
     let mut contents = Vec::new();
     let mut sums = Vec::new();
     for v in 0..3 {
-        write_versions(&src, v);
-        contents.push(
-            ["a.txt", "b.txt"]
-                .iter()
-                .map(|n| (n.to_string(), fs::read(src.join(n)).unwrap()))
-                .collect(),
-        );
+        contents.push(write_versions(&src, v));
         sums.push(run_backup(&repo, &src, v));
     }
     (repo, contents, sums)
@@ -362,13 +363,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     let file = cache.join(&cached.config().id).join("bases.idx");
     let mut contents: Contents = Vec::new();
     for v in 0..5 {
-        write_versions(&src, v);
-        contents.push(
-            ["a.txt", "b.txt"]
-                .iter()
-                .map(|n| (n.to_string(), fs::read(src.join(n)).unwrap()))
-                .collect(),
-        );
+        contents.push(write_versions(&src, v));
         if v == 3 {
             fs::write(&file, b"not a cache file").unwrap();
         }
