@@ -386,14 +386,6 @@ impl<'a> ChunkReader<'a> {
         })
     }
 
-    /// [`Self::base_of`] and [`Self::read_base`] in one.
-    pub fn resolve_base(&mut self, id: &ChunkId) -> Result<Option<(ChunkId, Vec<u8>)>> {
-        let Some(base) = self.base_of(id)? else {
-            return Ok(None);
-        };
-        Ok(self.read_base(&base)?.map(|bytes| (base, bytes)))
-    }
-
     /// The verified bytes of `base`, which must be stored in full; `None` if not indexed.
     pub fn read_base(&mut self, base: &ChunkId) -> Result<Option<Vec<u8>>> {
         match self.read(base, false) {

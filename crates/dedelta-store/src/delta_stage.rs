@@ -281,7 +281,7 @@ impl<'a> DeltaStage<'a> {
         if self.cfg.base_cache_bytes == 0 {
             return None;
         }
-        let warning = match LocalBaseCache::open(&path) {
+        let notice = match LocalBaseCache::open(&path) {
             Ok(cache) => {
                 self.local = cache;
                 None
@@ -289,7 +289,7 @@ impl<'a> DeltaStage<'a> {
             Err(e) => Some(format!("{e}; it is rebuilt")),
         };
         self.local_path = Some(path);
-        warning
+        notice
     }
 
     /// Updates the local base cache to the bases and full chunks this backup holds in memory
@@ -297,12 +297,7 @@ impl<'a> DeltaStage<'a> {
     /// why it could not be written, if so.
     pub fn save_local_cache(&mut self) -> Option<String> {
         let path = self.local_path.take()?;
-        let fresh: Vec<_> = self
-            .cache
-            .map
-            .iter()
-            .map(|(id, b)| (*id, b.clone()))
-            .collect();
+        let fresh = self.cache.map.iter().map(|(id, b)| (*id, b.clone()));
         let budget = self.cfg.base_cache_bytes.min(local_cache::DEFAULT_BYTES);
         LocalBaseCache::save(&path, fresh, self.local.as_ref(), budget)
             .err()

@@ -173,7 +173,6 @@ fn data_file_name(generation: u64) -> String {
 
 /// An open cache: its index and mapped data file.
 pub struct LocalBaseCache {
-    dir: PathBuf,
     generation: u64,
     /// The data file as long as it was when opened (every entry lies within it).
     data: Bytes,
@@ -217,7 +216,6 @@ impl LocalBaseCache {
             Bytes::from_owner(unsafe { Mmap::map(&file) }.map_err(io)?)
         };
         Ok(Some(LocalBaseCache {
-            dir: dir.to_owned(),
             generation: index.generation,
             data,
             entries: index.entries.into_iter().collect(),
@@ -321,58 +319,48 @@ impl LocalBaseCache {
 
         // Append to the old data file, or write a new one.
         let append = old.filter(|o| o.data.len() as u64 + added <= 2 * budget as u64);
-        let (generation, data_path) = match (old, append) {
-            (Some(o), Some(_)) => (o.generation, o.dir.join(data_file_name(o.generation))),
-            (o, _) => {
-                let g = o.map_or(1, |o| o.generation.wrapping_add(1));
-                (g, dir.join(data_file_name(g)))
-            }
+        let generation = match (append, old) {
+            (Some(o), _) => o.generation,
+            (None, o) => o.map_or(1, |o| o.generation.wrapping_add(1)),
         };
+        let data_path = dir.join(data_file_name(generation));
         let io = |path: &Path| {
             let path = path.to_owned();
             move |source| CacheError::Io { path, source }
         };
-        let mut index = CacheIndex {
-            generation,
-            entries: Vec::with_capacity(chosen.len()),
-        };
         let write_data = || -> std::io::Result<Vec<(ChunkId, Extent)>> {
-            let file = match append {
-                Some(_) => OpenOptions::new().write(true).open(&data_path)?,
-                None => File::create(&data_path)?,
+            let (file, mut offset) = match append {
+                Some(_) => {
+                    let file = OpenOptions::new().append(true).open(&data_path)?;
+                    let len = file.metadata()?.len();
+                    (file, len)
+                }
+                None => (File::create(&data_path)?, 0),
             };
-            let mut offset = match append {
-                Some(_) => file.metadata()?.len(),
-                None => 0,
-            };
-            let mut w = BufWriter::with_capacity(1 << 20, &file);
-            std::io::Seek::seek(&mut w, std::io::SeekFrom::Start(offset))?;
+            let mut w = BufWriter::with_capacity(1 << 20, file);
             let mut entries = Vec::with_capacity(chosen.len());
             for (id, source) in &chosen {
-                let x = match (source, append) {
-                    (Source::Old(x), Some(_)) => *x,
-                    (source, _) => {
-                        match source {
-                            Source::New(b) => w.write_all(b)?,
-                            Source::Old(x) => {
-                                let old = old.expect("old entries come from old");
-                                w.write_all(&old.slice(*x))?;
-                            }
-                        }
-                        let x = Extent {
-                            offset,
-                            len: len_of(source) as u32,
-                        };
-                        offset += u64::from(x.len);
-                        x
+                let bytes = match source {
+                    // Already in the data file being appended to.
+                    Source::Old(x) if append.is_some() => {
+                        entries.push((*id, *x));
+                        continue;
                     }
+                    Source::Old(x) => old.expect("old entries come from old").slice(*x),
+                    Source::New(b) => b.clone(),
                 };
-                entries.push((*id, x));
+                w.write_all(&bytes)?;
+                let len = bytes.len() as u32;
+                entries.push((*id, Extent { offset, len }));
+                offset += u64::from(len);
             }
             w.flush()?;
             Ok(entries)
         };
-        index.entries = write_data().map_err(io(&data_path))?;
+        let index = CacheIndex {
+            generation,
+            entries: write_data().map_err(io(&data_path))?,
+        };
 
         let index_path = dir.join(INDEX_FILE);
         let tmp = dir.join(format!("{INDEX_FILE}.tmp-{}", std::process::id()));
@@ -390,18 +378,13 @@ impl LocalBaseCache {
             if let Ok(names) = std::fs::read_dir(dir) {
                 for name in names.flatten().map(|e| e.file_name()) {
                     let name = name.to_string_lossy();
-                    if name.starts_with("bases.") && name.len() == 22 && name != keep {
+                    if name.starts_with("bases.") && name.len() == keep.len() && name != keep {
                         let _ = std::fs::remove_file(dir.join(&*name));
                     }
                 }
             }
         }
         Ok(())
-    }
-
-    /// The directory this cache was read from.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 
