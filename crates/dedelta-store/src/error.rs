@@ -86,14 +86,23 @@ pub enum Error {
     /// A user-supplied option is invalid.
     #[error("invalid option: {0}")]
     InvalidOption(String),
-    /// An I/O error, with what was being done.
-    #[error("{context}: {source}")]
+    /// An I/O error, with what was being done. The cause is part of the message and not
+    /// also exposed as `source()`, so that a printed error chain does not repeat it.
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done, naming the path.
         context: String,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
+    },
+    /// An object the repository should hold is not there (deleted by a concurrent prune, or
+    /// lost). Kept apart from [`Error::Io`] so that readers can retry or say so.
+    #[error("{kind} {name} is missing from the repository")]
+    ObjectMissing {
+        /// The object's kind (`container`, `snapshot`, ...).
+        kind: &'static str,
+        /// The object's name.
+        name: String,
     },
     /// The chunk index (redb) failed.
     #[error("chunk index error: {0}")]
@@ -105,7 +114,7 @@ impl Error {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {
             context: context.into(),
-            source,
+            cause: source,
         }
     }
 

@@ -67,14 +67,18 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
         .ctx(|| format!("syncing directory {}", dir.display()))
 }
 
-fn not_found_to_missing(e: std::io::Error, path: &Path) -> Error {
-    Error::io(format!("reading {}", path.display()), e)
+fn read_error(e: std::io::Error, path: &Path, kind: FileKind, name: &str) -> Error {
+    if e.kind() == ErrorKind::NotFound {
+        kind.missing(name)
+    } else {
+        Error::io(format!("reading {}", path.display()), e)
+    }
 }
 
 impl Backend for LocalBackend {
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         let p = self.path(kind, name);
-        fs::read(&p).map_err(|e| not_found_to_missing(e, &p))
+        fs::read(&p).map_err(|e| read_error(e, &p, kind, name))
     }
 
     fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
@@ -92,7 +96,7 @@ impl Backend for LocalBackend {
         buf: &mut Vec<u8>,
     ) -> Result<()> {
         let p = self.path(kind, name);
-        let mut f = File::open(&p).map_err(|e| not_found_to_missing(e, &p))?;
+        let mut f = File::open(&p).map_err(|e| read_error(e, &p, kind, name))?;
         let pos = if offset < 0 {
             SeekFrom::End(offset)
         } else {
@@ -195,7 +199,7 @@ impl Backend for LocalBackend {
         let p = self.path(kind, name);
         fs::metadata(&p)
             .map(|m| m.len())
-            .map_err(|e| not_found_to_missing(e, &p))
+            .map_err(|e| read_error(e, &p, kind, name))
     }
 
     fn exists(&self, kind: FileKind, name: &str) -> Result<bool> {

@@ -16,9 +16,13 @@ fn key(kind: FileKind, name: &str) -> (u8, String) {
 }
 
 fn missing(kind: FileKind, name: &str) -> Error {
+    kind.missing(name)
+}
+
+fn out_of_range(kind: FileKind, name: &str) -> Error {
     Error::io(
         format!("reading {}/{name}", kind.dir()),
-        std::io::Error::from(std::io::ErrorKind::NotFound),
+        std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
     )
 }
 
@@ -47,7 +51,7 @@ impl Backend for MemoryBackend {
         start
             .and_then(|s| data.get(s..s.checked_add(len)?))
             .map(|s| s.to_vec())
-            .ok_or_else(|| missing(kind, name))
+            .ok_or_else(|| out_of_range(kind, name))
     }
 
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {

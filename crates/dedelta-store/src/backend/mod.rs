@@ -34,9 +34,30 @@ impl FileKind {
             FileKind::Lock => "locks",
         }
     }
+
+    /// The singular noun for messages (`container`, `snapshot`, ...).
+    pub fn noun(self) -> &'static str {
+        match self {
+            FileKind::Config => "config",
+            FileKind::Container => "container",
+            FileKind::Snapshot => "snapshot",
+            FileKind::Lock => "lock",
+        }
+    }
+
+    /// The error for a missing object of this kind.
+    pub fn missing(self, name: &str) -> crate::Error {
+        crate::Error::ObjectMissing {
+            kind: self.noun(),
+            name: name.to_string(),
+        }
+    }
 }
 
 /// A store of named objects. Objects are written whole and never modified in place.
+///
+/// Reading an object that does not exist fails with [`crate::Error::ObjectMissing`] (not a
+/// generic I/O error), so that callers can tell "gone" from "damaged".
 pub trait Backend: Send + Sync {
     /// Reads a whole object.
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
