@@ -107,6 +107,10 @@ pub enum Error {
     /// The chunk index (redb) failed.
     #[error("chunk index error: {0}")]
     Index(String),
+    /// The chunk index file is damaged. It is a cache: the repository discards it, and the next
+    /// command rebuilds it from the containers.
+    #[error("the chunk index is damaged ({0}); it has been discarded and is rebuilt from the containers by the next command: run the command again")]
+    IndexDamaged(String),
 }
 
 impl Error {

@@ -4,18 +4,30 @@
 //! it from their metadata. Entries are inserted only after their container is durable, in one
 //! redb transaction per container (redb commits are durable and atomic), so the index never
 //! points at data that a crash could lose.
+//!
+//! Because it is only a cache, damage to it must never stop the repository: every redb call
+//! runs under [`std::panic::catch_unwind`] (a damaged page can make redb panic, and a panic on
+//! a worker thread would abort the process), and a panic or a `Corrupted` error becomes
+//! [`Error::IndexDamaged`]. The repository then discards the file and rebuilds it. A rebuild
+//! is one write transaction that also sets the `complete` marker, so a rebuild killed half-way
+//! leaves the previous index (or none), never a partial one that looks whole.
 
-use crate::container::{ContainerId, ContainerMeta};
+use crate::container::{ContainerId, ContainerMeta, EntryMeta};
 use crate::error::{Error, Result};
 use dedelta_core::ChunkId;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// chunk id -> container id (32 bytes) ++ entry number (u32 LE).
 const CHUNKS: TableDefinition<&[u8; 32], &[u8; 36]> = TableDefinition::new("chunks");
 /// (super-feature position u8, super-feature u64 LE) -> the first full chunk that had it:
 /// the persistent `full` sketch index (FirstFit keeps the oldest chunk).
 const SKETCHES: TableDefinition<&[u8; 9], &[u8; 32]> = TableDefinition::new("sketches");
+/// Facts about the index itself; `complete` = 1 once it holds every container's entries.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The key of the completeness marker in [`META`].
+const COMPLETE: &str = "complete";
 
 /// The key of one super-feature in the sketch table.
 pub fn sketch_key(position: usize, sf: u64) -> [u8; 9] {
@@ -53,12 +65,41 @@ impl ChunkLocation {
 }
 
 fn db_err(e: impl std::fmt::Display) -> Error {
-    Error::Index(e.to_string())
+    let msg = e.to_string();
+    // redb reports checksum and structure failures as "corrupted" errors.
+    if msg.to_ascii_lowercase().contains("corrupt") {
+        Error::IndexDamaged(msg)
+    } else {
+        Error::Index(msg)
+    }
+}
+
+/// Runs a redb operation on the index file at `path`, turning a panic inside redb (a damaged
+/// page) into [`Error::IndexDamaged`]. On damage the file is unlinked at once, so that the next
+/// command starts from a fresh index and rebuilds it; this process keeps its open handle.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic inside the index library".into());
+            Err(Error::IndexDamaged(msg))
+        }
+    };
+    if let Err(Error::IndexDamaged(_)) = &result {
+        // A cache: losing it costs a rebuild, keeping it would fail every command.
+        let _ = std::fs::remove_file(path);
+    }
+    result
 }
 
 /// The persistent chunk index.
 pub struct ChunkIndex {
     db: Database,
+    path: Arc<PathBuf>,
 }
 
 impl std::fmt::Debug for ChunkIndex {
@@ -69,20 +110,46 @@ impl std::fmt::Debug for ChunkIndex {
 
 impl ChunkIndex {
     /// Opens (creating if needed) the index at `path`.
+    ///
+    /// # Errors
+    /// [`Error::IndexDamaged`] if the file is damaged (the caller discards and rebuilds it).
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         }
-        let db = Database::builder()
-            .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
-            .create(path)
-            .map_err(|e| Error::Index(format!("opening {}: {e}", path.display())))?;
-        let txn = db.begin_write().map_err(db_err)?;
-        txn.open_table(CHUNKS).map_err(db_err)?;
-        txn.open_table(SKETCHES).map_err(db_err)?;
-        txn.commit().map_err(db_err)?;
-        Ok(ChunkIndex { db })
+        let path = Arc::new(path.to_path_buf());
+        guarded(&path.clone(), || {
+            let db = Database::builder()
+                .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+                .create(path.as_path())
+                .map_err(|e| match db_err(e) {
+                    Error::Index(m) => Error::Index(format!("opening {}: {m}", path.display())),
+                    other => other,
+                })?;
+            let txn = db.begin_write().map_err(db_err)?;
+            txn.open_table(CHUNKS).map_err(db_err)?;
+            txn.open_table(SKETCHES).map_err(db_err)?;
+            txn.open_table(META).map_err(db_err)?;
+            txn.commit().map_err(db_err)?;
+            Ok(ChunkIndex { db, path })
+        })
+    }
+
+    /// Whether the index holds every container's entries: set by [`Self::rebuild`], which is
+    /// the only way an index becomes complete (a fresh file is not).
+    pub fn is_complete(&self) -> Result<bool> {
+        guarded(&self.path, || {
+            let txn = self.db.begin_read().map_err(db_err)?;
+            let meta = txn.open_table(META).map_err(db_err)?;
+            Ok(meta.get(COMPLETE).map_err(db_err)?.map(|v| v.value()) == Some(1))
+        })
+    }
+
+    /// Verifies every page of the index file (slow: reads it whole). `Ok(false)` if damage was
+    /// found and redb repaired it; [`Error::IndexDamaged`] if it could not.
+    pub fn check_integrity(&mut self) -> Result<bool> {
+        guarded(&self.path, || self.db.check_integrity().map_err(db_err))
     }
 
     /// Looks up a chunk.
@@ -92,39 +159,51 @@ impl ChunkIndex {
 
     /// A consistent read view, cheaper than one transaction per lookup.
     pub fn reader(&self) -> Result<IndexReader> {
-        let txn = self.db.begin_read().map_err(db_err)?;
-        let table = txn.open_table(CHUNKS).map_err(db_err)?;
-        let sketches = txn.open_table(SKETCHES).map_err(db_err)?;
-        Ok(IndexReader { table, sketches })
+        guarded(&self.path, || {
+            let txn = self.db.begin_read().map_err(db_err)?;
+            let table = txn.open_table(CHUNKS).map_err(db_err)?;
+            let sketches = txn.open_table(SKETCHES).map_err(db_err)?;
+            Ok(IndexReader {
+                table,
+                sketches,
+                path: self.path.clone(),
+            })
+        })
     }
 
     /// Records every entry of a durable container, and the super-features of its full
     /// entries (FirstFit: an existing super-feature keeps its chunk), in one durable transaction.
     pub fn insert_container(&self, id: ContainerId, meta: &ContainerMeta) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
-        {
-            let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
-            let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
-            for (i, e) in meta.entries.iter().enumerate() {
-                let loc = ChunkLocation {
-                    container: id,
-                    entry: i as u32,
-                };
-                table
-                    .insert(e.id.as_bytes(), &loc.to_bytes())
-                    .map_err(db_err)?;
-                if e.kind != crate::container::EntryKind::Full {
-                    continue;
-                }
-                for (pos, sf) in e.super_features.iter().enumerate() {
-                    let key = sketch_key(pos, *sf);
-                    if sketches.get(&key).map_err(db_err)?.is_none() {
-                        sketches.insert(&key, e.id.as_bytes()).map_err(db_err)?;
-                    }
-                }
+        guarded(&self.path, || {
+            let txn = self.db.begin_write().map_err(db_err)?;
+            insert_entries(&txn, id, meta, |_| true)?;
+            txn.commit().map_err(db_err)
+        })
+    }
+
+    /// Replaces the whole index with the entries of `containers` that `keep` accepts and
+    /// marks it complete, in one durable transaction: a rebuild killed before the commit
+    /// leaves the previous index as it was.
+    pub fn rebuild<'m>(
+        &self,
+        containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+        keep: impl Fn(&ContainerId, &EntryMeta) -> bool,
+    ) -> Result<()> {
+        guarded(&self.path, || {
+            let txn = self.db.begin_write().map_err(db_err)?;
+            txn.delete_table(CHUNKS).map_err(db_err)?;
+            txn.delete_table(SKETCHES).map_err(db_err)?;
+            for (id, meta) in containers {
+                insert_entries(&txn, id, meta, |e| keep(&id, e))?;
             }
-        }
-        txn.commit().map_err(db_err)
+            txn.open_table(CHUNKS).map_err(db_err)?;
+            txn.open_table(SKETCHES).map_err(db_err)?;
+            txn.open_table(META)
+                .map_err(db_err)?
+                .insert(COMPLETE, 1)
+                .map_err(db_err)?;
+            txn.commit().map_err(db_err)
+        })
     }
 
     /// Removes the entries of `dead` chunks, and every super-feature that names one of them,
@@ -134,34 +213,26 @@ impl ChunkIndex {
         if dead.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(db_err)?;
-        {
-            let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
-            for id in dead {
-                table.remove(id.as_bytes()).map_err(db_err)?;
+        guarded(&self.path, || {
+            let txn = self.db.begin_write().map_err(db_err)?;
+            {
+                let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
+                for id in dead {
+                    table.remove(id.as_bytes()).map_err(db_err)?;
+                }
+                let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
+                sketches
+                    .retain(|_, v| !dead.contains(&ChunkId(*v)))
+                    .map_err(db_err)?;
             }
-            let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
-            sketches
-                .retain(|_, v| !dead.contains(&ChunkId(*v)))
-                .map_err(db_err)?;
-        }
-        txn.commit().map_err(db_err)
-    }
-
-    /// Removes every entry (before a rebuild).
-    pub fn clear(&self) -> Result<()> {
-        let txn = self.db.begin_write().map_err(db_err)?;
-        txn.delete_table(CHUNKS).map_err(db_err)?;
-        txn.delete_table(SKETCHES).map_err(db_err)?;
-        txn.open_table(CHUNKS).map_err(db_err)?;
-        txn.open_table(SKETCHES).map_err(db_err)?;
-        txn.commit().map_err(db_err)
+            txn.commit().map_err(db_err)
+        })
     }
 
     /// Number of indexed chunks.
     pub fn len(&self) -> Result<u64> {
         let r = self.reader()?;
-        r.table.len().map_err(db_err)
+        guarded(&self.path, || r.table.len().map_err(db_err))
     }
 
     /// Whether the index is empty.
@@ -172,36 +243,78 @@ impl ChunkIndex {
     /// Calls `f` for every indexed chunk.
     pub fn for_each(&self, mut f: impl FnMut(ChunkId, ChunkLocation)) -> Result<()> {
         let r = self.reader()?;
-        for item in r.table.iter().map_err(db_err)? {
-            let (k, v) = item.map_err(db_err)?;
-            f(ChunkId(*k.value()), ChunkLocation::from_bytes(v.value()));
-        }
-        Ok(())
+        guarded(&self.path, || {
+            for item in r.table.iter().map_err(db_err)? {
+                let (k, v) = item.map_err(db_err)?;
+                f(ChunkId(*k.value()), ChunkLocation::from_bytes(v.value()));
+            }
+            Ok(())
+        })
     }
+}
+
+/// Inserts the entries of one container that `keep` accepts (by entry number), with the
+/// super-features of its full entries (FirstFit: an existing super-feature keeps its chunk).
+fn insert_entries(
+    txn: &redb::WriteTransaction,
+    id: ContainerId,
+    meta: &ContainerMeta,
+    keep: impl Fn(&EntryMeta) -> bool,
+) -> Result<()> {
+    let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
+    let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
+    for (i, e) in meta.entries.iter().enumerate() {
+        let entry = i as u32;
+        if !keep(e) {
+            continue;
+        }
+        let loc = ChunkLocation {
+            container: id,
+            entry,
+        };
+        table
+            .insert(e.id.as_bytes(), &loc.to_bytes())
+            .map_err(db_err)?;
+        if e.kind != crate::container::EntryKind::Full {
+            continue;
+        }
+        for (pos, sf) in e.super_features.iter().enumerate() {
+            let key = sketch_key(pos, *sf);
+            if sketches.get(&key).map_err(db_err)?.is_none() {
+                sketches.insert(&key, e.id.as_bytes()).map_err(db_err)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A read view of the index.
 pub struct IndexReader {
     table: redb::ReadOnlyTable<&'static [u8; 32], &'static [u8; 36]>,
     sketches: redb::ReadOnlyTable<&'static [u8; 9], &'static [u8; 32]>,
+    path: Arc<PathBuf>,
 }
 
 impl IndexReader {
     /// Looks up a chunk.
     pub fn get(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
-        Ok(self
-            .table
-            .get(id.as_bytes())
-            .map_err(db_err)?
-            .map(|v| ChunkLocation::from_bytes(v.value())))
+        guarded(&self.path, || {
+            Ok(self
+                .table
+                .get(id.as_bytes())
+                .map_err(db_err)?
+                .map(|v| ChunkLocation::from_bytes(v.value())))
+        })
     }
 
     /// The first full chunk recorded with super-feature `sf` at `position`.
     pub fn sketch(&self, position: usize, sf: u64) -> Result<Option<ChunkId>> {
-        Ok(self
-            .sketches
-            .get(&sketch_key(position, sf))
-            .map_err(db_err)?
-            .map(|v| ChunkId(*v.value())))
+        guarded(&self.path, || {
+            Ok(self
+                .sketches
+                .get(&sketch_key(position, sf))
+                .map_err(db_err)?
+                .map(|v| ChunkId(*v.value())))
+        })
     }
 }

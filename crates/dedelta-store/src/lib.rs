@@ -1,7 +1,8 @@
 //! dedelta-store: the repository and its pipelines.
 //!
 //! - [`backend`]: named write-once objects (local directory; in-memory for tests).
-//! - [`config`], [`container`], [`index`], [`snapshot`], [`tree`], [`lock`]: the on-disk format
+//! - [`config`], [`container`], [`index`], [`snapshot`], [`tree`], [`lock`], [`damage`]: the
+//!   on-disk format
 //!   (docs/format.md).
 //! - [`repository`]: opening a repository, reading chunks back through caches.
 //! - [`commands`]: backup, restore, check, stats, ls/dump, repair; one file each.
@@ -11,6 +12,7 @@ pub mod chunk_read;
 pub mod commands;
 pub mod config;
 pub mod container;
+pub mod damage;
 pub mod delta_stage;
 pub mod envelope;
 pub mod error;

@@ -1,9 +1,11 @@
 //! The exclusive repository lock.
 //!
-//! A writer (backup, repair, later prune) creates `locks/exclusive` atomically, holding its pid,
-//! host, start time and command. A second writer finds the file and fails with
-//! [`Error::Locked`] (exit code 11). A lock left by a process that no longer runs on this host
-//! is stale and is removed. Readers take no lock: everything they read is write-once.
+//! A writer (backup, check, repair, forget, prune) creates `locks/exclusive` atomically (the
+//! object appears whole or not at all), holding its pid, host, start time and command. A second
+//! writer finds the file and fails with [`Error::Locked`] (exit code 11). A lock is stale, and
+//! removed, when its holder no longer runs on this host (a zombie counts as gone) or when it
+//! cannot be read at all: since locks are created atomically, an unreadable one is garbage,
+//! not a lock being written. Readers take no lock: everything they read is write-once.
 
 use crate::backend::{Backend, FileKind};
 use crate::error::{Error, Result};
@@ -39,14 +41,30 @@ impl std::fmt::Debug for dyn Backend {
     }
 }
 
-/// Whether a process with `pid` runs on this machine.
+/// Whether a process with `pid` runs on this machine. A zombie (exited, not yet reaped by
+/// its parent) does not run: `kill(pid, 0)` succeeds for it, so its state is read from /proc.
 fn process_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
+    if pid <= 0 {
+        return false;
+    }
     // SAFETY: kill with signal 0 only checks for the process's existence and our permission.
     let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !is_zombie(pid)
+}
+
+/// Whether /proc says `pid` is a zombie (`Z`) or dead (`X`); false where /proc is unavailable.
+fn is_zombie(pid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    stat.rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
 }
 
 impl RepoLock {
@@ -61,10 +79,12 @@ impl RepoLock {
                     released: false,
                 });
             }
-            let holder: Option<LockInfo> = backend
-                .get(FileKind::Lock, EXCLUSIVE_LOCK)
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
+            let holder = match backend.get(FileKind::Lock, EXCLUSIVE_LOCK) {
+                Ok(b) => serde_json::from_slice::<LockInfo>(&b).ok(),
+                // Released between our attempt and this read: try again.
+                Err(Error::ObjectMissing { .. }) => continue,
+                Err(e) => return Err(e),
+            };
             match holder {
                 Some(h) if h.host == me.host && !process_alive(h.pid) => {
                     backend.delete(FileKind::Lock, EXCLUSIVE_LOCK)?;
@@ -78,15 +98,16 @@ impl RepoLock {
                         path: format!("{}/locks/{EXCLUSIVE_LOCK}", backend.location()),
                     })
                 }
-                // Unreadable: being written right now, or garbage; retry briefly.
-                None => std::thread::sleep(std::time::Duration::from_millis(50)),
+                // Locks are created whole: an unreadable one is garbage (left by an older
+                // version or damaged), never a lock being written.
+                None => backend.delete(FileKind::Lock, EXCLUSIVE_LOCK)?,
             }
         }
         Err(Error::Locked {
             pid: 0,
             host: "?".into(),
             time: "?".into(),
-            command: "unreadable lock file".into(),
+            command: "a lock that reappeared three times while being removed".into(),
             path: format!("{}/locks/{EXCLUSIVE_LOCK}", backend.location()),
         })
     }
@@ -141,5 +162,45 @@ mod tests {
         let l = RepoLock::acquire(b.clone(), &me).unwrap();
         drop(l);
         assert!(!b.exists(FileKind::Lock, EXCLUSIVE_LOCK).unwrap());
+    }
+
+    /// Issue 12: a disk filling up while the lock was written left an empty lock file that
+    /// blocked the repository forever ("locked by pid 0").
+    #[test]
+    fn unreadable_lock_is_stale() {
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
+        for garbage in [&b""[..], b"{\"pid\": 1", b"\xff\xfe"] {
+            b.put(FileKind::Lock, EXCLUSIVE_LOCK, garbage).unwrap();
+            let l = RepoLock::acquire(b.clone(), &info(std::process::id())).unwrap();
+            l.release().unwrap();
+        }
+    }
+
+    /// Issue 12: a zombie lock holder counted as alive.
+    #[test]
+    fn zombie_holder_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Let it exit without reaping it: it stays a zombie until `wait`.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !is_zombie(pid as libc::pid_t) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(
+            is_zombie(pid as libc::pid_t),
+            "child did not become a zombie"
+        );
+        assert!(!process_alive(pid));
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
+        b.put(
+            FileKind::Lock,
+            EXCLUSIVE_LOCK,
+            &serde_json::to_vec(&info(pid)).unwrap(),
+        )
+        .unwrap();
+        let l = RepoLock::acquire(b.clone(), &info(std::process::id())).unwrap();
+        l.release().unwrap();
+        child.wait().unwrap();
+        assert!(process_alive(std::process::id()));
     }
 }

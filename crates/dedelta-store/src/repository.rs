@@ -82,13 +82,33 @@ impl Repository {
         RepoLock::acquire(self.backend.clone(), me)
     }
 
-    /// Opens the chunk index. A missing index is rebuilt from the containers.
+    /// Opens the chunk index. The index is a cache of the containers' metadata: an index that
+    /// is missing, incomplete (a rebuild never finished) or damaged is discarded and rebuilt,
+    /// and [`IndexedRepository::notices`] says so.
     pub fn open_index(self) -> Result<IndexedRepository> {
-        let fresh = !self.index_path.exists();
-        let index = ChunkIndex::open(&self.index_path)?;
-        let repo = IndexedRepository { repo: self, index };
-        if fresh && !repo.backend().list(FileKind::Container)?.is_empty() {
-            crate::commands::repair::rebuild_index(&repo, &mut |_| {})?;
+        let mut notices = Vec::new();
+        let index = match ChunkIndex::open(&self.index_path) {
+            Ok(i) => i,
+            Err(Error::IndexDamaged(why)) => {
+                // `ChunkIndex::open` has already removed the damaged file.
+                notices.push(format!(
+                    "the chunk index {} was damaged ({why}); it was discarded and rebuilt",
+                    self.index_path.display()
+                ));
+                ChunkIndex::open(&self.index_path)?
+            }
+            Err(e) => return Err(e),
+        };
+        let repo = IndexedRepository {
+            repo: self,
+            index,
+            notices: std::sync::Mutex::new(notices),
+        };
+        if !repo.index.is_complete()? {
+            let st = crate::commands::repair::rebuild_index(&repo, &mut |_| {})?;
+            for p in &st.problems {
+                repo.notice(format!("index rebuild: {p}"));
+            }
         }
         Ok(repo)
     }
@@ -99,6 +119,8 @@ impl Repository {
 pub struct IndexedRepository {
     repo: Repository,
     index: ChunkIndex,
+    /// Things the user should know that did not stop the command (an index rebuilt).
+    notices: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::ops::Deref for IndexedRepository {
@@ -112,6 +134,26 @@ impl IndexedRepository {
     /// The chunk index.
     pub fn index(&self) -> &ChunkIndex {
         &self.index
+    }
+
+    /// The chunk index, for operations that need it alone (an integrity check).
+    pub fn index_mut(&mut self) -> &mut ChunkIndex {
+        &mut self.index
+    }
+
+    /// Takes the notices gathered so far (an index that was rebuilt, records skipped).
+    pub fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.lock_notices())
+    }
+
+    /// Adds a notice for the user.
+    pub fn notice(&self, msg: String) {
+        self.lock_notices().push(msg);
+    }
+
+    fn lock_notices(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        // A poisoned list only means a thread panicked while pushing a string; it is intact.
+        self.notices.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Reads and checks the metadata section of a container (two ranged reads).

@@ -7,7 +7,7 @@
 
 use super::{Backend, FileKind};
 use crate::error::{Error, IoContext, Result};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -133,16 +133,30 @@ impl Backend for LocalBackend {
     }
 
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
+        // Written whole to a temp file, then linked into place: link(2) fails if the name
+        // exists, and the object appears complete or not at all (a disk filling up while the
+        // bytes are written leaves no empty object behind).
         let p = self.path(kind, name);
-        let mut f = match OpenOptions::new().write(true).create_new(true).open(&p) {
-            Ok(f) => f,
+        let dir = p.parent().unwrap_or(&self.root).to_path_buf();
+        fs::create_dir_all(&dir).ctx(|| format!("creating {}", dir.display()))?;
+        let tmp = self.tmp_path(&p);
+        let written = (|| -> std::io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(data)?;
+            f.sync_all()
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(format!("writing {}", p.display()), e));
+        }
+        let linked = fs::hard_link(&tmp, &p);
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
             Err(e) => return Err(Error::io(format!("creating {}", p.display()), e)),
-        };
-        f.write_all(data)
-            .and_then(|_| f.sync_all())
-            .ctx(|| format!("writing {}", p.display()))?;
-        sync_dir(p.parent().unwrap_or(&self.root))?;
+        }
+        sync_dir(&dir)?;
         Ok(true)
     }
 
@@ -208,5 +222,31 @@ impl Backend for LocalBackend {
 
     fn location(&self) -> String {
         self.root.display().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 12: a lock written with a plain create could be left empty by a full disk.
+    /// `create_new` publishes the object whole (temp file, then link) and leaves no temp file.
+    #[test]
+    fn create_new_is_whole_and_exclusive() {
+        let tmp = tempfile::tempdir().unwrap();
+        let b = LocalBackend::new(tmp.path());
+        b.create_layout().unwrap();
+        assert!(b.create_new(FileKind::Lock, "x", b"first").unwrap());
+        assert!(!b.create_new(FileKind::Lock, "x", b"second").unwrap());
+        assert_eq!(b.get(FileKind::Lock, "x").unwrap(), b"first");
+        let names: Vec<_> = fs::read_dir(tmp.path().join("locks"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("x")]);
+        assert!(matches!(
+            b.get(FileKind::Snapshot, "nope"),
+            Err(Error::ObjectMissing { .. })
+        ));
     }
 }

@@ -22,6 +22,8 @@ pub enum FileKind {
     Snapshot,
     /// Lock files.
     Lock,
+    /// Damage records written by `check` (see [`crate::damage`]).
+    Damage,
 }
 
 impl FileKind {
@@ -32,6 +34,7 @@ impl FileKind {
             FileKind::Container => "containers",
             FileKind::Snapshot => "snapshots",
             FileKind::Lock => "locks",
+            FileKind::Damage => "damage",
         }
     }
 
@@ -42,6 +45,7 @@ impl FileKind {
             FileKind::Container => "container",
             FileKind::Snapshot => "snapshot",
             FileKind::Lock => "lock",
+            FileKind::Damage => "damage record",
         }
     }
 

@@ -1,0 +1,254 @@
+//! Damage records: what `check` found unreadable, kept in the repository.
+//!
+//! Without them, one damaged region poisons every later backup: new backups deduplicate
+//! against the damaged chunks (the index still names them), and `repair index` would put them
+//! back. So `check` writes a record (an envelope with magic `DDDM` around JSON, named by its
+//! BLAKE3 hash, in `damage/`) naming each damaged stored copy, and drops those copies from the
+//! index. From then on:
+//! - a backup does not find them and stores those chunks again, which heals every snapshot
+//!   that needs them (the index points at the new copy);
+//! - `repair index` does not index recorded copies;
+//! - `repair packs` salvages what is readable of a damaged container, deletes it and drops
+//!   the records that name it.
+//!
+//! A record names a *copy* (container and chunk), not a chunk: the same chunk stored again
+//! elsewhere is good. A record without a chunk names a whole container whose metadata cannot
+//! be read. Records are write-once like every repository file; rewriting the set writes the new
+//! record before deleting the old ones.
+
+use crate::backend::{Backend, FileKind};
+use crate::container::ContainerId;
+use crate::envelope;
+use crate::error::{Error, Result};
+use dedelta_core::ChunkId;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+
+/// Damage record magic.
+pub const DAMAGE_MAGIC: &[u8; 4] = b"DDDM";
+/// Damage record format version.
+pub const DAMAGE_VERSION: u16 = 1;
+
+/// One damaged stored copy, or (without `chunk`) a whole container.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DamagedCopy {
+    /// The container (hex).
+    pub container: String,
+    /// The chunk (hex); `None` when the container's metadata is unreadable or it is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<String>,
+    /// What check found.
+    pub reason: String,
+}
+
+/// The content of one damage record file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DamageRecord {
+    /// When it was written (RFC 3339).
+    pub time: String,
+    /// The damaged copies.
+    pub copies: Vec<DamagedCopy>,
+}
+
+impl DamageRecord {
+    /// The enveloped file form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        // Strings only: serialization cannot fail.
+        let json = serde_json::to_vec(self).expect("damage record serializes");
+        envelope::seal(DAMAGE_MAGIC, DAMAGE_VERSION, &json)
+    }
+
+    /// Parses the file form.
+    pub fn from_bytes(bytes: &[u8], what: &str) -> Result<Self> {
+        let payload = envelope::open(bytes, DAMAGE_MAGIC, DAMAGE_VERSION, what)?;
+        serde_json::from_slice(payload).map_err(|e| Error::corrupt(what, e.to_string()))
+    }
+}
+
+/// Every damage record of a repository, merged.
+#[derive(Clone, Debug, Default)]
+pub struct DamageSet {
+    /// Damaged copies, with the reason.
+    copies: HashMap<(ContainerId, ChunkId), String>,
+    /// Wholly damaged containers, with the reason.
+    containers: HashMap<ContainerId, String>,
+    /// Names of the record files this set was read from.
+    pub record_names: Vec<String>,
+}
+
+impl DamageSet {
+    /// Reads every record. A record that cannot be parsed is skipped and named in the returned
+    /// notices (it only costs the protection it gave; `check` records the damage again).
+    pub fn load(backend: &dyn Backend) -> Result<(Self, Vec<String>)> {
+        let mut set = DamageSet::default();
+        let mut notices = Vec::new();
+        for (name, _) in backend.list(FileKind::Damage)? {
+            let what = format!("damage record {name}");
+            match backend
+                .get(FileKind::Damage, &name)
+                .and_then(|b| DamageRecord::from_bytes(&b, &what))
+            {
+                Ok(rec) => {
+                    set.add_record(&rec);
+                    set.record_names.push(name);
+                }
+                Err(e) => notices.push(format!("{what} skipped: {e}")),
+            }
+        }
+        Ok((set, notices))
+    }
+
+    fn add_record(&mut self, rec: &DamageRecord) {
+        for c in &rec.copies {
+            let Some(container) = ContainerId::from_hex(&c.container) else {
+                continue;
+            };
+            match c.chunk.as_deref().map(ChunkId::from_hex) {
+                None => {
+                    self.containers.insert(container, c.reason.clone());
+                }
+                Some(Some(chunk)) => {
+                    self.copies.insert((container, chunk), c.reason.clone());
+                }
+                Some(None) => {}
+            }
+        }
+    }
+
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.copies.is_empty() && self.containers.is_empty()
+    }
+
+    /// Why the copy of `chunk` in `container` is recorded as damaged, if it is.
+    pub fn reason(&self, container: &ContainerId, chunk: &ChunkId) -> Option<&str> {
+        self.containers
+            .get(container)
+            .or_else(|| self.copies.get(&(*container, *chunk)))
+            .map(String::as_str)
+    }
+
+    /// Whether `container` is recorded as damaged whole.
+    pub fn container_damaged(&self, container: &ContainerId) -> bool {
+        self.containers.contains_key(container)
+    }
+
+    /// Every container with a recorded damage.
+    pub fn containers(&self) -> HashSet<ContainerId> {
+        self.containers
+            .keys()
+            .copied()
+            .chain(self.copies.keys().map(|(c, _)| *c))
+            .collect()
+    }
+
+    /// The recorded copies, as a record (for rewriting the set).
+    pub fn to_record(&self, time: String) -> DamageRecord {
+        let mut copies: Vec<DamagedCopy> = self
+            .containers
+            .iter()
+            .map(|(c, reason)| DamagedCopy {
+                container: c.to_hex(),
+                chunk: None,
+                reason: reason.clone(),
+            })
+            .chain(self.copies.iter().map(|((c, k), reason)| DamagedCopy {
+                container: c.to_hex(),
+                chunk: Some(k.to_hex()),
+                reason: reason.clone(),
+            }))
+            .collect();
+        copies.sort_by(|a, b| (&a.container, &a.chunk).cmp(&(&b.container, &b.chunk)));
+        DamageRecord { time, copies }
+    }
+
+    /// Adds copies (for records written in this run).
+    pub fn extend(&mut self, copies: &[DamagedCopy]) {
+        self.add_record(&DamageRecord {
+            time: String::new(),
+            copies: copies.to_vec(),
+        });
+    }
+
+    /// Forgets everything recorded about `container` (it was deleted).
+    pub fn forget_container(&mut self, container: &ContainerId) {
+        self.containers.remove(container);
+        self.copies.retain(|(c, _), _| c != container);
+    }
+}
+
+/// Writes a new record; returns its name.
+pub fn write_record(backend: &dyn Backend, record: &DamageRecord) -> Result<String> {
+    let bytes = record.to_bytes();
+    let name = ChunkId::of(&bytes).to_hex();
+    backend.put(FileKind::Damage, &name, &bytes)?;
+    Ok(name)
+}
+
+/// Replaces the records `old_names` by one record holding `set` (nothing when it is empty):
+/// the new record is durable before any old one is deleted.
+pub fn rewrite(
+    backend: &dyn Backend,
+    set: &DamageSet,
+    old_names: &[String],
+    time: String,
+) -> Result<()> {
+    let new_name = if set.is_empty() {
+        None
+    } else {
+        Some(write_record(backend, &set.to_record(time))?)
+    };
+    for name in old_names {
+        if Some(name) != new_name.as_ref() {
+            backend.delete(FileKind::Damage, name)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::memory::MemoryBackend;
+
+    #[test]
+    fn records_round_trip_merge_and_rewrite() {
+        let b = MemoryBackend::default();
+        let c1 = ContainerId([1; 32]);
+        let c2 = ContainerId([2; 32]);
+        let k = ChunkId([7; 32]);
+        let rec = DamageRecord {
+            time: "t".into(),
+            copies: vec![
+                DamagedCopy {
+                    container: c1.to_hex(),
+                    chunk: Some(k.to_hex()),
+                    reason: "crc".into(),
+                },
+                DamagedCopy {
+                    container: c2.to_hex(),
+                    chunk: None,
+                    reason: "metadata".into(),
+                },
+            ],
+        };
+        assert_eq!(DamageRecord::from_bytes(&rec.to_bytes(), "x").unwrap(), rec);
+        let name = write_record(&b, &rec).unwrap();
+        b.put(FileKind::Damage, "garbage", b"junk").unwrap();
+        let (mut set, notices) = DamageSet::load(&b).unwrap();
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert_eq!(set.reason(&c1, &k), Some("crc"));
+        assert_eq!(set.reason(&c2, &k), Some("metadata"));
+        assert_eq!(set.reason(&c1, &ChunkId([8; 32])), None);
+        set.forget_container(&c2);
+        rewrite(&b, &set, &set.record_names.clone(), "t2".into()).unwrap();
+        let (again, _) = DamageSet::load(&b).unwrap();
+        assert!(!again.record_names.contains(&name));
+        assert_eq!(again.reason(&c1, &k), Some("crc"));
+        assert!(!again.container_damaged(&c2));
+        set.forget_container(&c1);
+        rewrite(&b, &set, &again.record_names, "t3".into()).unwrap();
+        let (empty, _) = DamageSet::load(&b).unwrap();
+        assert!(empty.is_empty() && empty.record_names.is_empty());
+    }
+}
