@@ -14,7 +14,9 @@ use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::SketchKind;
-use dedelta_store::commands::{backup, check, forget, ls, prune, repair, restore, stats};
+use dedelta_store::commands::{
+    backup, check, forget, ls, prune, repair, repair_packs, repair_snapshots, restore, stats,
+};
 use dedelta_store::config::{DeltaConfig, RepoConfig, SketchIndexKind};
 use dedelta_store::lock::LockInfo;
 use dedelta_store::snapshot::{self, ratio};
@@ -23,6 +25,15 @@ use serde_json::json;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Writes a line to standard output. Unlike `println!` it returns an error instead of
+/// panicking when the reader has gone (`dedelta snapshots | head`); `main` then exits quietly,
+/// as other Unix tools do.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    };
+}
 
 /// Exit code: the backup finished but some sources could not be read.
 const EXIT_PARTIAL: u8 = 3;
@@ -245,7 +256,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Repair repository caches.
+    /// Repair the index, damaged containers or damaged snapshots.
     Repair {
         #[command(subcommand)]
         what: RepairWhat,
@@ -348,10 +359,40 @@ enum BenchWhat {
 
 #[derive(Subcommand)]
 enum RepairWhat {
-    /// Rebuild the chunk index from container metadata.
+    /// Rebuild the chunk index from container metadata (leaving out copies `check` recorded
+    /// as damaged).
     Index {
         #[command(flatten)]
         repo: RepoArg,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Salvage the readable chunks of damaged containers and remove the containers.
+    Packs {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Containers to repair (ids or unique prefixes); default: those `check` recorded as
+        /// damaged.
+        containers: Vec<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite snapshots that need lost chunks, keeping what is readable (marks the damaged
+    /// files; tags the new snapshots `repaired`).
+    Snapshots {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Remove the original snapshots, and snapshot files that are damaged.
+        #[arg(long)]
+        forget: bool,
+        /// Only show what would be done.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -371,6 +412,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = format!("{e:#}");
             eprintln!("error: {msg}");
@@ -382,6 +424,19 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// Whether `e` comes from writing to a closed standard output.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        let io = c
+            .downcast_ref::<std::io::Error>()
+            .or_else(|| match c.downcast_ref::<Error>() {
+                Some(Error::Io { cause, .. }) => Some(cause),
+                _ => None,
+            });
+        io.is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn now_rfc3339() -> String {
@@ -412,8 +467,23 @@ fn random_id() -> Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// Opens the repository and its index, printing on stderr what the user should know (an index
+/// that had to be rebuilt).
 fn open(repo: &RepoArg) -> Result<IndexedRepository> {
-    Ok(Repository::open_local(&repo.repo)?.open_index()?)
+    with_index(Repository::open_local(&repo.repo)?)
+}
+
+/// Opens the index of an open repository (after the lock, for commands that take it).
+fn with_index(r: Repository) -> Result<IndexedRepository> {
+    let r = r.open_index()?;
+    print_notices(&r.take_notices());
+    Ok(r)
+}
+
+fn print_notices(notices: &[String]) {
+    for n in notices {
+        eprintln!("note: {n}");
+    }
 }
 
 fn mb(bytes: u64) -> String {
@@ -450,12 +520,12 @@ fn run(cli: Cli) -> Result<u8> {
             delta.apply(&mut cfg.delta)?;
             let r = Repository::init_local(&repo.repo, cfg)?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string(&json!({"repository": repo.repo, "config": r.config()}))?
                 );
             } else {
-                println!(
+                outln!(
                     "created dedelta repository {} at {}",
                     r.config().id,
                     repo.repo.display()
@@ -528,7 +598,7 @@ fn run(cli: Cli) -> Result<u8> {
                 v["mb_per_s"] = json!(mbps);
                 v["warning_messages"] = json!(res.warnings);
                 v["notices"] = json!(res.notices);
-                println!("{}", serde_json::to_string(&v)?);
+                outln!("{}", serde_json::to_string(&v)?);
             } else {
                 for w in &res.warnings {
                     eprintln!("warning: {w}");
@@ -536,12 +606,14 @@ fn run(cli: Cli) -> Result<u8> {
                 for n in &res.notices {
                     eprintln!("note: {n}");
                 }
-                println!("snapshot {} saved", res.snapshot_id.short());
-                println!(
+                outln!("snapshot {} saved", res.snapshot_id.short());
+                outln!(
                     "files: {}, dirs: {}, symlinks: {}",
-                    s.files, s.dirs, s.symlinks
+                    s.files,
+                    s.dirs,
+                    s.symlinks
                 );
-                println!(
+                outln!(
                     "read {}, new {} ({} chunks of {}), added {} to the repository",
                     mb(s.bytes_read),
                     mb(s.bytes_new),
@@ -550,7 +622,7 @@ fn run(cli: Cli) -> Result<u8> {
                     mb(s.bytes_added)
                 );
                 if s.delta_chunks > 0 {
-                    println!(
+                    outln!(
                         "delta: {} chunks as deltas ({} by DupAdj, {} by sketch), {} after delta, DCR {:.2}, DCE {:.2}",
                         s.delta_chunks,
                         s.dupadj_deltas,
@@ -561,12 +633,14 @@ fn run(cli: Cli) -> Result<u8> {
                     );
                 }
                 if s.base_cache_hits + s.base_cache_local_hits + s.base_cache_misses > 0 {
-                    println!(
+                    outln!(
                         "bases: {} from memory, {} from the local cache, {} read back",
-                        s.base_cache_hits, s.base_cache_local_hits, s.base_cache_misses
+                        s.base_cache_hits,
+                        s.base_cache_local_hits,
+                        s.base_cache_misses
                     );
                 }
-                println!(
+                outln!(
                     "dedup factor {:.2}, total factor {:.2}, {:.2} s, {:.1} MB/s",
                     s.dedup_factor(),
                     ratio(s.bytes_read, s.bytes_added),
@@ -582,7 +656,11 @@ fn run(cli: Cli) -> Result<u8> {
         }
         Command::Snapshots { repo, json } => {
             let r = Repository::open_local(&repo.repo)?;
-            let all = snapshot::load_all(r.backend().as_ref())?;
+            let listed = snapshot::list(r.backend().as_ref())?;
+            for w in listed.warnings() {
+                eprintln!("warning: {w}");
+            }
+            let all = listed.snapshots;
             if json {
                 let arr: Vec<_> = all
                     .iter()
@@ -598,14 +676,17 @@ fn run(cli: Cli) -> Result<u8> {
                         })
                     })
                     .collect();
-                println!("{}", serde_json::to_string(&arr)?);
+                outln!("{}", serde_json::to_string(&arr)?);
             } else {
-                println!(
+                outln!(
                     "{:<10} {:<28} {:<16} {:<12} paths",
-                    "id", "time", "host", "size"
+                    "id",
+                    "time",
+                    "host",
+                    "size"
                 );
                 for (id, s) in &all {
-                    println!(
+                    outln!(
                         "{:<10} {:<28} {:<16} {:<12} {}{}",
                         id.short(),
                         s.time,
@@ -619,7 +700,7 @@ fn run(cli: Cli) -> Result<u8> {
                         }
                     );
                 }
-                println!("{} snapshots", all.len());
+                outln!("{} snapshots", all.len());
             }
             Ok(0)
         }
@@ -702,9 +783,9 @@ fn run(cli: Cli) -> Result<u8> {
                 v["snapshot_id"] = json!(id.to_hex());
                 v["seconds"] = json!(secs);
                 v["mb_per_s"] = json!(mbps);
-                println!("{}", serde_json::to_string(&v)?);
+                outln!("{}", serde_json::to_string(&v)?);
             } else {
-                println!(
+                outln!(
                     "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} in {:.2} s ({:.1} MB/s)",
                     id.short(),
                     target.display(),
@@ -723,14 +804,16 @@ fn run(cli: Cli) -> Result<u8> {
             read_data,
             json,
         } => {
-            let r = open(&repo)?;
+            let r = Repository::open_local(&repo.repo)?;
             let lock = r.lock(&lock_info("check"))?;
+            let r = with_index(r)?;
             let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
-            let report = check::check(&r, read_data, &progress)?;
+            let report = check::check(&r, &lock, read_data, &now_rfc3339(), &progress)?;
             progress.finish();
             lock.release()?;
+            print_notices(&report.notices);
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                outln!("{}", serde_json::to_string(&report)?);
             } else {
                 for p in &report.problems {
                     let mut where_ = String::new();
@@ -740,9 +823,9 @@ fn run(cli: Cli) -> Result<u8> {
                     if let Some(f) = &p.path {
                         where_.push_str(&format!("file /{f}: "));
                     }
-                    println!("error: {where_}{}", p.message);
+                    outln!("error: {where_}{}", p.message);
                 }
-                println!(
+                outln!(
                     "checked {} snapshots, {} containers, {} references{}: {}",
                     report.snapshots,
                     report.containers,
@@ -764,40 +847,45 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Stats { repo, json } => {
             let r = open(&repo)?;
             let s = stats::stats(&r)?;
+            for w in &s.warnings {
+                eprintln!("warning: {w}");
+            }
             if json {
-                println!("{}", serde_json::to_string(&s)?);
+                outln!("{}", serde_json::to_string(&s)?);
             } else {
-                println!("snapshots:          {}", s.snapshots);
-                println!(
+                outln!("snapshots:          {}", s.snapshots);
+                outln!(
                     "logical bytes:      {} ({})",
                     s.logical_bytes,
                     mb(s.logical_bytes)
                 );
-                println!(
+                outln!(
                     "unique bytes:       {} ({})",
                     s.unique_bytes,
                     mb(s.unique_bytes)
                 );
-                println!(
+                outln!(
                     "after delta:        {} ({})",
                     s.after_delta_bytes,
                     mb(s.after_delta_bytes)
                 );
-                println!(
+                outln!(
                     "stored bytes:       {} ({})",
                     s.stored_bytes,
                     mb(s.stored_bytes)
                 );
-                println!(
+                outln!(
                     "chunks:             {} ({} full, {} delta)",
-                    s.chunks, s.full_chunks, s.delta_chunks
+                    s.chunks,
+                    s.full_chunks,
+                    s.delta_chunks
                 );
-                println!("containers:         {}", s.containers);
-                println!("dedup factor:       {:.2}", s.dedup_factor);
-                println!("delta factor (DCR): {:.2}", s.delta_factor);
-                println!("DCE:                {:.2}", s.dce);
-                println!("compression factor: {:.2}", s.compression_factor);
-                println!("total factor:       {:.2}", s.total_factor);
+                outln!("containers:         {}", s.containers);
+                outln!("dedup factor:       {:.2}", s.dedup_factor);
+                outln!("delta factor (DCR): {:.2}", s.delta_factor);
+                outln!("DCE:                {:.2}", s.dce);
+                outln!("compression factor: {:.2}", s.compression_factor);
+                outln!("total factor:       {:.2}", s.total_factor);
             }
             Ok(0)
         }
@@ -840,13 +928,13 @@ fn run(cli: Cli) -> Result<u8> {
             let decisions = forget::forget(&r, &lock, &snapshots, &policy, dry_run)?;
             let removed = decisions.iter().filter(|d| !d.keep).count();
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string(&json!({"dry_run": dry_run, "snapshots": decisions}))?
                 );
             } else {
                 for d in &decisions {
-                    println!(
+                    outln!(
                         "{} {} {} {}",
                         if d.keep {
                             "keep  "
@@ -855,12 +943,12 @@ fn run(cli: Cli) -> Result<u8> {
                         } else {
                             "remove"
                         },
-                        &d.id[..8],
+                        d.id.get(..8).unwrap_or(&d.id),
                         d.time,
                         d.reasons.join(",")
                     );
                 }
-                println!(
+                outln!(
                     "{removed} snapshots {}",
                     if dry_run {
                         "would be removed"
@@ -870,7 +958,7 @@ fn run(cli: Cli) -> Result<u8> {
                 );
             }
             if then_prune && !dry_run {
-                let r = r.open_index()?;
+                let r = with_index(r)?;
                 let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
                 let st = prune::prune(&r, &lock, &prune::PruneOptions::default(), &progress)?;
                 progress.finish();
@@ -887,7 +975,7 @@ fn run(cli: Cli) -> Result<u8> {
         } => {
             let r = Repository::open_local(&repo.repo)?;
             let lock = r.lock(&lock_info("prune"))?;
-            let r = r.open_index()?;
+            let r = with_index(r)?;
             let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
             let opts = prune::PruneOptions {
                 max_unused: max_unused / 100.0,
@@ -908,26 +996,129 @@ fn run(cli: Cli) -> Result<u8> {
             }
             Ok(0)
         }
-        Command::Repair {
-            what: RepairWhat::Index { repo },
-        } => {
+        Command::Repair { what } => repair_cmd(what),
+    }
+}
+
+fn repair_cmd(what: RepairWhat) -> Result<u8> {
+    match what {
+        RepairWhat::Index { repo, json } => {
             let r = Repository::open_local(&repo.repo)?;
             let lock = r.lock(&lock_info("repair index"))?;
-            let r = r.open_index()?;
+            let r = with_index(r)?;
             let st = repair::rebuild_index(&r, &mut |w| eprintln!("warning: {w}"))?;
             lock.release()?;
-            println!(
-                "index rebuilt: {} chunks in {} containers",
-                st.chunks, st.containers
-            );
+            if json {
+                outln!("{}", serde_json::to_string(&st)?);
+            } else {
+                outln!(
+                    "index rebuilt: {} chunks in {} containers ({} damaged copies left out)",
+                    st.chunks,
+                    st.containers,
+                    st.damaged_skipped
+                );
+            }
             Ok(if st.problems.is_empty() { 0 } else { 1 })
+        }
+        RepairWhat::Packs {
+            repo,
+            containers,
+            json,
+        } => {
+            let r = Repository::open_local(&repo.repo)?;
+            let lock = r.lock(&lock_info("repair packs"))?;
+            let r = with_index(r)?;
+            let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
+            let st = repair_packs::repair_packs(&r, &lock, &containers, &now_rfc3339(), &progress)?;
+            progress.finish();
+            lock.release()?;
+            if json {
+                outln!("{}", serde_json::to_string(&st)?);
+            } else {
+                for c in &st.containers {
+                    outln!("repaired container {c}");
+                }
+                for c in &st.chunks_lost {
+                    outln!("lost chunk {c}");
+                }
+                outln!(
+                    "{} containers repaired: {} chunks salvaged into {} new containers, {} chunks lost, {} deltas lost with their base",
+                    st.containers.len(),
+                    st.chunks_salvaged,
+                    st.containers_written,
+                    st.chunks_lost.len(),
+                    st.deltas_lost
+                );
+                if !st.chunks_lost.is_empty() || st.deltas_lost > 0 {
+                    outln!("back up the affected files again, or run `dedelta repair snapshots`; `dedelta check` lists them");
+                }
+            }
+            Ok(0)
+        }
+        RepairWhat::Snapshots {
+            repo,
+            forget,
+            dry_run,
+            json,
+        } => {
+            let r = Repository::open_local(&repo.repo)?;
+            let lock = r.lock(&lock_info("repair snapshots"))?;
+            let r = with_index(r)?;
+            let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
+            let opts = repair_snapshots::RepairSnapshotsOptions { forget, dry_run };
+            let st = repair_snapshots::repair_snapshots(&r, &lock, &opts, &progress)?;
+            progress.finish();
+            lock.release()?;
+            if json {
+                outln!("{}", serde_json::to_string(&st)?);
+            } else {
+                let verb = if dry_run { "would repair" } else { "repaired" };
+                for rs in &st.repaired {
+                    outln!(
+                        "{verb} snapshot {}{}{}",
+                        &rs.original[..8],
+                        rs.new
+                            .as_ref()
+                            .map(|n| format!(" as {}", &n[..8]))
+                            .unwrap_or_default(),
+                        if rs.tree_truncated {
+                            " (tree read only in part)"
+                        } else {
+                            ""
+                        }
+                    );
+                    for f in &rs.damaged_files {
+                        outln!("  damaged file /{f}: lost chunks removed");
+                    }
+                }
+                for n in &st.removed_unreadable {
+                    outln!(
+                        "{} damaged snapshot file {n}",
+                        if dry_run { "would remove" } else { "removed" }
+                    );
+                }
+                for n in &st.left_unreadable {
+                    outln!("left alone: {n}");
+                }
+                outln!(
+                    "{} snapshots {verb}, {} intact{}",
+                    st.repaired.len(),
+                    st.intact,
+                    if forget || st.repaired.is_empty() {
+                        String::new()
+                    } else {
+                        "; originals kept (remove them with --forget)".into()
+                    }
+                );
+            }
+            Ok(0)
         }
     }
 }
 
 fn print_prune(st: &prune::PruneStats, json: bool) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string(st)?);
+        outln!("{}", serde_json::to_string(st)?);
         return Ok(());
     }
     let p = &st.plan;
@@ -935,26 +1126,28 @@ fn print_prune(st: &prune::PruneStats, json: bool) -> Result<()> {
         && st.bytes_freed == 0
         && (!p.delete.is_empty() || !p.rewrite.is_empty())
     {
-        println!("dry run: nothing was changed");
+        outln!("dry run: nothing was changed");
         for c in &p.delete {
-            println!("would delete container {c}");
+            outln!("would delete container {c}");
         }
         for c in &p.rewrite {
-            println!("would rewrite container {c}");
+            outln!("would rewrite container {c}");
         }
     }
-    println!(
+    outln!(
         "{} chunks referenced, {} kept as delta bases, {} dead",
-        p.referenced_chunks, p.bases_kept, p.dead_chunks
+        p.referenced_chunks,
+        p.bases_kept,
+        p.dead_chunks
     );
-    println!(
+    outln!(
         "containers: {} deleted, {} rewritten ({} new), {} kept",
         p.delete.len(),
         p.rewrite.len(),
         st.containers_written,
         p.keep
     );
-    println!(
+    outln!(
         "{} {} in {:.2} s",
         if st.seconds > 0.0
             && st.containers_written == 0

@@ -72,6 +72,8 @@ pub struct DamageSet {
     copies: HashMap<(ContainerId, ChunkId), String>,
     /// Wholly damaged containers, with the reason.
     containers: HashMap<ContainerId, String>,
+    /// Damaged copies by chunk (any container), for messages about missing chunks.
+    by_chunk: HashMap<ChunkId, String>,
     /// Names of the record files this set was read from.
     pub record_names: Vec<String>,
 }
@@ -109,6 +111,7 @@ impl DamageSet {
                 }
                 Some(Some(chunk)) => {
                     self.copies.insert((container, chunk), c.reason.clone());
+                    self.by_chunk.insert(chunk, c.reason.clone());
                 }
                 Some(None) => {}
             }
@@ -126,6 +129,20 @@ impl DamageSet {
             .get(container)
             .or_else(|| self.copies.get(&(*container, *chunk)))
             .map(String::as_str)
+    }
+
+    /// Why some stored copy of `chunk` was recorded as damaged, if one was.
+    pub fn chunk_reason(&self, chunk: &ChunkId) -> Option<&str> {
+        self.by_chunk.get(chunk).map(String::as_str)
+    }
+
+    /// The chunks whose copies in `container` are recorded as damaged.
+    pub fn chunks_in(&self, container: &ContainerId) -> Vec<ChunkId> {
+        self.copies
+            .keys()
+            .filter(|(c, _)| c == container)
+            .map(|(_, k)| *k)
+            .collect()
     }
 
     /// Whether `container` is recorded as damaged whole.
@@ -174,6 +191,11 @@ impl DamageSet {
     pub fn forget_container(&mut self, container: &ContainerId) {
         self.containers.remove(container);
         self.copies.retain(|(c, _), _| c != container);
+        self.by_chunk = self
+            .copies
+            .iter()
+            .map(|((_, k), reason)| (*k, reason.clone()))
+            .collect();
     }
 }
 

@@ -98,7 +98,9 @@ fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 /// The persistent chunk index.
 pub struct ChunkIndex {
-    db: Database,
+    /// Behind a lock only so that an integrity check (which needs the database alone) and a
+    /// reset can run through a shared reference; every other use takes it shared, briefly.
+    db: std::sync::RwLock<Database>,
     path: Arc<PathBuf>,
 }
 
@@ -114,33 +116,34 @@ impl ChunkIndex {
     /// # Errors
     /// [`Error::IndexDamaged`] if the file is damaged (the caller discards and rebuilds it).
     pub fn open(path: &Path) -> Result<Self> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        }
         let path = Arc::new(path.to_path_buf());
-        guarded(&path.clone(), || {
-            let db = Database::builder()
-                .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
-                .create(path.as_path())
-                .map_err(|e| match db_err(e) {
-                    Error::Index(m) => Error::Index(format!("opening {}: {m}", path.display())),
-                    other => other,
-                })?;
-            let txn = db.begin_write().map_err(db_err)?;
-            txn.open_table(CHUNKS).map_err(db_err)?;
-            txn.open_table(SKETCHES).map_err(db_err)?;
-            txn.open_table(META).map_err(db_err)?;
-            txn.commit().map_err(db_err)?;
-            Ok(ChunkIndex { db, path })
+        let db = open_db(&path)?;
+        Ok(ChunkIndex {
+            db: std::sync::RwLock::new(db),
+            path,
         })
+    }
+
+    fn db(&self) -> std::sync::RwLockReadGuard<'_, Database> {
+        // Poisoned only if a panic escaped while it was held for writing, which `guarded`
+        // prevents; the database handle itself is still valid.
+        self.db.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the database with a new, empty one (incomplete: the caller rebuilds it). For
+    /// an index found damaged while open.
+    pub fn reset(&self) -> Result<()> {
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        let _ = std::fs::remove_file(self.path.as_path());
+        *db = open_db(&self.path)?;
+        Ok(())
     }
 
     /// Whether the index holds every container's entries: set by [`Self::rebuild`], which is
     /// the only way an index becomes complete (a fresh file is not).
     pub fn is_complete(&self) -> Result<bool> {
         guarded(&self.path, || {
-            let txn = self.db.begin_read().map_err(db_err)?;
+            let txn = self.db().begin_read().map_err(db_err)?;
             let meta = txn.open_table(META).map_err(db_err)?;
             Ok(meta.get(COMPLETE).map_err(db_err)?.map(|v| v.value()) == Some(1))
         })
@@ -148,8 +151,9 @@ impl ChunkIndex {
 
     /// Verifies every page of the index file (slow: reads it whole). `Ok(false)` if damage was
     /// found and redb repaired it; [`Error::IndexDamaged`] if it could not.
-    pub fn check_integrity(&mut self) -> Result<bool> {
-        guarded(&self.path, || self.db.check_integrity().map_err(db_err))
+    pub fn check_integrity(&self) -> Result<bool> {
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        guarded(&self.path, || db.check_integrity().map_err(db_err))
     }
 
     /// Looks up a chunk.
@@ -160,7 +164,7 @@ impl ChunkIndex {
     /// A consistent read view, cheaper than one transaction per lookup.
     pub fn reader(&self) -> Result<IndexReader> {
         guarded(&self.path, || {
-            let txn = self.db.begin_read().map_err(db_err)?;
+            let txn = self.db().begin_read().map_err(db_err)?;
             let table = txn.open_table(CHUNKS).map_err(db_err)?;
             let sketches = txn.open_table(SKETCHES).map_err(db_err)?;
             Ok(IndexReader {
@@ -175,7 +179,7 @@ impl ChunkIndex {
     /// entries (FirstFit: an existing super-feature keeps its chunk), in one durable transaction.
     pub fn insert_container(&self, id: ContainerId, meta: &ContainerMeta) -> Result<()> {
         guarded(&self.path, || {
-            let txn = self.db.begin_write().map_err(db_err)?;
+            let txn = self.db().begin_write().map_err(db_err)?;
             insert_entries(&txn, id, meta, |_| true)?;
             txn.commit().map_err(db_err)
         })
@@ -190,7 +194,7 @@ impl ChunkIndex {
         keep: impl Fn(&ContainerId, &EntryMeta) -> bool,
     ) -> Result<()> {
         guarded(&self.path, || {
-            let txn = self.db.begin_write().map_err(db_err)?;
+            let txn = self.db().begin_write().map_err(db_err)?;
             txn.delete_table(CHUNKS).map_err(db_err)?;
             txn.delete_table(SKETCHES).map_err(db_err)?;
             for (id, meta) in containers {
@@ -214,7 +218,7 @@ impl ChunkIndex {
             return Ok(());
         }
         guarded(&self.path, || {
-            let txn = self.db.begin_write().map_err(db_err)?;
+            let txn = self.db().begin_write().map_err(db_err)?;
             {
                 let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
                 for id in dead {
@@ -251,6 +255,41 @@ impl ChunkIndex {
             Ok(())
         })
     }
+}
+
+/// Classifies an error opening the index: anything that says the file's bytes are wrong (bad
+/// magic, corruption, an old or failed format) is damage, to be discarded; being locked or an
+/// I/O failure is not.
+fn open_error(e: redb::DatabaseError, path: &Path) -> Error {
+    use redb::{DatabaseError as D, StorageError as S};
+    match e {
+        D::Storage(S::Corrupted(m)) => Error::IndexDamaged(m),
+        D::Storage(S::Io(io)) if io.kind() == std::io::ErrorKind::InvalidData => {
+            Error::IndexDamaged(io.to_string())
+        }
+        D::RepairAborted | D::UpgradeRequired(_) => Error::IndexDamaged(e.to_string()),
+        other => Error::Index(format!("opening {}: {other}", path.display())),
+    }
+}
+
+/// Opens (creating if needed) the redb file at `path` with the tables the index uses.
+fn open_db(path: &Arc<PathBuf>) -> Result<Database> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    }
+    guarded(path, || {
+        let db = Database::builder()
+            .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+            .create(path.as_path())
+            .map_err(|e| open_error(e, path))?;
+        let txn = db.begin_write().map_err(db_err)?;
+        txn.open_table(CHUNKS).map_err(db_err)?;
+        txn.open_table(SKETCHES).map_err(db_err)?;
+        txn.open_table(META).map_err(db_err)?;
+        txn.commit().map_err(db_err)?;
+        Ok(db)
+    })
 }
 
 /// Inserts the entries of one container that `keep` accepts (by entry number), with the

@@ -136,9 +136,12 @@ impl IndexedRepository {
         &self.index
     }
 
-    /// The chunk index, for operations that need it alone (an integrity check).
-    pub fn index_mut(&mut self) -> &mut ChunkIndex {
-        &mut self.index
+    /// Replaces a damaged index (whose file [`ChunkIndex`] has already removed) with a fresh
+    /// one rebuilt from the containers.
+    pub fn reset_index(&self) -> Result<()> {
+        self.index.reset()?;
+        crate::commands::repair::rebuild_index(self, &mut |_| {})?;
+        Ok(())
     }
 
     /// Takes the notices gathered so far (an index that was rebuilt, records skipped).
@@ -172,6 +175,9 @@ impl IndexedRepository {
 pub struct ContainerWriter<'a> {
     repo: &'a IndexedRepository,
     builder: crate::container::ContainerBuilder,
+    /// The region being filled by [`Self::push_entry`] (backup fills regions itself, on its
+    /// worker pool, and hands them over through [`Self::add_region`]).
+    region: crate::container::RegionBuilder,
     container_size: usize,
     /// Containers written so far.
     pub written: Vec<ContainerId>,
@@ -185,6 +191,7 @@ impl<'a> ContainerWriter<'a> {
         ContainerWriter {
             repo,
             builder: crate::container::ContainerBuilder::new(),
+            region: crate::container::RegionBuilder::default(),
             container_size: repo.config().container_size,
             written: Vec::new(),
             bytes_written: 0,
@@ -202,8 +209,37 @@ impl<'a> ContainerWriter<'a> {
         Ok(())
     }
 
-    /// Stores and indexes the open container, if it holds anything.
+    /// Adds one entry (compressing its region on this thread when the region is full): for
+    /// prune and repair, which copy entries one at a time.
+    pub fn push_entry(
+        &mut self,
+        id: dedelta_core::ChunkId,
+        kind: crate::container::EntryKind,
+        bytes: &[u8],
+        original_len: usize,
+        super_features: Vec<u64>,
+    ) -> Result<()> {
+        self.region
+            .push(id, kind, bytes, original_len, super_features);
+        if self.region.raw.len() >= self.repo.config().region_size {
+            self.flush_region()?;
+        }
+        Ok(())
+    }
+
+    fn flush_region(&mut self) -> Result<()> {
+        if self.region.is_empty() {
+            return Ok(());
+        }
+        let compression = self.repo.config().compression;
+        let region = std::mem::take(&mut self.region).compress(compression);
+        self.add_region(region)
+    }
+
+    /// Stores and indexes the open container (with the region being filled), if it holds
+    /// anything.
     pub fn seal(&mut self) -> Result<()> {
+        self.flush_region()?;
         if self.builder.is_empty() {
             return Ok(());
         }

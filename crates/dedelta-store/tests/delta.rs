@@ -140,7 +140,7 @@ fn restore_all(
     contents: &[Vec<(String, Vec<u8>)>],
     cache_bytes: usize,
 ) {
-    let snaps = snapshot::load_all(repo.backend().as_ref()).unwrap();
+    let snaps = snapshot::list(repo.backend().as_ref()).unwrap().snapshots;
     assert_eq!(snaps.len(), contents.len());
     let src = dir.join("src");
     for (i, (_, snap)) in snaps.iter().enumerate() {
@@ -212,7 +212,8 @@ fn every_sketch_index_codec_combination_round_trips() {
             assert_eq!(deltas, 0, "{label}");
         }
         restore_all(&repo, tmp.path(), &contents, 64 << 20);
-        let report = check::check(&repo, true, &NoProgress).unwrap();
+        let report =
+            check::check(&repo, &repo.lock(&me()).unwrap(), true, "now", &NoProgress).unwrap();
         assert!(report.problems.is_empty(), "{label}: {:?}", report.problems);
     }
 }
@@ -269,7 +270,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
     let (repo, _, sums) = three_versions(tmp.path(), DeltaConfig::recommended());
     assert!(sums[1].delta_chunks > 0);
     // Damage every container written by the first backup (the bases).
-    let first = snapshot::load_all(repo.backend().as_ref()).unwrap()[0]
+    let first = snapshot::list(repo.backend().as_ref()).unwrap().snapshots[0]
         .1
         .clone();
     let mut bases = std::collections::HashSet::new();
@@ -298,7 +299,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
         }
     }
     assert_eq!(damaged, 1);
-    let report = check::check(&repo, true, &NoProgress).unwrap();
+    let report = check::check(&repo, &repo.lock(&me()).unwrap(), true, "now", &NoProgress).unwrap();
     assert!(!report.problems.is_empty());
     // Every snapshot that has deltas on that base names the file.
     let files: std::collections::HashSet<(String, String)> = report
@@ -306,7 +307,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
         .iter()
         .filter_map(|p| Some((p.snapshot.clone()?, p.path.clone()?)))
         .collect();
-    let snaps = snapshot::load_all(repo.backend().as_ref()).unwrap();
+    let snaps = snapshot::list(repo.backend().as_ref()).unwrap().snapshots;
     let with_file = |i: usize| {
         files
             .iter()
@@ -387,16 +388,23 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
         }
     }
     restore_all(&cached, tmp.path(), &contents, 64 << 20);
-    assert!(check::check(&cached, true, &NoProgress)
-        .unwrap()
-        .problems
-        .is_empty());
+    assert!(check::check(
+        &cached,
+        &cached.lock(&me()).unwrap(),
+        true,
+        "now",
+        &NoProgress
+    )
+    .unwrap()
+    .problems
+    .is_empty());
 
     // Forget and prune everything: the cache file still holds the old bases, none of which
     // may become a base again.
     let lock = cached.lock(&me()).unwrap();
-    let ids: Vec<_> = snapshot::load_all(cached.backend().as_ref())
+    let ids: Vec<_> = snapshot::list(cached.backend().as_ref())
         .unwrap()
+        .snapshots
         .iter()
         .map(|(id, _)| id.to_hex())
         .collect();
@@ -414,11 +422,17 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     write_versions(&src, 5);
     let after = run_backup_cached(&cached, &src, 5, Some(&cache));
     assert_eq!(after.summary.base_cache_local_hits, 0);
-    assert!(check::check(&cached, true, &NoProgress)
-        .unwrap()
-        .problems
-        .is_empty());
-    let snaps = snapshot::load_all(cached.backend().as_ref()).unwrap();
+    assert!(check::check(
+        &cached,
+        &cached.lock(&me()).unwrap(),
+        true,
+        "now",
+        &NoProgress
+    )
+    .unwrap()
+    .problems
+    .is_empty());
+    let snaps = snapshot::list(cached.backend().as_ref()).unwrap().snapshots;
     assert_eq!(snaps.len(), 1);
     let target = tmp.path().join("after");
     let opts = restore::RestoreOptions {

@@ -105,7 +105,7 @@ fn verify_all(
     src: &Path,
     model: &BTreeMap<String, BTreeMap<String, Vec<u8>>>,
 ) {
-    let snaps = snapshot::load_all(repo.backend().as_ref()).unwrap();
+    let snaps = snapshot::list(repo.backend().as_ref()).unwrap().snapshots;
     assert_eq!(snaps.len(), model.len());
     for (id, snap) in snaps {
         let target = dir.join("verify");
@@ -128,7 +128,7 @@ fn verify_all(
         }
         assert!(got == *expected, "snapshot {} differs", id.short());
     }
-    let report = check::check(repo, true, &NoProgress).unwrap();
+    let report = check::check(repo, &repo.lock(&me()).unwrap(), true, "now", &NoProgress).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
@@ -218,7 +218,10 @@ fn forgetting_all_but_the_last_gives_the_space_back() {
     .unwrap();
     assert_eq!(dry.iter().filter(|d| !d.keep).count(), 19);
     assert_eq!(
-        snapshot::load_all(repo.backend().as_ref()).unwrap().len(),
+        snapshot::list(repo.backend().as_ref())
+            .unwrap()
+            .snapshots
+            .len(),
         20,
         "dry run removed something"
     );
@@ -268,7 +271,7 @@ fn forgetting_all_but_the_last_gives_the_space_back() {
     assert!(ratio <= 1.2, "pruned repository is {ratio:.2}x a fresh one");
     let mut model = BTreeMap::new();
     model.insert(
-        snapshot::load_all(repo.backend().as_ref()).unwrap()[0]
+        snapshot::list(repo.backend().as_ref()).unwrap().snapshots[0]
             .0
             .to_hex(),
         last,
@@ -378,7 +381,7 @@ fn unindexed_copy_from_a_killed_prune_is_not_deleted_after_rewrite() {
     drop(lock);
     let mut model = BTreeMap::new();
     model.insert(
-        snapshot::load_all(repo.backend().as_ref()).unwrap()[0]
+        snapshot::list(repo.backend().as_ref()).unwrap().snapshots[0]
             .0
             .to_hex(),
         last,

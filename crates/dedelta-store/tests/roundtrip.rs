@@ -156,7 +156,7 @@ proptest! {
         restore::restore(&repo, &snap, &restore::RestoreOptions { target: target.clone(), include: vec![], cache_bytes: 1 << 20 }, &NoProgress).unwrap();
         let restored_root = target.join(src.strip_prefix("/").unwrap());
         prop_assert_eq!(listing(&src), listing(&restored_root));
-        let report = check::check(&repo, true, &NoProgress).unwrap();
+        let report = check::check(&repo, &repo.lock(&me).unwrap(), true, "now", &NoProgress).unwrap();
         prop_assert!(report.problems.is_empty(), "{:?}", report.problems);
     }
 }

@@ -48,6 +48,9 @@ const BLOCK_SIZE: usize = 1 << 20;
 const BLOCKS_IN_FLIGHT: usize = 16;
 /// Regions in flight between dedup and writer thread.
 const REGIONS_IN_FLIGHT: usize = 48;
+/// Most worker threads a backup starts: beyond this, threads only cost memory and start-up
+/// time (100,000 took minutes to create and then failed).
+pub const MAX_THREADS: usize = 256;
 
 /// A source read from standard input (or any reader).
 pub struct StdinSource {
@@ -153,24 +156,22 @@ pub fn backup(
     let chunker = new_chunker(config.chunker.kind, config.chunker.params)
         .map_err(|e| Error::InvalidOption(e.to_string()))?;
     let excludes = build_excludes(&opts.excludes)?;
-    let mut sources = Vec::new();
-    for p in &opts.paths {
-        let abs = std::path::absolute(p)
-            .map_err(|e| Error::io(format!("resolving {}", p.display()), e))?;
-        if std::fs::symlink_metadata(&abs).is_err() {
-            return Err(Error::SourceNotFound(p.clone()));
-        }
-        sources.push(abs);
-    }
-    sources.sort();
-    sources.dedup();
+    let sources = resolve_sources(&opts.paths)?;
     if sources.is_empty() && opts.stdin.is_none() {
         return Err(Error::InvalidOption(
             "nothing to back up: give a path or --stdin".into(),
         ));
     }
+    let mut notices = Vec::new();
+    let threads = opts.threads.clamp(1, MAX_THREADS);
+    if threads != opts.threads.max(1) {
+        notices.push(format!(
+            "--threads {} capped at {MAX_THREADS}",
+            opts.threads
+        ));
+    }
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.threads.max(1))
+        .num_threads(threads)
         .thread_name(|i| format!("dedelta-worker-{i}"))
         .build()
         .map_err(|e| Error::InvalidOption(format!("thread pool: {e}")))?;
@@ -192,14 +193,13 @@ pub fn backup(
         )),
         _ => None,
     };
-    let mut notices = Vec::new();
     let delta_stage = if delta_cfg.enabled() {
         let prev = if delta_cfg.dupadj {
-            parent_recipe(repo, &snapshot_paths)?
+            parent_recipe(repo, &snapshot_paths, &mut notices)
         } else {
             None
         };
-        let mut stage = DeltaStage::new(repo, delta_cfg, prev, times.clone(), opts.threads)?;
+        let mut stage = DeltaStage::new(repo, delta_cfg, prev, times.clone(), threads)?;
         if let Some(dir) = &opts.cache_dir {
             // The id names a directory: anything but a plain name (a crafted config) is
             // refused rather than joined.
@@ -221,8 +221,14 @@ pub fn backup(
     } else {
         None
     };
+    let (damage, skipped) = crate::damage::DamageSet::load(repo.backend().as_ref())?;
+    notices.extend(skipped);
+    let damage = Arc::new(damage);
     // One read view for the pool, taken before anything of this backup is indexed.
-    let index_view = Arc::new(repo.index().reader()?);
+    let index_view = Arc::new(DedupIndex {
+        reader: repo.index().reader()?,
+        damage: damage.clone(),
+    });
     let (item_tx, item_rx) = bounded::<Item>(BLOCKS_IN_FLIGHT);
     let (region_tx, region_rx) = bounded::<Receiver<CompressedRegion>>(REGIONS_IN_FLIGHT);
     let mut warnings = Vec::new();
@@ -240,6 +246,7 @@ pub fn backup(
                 region_tx,
                 delta_stage,
                 &times,
+                damage.clone(),
             )
         });
         let dedup = match spawned {
@@ -314,6 +321,9 @@ pub fn backup(
         tags: opts.tags,
         tree: dedup_out.tree,
         summary: summary.clone(),
+        original: None,
+        damaged_paths: Vec::new(),
+        tree_truncated: false,
     };
     let snapshot_id = snapshot.save(repo.backend().as_ref())?;
     Ok(BackupResult {
@@ -325,22 +335,76 @@ pub fn backup(
 }
 
 /// The chunk sequence of the newest snapshot with the same paths (else the newest), for DupAdj.
-fn parent_recipe(repo: &IndexedRepository, paths: &[String]) -> Result<Option<PrevRecipe>> {
-    let all = crate::snapshot::load_all(repo.backend().as_ref())?;
-    let parent = all
+/// A parent that cannot be read only costs DupAdj its hints: the backup goes on without one,
+/// with a notice (a damaged tree must not block every later backup of its paths).
+fn parent_recipe(
+    repo: &IndexedRepository,
+    paths: &[String],
+    notices: &mut Vec<String>,
+) -> Option<PrevRecipe> {
+    let listed = match crate::snapshot::list(repo.backend().as_ref()) {
+        Ok(l) => l,
+        Err(e) => {
+            notices.push(format!("no parent snapshot for DupAdj: {e}"));
+            return None;
+        }
+    };
+    notices.extend(listed.warnings());
+    let all = &listed.snapshots;
+    let (id, snap) = all
         .iter()
         .rev()
         .find(|(_, s)| s.paths == paths)
-        .or_else(|| all.last());
-    let Some((_, snap)) = parent else {
-        return Ok(None);
-    };
+        .or_else(|| all.last())?;
     let mut ids = Vec::new();
-    crate::commands::ls::walk_tree(repo, snap, |_, chunks| {
+    let walked = crate::commands::ls::walk_tree(repo, snap, |_, chunks| {
         ids.extend(chunks.iter().map(|c| c.id));
         Ok(())
-    })?;
-    Ok(Some(PrevRecipe::new(ids)))
+    });
+    match walked {
+        Ok(()) => Some(PrevRecipe::new(ids)),
+        Err(e) => {
+            notices.push(format!(
+                "parent snapshot {} is unreadable ({e}); backing up without a parent",
+                id.short()
+            ));
+            None
+        }
+    }
+}
+
+/// The sources as stored: absolute, with symlinks in their *parent* directories resolved (a
+/// symlink given as a source is stored as the symlink itself, never followed), and without
+/// sources that lie inside another source (which would store them twice, and restore a file
+/// under a path that holds a symlink). restic resolves its targets the same way.
+fn resolve_sources(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut sources = Vec::new();
+    for p in paths {
+        let abs = std::path::absolute(p)
+            .map_err(|e| Error::io(format!("resolving {}", p.display()), e))?;
+        if std::fs::symlink_metadata(&abs).is_err() {
+            return Err(Error::SourceNotFound(p.clone()));
+        }
+        let resolve = |q: &Path| {
+            std::fs::canonicalize(q).map_err(|e| Error::io(format!("resolving {}", q.display()), e))
+        };
+        let resolved = match (abs.parent(), abs.components().next_back()) {
+            (Some(parent), Some(std::path::Component::Normal(name))) => resolve(parent)?.join(name),
+            // `/`, or a path ending in `..` or `.`: a directory, resolved whole.
+            _ => resolve(&abs)?,
+        };
+        sources.push(resolved);
+    }
+    sources.sort();
+    sources.dedup();
+    // Sorted, an ancestor comes before everything inside it.
+    let mut kept: Vec<PathBuf> = Vec::with_capacity(sources.len());
+    for s in sources {
+        if !kept.iter().any(|k| s.starts_with(k)) {
+            kept.push(s);
+        }
+    }
+    Ok(kept)
 }
 
 const CHANNEL_CLOSED: &str = "pipeline stopped";
@@ -378,7 +442,33 @@ struct Reader<'a> {
     stats: &'a mut ReaderStats,
     times: &'a Arc<StageTimes>,
     sketcher: Option<Arc<dyn Sketcher>>,
-    index: Arc<IndexReader>,
+    index: Arc<DedupIndex>,
+}
+
+/// How a file changed while it was read, judged by its size, modification time and inode
+/// before and after, and the bytes actually read; `None` if it did not.
+fn changed_while_read(
+    before: &std::fs::Metadata,
+    after: std::io::Result<std::fs::Metadata>,
+    read: u64,
+) -> Option<String> {
+    let after = match after {
+        Ok(a) => a,
+        Err(e) => return Some(format!("cannot stat it again: {e}")),
+    };
+    if after.len() != before.len() || read != before.len() {
+        Some(format!(
+            "size {} bytes when opened, {} bytes after reading",
+            before.len(),
+            after.len()
+        ))
+    } else if (after.mtime(), after.mtime_nsec()) != (before.mtime(), before.mtime_nsec())
+        || after.ino() != before.ino()
+    {
+        Some("modified while being read".into())
+    } else {
+        None
+    }
 }
 
 /// The stored path of an absolute path: without the leading `/`.
@@ -415,6 +505,7 @@ impl Reader<'_> {
     fn walk(&mut self, root: &Path) -> Result<()> {
         let walker = walkdir::WalkDir::new(root)
             .follow_links(false)
+            .follow_root_links(false)
             .sort_by(|a, b| a.file_name().cmp(b.file_name()));
         let mut it = walker.into_iter();
         loop {
@@ -461,14 +552,18 @@ impl Reader<'_> {
                     Err(e) => self.warn(format!("{}: {e}", path.display())),
                 }
             } else if ft.is_file() {
-                match std::fs::File::open(path) {
-                    Ok(f) => {
-                        self.progress.message(&path.display().to_string());
-                        self.file(
-                            node_from(path, &md, NodeKind::File),
-                            f,
-                            &path.display().to_string(),
-                        )?;
+                match std::fs::File::open(path).and_then(|f| Ok((f.metadata()?, f))) {
+                    Ok((before, mut f)) => {
+                        let display = path.display().to_string();
+                        self.progress.message(&display);
+                        let read =
+                            self.file(node_from(path, &before, NodeKind::File), &mut f, &display)?;
+                        if let Some(change) = changed_while_read(&before, f.metadata(), read) {
+                            self.warn(format!(
+                                "{display}: changed while it was being read ({change}); \
+                                 stored as read: {read} bytes"
+                            ));
+                        }
                     }
                     Err(e) => self.warn(format!("{}: {e}", path.display())),
                 }
@@ -492,12 +587,15 @@ impl Reader<'_> {
             size: 0,
             target: Vec::new(),
         };
-        self.file(node, src.reader, &src.name)
+        let mut reader = src.reader;
+        self.file(node, &mut reader, &src.name).map(|_| ())
     }
 
-    /// Streams one file: blocks of chunks are fingerprinted on the pool.
-    fn file(&mut self, node: Node, mut f: impl Read, display: &str) -> Result<()> {
+    /// Streams one file: blocks of chunks are fingerprinted on the pool. Returns the number of
+    /// bytes read, which is the size the snapshot records (whatever `stat` said before).
+    fn file(&mut self, node: Node, f: &mut dyn Read, display: &str) -> Result<u64> {
         self.stats.files += 1;
+        let mut total = 0u64;
         self.tx.send(Item::FileStart(node)).map_err(closed)?;
         let max = self.chunker.max_size();
         let mut buf: Vec<u8> = Vec::with_capacity(BLOCK_SIZE + max);
@@ -535,6 +633,7 @@ impl Reader<'_> {
             next.extend_from_slice(&rest);
             let block = Bytes::from(std::mem::replace(&mut buf, next));
             self.stats.bytes_read += pos as u64;
+            total += pos as u64;
             self.progress.inc(pos as u64);
             if cuts.is_empty() {
                 continue;
@@ -559,8 +658,8 @@ impl Reader<'_> {
                 StageTimes::add(&times.hash, t);
                 let t = Instant::now();
                 for c in out.iter_mut() {
-                    c.indexed = match index.get(&c.id) {
-                        Ok(Some(loc)) => Indexed::In(loc.container),
+                    c.indexed = match index.container_of(&c.id) {
+                        Ok(Some(container)) => Indexed::In(container),
                         Ok(None) => Indexed::No,
                         Err(_) => Indexed::Unknown,
                     };
@@ -579,7 +678,27 @@ impl Reader<'_> {
             });
             self.tx.send(Item::FileData(rx)).map_err(closed)?;
         }
-        self.tx.send(Item::FileEnd).map_err(closed)
+        self.tx.send(Item::FileEnd).map_err(closed)?;
+        Ok(total)
+    }
+}
+
+/// The index as backup sees it: copies that `check` recorded as damaged count as absent, so
+/// that a backup stores those chunks again instead of deduplicating against them (check also
+/// takes them out of the index; this guards against an index rebuilt by an older version).
+struct DedupIndex {
+    reader: IndexReader,
+    damage: Arc<crate::damage::DamageSet>,
+}
+
+impl DedupIndex {
+    /// The container of the usable indexed copy of `id`, if any.
+    fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
+        Ok(self
+            .reader
+            .get(id)?
+            .map(|loc| loc.container)
+            .filter(|c| self.damage.reason(c, id).is_none()))
     }
 }
 
@@ -592,7 +711,7 @@ struct DedupOutput {
 /// Decides, in stream order, which chunks are new, and packs new chunks into regions
 /// (through the delta stage when resemblance detection is on).
 struct ChunkSink<'a> {
-    index: crate::index::IndexReader,
+    index: DedupIndex,
     pending: HashSet<ChunkId>,
     region: RegionBuilder,
     region_size: usize,
@@ -625,7 +744,7 @@ impl ChunkSink<'_> {
                 Indexed::No => None,
                 Indexed::Unknown => {
                     let t = Instant::now();
-                    let found = self.index.get(&id)?.map(|loc| Some(loc.container));
+                    let found = self.index.container_of(&id)?.map(Some);
                     StageTimes::add(&self.times.index, t);
                     found
                 }
@@ -752,9 +871,13 @@ fn dedup_stage<'a>(
     regions: Sender<Receiver<CompressedRegion>>,
     delta: Option<DeltaStage<'a>>,
     times: &'a Arc<StageTimes>,
+    damage: Arc<crate::damage::DamageSet>,
 ) -> Result<DedupOutput> {
     let mut sink = ChunkSink {
-        index: repo.index().reader()?,
+        index: DedupIndex {
+            reader: repo.index().reader()?,
+            damage,
+        },
         pending: HashSet::new(),
         region: RegionBuilder::default(),
         region_size: config.region_size,
@@ -773,14 +896,18 @@ fn dedup_stage<'a>(
         chunker,
     };
     tree.encoder.begin(&mut tree.buf);
+    // A file's record is encoded when it ends: its size is then the bytes actually read
+    // (a file that shrinks or grows while it is read must not be recorded with its old size).
+    let mut open_file: Option<(Node, Vec<ChunkRef>)> = None;
     for item in items {
         match item {
             Item::Node(n) => tree.encoder.node(&n, &mut tree.buf),
-            Item::FileStart(n) => {
-                tree.encoder.file_start(&n, &mut tree.buf);
-            }
+            Item::FileStart(n) => open_file = Some((n, Vec::new())),
             Item::FileData(rx) => {
                 let chunks = rx.recv().map_err(closed)?;
+                let Some((_, recipe)) = open_file.as_mut() else {
+                    return Err(Error::Index("file data outside a file".into()));
+                };
                 for Fingerprinted {
                     id,
                     data,
@@ -790,11 +917,21 @@ fn dedup_stage<'a>(
                 {
                     let len = data.len() as u32;
                     sink.add(id, data, sfs, indexed, true)?;
-                    tree.encoder.chunk(&ChunkRef { id, len }, &mut tree.buf);
+                    recipe.push(ChunkRef { id, len });
                 }
                 sink.end_block()?;
             }
-            Item::FileEnd => tree.encoder.file_end(&mut tree.buf),
+            Item::FileEnd => {
+                let Some((mut node, recipe)) = open_file.take() else {
+                    return Err(Error::Index("file end outside a file".into()));
+                };
+                node.size = recipe.iter().map(|c| u64::from(c.len)).sum();
+                tree.encoder.file_start(&node, &mut tree.buf);
+                for c in &recipe {
+                    tree.encoder.chunk(c, &mut tree.buf);
+                }
+                tree.encoder.file_end(&mut tree.buf);
+            }
         }
         tree.maybe_drain(&mut sink)?;
     }

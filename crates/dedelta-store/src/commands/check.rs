@@ -1,20 +1,31 @@
-//! `check`: verify that every snapshot can be restored.
+//! `check`: verify that every snapshot can be restored, and record what cannot.
 //!
-//! Without `read_data`: every container's metadata is read and verified, and every chunk that
-//! every snapshot references (tree and file content) must be indexed, in a container that
-//! exists and whose metadata lists it; a delta's base must be indexed too.
-//! With `read_data`: every container is read whole; its name must be its hash, every region
-//! must pass its CRC and decompress, and every chunk (deltas decoded against their bases) must
-//! match its fingerprint. Damaged chunks are then traced to every snapshot and file that needs
-//! them, including files whose deltas depend on a damaged base.
+//! 1. The index file's own integrity (redb page checksums); a damaged index is discarded and
+//!    rebuilt, since it is only a cache.
+//! 2. Every container's metadata is read and verified.
+//! 3. The index is compared with the containers: every entry must name an existing container
+//!    whose metadata lists that chunk at that position. An index that does not match is
+//!    rebuilt (it is a cache); a container whose metadata is unreadable is damage.
+//! 4. With `read_data`: every container is read whole; its name must be its hash, every region
+//!    must pass its CRC and decompress, and every chunk (deltas decoded against their bases)
+//!    must match its fingerprint.
+//! 5. Deltas whose base is damaged or lost are damaged too.
+//! 6. Damage is recorded (see [`crate::damage`]) and the damaged copies leave the index, so
+//!    that the next backup stores those chunks again instead of deduplicating against them.
+//! 7. Every reference of every snapshot (tree and file content) must be indexed in a readable
+//!    container; a delta's base too; a file's recorded size must equal its chunks' lengths.
+//!    Damaged chunks are traced to every snapshot and file that needs them.
 
 use crate::backend::FileKind;
 use crate::commands::ls::walk_tree;
-use crate::container::{self, ContainerId, EntryKind};
+use crate::container::{self, ContainerId, ContainerMeta, EntryKind, EntryMeta};
+use crate::damage::{self, DamageSet, DamagedCopy};
 use crate::error::{Error, Result};
+use crate::index::IndexReader;
+use crate::lock::RepoLock;
 use crate::progress::Progress;
 use crate::repository::{read_container_meta, IndexedRepository};
-use crate::snapshot::load_all;
+use crate::snapshot;
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
 
@@ -42,6 +53,11 @@ pub struct CheckReport {
     pub chunks_read: u64,
     /// Problems, in the order found.
     pub problems: Vec<Problem>,
+    /// Damaged copies recorded by this check (they left the index; the next backup stores
+    /// those chunks again).
+    pub damage_recorded: Vec<DamagedCopy>,
+    /// Things worth knowing that are not problems (an index rebuilt, damage recorded earlier).
+    pub notices: Vec<String>,
 }
 
 impl CheckReport {
@@ -54,18 +70,42 @@ impl CheckReport {
     }
 }
 
-/// Runs the check.
+/// What check knows about one container's entries: (chunk, base of a delta).
+pub(crate) type EntryIds = HashMap<ContainerId, Vec<(ChunkId, Option<ChunkId>)>>;
+
+/// Runs the check; `time` stamps a damage record. The caller holds the exclusive lock
+/// (check records damage and may rebuild the index).
 pub fn check(
     repo: &IndexedRepository,
+    _lock: &RepoLock,
     read_data: bool,
+    time: &str,
     progress: &dyn Progress,
 ) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let backend = repo.backend().clone();
-    // 1. Container metadata.
+    // 1. The index file.
+    progress.message("checking the index");
+    match repo.index().check_integrity() {
+        Ok(true) => {}
+        Ok(false) => report
+            .notices
+            .push("the chunk index was damaged; the index library repaired it".into()),
+        Err(Error::IndexDamaged(why)) => {
+            repo.reset_index()?;
+            report.notices.push(format!(
+                "the chunk index was damaged ({why}); it was discarded and rebuilt"
+            ));
+        }
+        Err(e) => return Err(e),
+    }
+    let (mut damage, skipped) = DamageSet::load(backend.as_ref())?;
+    report.notices.extend(skipped);
+    // 2. Container metadata.
+    progress.message("reading container metadata");
     let containers = backend.list(FileKind::Container)?;
-    let mut good_containers: HashSet<ContainerId> = HashSet::new();
-    let mut entry_ids: HashMap<ContainerId, Vec<(ChunkId, Option<ChunkId>)>> = HashMap::new();
+    let mut entry_ids: EntryIds = HashMap::new();
+    let mut bad_meta: HashMap<ContainerId, String> = HashMap::new();
     for (name, _) in &containers {
         report.containers += 1;
         let Some(cid) = ContainerId::from_hex(name) else {
@@ -74,32 +114,58 @@ pub fn check(
         };
         match read_container_meta(backend.as_ref(), name) {
             Ok(meta) => {
-                good_containers.insert(cid);
-                entry_ids.insert(
-                    cid,
-                    meta.entries
-                        .iter()
-                        .map(|e| match e.kind {
-                            EntryKind::Full => (e.id, None),
-                            EntryKind::Delta { base } => (e.id, Some(base)),
-                        })
-                        .collect(),
-                );
+                entry_ids.insert(cid, meta.entries.iter().map(entry_pair).collect());
             }
-            Err(e) => report.problem(None, None, e.to_string()),
+            Err(e) => {
+                if !damage.container_damaged(&cid) {
+                    report.problem(None, None, e.to_string());
+                }
+                bad_meta.insert(cid, e.to_string());
+            }
         }
     }
-    // 2. With read_data: every stored chunk.
+    // 3. The index against the containers.
+    let mut found: Vec<DamagedCopy> = Vec::new();
+    let mut mismatched = 0u64;
+    let mut damaged_whole: HashSet<ContainerId> = HashSet::new();
+    repo.index().for_each(|id, loc| {
+        if let Some(entries) = entry_ids.get(&loc.container) {
+            if entries.get(loc.entry as usize).map(|e| e.0) != Some(id) {
+                mismatched += 1;
+            }
+        } else if let Some(why) = bad_meta.get(&loc.container) {
+            if damaged_whole.insert(loc.container) && !damage.container_damaged(&loc.container) {
+                found.push(DamagedCopy {
+                    container: loc.container.to_hex(),
+                    chunk: None,
+                    reason: why.clone(),
+                });
+            }
+        } else {
+            mismatched += 1; // names a container that does not exist
+        }
+    })?;
+    if mismatched > 0 {
+        crate::commands::repair::rebuild_index(repo, &mut |_| {})?;
+        report.notices.push(format!(
+            "the chunk index did not match the containers ({mismatched} entries); it was rebuilt"
+        ));
+    }
+    // 4. With read_data: every stored chunk.
     let mut bad_chunks: HashMap<ChunkId, String> = HashMap::new();
     if read_data {
         let total: u64 = containers.iter().map(|(_, s)| s).sum();
         progress.set_total(total);
         let mut reader = repo.chunk_reader(64 << 20)?;
-        let index_for_data = repo.index().reader()?;
+        let index = repo.index().reader()?;
         for (name, size) in &containers {
             let Some(cid) = ContainerId::from_hex(name) else {
                 continue;
             };
+            progress.inc(*size);
+            if bad_meta.contains_key(&cid) {
+                continue; // reported and recorded whole
+            }
             let what = format!("container {name}");
             let file = match backend.get(FileKind::Container, name) {
                 Ok(f) => f,
@@ -108,103 +174,150 @@ pub fn check(
                     continue;
                 }
             };
-            progress.inc(*size);
-            if ChunkId::of(&file).0 != cid.0 {
-                report.problem(
-                    None,
-                    None,
-                    format!("{what}: content does not match its name (damaged)"),
-                );
-            }
+            let name_mismatch = ChunkId::of(&file).0 != cid.0;
+            let found_before = found.len();
             let meta = match container::decode_container_meta(&file, &what) {
                 Ok(m) => m,
                 Err(e) => {
-                    // Metadata problems were reported in step 1; mark its chunks bad.
-                    if let Some(ids) = entry_ids.get(&cid) {
-                        for (id, _) in ids {
-                            bad_chunks.insert(*id, e.to_string());
-                        }
-                    }
+                    report.problem(None, None, e.to_string());
                     continue;
                 }
             };
-            let mut regions = Vec::with_capacity(meta.regions.len());
-            for r in &meta.regions {
-                let stored = &file[r.offset as usize..(r.offset + r.stored_len) as usize];
-                regions.push(container::open_region(stored, r, &what));
-            }
-            for (i, e) in meta.entries.iter().enumerate() {
+            let mut base = |b: &ChunkId| reader.read_chunk(b);
+            verify_entries(&file, &meta, &what, &mut base, |i, e, verdict| {
                 report.chunks_read += 1;
                 // Only the copy the index points at is used; other copies (garbage a prune
-                // has not removed yet, or left by an interrupted backup) cannot harm a restore.
-                let indexed_here = index_for_data
+                // has not removed yet, or copies recorded as damaged) cannot harm a restore.
+                let indexed_here = index
                     .get(&e.id)?
-                    .is_some_and(|l| l.container == cid && l.entry == i as u32);
-                let verdict: std::result::Result<(), String> = match &regions[e.region as usize] {
-                    Err(err) => Err(err.to_string()),
-                    Ok(raw) => {
-                        let b = &raw[e.offset as usize..(e.offset + e.stored_len) as usize];
-                        match e.kind {
-                            EntryKind::Full => {
-                                if ChunkId::of(b) == e.id {
-                                    Ok(())
-                                } else {
-                                    Err("content does not match its fingerprint".into())
-                                }
-                            }
-                            EntryKind::Delta { base } => match reader.read_chunk(&base) {
-                                Ok(base_bytes) => {
-                                    let mut out = Vec::with_capacity(e.original_len as usize);
-                                    match dedelta_core::delta::new_codec(
-                                        dedelta_core::delta::DeltaKind::Ddelta,
-                                    )
-                                    .decode(
-                                        &base_bytes,
-                                        b,
-                                        &mut out,
-                                    ) {
-                                        Err(err) => Err(err.to_string()),
-                                        Ok(()) if ChunkId::of(&out) != e.id => {
-                                            Err("content does not match its fingerprint".into())
-                                        }
-                                        Ok(()) => Ok(()),
-                                    }
-                                }
-                                // A garbage delta whose base is gone too: nothing to verify.
-                                Err(_) if !indexed_here => Ok(()),
-                                Err(err) => {
-                                    Err(format!("its delta base {base} is unusable: {err}"))
-                                }
-                            },
-                        }
-                    }
-                };
-                if verdict.is_err() && !indexed_here {
-                    // Damage in an unused copy is not a problem for any snapshot.
-                    continue;
-                }
-                if let Err(reason) = verdict {
+                    .is_some_and(|l| l.container == cid && l.entry == i);
+                if let (Err(reason), true) = (verdict, indexed_here) {
                     report.problem(
                         None,
                         None,
                         format!("corrupt chunk {} in container {name}: {reason}", e.id),
                     );
-                    bad_chunks.insert(e.id, reason);
+                    bad_chunks.insert(e.id, reason.clone());
+                    found.push(DamagedCopy {
+                        container: name.clone(),
+                        chunk: Some(e.id.to_hex()),
+                        reason,
+                    });
                 }
+                Ok(())
+            })?;
+            // Damage somewhere in the container. If it touches no chunk a restore can use
+            // (only garbage copies, or copies recorded earlier), it is not a problem for any
+            // snapshot, but the container still fails its hash: `repair packs` rewrites it.
+            let known = found.len() > found_before
+                || damage.container_damaged(&cid)
+                || !damage.chunks_in(&cid).is_empty();
+            if name_mismatch && !known {
+                report.problem(
+                    None,
+                    None,
+                    format!(
+                        "{what}: content does not match its name (damaged); `dedelta repair \
+                         packs {name}` rewrites it"
+                    ),
+                );
             }
         }
     }
-    // 3. Every reference of every snapshot.
-    let index = repo.index().reader()?;
-    let snapshots = match load_all(backend.as_ref()) {
-        Ok(s) => s,
-        Err(e) => {
-            report.problem(None, None, e.to_string());
-            return Ok(report);
+    // 5. Deltas whose base is damaged or lost are lost too.
+    {
+        let index = repo.index().reader()?;
+        let usable_base = |b: &ChunkId| -> Result<bool> {
+            if bad_chunks.contains_key(b) {
+                return Ok(false);
+            }
+            Ok(index
+                .get(b)?
+                .is_some_and(|l| entry_ids.contains_key(&l.container)))
+        };
+        let mut lost = Vec::new();
+        for (cid, entries) in &entry_ids {
+            for (i, (id, base)) in entries.iter().enumerate() {
+                let Some(base) = base else { continue };
+                let indexed_here = index
+                    .get(id)?
+                    .is_some_and(|l| l.container == *cid && l.entry as usize == i);
+                if indexed_here && !bad_chunks.contains_key(id) && !usable_base(base)? {
+                    lost.push((*cid, *id, *base));
+                }
+            }
         }
+        for (cid, id, base) in lost {
+            let reason = format!("its delta base {base} is damaged or lost");
+            bad_chunks.insert(id, reason.clone());
+            found.push(DamagedCopy {
+                container: cid.to_hex(),
+                chunk: Some(id.to_hex()),
+                reason,
+            });
+        }
+    }
+    // 6. Record the damage and take the damaged copies out of the index.
+    // Whole containers were only added when not recorded yet; copies may be recorded already.
+    found.retain(|c| {
+        match (
+            ContainerId::from_hex(&c.container),
+            c.chunk.as_deref().and_then(ChunkId::from_hex),
+        ) {
+            (Some(cid), Some(k)) => damage.reason(&cid, &k).is_none(),
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    });
+    if !found.is_empty() {
+        damage::write_record(
+            backend.as_ref(),
+            &damage::DamageRecord {
+                time: time.to_string(),
+                copies: found.clone(),
+            },
+        )?;
+        let mut out_of_index: HashSet<ChunkId> = found
+            .iter()
+            .filter_map(|c| c.chunk.as_deref().and_then(ChunkId::from_hex))
+            .collect();
+        if !damaged_whole.is_empty() {
+            repo.index().for_each(|id, loc| {
+                if damaged_whole.contains(&loc.container) {
+                    out_of_index.insert(id);
+                }
+            })?;
+        }
+        repo.index().remove_chunks(&out_of_index)?;
+        damage.extend(&found);
+        report.notices.push(format!(
+            "recorded {} damaged stored copies: they left the index, so the next backup of \
+             their files stores them again; `dedelta repair packs` salvages and removes the \
+             damaged containers",
+            found.len()
+        ));
+        report.damage_recorded = found;
+    } else if !damage.is_empty() {
+        report.notices.push(format!(
+            "{} containers hold damage recorded earlier; `dedelta repair packs` salvages and \
+             removes them",
+            damage.containers().len()
+        ));
+    }
+    // 7. Every reference of every snapshot.
+    let index = repo.index().reader()?;
+    let listed = snapshot::list(backend.as_ref())?;
+    for bad in &listed.unreadable {
+        report.problem(None, None, bad.describe());
+    }
+    let refs = RefChecker {
+        index: &index,
+        entries: &entry_ids,
+        bad: &bad_chunks,
+        recorded: &damage,
     };
     let mut verified: HashMap<ChunkId, Option<String>> = HashMap::new();
-    for (sid, snap) in &snapshots {
+    for (sid, snap) in &listed.snapshots {
         report.snapshots += 1;
         let short = sid.short();
         let mut check_ref = |id: &ChunkId, report: &mut CheckReport| -> Option<String> {
@@ -212,7 +325,7 @@ pub fn check(
             if let Some(v) = verified.get(id) {
                 return v.clone();
             }
-            let v = reference_problem(id, &index, &good_containers, &entry_ids, &bad_chunks);
+            let v = refs.problem(id, true);
             verified.insert(*id, v.clone());
             v
         };
@@ -238,8 +351,18 @@ pub fn check(
             for c in &chunks {
                 if let Some(msg) = check_ref(&c.id, &mut report) {
                     file_problems.push((node.path_lossy(), format!("chunk {}: {msg}", c.id)));
-                    break;
+                    return Ok(());
                 }
+            }
+            let held: u64 = chunks.iter().map(|c| u64::from(c.len)).sum();
+            if held != node.size {
+                file_problems.push((
+                    node.path_lossy(),
+                    format!(
+                        "recorded size {} but its chunks hold {held} bytes",
+                        node.size
+                    ),
+                ));
             }
             Ok(())
         });
@@ -253,54 +376,135 @@ pub fn check(
     Ok(report)
 }
 
-/// Why a referenced chunk cannot be read, or `None` if it can.
-fn reference_problem(
-    id: &ChunkId,
-    index: &crate::index::IndexReader,
-    good: &HashSet<ContainerId>,
-    entries: &HashMap<ContainerId, Vec<(ChunkId, Option<ChunkId>)>>,
-    bad: &HashMap<ChunkId, String>,
-) -> Option<String> {
-    location_problem(id, index, good, entries, bad, true)
+pub(crate) fn entry_pair(e: &EntryMeta) -> (ChunkId, Option<ChunkId>) {
+    match e.kind {
+        EntryKind::Full => (e.id, None),
+        EntryKind::Delta { base } => (e.id, Some(base)),
+    }
 }
 
-fn location_problem(
-    id: &ChunkId,
-    index: &crate::index::IndexReader,
-    good: &HashSet<ContainerId>,
-    entries: &HashMap<ContainerId, Vec<(ChunkId, Option<ChunkId>)>>,
-    bad: &HashMap<ChunkId, String>,
-    allow_delta: bool,
-) -> Option<String> {
-    if let Some(reason) = bad.get(id) {
-        return Some(format!("damaged: {reason}"));
-    }
-    let loc = match index.get(id) {
-        Ok(Some(l)) => l,
-        Ok(None) => return Some("missing from the index".into()),
-        Err(e) => return Some(Error::to_string(&e)),
+/// Verifies every entry of a container held in memory: regions must pass their CRC and
+/// decompress, full chunks must match their fingerprint, deltas must decode (against a full
+/// chunk of the same container, else against `base`) to bytes that match theirs. Calls
+/// `verdict(entry number, entry, Ok(original bytes) or Err(reason))` for each entry in order.
+/// Shared by `check --read-data` and `repair packs`.
+pub(crate) fn verify_entries(
+    file: &[u8],
+    meta: &ContainerMeta,
+    what: &str,
+    base: &mut dyn FnMut(&ChunkId) -> Result<Vec<u8>>,
+    mut verdict: impl FnMut(u32, &EntryMeta, std::result::Result<&[u8], String>) -> Result<()>,
+) -> Result<()> {
+    let regions: Vec<std::result::Result<Vec<u8>, String>> = meta
+        .regions
+        .iter()
+        .map(|r| {
+            let stored = &file[r.offset as usize..(r.offset + r.stored_len) as usize];
+            container::open_region(stored, r, what).map_err(|e| e.to_string())
+        })
+        .collect();
+    let raw_of = |e: &EntryMeta| -> std::result::Result<&[u8], String> {
+        let raw = regions[e.region as usize].as_ref().map_err(Clone::clone)?;
+        raw.get(e.offset as usize..(e.offset + e.stored_len) as usize)
+            .ok_or_else(|| "entry lies outside its region".to_string())
     };
-    if !good.contains(&loc.container) {
-        return Some(format!(
-            "its container {} is missing or damaged",
-            loc.container
-        ));
-    }
-    match entries
-        .get(&loc.container)
-        .and_then(|v| v.get(loc.entry as usize))
-    {
-        Some((e, None)) if e == id => None,
-        Some((e, Some(base))) if e == id => {
-            if !allow_delta {
-                return Some("a delta is used as a delta base".into());
+    // Full chunks of this container that verify, for deltas whose base is here.
+    let mut local_full: HashMap<ChunkId, &[u8]> = HashMap::new();
+    for e in &meta.entries {
+        if let (EntryKind::Full, Ok(b)) = (e.kind, raw_of(e)) {
+            if ChunkId::of(b) == e.id {
+                local_full.insert(e.id, b);
             }
-            location_problem(base, index, good, entries, bad, false)
-                .map(|m| format!("its delta base {base} is unusable: {m}"))
         }
-        _ => Some(format!(
-            "index entry points at the wrong place in container {}",
-            loc.container
-        )),
+    }
+    let codec = dedelta_core::delta::new_codec(dedelta_core::delta::DeltaKind::Ddelta);
+    let mut out = Vec::new();
+    for (i, e) in meta.entries.iter().enumerate() {
+        let result: std::result::Result<&[u8], String> = match (raw_of(e), e.kind) {
+            (Err(err), _) => Err(err),
+            (Ok(b), EntryKind::Full) => {
+                if local_full.contains_key(&e.id) {
+                    Ok(b)
+                } else {
+                    Err("content does not match its fingerprint".into())
+                }
+            }
+            (Ok(b), EntryKind::Delta { base: base_id }) => {
+                let base_bytes = match local_full.get(&base_id) {
+                    Some(bytes) => Ok(bytes.to_vec()),
+                    None => base(&base_id),
+                };
+                match base_bytes {
+                    Err(err) => Err(format!("its delta base {base_id} is unusable: {err}")),
+                    Ok(base_bytes) => {
+                        out.clear();
+                        out.reserve(e.original_len as usize);
+                        match codec.decode(&base_bytes, b, &mut out) {
+                            Err(err) => Err(err.to_string()),
+                            Ok(()) if ChunkId::of(&out) != e.id => {
+                                Err("content does not match its fingerprint".into())
+                            }
+                            Ok(()) => Ok(&out[..]),
+                        }
+                    }
+                }
+            }
+        };
+        verdict(i as u32, e, result)?;
+    }
+    Ok(())
+}
+
+/// Decides whether a referenced chunk can be read, from metadata only.
+pub(crate) struct RefChecker<'a> {
+    /// The index.
+    pub index: &'a IndexReader,
+    /// Entries of every container whose metadata is readable.
+    pub entries: &'a EntryIds,
+    /// Chunks found damaged in this run.
+    pub bad: &'a HashMap<ChunkId, String>,
+    /// Damage recorded earlier.
+    pub recorded: &'a DamageSet,
+}
+
+impl RefChecker<'_> {
+    /// Why chunk `id` cannot be read, or `None` if it can.
+    pub fn problem(&self, id: &ChunkId, allow_delta: bool) -> Option<String> {
+        if let Some(reason) = self.bad.get(id) {
+            return Some(format!("damaged: {reason}"));
+        }
+        let loc = match self.index.get(id) {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                return Some(match self.recorded.chunk_reason(id) {
+                    Some(reason) => format!(
+                        "damaged ({reason}); back up the file again, or run `dedelta repair \
+                         snapshots`"
+                    ),
+                    None => "missing from the index".into(),
+                })
+            }
+            Err(e) => return Some(e.to_string()),
+        };
+        let Some(entries) = self.entries.get(&loc.container) else {
+            return Some(format!(
+                "its container {} is missing or damaged",
+                loc.container
+            ));
+        };
+        match entries.get(loc.entry as usize) {
+            Some((e, None)) if e == id => None,
+            Some((e, Some(base))) if e == id => {
+                if !allow_delta {
+                    return Some("a delta is used as a delta base".into());
+                }
+                self.problem(base, false)
+                    .map(|m| format!("its delta base {base} is unusable: {m}"))
+            }
+            _ => Some(format!(
+                "index entry points at the wrong place in container {}",
+                loc.container
+            )),
+        }
     }
 }

@@ -11,7 +11,7 @@ use crate::backend::FileKind;
 use crate::error::{Error, Result};
 use crate::lock::RepoLock;
 use crate::repository::Repository;
-use crate::snapshot::{load_all, Snapshot, SnapshotId};
+use crate::snapshot::{list, Snapshot, SnapshotId};
 use chrono::{DateTime, Datelike, Utc};
 use std::collections::{BTreeMap, HashSet};
 
@@ -182,7 +182,8 @@ pub fn forget(
     policy: &KeepPolicy,
     dry_run: bool,
 ) -> Result<Vec<ForgetDecision>> {
-    let all = load_all(repo.backend().as_ref())?;
+    let listed = list(repo.backend().as_ref())?;
+    let all = listed.snapshots;
     let mut decisions = if policy.is_empty() {
         Vec::new()
     } else {
@@ -190,8 +191,22 @@ pub fn forget(
     };
     let mut named: HashSet<String> = HashSet::new();
     for spec in ids {
-        let (id, _) = crate::snapshot::find(repo.backend().as_ref(), spec)?;
-        named.insert(id.to_hex());
+        named.insert(crate::snapshot::resolve_name(
+            repo.backend().as_ref(),
+            spec,
+        )?);
+    }
+    // A damaged or stray file can be removed by naming it; a policy never touches it.
+    for bad in &listed.unreadable {
+        if named.contains(&bad.name) {
+            decisions.push(ForgetDecision {
+                id: bad.name.clone(),
+                time: String::new(),
+                paths: Vec::new(),
+                keep: false,
+                reasons: vec!["named (unreadable)".into()],
+            });
+        }
     }
     for (id, snap) in &all {
         let hex = id.to_hex();
@@ -232,6 +247,9 @@ mod tests {
             tags: tags.iter().map(|t| t.to_string()).collect(),
             tree: TreeRef::default(),
             summary: BackupSummary::default(),
+            original: None,
+            damaged_paths: Vec::new(),
+            tree_truncated: false,
         };
         (SnapshotId(dedelta_core::ChunkId::of(time.as_bytes()).0), s)
     }

@@ -6,5 +6,7 @@ pub mod forget;
 pub mod ls;
 pub mod prune;
 pub mod repair;
+pub mod repair_packs;
+pub mod repair_snapshots;
 pub mod restore;
 pub mod stats;

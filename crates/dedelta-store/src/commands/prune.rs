@@ -19,12 +19,12 @@
 
 use crate::backend::FileKind;
 use crate::commands::ls::walk_tree;
-use crate::container::{ContainerId, EntryKind, RegionBuilder};
+use crate::container::{ContainerId, EntryKind};
 use crate::error::{Error, Result};
 use crate::lock::RepoLock;
 use crate::progress::Progress;
 use crate::repository::{read_container_meta, ContainerWriter, IndexedRepository};
-use crate::snapshot::load_all;
+use crate::snapshot::list;
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -111,7 +111,17 @@ pub fn prune(
     // Mark: references of every snapshot.
     progress.message("reading snapshots");
     let mut live: HashSet<ChunkId> = HashSet::new();
-    for (_, snap) in load_all(backend.as_ref())? {
+    let snapshots = list(backend.as_ref())?;
+    // A snapshot that cannot be read cannot mark its chunks: pruning now would delete them.
+    if let Some(bad) = snapshots.damaged().next() {
+        return Err(Error::InvalidOption(format!(
+            "snapshot {} is unreadable ({}); prune refuses to run, since it would delete the \
+             data that snapshot needs. Remove it first with `dedelta forget {}` or \
+             `dedelta repair snapshots --forget`",
+            bad.name, bad.reason, bad.name
+        )));
+    }
+    for (_, snap) in snapshots.snapshots {
         live.extend(snap.tree.chunk_ids()?);
         walk_tree(repo, &snap, |_, chunks| {
             live.extend(chunks.iter().map(|c| c.id));
@@ -215,15 +225,7 @@ pub fn prune(
     }
     // 1. Copy live entries of rewritten containers forward.
     progress.set_total(plan.bytes_to_copy);
-    let config = repo.config().clone();
     let mut writer = ContainerWriter::new(repo);
-    let mut region = RegionBuilder::default();
-    let flush_region = |region: &mut RegionBuilder, writer: &mut ContainerWriter| -> Result<()> {
-        if region.is_empty() {
-            return Ok(());
-        }
-        writer.add_region(std::mem::take(region).compress(config.compression))
-    };
     for (name, _, _) in metas.iter().filter(|(n, _, _)| rewrite.contains(n)) {
         progress.message(&format!(
             "rewriting container {}",
@@ -261,20 +263,16 @@ pub fn prune(
                     reason: "content does not match its fingerprint; not copying it".into(),
                 });
             }
-            region.push(
+            writer.push_entry(
                 e.id,
                 e.kind,
                 bytes,
                 e.original_len as usize,
                 e.super_features.clone(),
-            );
+            )?;
             progress.inc(bytes.len() as u64);
-            if region.raw.len() >= config.region_size {
-                flush_region(&mut region, &mut writer)?;
-            }
         }
     }
-    flush_region(&mut region, &mut writer)?;
     writer.seal()?;
     stats.containers_written = writer.written.len() as u64;
     stats.bytes_written = writer.bytes_written;

@@ -6,7 +6,7 @@ use crate::backend::FileKind;
 use crate::container::EntryKind;
 use crate::error::Result;
 use crate::repository::{read_container_meta, IndexedRepository};
-use crate::snapshot::{load_all, ratio};
+use crate::snapshot::{list, ratio};
 
 /// Repository statistics (`stats --json` prints these keys).
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -45,17 +45,27 @@ pub struct RepoStats {
     pub delta_source_bytes: u64,
     /// Bytes of their deltas.
     pub delta_bytes: u64,
+    /// Snapshots and containers that could not be read (left out of the figures).
+    pub warnings: Vec<String>,
 }
 
 /// Computes the statistics.
 pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     let mut s = RepoStats::default();
-    for (_, snap) in load_all(repo.backend().as_ref())? {
+    let snapshots = list(repo.backend().as_ref())?;
+    s.warnings = snapshots.warnings();
+    for (_, snap) in snapshots.snapshots {
         s.snapshots += 1;
         s.logical_bytes += snap.summary.bytes_read;
     }
     for (name, size) in repo.backend().list(FileKind::Container)? {
-        let meta = read_container_meta(repo.backend().as_ref(), &name)?;
+        let meta = match read_container_meta(repo.backend().as_ref(), &name) {
+            Ok(m) => m,
+            Err(e) => {
+                s.warnings.push(format!("left out: {e}"));
+                continue;
+            }
+        };
         s.containers += 1;
         s.stored_bytes += size;
         for e in &meta.entries {

@@ -1,0 +1,207 @@
+//! `repair packs`: salvage the readable entries of damaged containers, then remove them.
+//!
+//! The containers are those `check` recorded as damaged (see [`crate::damage`]) or those the
+//! user names. For each one, every entry that still verifies (full chunks by fingerprint,
+//! deltas decoded against their base and verified) and that the index holds nowhere else is
+//! copied, *as a full chunk*, into new containers: a salvaged chunk then needs no base, so
+//! nothing it depended on can take it down again. Then, in an order a crash cannot turn into
+//! loss:
+//!
+//! 1. the copies are durable and indexed (the index now points at them);
+//! 2. index entries that still name a damaged container are removed (those chunks are lost;
+//!    the next backup of their files stores them again);
+//! 3. deltas anywhere whose base was lost are lost too: they leave the index and are recorded;
+//! 4. the damage records are rewritten without the repaired containers (new before old);
+//! 5. only then are the damaged containers deleted.
+//!
+//! Snapshots that need lost chunks still fail `check`: back the files up again (which heals
+//! them), or run `repair snapshots`.
+
+use crate::backend::FileKind;
+use crate::commands::check::verify_entries;
+use crate::container::{self, ContainerId, EntryKind};
+use crate::damage::{self, DamageSet, DamagedCopy};
+use crate::error::{Error, Result};
+use crate::lock::RepoLock;
+use crate::progress::Progress;
+use crate::repository::{read_container_meta, ContainerWriter, IndexedRepository};
+use dedelta_core::ChunkId;
+use std::collections::HashSet;
+
+/// What `repair packs` did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RepairPacksStats {
+    /// The damaged containers handled (and deleted, unless a dry run).
+    pub containers: Vec<String>,
+    /// Entries copied out of them.
+    pub chunks_salvaged: u64,
+    /// Chunks that could not be salvaged (their snapshots need a new backup or
+    /// `repair snapshots`).
+    pub chunks_lost: Vec<String>,
+    /// Deltas elsewhere that were lost with their base.
+    pub deltas_lost: u64,
+    /// New containers written.
+    pub containers_written: u64,
+}
+
+/// Repairs the containers named by `ids` (full hex names or unique prefixes), or, when empty,
+/// every container with recorded damage. The caller holds the exclusive lock.
+pub fn repair_packs(
+    repo: &IndexedRepository,
+    _lock: &RepoLock,
+    ids: &[String],
+    time: &str,
+    progress: &dyn Progress,
+) -> Result<RepairPacksStats> {
+    let backend = repo.backend().clone();
+    let (mut damage, _) = DamageSet::load(backend.as_ref())?;
+    let listed: Vec<String> = backend
+        .list(FileKind::Container)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let mut targets: Vec<ContainerId> = if ids.is_empty() {
+        damage.containers().into_iter().collect()
+    } else {
+        ids.iter()
+            .map(|spec| resolve_container(&listed, spec))
+            .collect::<Result<_>>()?
+    };
+    targets.sort();
+    let target_set: HashSet<ContainerId> = targets.iter().copied().collect();
+    let mut stats = RepairPacksStats::default();
+    // The live copies the targets held: what the index names there, and what check recorded.
+    let mut held: HashSet<ChunkId> = HashSet::new();
+    for cid in &targets {
+        held.extend(damage.chunks_in(cid));
+    }
+    repo.index().for_each(|id, loc| {
+        if target_set.contains(&loc.container) {
+            held.insert(id);
+        }
+    })?;
+    // 1. Salvage.
+    let index = repo.index().reader()?;
+    let mut reader = repo.chunk_reader(64 << 20)?;
+    let mut writer = ContainerWriter::new(repo);
+    let mut salvaged: HashSet<ChunkId> = HashSet::new();
+    for cid in &targets {
+        let name = cid.to_hex();
+        stats.containers.push(name.clone());
+        progress.message(&format!("salvaging container {}", &name[..12]));
+        let what = format!("container {name}");
+        let file = match backend.get(FileKind::Container, &name) {
+            Ok(f) => f,
+            Err(Error::ObjectMissing { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let Ok(meta) = container::decode_container_meta(&file, &what) else {
+            continue; // nothing can be located without the metadata
+        };
+        let mut base = |b: &ChunkId| reader.read_chunk(b);
+        verify_entries(&file, &meta, &what, &mut base, |_, e, verdict| {
+            let Ok(bytes) = verdict else { return Ok(()) };
+            let elsewhere = index
+                .get(&e.id)?
+                .is_some_and(|l| !target_set.contains(&l.container));
+            if !elsewhere && salvaged.insert(e.id) {
+                let sfs = match e.kind {
+                    EntryKind::Full => e.super_features.clone(),
+                    EntryKind::Delta { .. } => Vec::new(),
+                };
+                writer.push_entry(e.id, EntryKind::Full, bytes, bytes.len(), sfs)?;
+            }
+            Ok(())
+        })?;
+    }
+    writer.seal()?;
+    stats.chunks_salvaged = salvaged.len() as u64;
+    stats.containers_written = writer.written.len() as u64;
+    drop(index);
+    // 2. What still points at a damaged container is lost.
+    let mut out_of_index: HashSet<ChunkId> = HashSet::new();
+    repo.index().for_each(|id, loc| {
+        if target_set.contains(&loc.container) {
+            out_of_index.insert(id);
+        }
+    })?;
+    repo.index().remove_chunks(&out_of_index)?;
+    let mut lost: HashSet<ChunkId> = HashSet::new();
+    {
+        let index = repo.index().reader()?;
+        for id in &held {
+            if !salvaged.contains(id) && index.get(id)?.is_none() {
+                lost.insert(*id);
+            }
+        }
+    }
+    // 3. Deltas whose base is gone are lost too.
+    let index = repo.index().reader()?;
+    let mut dependents: Vec<DamagedCopy> = Vec::new();
+    let mut dependent_ids: HashSet<ChunkId> = HashSet::new();
+    for name in &listed {
+        let Some(cid) = ContainerId::from_hex(name) else {
+            continue;
+        };
+        if target_set.contains(&cid) || damage.container_damaged(&cid) {
+            continue;
+        }
+        let Ok(meta) = read_container_meta(backend.as_ref(), name) else {
+            continue; // check records it
+        };
+        for (i, e) in meta.entries.iter().enumerate() {
+            let EntryKind::Delta { base } = e.kind else {
+                continue;
+            };
+            let indexed_here = index
+                .get(&e.id)?
+                .is_some_and(|l| l.container == cid && l.entry as usize == i);
+            if indexed_here && index.get(&base)?.is_none() {
+                dependent_ids.insert(e.id);
+                dependents.push(DamagedCopy {
+                    container: name.clone(),
+                    chunk: Some(e.id.to_hex()),
+                    reason: format!("its delta base {base} was lost"),
+                });
+            }
+        }
+    }
+    drop(index);
+    repo.index().remove_chunks(&dependent_ids)?;
+    stats.deltas_lost = dependents.len() as u64;
+    let mut lost_ids: Vec<String> = lost.iter().map(ChunkId::to_hex).collect();
+    lost_ids.sort();
+    stats.chunks_lost = lost_ids;
+    // 4. Records without the repaired containers, with the newly lost deltas.
+    let old_names = damage.record_names.clone();
+    for cid in &targets {
+        damage.forget_container(cid);
+    }
+    damage.extend(&dependents);
+    damage::rewrite(backend.as_ref(), &damage, &old_names, time.to_string())?;
+    // 5. Delete. A salvage copy never has a damaged container's name (its content differs).
+    let written: HashSet<ContainerId> = writer.written.iter().copied().collect();
+    for cid in &targets {
+        if !written.contains(cid) {
+            backend.delete(FileKind::Container, &cid.to_hex())?;
+        }
+    }
+    Ok(stats)
+}
+
+/// The container named by `spec`: a full name or a unique prefix of one.
+fn resolve_container(listed: &[String], spec: &str) -> Result<ContainerId> {
+    let spec = spec.to_ascii_lowercase();
+    let matches: Vec<&String> = listed.iter().filter(|n| n.starts_with(&spec)).collect();
+    match (matches.as_slice(), spec.is_empty()) {
+        ([one], false) => ContainerId::from_hex(one)
+            .ok_or_else(|| Error::InvalidOption(format!("{one} is not a container name"))),
+        ([], _) | (_, true) => Err(Error::InvalidOption(format!(
+            "no container matches {spec:?}"
+        ))),
+        (many, _) => Err(Error::InvalidOption(format!(
+            "container prefix {spec:?} is ambiguous: matches {}",
+            many.len()
+        ))),
+    }
+}

@@ -1,0 +1,446 @@
+//! Issue 12: damage must never make later backups unrestorable, and the repository must
+//! recover from it: `check` records damaged copies, the next backup stores those chunks again
+//! (healing old snapshots), `repair packs` salvages and removes damaged containers, `repair
+//! snapshots` rewrites what cannot be healed, and a damaged or half-built index is rebuilt.
+
+use dedelta_core::ChunkId;
+use dedelta_store::backend::FileKind;
+use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
+use dedelta_store::commands::{backup, check, ls, prune, repair, repair_packs, restore};
+use dedelta_store::config::{DeltaConfig, RepoConfig};
+use dedelta_store::container::ContainerId;
+use dedelta_store::damage::DamageSet;
+use dedelta_store::index::ChunkIndex;
+use dedelta_store::lock::LockInfo;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::snapshot::{self, Snapshot, SnapshotId};
+use dedelta_store::{Error, IndexedRepository, Repository};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn me() -> LockInfo {
+    LockInfo {
+        pid: std::process::id(),
+        host: "t".into(),
+        time: "t".into(),
+        command: "test".into(),
+    }
+}
+
+/// Pseudo-random text: compressible, and different per seed.
+fn text(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 64);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(format!("line {x:x} {}\n", x % 977).as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    src: PathBuf,
+    repo: IndexedRepository,
+    n: usize,
+}
+
+impl Env {
+    fn new(delta: bool) -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let mut cfg = RepoConfig::new("test".into());
+        cfg.chunker.params.min_size = 512;
+        cfg.chunker.params.avg_size = 2048;
+        cfg.chunker.params.max_size = 8192;
+        cfg.region_size = 16 * 1024;
+        cfg.container_size = 48 * 1024;
+        if delta {
+            cfg.delta = DeltaConfig::recommended();
+        }
+        let repo = Repository::init_local(&root.join("repo"), cfg)
+            .unwrap()
+            .open_index()
+            .unwrap();
+        let src = root.join("src");
+        fs::create_dir_all(&src).unwrap();
+        Repository::init_local(&root.join("scratch"), RepoConfig::new("x".into())).unwrap();
+        Env {
+            _tmp: tmp,
+            root,
+            src,
+            repo,
+            n: 0,
+        }
+    }
+
+    /// Closes the repository's index (the handle moves to an unrelated scratch repository).
+    fn close(&mut self) {
+        let scratch = Repository::open_local(&self.root.join("scratch"))
+            .unwrap()
+            .open_index()
+            .unwrap();
+        drop(std::mem::replace(&mut self.repo, scratch));
+    }
+
+    /// Opens the repository and its index again.
+    fn reopen(&mut self) -> Result<(), Error> {
+        self.repo = Repository::open_local(&self.root.join("repo"))?.open_index()?;
+        Ok(())
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.root.join("repo/index/chunks.redb")
+    }
+
+    fn write(&self, files: &BTreeMap<&str, Vec<u8>>) {
+        let _ = fs::remove_dir_all(&self.src);
+        fs::create_dir_all(&self.src).unwrap();
+        for (name, data) in files {
+            fs::write(self.src.join(name), data).unwrap();
+        }
+    }
+
+    fn backup(&mut self) -> backup::BackupResult {
+        self.n += 1;
+        let lock = self.repo.lock(&me()).unwrap();
+        let opts = backup::BackupOptions {
+            paths: vec![self.src.clone()],
+            excludes: vec![],
+            tags: vec![],
+            stdin: None,
+            host: "t".into(),
+            time: format!("2026-01-01T00:00:{:02}Z", self.n),
+            threads: 2,
+            delta: None,
+            cache_dir: None,
+        };
+        backup::backup(&self.repo, &lock, opts, &NoProgress).unwrap()
+    }
+
+    fn check(&self, read_data: bool) -> check::CheckReport {
+        let lock = self.repo.lock(&me()).unwrap();
+        check::check(&self.repo, &lock, read_data, "now", &NoProgress).unwrap()
+    }
+
+    fn snapshot(&self, id: &SnapshotId) -> Snapshot {
+        snapshot::find(self.repo.backend().as_ref(), &id.to_hex())
+            .unwrap()
+            .1
+    }
+
+    /// Restores `id` and returns its files (by name), or the restore's error.
+    fn restore(&self, id: &SnapshotId) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        let target = self.root.join("out");
+        let _ = fs::remove_dir_all(&target);
+        let opts = restore::RestoreOptions {
+            target: target.clone(),
+            include: vec![],
+            cache_bytes: 1 << 20,
+        };
+        restore::restore(&self.repo, &self.snapshot(id), &opts, &NoProgress)?;
+        let dir = target.join(self.src.strip_prefix("/").unwrap());
+        let mut got = BTreeMap::new();
+        for e in fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            got.insert(
+                e.file_name().to_string_lossy().into_owned(),
+                fs::read(e.path()).unwrap(),
+            );
+        }
+        Ok(got)
+    }
+
+    /// The container the index names for the first chunk of file `name` in snapshot `id`.
+    fn container_of(&self, id: &SnapshotId, name: &str) -> ContainerId {
+        let want = self.src.join(name);
+        let want = want.to_str().unwrap().trim_start_matches('/');
+        let mut first = None;
+        ls::walk_tree(&self.repo, &self.snapshot(id), |n, c| {
+            if n.path == want.as_bytes() {
+                first = c.first().map(|c| c.id);
+            }
+            Ok(())
+        })
+        .unwrap();
+        self.repo
+            .index()
+            .get(&first.unwrap())
+            .unwrap()
+            .unwrap()
+            .container
+    }
+
+    fn container_path(&self, c: &ContainerId) -> PathBuf {
+        let hex = c.to_hex();
+        self.root.join("repo/containers").join(&hex[..2]).join(&hex)
+    }
+}
+
+fn expected(files: &BTreeMap<&str, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
+    files
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+/// Flips a byte inside the first region of a container (its data, not its metadata).
+fn damage_first_region(path: &Path) {
+    let mut b = fs::read(path).unwrap();
+    b[dedelta_store::container::HEADER_LEN + 40] ^= 0x55;
+    fs::write(path, b).unwrap();
+}
+
+#[test]
+fn damaged_chunks_are_stored_again_and_heal_old_snapshots() {
+    let mut env = Env::new(true);
+    let files = BTreeMap::from([("a.txt", text(150_000, 1)), ("b.txt", text(90_000, 2))]);
+    env.write(&files);
+    let first = env.backup().snapshot_id;
+    let bad = env.container_of(&first, "a.txt");
+    damage_first_region(&env.container_path(&bad));
+
+    let report = env.check(true);
+    assert!(!report.problems.is_empty());
+    assert!(!report.damage_recorded.is_empty());
+    assert!(report
+        .damage_recorded
+        .iter()
+        .all(|c| c.container == bad.to_hex()));
+    assert!(env.restore(&first).is_err(), "damaged data restored");
+
+    // Before the fix, this backup deduplicated against the damaged chunks and succeeded
+    // without being restorable.
+    let second = env.backup();
+    assert!(
+        second.summary.new_chunks > 0,
+        "damaged chunks not stored again"
+    );
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), expected(&files));
+    // The old snapshot is healed by the new copies.
+    assert_eq!(env.restore(&first).unwrap(), expected(&files));
+    let report = env.check(true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+
+    // `repair index` keeps the damaged copies out.
+    repair::rebuild_index(&env.repo, &mut |_| {}).unwrap();
+    assert_eq!(env.restore(&first).unwrap(), expected(&files));
+
+    // `repair packs` salvages the readable rest, deletes the container and the records.
+    let lock = env.repo.lock(&me()).unwrap();
+    let st = repair_packs::repair_packs(&env.repo, &lock, &[], "now", &NoProgress).unwrap();
+    drop(lock);
+    assert_eq!(st.containers, vec![bad.to_hex()]);
+    assert!(!env.container_path(&bad).exists());
+    let (damage, _) = DamageSet::load(env.repo.backend().as_ref()).unwrap();
+    assert!(damage.is_empty());
+    let report = env.check(true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(env.restore(&first).unwrap(), expected(&files));
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), expected(&files));
+}
+
+#[test]
+fn repair_packs_salvages_intact_entries_of_a_damaged_container() {
+    let mut env = Env::new(false);
+    // Many small files: the damaged container holds several regions, only one is damaged.
+    let files: BTreeMap<&str, Vec<u8>> = ["a", "b", "c", "d", "e", "f"]
+        .into_iter()
+        .zip(0u64..)
+        .map(|(n, i)| (n, text(12_000, 10 + i)))
+        .collect();
+    env.write(&files);
+    let id = env.backup().snapshot_id;
+    let bad = env.container_of(&id, "a");
+    damage_first_region(&env.container_path(&bad));
+    env.check(true);
+    let lock = env.repo.lock(&me()).unwrap();
+    let st = repair_packs::repair_packs(&env.repo, &lock, &[], "now", &NoProgress).unwrap();
+    drop(lock);
+    assert!(st.chunks_salvaged > 0, "{st:?}");
+    assert!(!st.chunks_lost.is_empty(), "{st:?}");
+    // What was salvaged restores; the rest is reported lost, per file.
+    let report = env.check(true);
+    assert!(!report.problems.is_empty());
+    assert!(
+        report.problems.iter().all(|p| p.path.is_some()),
+        "{report:?}"
+    );
+    let damaged: Vec<_> = report
+        .problems
+        .iter()
+        .map(|p| p.path.clone().unwrap())
+        .collect();
+    assert!(damaged.len() < files.len(), "nothing salvaged: {damaged:?}");
+}
+
+#[test]
+fn repair_snapshots_keeps_what_is_readable_and_unblocks_prune() {
+    let mut env = Env::new(true);
+    let files = BTreeMap::from([("x.txt", text(120_000, 3)), ("y.txt", text(30_000, 4))]);
+    env.write(&files);
+    let id = env.backup().snapshot_id;
+    let lost = env.container_of(&id, "x.txt");
+    let tree_container = {
+        let t = env.snapshot(&id).tree.chunk_ids().unwrap()[0];
+        env.repo.index().get(&t).unwrap().unwrap().container
+    };
+    assert_ne!(lost, tree_container, "test needs the tree elsewhere");
+    fs::remove_file(env.container_path(&lost)).unwrap();
+    fs::remove_dir_all(&env.src).unwrap(); // the data cannot be backed up again
+
+    let report = env.check(false);
+    assert!(report
+        .problems
+        .iter()
+        .any(|p| p.path.as_deref().is_some_and(|p| p.ends_with("x.txt"))));
+    // Prune must not run on a repository whose snapshots need missing chunks.
+    let lock = env.repo.lock(&me()).unwrap();
+    assert!(prune::prune(&env.repo, &lock, &Default::default(), &NoProgress).is_err());
+    let opts = RepairSnapshotsOptions {
+        forget: true,
+        dry_run: false,
+    };
+    let st = repair_snapshots::repair_snapshots(&env.repo, &lock, &opts, &NoProgress).unwrap();
+    assert_eq!(st.repaired.len(), 1, "{st:?}");
+    let rs = &st.repaired[0];
+    assert!(rs.damaged_files.iter().all(|f| f.ends_with("x.txt")));
+    let new_id = snapshot::find(env.repo.backend().as_ref(), rs.new.as_ref().unwrap())
+        .unwrap()
+        .0;
+    assert!(!env
+        .repo
+        .backend()
+        .exists(FileKind::Snapshot, &id.to_hex())
+        .unwrap());
+    prune::prune(&env.repo, &lock, &Default::default(), &NoProgress).unwrap();
+    drop(lock);
+    let report = env.check(true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let snap = env.snapshot(&new_id);
+    assert!(snap.tags.contains(&"repaired".to_string()));
+    assert_eq!(snap.original.as_deref(), Some(id.to_hex().as_str()));
+    assert_eq!(snap.damaged_paths.len(), 1);
+    let got = env.restore(&new_id).unwrap();
+    assert_eq!(got["y.txt"], files["y.txt"]);
+    assert!(got["x.txt"].len() < files["x.txt"].len());
+}
+
+#[test]
+fn unreadable_parent_tree_does_not_block_backup() {
+    let mut env = Env::new(true);
+    env.write(&BTreeMap::from([("a.txt", text(50_000, 5))]));
+    let first = env.backup().snapshot_id;
+    let tree: std::collections::HashSet<ChunkId> = env
+        .snapshot(&first)
+        .tree
+        .chunk_ids()
+        .unwrap()
+        .into_iter()
+        .collect();
+    env.repo.index().remove_chunks(&tree).unwrap();
+    env.write(&BTreeMap::from([("a.txt", text(50_000, 6))]));
+    let second = env.backup();
+    assert!(
+        second.notices.iter().any(|n| n.contains("parent snapshot")),
+        "{:?}",
+        second.notices
+    );
+    env.restore(&second.snapshot_id).unwrap();
+}
+
+#[test]
+fn incomplete_index_is_rebuilt() {
+    let mut env = Env::new(false);
+    let files = BTreeMap::from([("a.txt", text(200_000, 7))]);
+    env.write(&files);
+    let id = env.backup().snapshot_id;
+    let index_path = env.index_path();
+    let backend = env.repo.backend().clone();
+    let containers = backend.list(FileKind::Container).unwrap();
+    assert!(containers.len() > 1);
+    // What a rebuild killed half-way used to leave: an index holding some containers only.
+    env.close();
+    fs::remove_file(&index_path).unwrap();
+    {
+        let partial = ChunkIndex::open(&index_path).unwrap();
+        let (name, _) = &containers[0];
+        let meta = dedelta_store::repository::read_container_meta(backend.as_ref(), name).unwrap();
+        partial
+            .insert_container(ContainerId::from_hex(name).unwrap(), &meta)
+            .unwrap();
+        assert!(!partial.is_complete().unwrap());
+    }
+    env.reopen().unwrap();
+    assert!(env.repo.index().is_complete().unwrap());
+    assert_eq!(env.restore(&id).unwrap(), expected(&files));
+}
+
+#[test]
+fn damaged_index_is_discarded_and_rebuilt() {
+    let mut env = Env::new(true);
+    let files = BTreeMap::from([("a.txt", text(300_000, 8)), ("b.txt", text(40_000, 9))]);
+    env.write(&files);
+    let id = env.backup().snapshot_id;
+    let index_path = env.index_path();
+    // Overwrite pages at several places, and truncate: every command must either work or
+    // fail with IndexDamaged (the next one then rebuilds), never panic or return wrong data.
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let damages: Vec<Damage> = vec![
+        Box::new(|b| b.truncate(b.len() / 2)),
+        Box::new(|b| {
+            let mid = b.len() / 2;
+            let end = (mid + 4096).min(b.len());
+            b[mid..end].fill(0xff)
+        }),
+        Box::new(|b| {
+            let end = 8192.min(b.len());
+            b[4096..end].fill(0)
+        }),
+        Box::new(|b| {
+            for i in (0..b.len()).step_by(997) {
+                b[i] ^= 0x5a;
+            }
+        }),
+        Box::new(|b| {
+            let end = 512.min(b.len());
+            b[..end].fill(0x11)
+        }),
+    ];
+    for (k, damage) in damages.iter().enumerate() {
+        // Close the index, damage it, reopen.
+        env.close();
+        let mut bytes = fs::read(&index_path).unwrap();
+        damage(&mut bytes);
+        fs::write(&index_path, bytes).unwrap();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            assert!(attempts <= 2, "damage {k}: still failing after a rebuild");
+            match env.reopen() {
+                Ok(()) => {}
+                Err(Error::IndexDamaged(_)) => continue,
+                Err(e) => panic!("damage {k}: {e}"),
+            }
+            match env.restore(&id) {
+                Ok(got) => {
+                    assert_eq!(got, expected(&files), "damage {k}: wrong data");
+                    break;
+                }
+                Err(Error::IndexDamaged(_)) => continue,
+                Err(e) => panic!("damage {k}: {e}"),
+            }
+        }
+        let report = env.check(true);
+        assert!(
+            report.problems.is_empty(),
+            "damage {k}: {:?}",
+            report.problems
+        );
+    }
+}
