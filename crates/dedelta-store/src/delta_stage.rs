@@ -220,6 +220,9 @@ pub struct DeltaStage<'a> {
     /// flight. With 2 cores, encoding on this thread measured 2-3x faster than either pool
     /// (0.04-0.06 s against 0.11-0.15 s per 60 MB version), the pool's cores being busy anyway.
     encode_pool: Option<rayon::ThreadPool>,
+    /// Candidate bases that could not be read (damage `check` has not recorded yet): they are
+    /// skipped, never used, and reported once the backup ends.
+    unreadable_bases: Vec<String>,
 }
 
 impl<'a> DeltaStage<'a> {
@@ -271,7 +274,37 @@ impl<'a> DeltaStage<'a> {
             } else {
                 None
             },
+            unreadable_bases: Vec::new(),
         })
+    }
+
+    /// Why candidate bases were skipped, for the backup's notices.
+    pub fn take_notices(&mut self) -> Vec<String> {
+        let n = std::mem::take(&mut self.unreadable_bases);
+        match n.len() {
+            0 => Vec::new(),
+            k => vec![format!(
+                "{k} candidate delta bases could not be read and were not used (first: {}); \
+                 run `dedelta check --read-data`",
+                n[0]
+            )],
+        }
+    }
+
+    /// Turns damage met while reading a candidate base into "no candidate": a damaged chunk
+    /// must never become a base, and must not stop the backup either.
+    fn skip_damaged<T>(&mut self, r: Result<Option<T>>) -> Result<Option<T>> {
+        match r {
+            Err(
+                e @ (crate::Error::CorruptChunk { .. }
+                | crate::Error::Corrupt { .. }
+                | crate::Error::ObjectMissing { .. }),
+            ) => {
+                self.unreadable_bases.push(e.to_string());
+                Ok(None)
+            }
+            other => other,
+        }
     }
 
     /// Reads bases from the local base cache in directory `path` and updates it at the end
@@ -371,11 +404,13 @@ impl<'a> DeltaStage<'a> {
         if let Some(b) = self.cache.get(&id) {
             return Ok(Some((id, b)));
         }
-        let mut base = self.reader.base_of(&id)?;
+        let found = self.reader.base_of(&id);
+        let mut base = self.skip_damaged(found)?;
         if base.is_none() {
             // Possibly written by this backup after the reader's view was taken.
             self.reader.refresh_index()?;
-            base = self.reader.base_of(&id)?;
+            let found = self.reader.base_of(&id);
+            base = self.skip_damaged(found)?;
         }
         let Some(base) = base else {
             self.cache.misses += 1;
@@ -392,7 +427,8 @@ impl<'a> DeltaStage<'a> {
             return Ok(Some((base, bytes)));
         }
         self.cache.misses += 1;
-        Ok(self.reader.read_base(&base)?.map(|bytes| {
+        let read = self.reader.read_base(&base);
+        Ok(self.skip_damaged(read)?.map(|bytes| {
             let bytes = Bytes::from(bytes);
             self.cache.put(base, bytes.clone());
             (base, bytes)

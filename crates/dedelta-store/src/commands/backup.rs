@@ -936,7 +936,11 @@ fn dedup_stage<'a>(
         tree.maybe_drain(&mut sink)?;
     }
     sink.end_block()?;
-    let notices = sink.delta.as_mut().and_then(|d| d.save_local_cache());
+    let mut notices: Vec<String> = Vec::new();
+    if let Some(d) = sink.delta.as_mut() {
+        notices.extend(d.take_notices());
+        notices.extend(d.save_local_cache());
+    }
     tree.encoder.end(&mut tree.buf);
     tree.drain(&mut sink, true)?;
     sink.summary.tree_bytes = tree.len;
@@ -947,7 +951,7 @@ fn dedup_stage<'a>(
             chunks: tree.chunks,
             len: tree.len,
         },
-        notices: notices.into_iter().collect(),
+        notices,
     })
 }
 
