@@ -6,4 +6,5 @@ mod check;
 mod crash;
 mod delta;
 mod errors;
+mod restore_safety;
 mod support;

@@ -83,8 +83,6 @@ pub fn dump(
             String::from_utf8_lossy(path)
         )));
     }
-    // Checked before the first byte goes out: what was written cannot be taken back.
-    recipe_matches_size(&node, &chunks)?;
     let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);
     std::thread::scope(|s| {
         let producer = s.spawn(move || -> Result<()> {
@@ -117,24 +115,6 @@ pub fn dump(
         // A read error ends the stream early: it is the cause, not the short output.
         read.and(written)
     })
-}
-
-/// Checks that a file's recipe holds as many bytes as its node records.
-///
-/// # Errors
-/// [`Error::Corrupt`] naming the file, "recorded size N but its chunks hold M bytes".
-pub fn recipe_matches_size(node: &Node, chunks: &[ChunkRef]) -> Result<()> {
-    let held: u64 = chunks.iter().map(|c| u64::from(c.len)).sum();
-    if held == node.size {
-        return Ok(());
-    }
-    Err(Error::corrupt(
-        format!("recipe of /{}", node.path_lossy()),
-        format!(
-            "recorded size {} but its chunks hold {held} bytes",
-            node.size
-        ),
-    ))
 }
 
 #[cfg(test)]

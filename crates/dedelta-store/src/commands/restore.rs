@@ -31,12 +31,12 @@
 mod target;
 
 use crate::chunk_read::{FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats};
-use crate::commands::ls::{normalize_path, recipe_matches_size, walk_tree};
+use crate::commands::ls::{normalize_path, walk_tree};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::repository::IndexedRepository;
 use crate::snapshot::Snapshot;
-use crate::tree::{Node, NodeKind};
+use crate::tree::{ChunkRef, Node, NodeKind};
 use std::path::PathBuf;
 use target::{MTime, PendingFile, Target};
 
@@ -116,6 +116,26 @@ fn mtime(node: &Node) -> MTime {
         secs: node.mtime_secs,
         nanos: node.mtime_nanos,
     }
+}
+
+/// Checks that a file's recipe holds as many bytes as its node records: a file whose chunks
+/// disagree with its size is not restored, whatever the chunks hold.
+///
+/// # Errors
+/// [`Error::Corrupt`]: "recorded size N but its chunks hold M bytes" (the caller names the
+/// file).
+fn recipe_matches_size(node: &Node, chunks: &[ChunkRef]) -> Result<()> {
+    let held: u64 = chunks.iter().map(|c| u64::from(c.len)).sum();
+    if held == node.size {
+        return Ok(());
+    }
+    Err(Error::corrupt(
+        "recipe",
+        format!(
+            "recorded size {} but its chunks hold {held} bytes",
+            node.size
+        ),
+    ))
 }
 
 /// What the reading thread sends to the writing thread, in tree order.
