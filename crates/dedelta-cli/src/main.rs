@@ -1,7 +1,8 @@
 //! The `dedelta` command: parses arguments, calls dedelta-store, renders results.
 //!
-//! Exit codes: 0 ok; 1 fatal; 3 backup completed but some sources were unreadable;
-//! 10 repository does not exist; 11 repository locked.
+//! Exit codes: 0 ok; 1 fatal; 3 backup completed but some sources were unreadable, or
+//! restore completed but some files could not be restored; 10 repository does not exist;
+//! 11 repository locked.
 
 mod bench;
 mod bench_delta;
@@ -35,7 +36,8 @@ macro_rules! outln {
     };
 }
 
-/// Exit code: the backup finished but some sources could not be read.
+/// Exit code: the backup finished but some sources could not be read, or the restore
+/// finished but some files could not be restored.
 const EXIT_PARTIAL: u8 = 3;
 /// Exit code: no repository at the given path.
 const EXIT_NO_REPO: u8 = 10;
@@ -218,8 +220,8 @@ enum Command {
         repo: RepoArg,
         /// Snapshot id (a unique prefix) or `latest`.
         snapshot: String,
-        /// Path of the file inside the snapshot.
-        path: String,
+        /// Path of the file inside the snapshot (any bytes: names need not be UTF-8).
+        path: std::ffi::OsString,
     },
     /// Restore a snapshot into a directory.
     Restore {
@@ -230,9 +232,9 @@ enum Command {
         /// Directory to restore into.
         #[arg(long, short = 't')]
         target: PathBuf,
-        /// Restore only this path and what is below it (repeatable).
+        /// Restore only this path and what is below it (repeatable; any bytes).
         #[arg(long)]
-        include: Vec<String>,
+        include: Vec<std::ffi::OsString>,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -751,11 +753,12 @@ fn run(cli: Cli) -> Result<u8> {
             snapshot,
             path,
         } => {
+            use std::os::unix::ffi::OsStrExt;
             let r = open(&repo)?;
             let (id, snap) = snapshot::find(r.backend().as_ref(), &snapshot)?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-            ls::dump(&r, &id, &snap, &path, &mut out)?;
+            ls::dump(&r, &id, &snap, path.as_bytes(), &mut out)?;
             Ok(0)
         }
         Command::Restore {
@@ -771,13 +774,21 @@ fn run(cli: Cli) -> Result<u8> {
             let started = std::time::Instant::now();
             let opts = restore::RestoreOptions {
                 target: target.clone(),
-                include,
+                include: include
+                    .iter()
+                    .map(|p| std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).to_vec())
+                    .collect(),
                 cache_bytes: 256 << 20,
             };
             let st = restore::restore(&r, &snap, &opts, &progress)?;
             progress.finish();
             let secs = started.elapsed().as_secs_f64();
             let mbps = st.bytes_written as f64 / 1e6 / secs.max(1e-9);
+            // Each file that could not be restored, then the summary: the last line says
+            // what happened as a whole.
+            for e in &st.errors {
+                eprintln!("error: {}: {}", e.path_lossy(), e.message);
+            }
             if json {
                 let mut v = serde_json::to_value(&st)?;
                 v["snapshot_id"] = json!(id.to_hex());
@@ -786,7 +797,7 @@ fn run(cli: Cli) -> Result<u8> {
                 outln!("{}", serde_json::to_string(&v)?);
             } else {
                 outln!(
-                    "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} in {:.2} s ({:.1} MB/s)",
+                    "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} in {:.2} s ({:.1} MB/s){}",
                     id.short(),
                     target.display(),
                     st.files,
@@ -794,10 +805,19 @@ fn run(cli: Cli) -> Result<u8> {
                     st.symlinks,
                     mb(st.bytes_written),
                     secs,
-                    mbps
+                    mbps,
+                    if st.errors.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {} could not be restored", st.errors.len())
+                    }
                 );
             }
-            Ok(0)
+            Ok(if st.errors.is_empty() {
+                0
+            } else {
+                EXIT_PARTIAL
+            })
         }
         Command::Check {
             repo,

@@ -12,6 +12,7 @@
 
 use crate::backend::FileKind;
 use crate::container::{self, ContainerId, ContainerMeta, EntryKind};
+use crate::damage::DamageSet;
 use crate::error::{Error, Result};
 use crate::index::IndexReader;
 use crate::repository::IndexedRepository;
@@ -118,6 +119,8 @@ pub struct ChunkLocator<'a> {
     region_bytes: usize,
     cache_bytes: usize,
     stats: ReadStats,
+    /// Damage records, read the first time a chunk is not in the index (to say why).
+    damage: Option<DamageSet>,
 }
 
 impl<'a> ChunkLocator<'a> {
@@ -135,6 +138,7 @@ impl<'a> ChunkLocator<'a> {
             region_bytes: 0,
             cache_bytes,
             stats: ReadStats::default(),
+            damage: None,
         })
     }
 
@@ -226,31 +230,89 @@ impl<'a> ChunkLocator<'a> {
 
     /// Finds chunk `id` and decompresses its region.
     ///
+    /// Readers take no lock, so a prune may move the chunk to a new container and delete the
+    /// old one between this locator's index view and the read. Prune indexes the copies before
+    /// it deletes anything, so when the container is gone the locator refreshes its index
+    /// view and tries once more before giving up.
+    ///
     /// # Errors
-    /// [`Error::ChunkMissing`] if it is not indexed; [`Error::CorruptChunk`] naming the
-    /// container and chunk if its metadata or region is damaged.
+    /// [`Error::ChunkMissing`] if it is not indexed; [`Error::ContainerGone`] if its container
+    /// no longer exists even in a fresh index view (removed by a concurrent prune, or lost);
+    /// [`Error::CorruptChunk`] naming the container and chunk if its metadata or region is
+    /// damaged.
     pub fn locate(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
+        match self.locate_once(id) {
+            Err(Located::Gone(first)) => {
+                self.refresh_index()?;
+                match self.locate_once(id) {
+                    Ok(c) => Ok(c),
+                    Err(Located::Gone(_)) => Err(gone(&first, id)),
+                    // No longer indexed: the chunk itself was pruned since our first view.
+                    Err(Located::Failed(Error::ChunkMissing(_))) => Err(gone(&first, id)),
+                    Err(Located::Failed(e)) => Err(e),
+                }
+            }
+            Err(Located::Failed(Error::ChunkMissing(hex))) => Err(self.missing(id, hex)),
+            Err(Located::Failed(e)) => Err(e),
+            Ok(c) => Ok(c),
+        }
+    }
+
+    /// The error for a chunk the index does not hold: corruption if `check` recorded its copy
+    /// as damaged (it took the copy out of the index), else [`Error::ChunkMissing`].
+    fn missing(&mut self, id: &ChunkId, hex: String) -> Error {
+        if self.damage.is_none() {
+            // Without readable records the plain "missing" is still true.
+            self.damage = Some(
+                DamageSet::load(self.repo.backend().as_ref())
+                    .map(|(set, _)| set)
+                    .unwrap_or_default(),
+            );
+        }
+        match self.damage.as_ref().and_then(|d| d.chunk_damage(id)) {
+            Some((container, reason)) => corrupt(
+                &container,
+                id,
+                format!(
+                    "recorded as damaged by check ({reason}); back up the file again, or run \
+                     `dedelta repair snapshots`"
+                ),
+            ),
+            None => Error::ChunkMissing(hex),
+        }
+    }
+
+    fn locate_once(&mut self, id: &ChunkId) -> std::result::Result<LocatedChunk, Located> {
         let loc = self
             .index
             .get(id)?
             .ok_or_else(|| Error::ChunkMissing(id.to_hex()))?;
-        let bad = |reason: String| corrupt(&loc.container, id, reason);
-        let meta = self.meta(loc.container).map_err(|e| bad(e.to_string()))?;
+        let bad = |e: Error| match e {
+            Error::ObjectMissing { .. } => Located::Gone(loc.container),
+            e => Located::Failed(corrupt(&loc.container, id, e.to_string())),
+        };
+        let meta = self.meta(loc.container).map_err(bad)?;
         let entry = meta.entries.get(loc.entry as usize).ok_or_else(|| {
-            bad(format!(
-                "index names entry {} which does not exist",
-                loc.entry
-            ))
+            corrupt(
+                &loc.container,
+                id,
+                format!("index names entry {} which does not exist", loc.entry),
+            )
         })?;
         if entry.id != *id {
-            return Err(bad("index points at another chunk's entry".into()));
+            return Err(corrupt(
+                &loc.container,
+                id,
+                "index points at another chunk's entry".into(),
+            )
+            .into());
         }
         let region = self
             .region(loc.container, &meta, entry.region)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(bad)?;
         let range = entry.offset as usize..(entry.offset as usize + entry.stored_len as usize);
         if range.end > region.len() {
-            return Err(bad("entry lies outside its region".into()));
+            return Err(corrupt(&loc.container, id, "entry lies outside its region".into()).into());
         }
         Ok(LocatedChunk {
             id: *id,
@@ -263,6 +325,27 @@ impl<'a> ChunkLocator<'a> {
             region,
             range,
         })
+    }
+}
+
+/// Why one attempt to locate a chunk failed.
+enum Located {
+    /// The container the index names does not exist (any more).
+    Gone(ContainerId),
+    /// Anything else: final.
+    Failed(Error),
+}
+
+impl From<Error> for Located {
+    fn from(e: Error) -> Self {
+        Located::Failed(e)
+    }
+}
+
+fn gone(container: &ContainerId, chunk: &ChunkId) -> Error {
+    Error::ContainerGone {
+        container: container.to_hex(),
+        chunk: chunk.to_hex(),
     }
 }
 

@@ -73,7 +73,7 @@ pub struct DamageSet {
     /// Wholly damaged containers, with the reason.
     containers: HashMap<ContainerId, String>,
     /// Damaged copies by chunk (any container), for messages about missing chunks.
-    by_chunk: HashMap<ChunkId, String>,
+    by_chunk: HashMap<ChunkId, (ContainerId, String)>,
     /// Names of the record files this set was read from.
     pub record_names: Vec<String>,
 }
@@ -111,7 +111,7 @@ impl DamageSet {
                 }
                 Some(Some(chunk)) => {
                     self.copies.insert((container, chunk), c.reason.clone());
-                    self.by_chunk.insert(chunk, c.reason.clone());
+                    self.by_chunk.insert(chunk, (container, c.reason.clone()));
                 }
                 Some(None) => {}
             }
@@ -133,7 +133,12 @@ impl DamageSet {
 
     /// Why some stored copy of `chunk` was recorded as damaged, if one was.
     pub fn chunk_reason(&self, chunk: &ChunkId) -> Option<&str> {
-        self.by_chunk.get(chunk).map(String::as_str)
+        self.chunk_damage(chunk).map(|(_, r)| r)
+    }
+
+    /// The container of a recorded damaged copy of `chunk`, and why, if there is one.
+    pub fn chunk_damage(&self, chunk: &ChunkId) -> Option<(ContainerId, &str)> {
+        self.by_chunk.get(chunk).map(|(c, r)| (*c, r.as_str()))
     }
 
     /// The chunks whose copies in `container` are recorded as damaged.
@@ -194,7 +199,7 @@ impl DamageSet {
         self.by_chunk = self
             .copies
             .iter()
-            .map(|((_, k), reason)| (*k, reason.clone()))
+            .map(|((c, k), reason)| (*k, (*c, reason.clone())))
             .collect();
     }
 }

@@ -298,7 +298,8 @@ impl<'a> DeltaStage<'a> {
             Err(
                 e @ (crate::Error::CorruptChunk { .. }
                 | crate::Error::Corrupt { .. }
-                | crate::Error::ObjectMissing { .. }),
+                | crate::Error::ObjectMissing { .. }
+                | crate::Error::ContainerGone { .. }),
             ) => {
                 self.unreadable_bases.push(e.to_string());
                 Ok(None)

@@ -104,6 +104,17 @@ pub enum Error {
         /// The object's name.
         name: String,
     },
+    /// A chunk's container is gone even after re-reading the index: readers take no lock,
+    /// so a prune running at the same time may have deleted it (after copying the chunk, if
+    /// it was still needed). Kept apart from [`Error::CorruptChunk`]: nothing is damaged, and
+    /// running the command again usually succeeds.
+    #[error("chunk {chunk}: its container {container} is missing, possibly removed by a concurrent prune (run the command again; if this persists, run `dedelta check`)")]
+    ContainerGone {
+        /// Container id (hex).
+        container: String,
+        /// Chunk id (hex).
+        chunk: String,
+    },
     /// The chunk index (redb) failed.
     #[error("chunk index error: {0}")]
     Index(String),

@@ -138,7 +138,7 @@ pub fn ratio(a: u64, b: u64) -> f64 {
 }
 
 /// The content of a snapshot file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// When the backup started (RFC 3339).
     pub time: String,

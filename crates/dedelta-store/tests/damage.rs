@@ -143,7 +143,10 @@ impl Env {
             include: vec![],
             cache_bytes: 1 << 20,
         };
-        restore::restore(&self.repo, &self.snapshot(id), &opts, &NoProgress)?;
+        let st = restore::restore(&self.repo, &self.snapshot(id), &opts, &NoProgress)?;
+        if let Some(e) = st.errors.first() {
+            return Err(Error::corrupt(e.path_lossy(), e.message.clone()));
+        }
         let dir = target.join(self.src.strip_prefix("/").unwrap());
         let mut got = BTreeMap::new();
         for e in fs::read_dir(dir).unwrap() {

@@ -7,4 +7,5 @@ mod crash;
 mod delta;
 mod errors;
 mod reliability;
+mod restore_safety;
 mod support;

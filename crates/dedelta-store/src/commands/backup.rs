@@ -321,9 +321,7 @@ pub fn backup(
         tags: opts.tags,
         tree: dedup_out.tree,
         summary: summary.clone(),
-        original: None,
-        damaged_paths: Vec::new(),
-        tree_truncated: false,
+        ..Default::default()
     };
     let snapshot_id = snapshot.save(repo.backend().as_ref())?;
     Ok(BackupResult {

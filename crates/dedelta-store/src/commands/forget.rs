@@ -247,9 +247,7 @@ mod tests {
             tags: tags.iter().map(|t| t.to_string()).collect(),
             tree: TreeRef::default(),
             summary: BackupSummary::default(),
-            original: None,
-            damaged_paths: Vec::new(),
-            tree_truncated: false,
+            ..Default::default()
         };
         (SnapshotId(dedelta_core::ChunkId::of(time.as_bytes()).0), s)
     }

@@ -31,32 +31,41 @@ pub fn walk_tree(
 }
 
 /// Normalises a user-given path to the stored form (no leading or trailing `/`).
-pub fn normalize_path(p: &str) -> String {
-    p.trim_start_matches('/').trim_end_matches('/').to_string()
+///
+/// Paths are raw bytes, as stored: a file name need not be UTF-8.
+pub fn normalize_path(p: &[u8]) -> &[u8] {
+    let start = p.iter().position(|b| *b != b'/').unwrap_or(p.len());
+    let end = p.iter().rposition(|b| *b != b'/').map_or(start, |i| i + 1);
+    &p[start..end]
 }
 
-/// Finds the node at `path`.
+/// Finds the node at `path` (raw bytes, with or without a leading `/`).
+///
+/// # Errors
+/// [`Error::PathNotInSnapshot`] if no node has that path; an unreadable tree.
 pub fn find_node(
     repo: &IndexedRepository,
     id: &SnapshotId,
     snapshot: &Snapshot,
-    path: &str,
+    path: &[u8],
 ) -> Result<(Node, Vec<ChunkRef>)> {
     let want = normalize_path(path);
     let mut found = None;
     walk_tree(repo, snapshot, |n, c| {
-        if found.is_none() && n.path == want.as_bytes() {
+        if found.is_none() && n.path == want {
             found = Some((n, c));
         }
         Ok(())
     })?;
     found.ok_or_else(|| Error::PathNotInSnapshot {
-        path: path.to_string(),
+        path: String::from_utf8_lossy(path).into_owned(),
         snapshot: id.short(),
     })
 }
 
 /// Writes the content of one file of a snapshot to `out`, verifying every chunk.
+///
+/// `path` is raw bytes (a stored name need not be UTF-8), with or without a leading `/`.
 ///
 /// Two threads, as in restore: a second thread looks chunks up and decompresses their
 /// regions while this one decodes deltas, verifies and writes.
@@ -64,13 +73,14 @@ pub fn dump(
     repo: &IndexedRepository,
     id: &SnapshotId,
     snapshot: &Snapshot,
-    path: &str,
+    path: &[u8],
     out: &mut dyn Write,
 ) -> Result<u64> {
     let (node, chunks) = find_node(repo, id, snapshot, path)?;
     if node.kind != NodeKind::File {
         return Err(Error::InvalidOption(format!(
-            "{path} is not a regular file"
+            "{} is not a regular file",
+            String::from_utf8_lossy(path)
         )));
     }
     let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);
@@ -105,4 +115,18 @@ pub fn dump(
         // A read error ends the stream early: it is the cause, not the short output.
         read.and(written)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_path;
+
+    #[test]
+    fn normalize_path_trims_slashes_of_raw_bytes() {
+        assert_eq!(normalize_path(b"/a/b/"), b"a/b");
+        assert_eq!(normalize_path(b"a"), b"a");
+        assert_eq!(normalize_path(b"///"), b"");
+        assert_eq!(normalize_path(b""), b"");
+        assert_eq!(normalize_path(b"/x\xff/"), b"x\xff");
+    }
 }

@@ -1,32 +1,84 @@
 //! Restore: rebuild a snapshot's files under a target directory.
 //!
-//! Every chunk's fingerprint is verified before its bytes are written, so a damaged
-//! repository makes restore fail loudly instead of writing wrong bytes. Directory modes and
-//! times are applied last (writing into a directory changes its mtime).
+//! ```text
+//!  reader thread ("dedelta-restore-reader")      caller's thread
+//!  walk the tree, PipelinedLocator:               PipelinedDecoder: decode deltas, verify
+//!  index lookup, region decompression  --Event--> every chunk; Target: write through
+//!                   (bounded channel, 256)        directory handles, rename into place
+//! ```
+//!
+//! Three promises, each against a bug that restore once had:
+//!
+//! - **Nothing outside the target.** A snapshot is untrusted: it may hold a symlink and then
+//!   nodes below it. Every file operation goes through [`target`], which resolves each path
+//!   from a handle of the target directory one component at a time and never follows a
+//!   symlink below it (rejected: path-based calls with an `lstat` check first, which race).
+//! - **Damage costs only the damaged files.** A file whose chunk cannot be located, decoded or
+//!   verified, or whose recipe does not add up to its recorded size, is skipped and listed in
+//!   [`RestoreStats::errors`] with its path; restore goes on with the next one. So does a node
+//!   the target refuses (a symlink above it, a directory in its place). Only an unreadable tree
+//!   (the snapshot's own metadata) is fatal, after everything read before it is restored.
+//! - **No partial file under a final name.** Each file is written under a temporary name
+//!   (`.dedelta-tmp-<pid>-<n>`) in its directory, gets its mode and times, and is renamed over
+//!   its final name only once every chunk verified; otherwise the temporary file is removed.
+//!   Renaming also means an existing file is replaced, never written through (a hard link to
+//!   it elsewhere keeps its content). A restore killed mid-file can leave a temporary file,
+//!   never a truncated one under the real name.
+//!
+//! Directory modes and times are applied last, deepest first (writing into a directory changes
+//! its time, and a read-only mode would stop the writes).
+
+mod target;
 
 use crate::chunk_read::{FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats};
 use crate::commands::ls::{normalize_path, walk_tree};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::progress::Progress;
 use crate::repository::IndexedRepository;
 use crate::snapshot::Snapshot;
-use crate::tree::{Node, NodeKind};
-use filetime::FileTime;
-use std::fs;
-use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use crate::tree::{ChunkRef, Node, NodeKind};
+use std::path::PathBuf;
+use target::{MTime, PendingFile, Target};
+
+/// Events in flight between the two threads.
+const CHANNEL_EVENTS: usize = 256;
+/// The smallest region cache restore runs with.
+const MIN_CACHE_BYTES: usize = 8 << 20;
 
 /// What to restore and where.
 #[derive(Clone, Debug, Default)]
 pub struct RestoreOptions {
-    /// Target directory (created if missing).
+    /// Target directory (created if missing). It may be given through a symlink; nothing
+    /// below it is ever followed.
     pub target: PathBuf,
-    /// Restore only these paths (and what is below them); empty means everything.
-    pub include: Vec<String>,
+    /// Restore only these paths of the snapshot (and what is below them); empty means
+    /// everything. Raw bytes, since stored names need not be UTF-8; a leading or trailing `/`
+    /// is ignored.
+    pub include: Vec<Vec<u8>>,
     /// Bytes of decompressed regions to cache.
     pub cache_bytes: usize,
+}
+
+/// A node that could not be restored.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct NodeError {
+    /// Its path in the snapshot (raw bytes, relative); serialized as `/` plus the path, with
+    /// bytes that are not UTF-8 replaced.
+    #[serde(serialize_with = "serialize_path")]
+    pub path: Vec<u8>,
+    /// Why.
+    pub message: String,
+}
+
+impl NodeError {
+    /// The path as shown to users: `/` and the stored path, non-UTF-8 bytes replaced.
+    pub fn path_lossy(&self) -> String {
+        format!("/{}", String::from_utf8_lossy(&self.path))
+    }
+}
+
+fn serialize_path<S: serde::Serializer>(path: &[u8], s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("/{}", String::from_utf8_lossy(path)))
 }
 
 /// What a restore did.
@@ -34,103 +86,147 @@ pub struct RestoreOptions {
 pub struct RestoreStats {
     /// Files written.
     pub files: u64,
-    /// Directories created.
+    /// Directories created (or found in place).
     pub dirs: u64,
     /// Symlinks created.
     pub symlinks: u64,
-    /// Bytes of file content written.
+    /// Bytes of file content written (of the files written).
     pub bytes_written: u64,
+    /// Nodes that could not be restored, in tree order: damaged files, and nodes the target
+    /// refused. Empty when everything was restored.
+    pub errors: Vec<NodeError>,
     /// Reads from the repository.
     pub reads: ReadStats,
 }
 
-/// A stored path turned into a safe relative path: no `..`, no root, no empty names.
-fn safe_relative(path: &[u8]) -> Result<PathBuf> {
-    let p = Path::new(std::ffi::OsStr::from_bytes(path));
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            _ => {
-                return Err(Error::corrupt(
-                    "tree stream",
-                    format!("unsafe path {:?}", String::from_utf8_lossy(path)),
-                ))
-            }
-        }
-    }
-    if out.as_os_str().is_empty() {
-        return Err(Error::corrupt("tree stream", "empty path"));
-    }
-    Ok(out)
-}
-
-fn included(path: &[u8], include: &[String]) -> bool {
+fn included(path: &[u8], include: &[&[u8]]) -> bool {
     if include.is_empty() {
         return true;
     }
     include.iter().any(|inc| {
-        let inc = inc.as_bytes();
-        path == inc
+        path == *inc
             || (path.starts_with(inc) && path.get(inc.len()) == Some(&b'/'))
             // an ancestor directory of an included path
             || (inc.starts_with(path) && inc.get(path.len()) == Some(&b'/'))
     })
 }
 
-fn mtime(node: &Node) -> FileTime {
-    FileTime::from_unix_time(node.mtime_secs, node.mtime_nanos)
+fn mtime(node: &Node) -> MTime {
+    MTime {
+        secs: node.mtime_secs,
+        nanos: node.mtime_nanos,
+    }
 }
 
-const STOPPED: &str = "restore stopped";
+/// Checks that a file's recipe holds as many bytes as its node records: a file whose chunks
+/// disagree with its size is not restored, whatever the chunks hold.
+///
+/// # Errors
+/// [`Error::Corrupt`]: "recorded size N but its chunks hold M bytes" (the caller names the
+/// file).
+fn recipe_matches_size(node: &Node, chunks: &[ChunkRef]) -> Result<()> {
+    let held: u64 = chunks.iter().map(|c| u64::from(c.len)).sum();
+    if held == node.size {
+        return Ok(());
+    }
+    Err(Error::corrupt(
+        "recipe",
+        format!(
+            "recorded size {} but its chunks hold {held} bytes",
+            node.size
+        ),
+    ))
+}
 
 /// What the reading thread sends to the writing thread, in tree order.
 enum Event {
-    /// A node; for a file, its chunks follow as [`Event::Data`] and then [`Event::FileEnd`].
+    /// A directory or symlink.
     Node(Node),
+    /// A file; its chunks follow as [`Event::Data`], then [`Event::FileEnd`] or
+    /// [`Event::FileFailed`].
+    FileStart(Node),
     /// The next chunk of the current file, located with its region decompressed.
     Data(FetchedChunk),
     /// The current file is complete.
     FileEnd,
+    /// The rest of the current file cannot be read: the file is abandoned.
+    FileFailed(Error),
+    /// A file refused before any of its chunks was read (its recipe is inconsistent).
+    Refused(Node, Error),
 }
+
+/// The reader stopped because the writing side is gone (it panicked).
+struct Stopped;
 
 /// Restores `snapshot` into `opts.target`.
 ///
 /// Two threads: one walks the tree, looks chunks up and decompresses their regions; the
 /// caller's thread decodes deltas, verifies every chunk and writes the files. A bounded
 /// channel keeps memory small.
+///
+/// # Errors
+/// Only what stops the whole restore: the target cannot be created or written, or the
+/// snapshot's tree cannot be read (then what was read before it is restored first). A file
+/// or other node that cannot be restored is listed in [`RestoreStats::errors`] instead.
 pub fn restore(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
     opts: &RestoreOptions,
     progress: &dyn Progress,
 ) -> Result<RestoreStats> {
-    let include: Vec<String> = opts.include.iter().map(|p| normalize_path(p)).collect();
-    fs::create_dir_all(&opts.target)
-        .ctx(|| format!("creating restore target {}", opts.target.display()))?;
-    let probe = opts.target.join(".dedelta-write-test");
-    fs::write(&probe, b"")
-        .and_then(|_| fs::remove_file(&probe))
-        .ctx(|| format!("restore target {} is not writable", opts.target.display()))?;
+    let include: Vec<&[u8]> = opts.include.iter().map(|p| normalize_path(p)).collect();
+    let target = Target::open(&opts.target, std::process::id())?;
     progress.set_total(snapshot.summary.bytes_read);
-    let (tx, rx) = crossbeam_channel::bounded::<Event>(256);
-    let cache_bytes = opts.cache_bytes.max(8 << 20);
+    let (tx, rx) = crossbeam_channel::bounded::<Event>(CHANNEL_EVENTS);
+    let cache_bytes = opts.cache_bytes.max(MIN_CACHE_BYTES);
     std::thread::scope(|s| {
-        let producer = s.spawn(move || -> Result<ReadStats> {
-            let mut locator = PipelinedLocator::new(repo, cache_bytes)?;
-            let sent = walk_tree(repo, snapshot, |node, chunks| {
-                if !included(&node.path, &include) {
-                    return Ok(());
-                }
-                let is_file = node.kind == NodeKind::File;
-                if tx.send(Event::Node(node)).is_err() {
-                    return Err(Error::InvalidOption(STOPPED.into()));
-                }
-                if is_file {
-                    for c in &chunks {
-                        let fetched = locator.fetch(&c.id)?;
-                        if fetched.len() != c.len as usize {
-                            return Err(Error::corrupt(
+        let producer = std::thread::Builder::new()
+            .name("dedelta-restore-reader".into())
+            .spawn_scoped(s, move || {
+                read_events(repo, snapshot, &include, cache_bytes, &tx)
+            })
+            .map_err(|e| Error::io("starting the restore reader thread", e))?;
+        let mut stats = write_events(&rx, target, progress);
+        drop(rx);
+        let reads = producer
+            .join()
+            .unwrap_or_else(|_| Err(Error::Index("restore reader panicked".into())))?;
+        stats.reads = reads.merged(stats.reads);
+        Ok(stats)
+    })
+}
+
+/// The reading thread: walks the tree and fetches each included file's chunks. A file whose
+/// chunk cannot be fetched is abandoned with [`Event::FileFailed`]; only a tree error ends the
+/// walk.
+fn read_events(
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    include: &[&[u8]],
+    cache_bytes: usize,
+    tx: &crossbeam_channel::Sender<Event>,
+) -> Result<ReadStats> {
+    let mut locator = PipelinedLocator::new(repo, cache_bytes)?;
+    let send = |ev: Event| tx.send(ev).map_err(|_| Stopped);
+    let mut stopped = false;
+    let walked = walk_tree(repo, snapshot, |node, chunks| {
+        if stopped || !included(&node.path, include) {
+            return Ok(());
+        }
+        let sent = if node.kind != NodeKind::File {
+            send(Event::Node(node))
+        } else if let Err(e) = recipe_matches_size(&node, &chunks) {
+            send(Event::Refused(node, e))
+        } else {
+            send(Event::FileStart(node)).and_then(|()| {
+                let mut end = Event::FileEnd;
+                for c in &chunks {
+                    match locator.fetch(&c.id) {
+                        Ok(fetched) if fetched.len() == c.len as usize => {
+                            send(Event::Data(fetched))?
+                        }
+                        Ok(fetched) => {
+                            end = Event::FileFailed(Error::corrupt(
                                 "recipe",
                                 format!(
                                     "chunk {} has length {} but the recipe says {}",
@@ -139,115 +235,137 @@ pub fn restore(
                                     c.len
                                 ),
                             ));
+                            break;
                         }
-                        if tx.send(Event::Data(fetched)).is_err() {
-                            return Err(Error::InvalidOption(STOPPED.into()));
+                        Err(e) => {
+                            end = Event::FileFailed(e);
+                            break;
                         }
                     }
-                    let _ = tx.send(Event::FileEnd);
                 }
-                Ok(())
-            });
-            drop(tx);
-            sent.map(|_| locator.stats())
-        });
-        let written = write_events(&rx, opts, progress);
-        drop(rx);
-        let read = producer
-            .join()
-            .unwrap_or_else(|_| Err(Error::Index("restore reader panicked".into())));
-        match (read, written) {
-            (Ok(reads), Ok(mut stats)) => {
-                stats.reads = reads.merged(stats.reads);
-                Ok(stats)
-            }
-            // The reader stopped only because the writer failed: the writer's error is the cause.
-            (Err(Error::InvalidOption(m)), Err(e)) if m == STOPPED => Err(e),
-            (Err(e), _) | (_, Err(e)) => Err(e),
-        }
-    })
+                send(end)
+            })
+        };
+        // The writer is gone only if it panicked, which the caller reports; read no further.
+        stopped = sent.is_err();
+        Ok(())
+    });
+    walked.map(|()| locator.stats())
 }
 
+/// The file being written, if any.
+enum Current {
+    /// Between files.
+    Idle,
+    /// Writing this file under a temporary name.
+    Writing(PendingFile, Node, u64),
+    /// The current file failed on this side and is already reported; its events are dropped.
+    Skipping,
+}
+
+/// The writing thread (the caller's): decodes, verifies and writes, recording what fails.
 fn write_events(
     rx: &crossbeam_channel::Receiver<Event>,
-    opts: &RestoreOptions,
+    mut target: Target,
     progress: &dyn Progress,
-) -> Result<RestoreStats> {
+) -> RestoreStats {
     let mut stats = RestoreStats::default();
     let mut decoder = PipelinedDecoder::default();
-    let mut dirs: Vec<(PathBuf, Node)> = Vec::new();
-    let mut file: Option<(PathBuf, Node, std::io::BufWriter<fs::File>)> = None;
+    let mut dirs: Vec<Node> = Vec::new();
+    let mut current = Current::Idle;
     for ev in rx.iter() {
         match ev {
             Event::Node(node) => {
-                let dest = opts.target.join(safe_relative(&node.path)?);
-                if let Some(parent) = dest.parent() {
-                    fs::create_dir_all(parent).ctx(|| format!("creating {}", parent.display()))?;
+                let done = match node.kind {
+                    NodeKind::Dir => target.make_dir(&node.path).map(|()| stats.dirs += 1),
+                    _ => target
+                        .make_symlink(&node.path, &node.target, mtime(&node))
+                        .map(|()| stats.symlinks += 1),
+                };
+                match done {
+                    Ok(()) if node.kind == NodeKind::Dir => dirs.push(node),
+                    Ok(()) => {}
+                    Err(e) => fail(&mut stats, &node.path, e.to_string()),
                 }
-                match node.kind {
-                    NodeKind::Dir => {
-                        fs::create_dir_all(&dest).ctx(|| format!("creating {}", dest.display()))?;
-                        stats.dirs += 1;
-                        dirs.push((dest, node));
-                    }
-                    NodeKind::Symlink => {
-                        if fs::symlink_metadata(&dest).is_ok() {
-                            fs::remove_file(&dest)
-                                .ctx(|| format!("replacing {}", dest.display()))?;
-                        }
-                        std::os::unix::fs::symlink(
-                            std::ffi::OsStr::from_bytes(&node.target),
-                            &dest,
-                        )
-                        .ctx(|| format!("creating symlink {}", dest.display()))?;
-                        filetime::set_symlink_file_times(&dest, mtime(&node), mtime(&node))
-                            .ctx(|| format!("setting times of {}", dest.display()))?;
-                        stats.symlinks += 1;
-                    }
-                    NodeKind::File => {
-                        if fs::symlink_metadata(&dest).is_ok_and(|m| !m.is_file()) {
-                            return Err(Error::InvalidOption(format!(
-                                "{} exists and is not a regular file",
-                                dest.display()
-                            )));
-                        }
-                        let f = fs::File::create(&dest)
-                            .ctx(|| format!("creating {}", dest.display()))?;
-                        file = Some((dest, node, std::io::BufWriter::with_capacity(1 << 20, f)));
+            }
+            Event::FileStart(node) => {
+                current = match target.create_file(&node.path) {
+                    Ok(f) => Current::Writing(f, node, 0),
+                    Err(e) => {
+                        fail(&mut stats, &node.path, e.to_string());
+                        Current::Skipping
                     }
                 }
             }
             Event::Data(fetched) => {
-                let Some((dest, _, w)) = file.as_mut() else {
-                    return Err(Error::corrupt("tree stream", "file data outside a file"));
+                let Current::Writing(f, node, written) = &mut current else {
+                    continue;
                 };
-                let data = decoder.decode(&fetched)?;
-                w.write_all(data)
-                    .ctx(|| format!("writing {}", dest.display()))?;
-                stats.bytes_written += data.len() as u64;
+                let data = match decoder.decode(&fetched) {
+                    Ok(data) => data,
+                    Err(e) => {
+                        fail(&mut stats, &node.path, e.to_string());
+                        abandon(&mut target, &mut current, true);
+                        continue;
+                    }
+                };
+                if let Err(e) = f.write(data) {
+                    fail(&mut stats, &node.path, e.to_string());
+                    abandon(&mut target, &mut current, true);
+                    continue;
+                }
+                *written += data.len() as u64;
                 progress.inc(data.len() as u64);
             }
             Event::FileEnd => {
-                let Some((dest, node, mut w)) = file.take() else {
-                    return Err(Error::corrupt("tree stream", "file end outside a file"));
-                };
-                w.flush().ctx(|| format!("writing {}", dest.display()))?;
-                drop(w);
-                fs::set_permissions(&dest, fs::Permissions::from_mode(node.mode & 0o7777))
-                    .ctx(|| format!("setting mode of {}", dest.display()))?;
-                filetime::set_file_times(&dest, mtime(&node), mtime(&node))
-                    .ctx(|| format!("setting times of {}", dest.display()))?;
-                stats.files += 1;
+                if let Current::Writing(f, node, written) =
+                    std::mem::replace(&mut current, Current::Idle)
+                {
+                    match target.commit_file(f, node.mode, mtime(&node)) {
+                        Ok(()) => {
+                            stats.files += 1;
+                            stats.bytes_written += written;
+                        }
+                        Err(e) => fail(&mut stats, &node.path, e.to_string()),
+                    }
+                }
             }
+            Event::FileFailed(e) => {
+                if let Current::Writing(_, node, _) = &current {
+                    fail(&mut stats, &node.path, e.to_string());
+                }
+                abandon(&mut target, &mut current, false);
+            }
+            Event::Refused(node, e) => fail(&mut stats, &node.path, e.to_string()),
         }
     }
+    // The reader stopped mid-file (an unreadable tree, reported by the caller).
+    abandon(&mut target, &mut current, false);
     stats.reads = decoder.stats();
-    // Deepest first, so that setting a child's times does not disturb its parent's.
-    for (dest, node) in dirs.iter().rev() {
-        fs::set_permissions(dest, fs::Permissions::from_mode(node.mode & 0o7777))
-            .ctx(|| format!("setting mode of {}", dest.display()))?;
-        filetime::set_file_times(dest, mtime(node), mtime(node))
-            .ctx(|| format!("setting times of {}", dest.display()))?;
+    for node in dirs.iter().rev() {
+        if let Err(e) = target.set_dir_meta(&node.path, node.mode, mtime(node)) {
+            fail(&mut stats, &node.path, e.to_string());
+        }
     }
-    Ok(stats)
+    stats
+}
+
+/// Records that the node at `path` could not be restored.
+fn fail(stats: &mut RestoreStats, path: &[u8], message: String) {
+    stats.errors.push(NodeError {
+        path: path.to_vec(),
+        message,
+    });
+}
+
+/// Removes the current file's temporary file; with `skip`, drops the rest of its events.
+fn abandon(target: &mut Target, current: &mut Current, skip: bool) {
+    let next = if skip {
+        Current::Skipping
+    } else {
+        Current::Idle
+    };
+    if let Current::Writing(f, _, _) = std::mem::replace(current, next) {
+        target.discard_file(f);
+    }
 }
