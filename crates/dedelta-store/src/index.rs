@@ -180,7 +180,7 @@ impl ChunkIndex {
     pub fn insert_container(&self, id: ContainerId, meta: &ContainerMeta) -> Result<()> {
         guarded(&self.path, || {
             let txn = self.db().begin_write().map_err(db_err)?;
-            insert_entries(&txn, id, meta, |_| true)?;
+            insert_entries(&txn, id, meta, |_, _| true)?;
             txn.commit().map_err(db_err)
         })
     }
@@ -191,14 +191,14 @@ impl ChunkIndex {
     pub fn rebuild<'m>(
         &self,
         containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
-        keep: impl Fn(&ContainerId, &EntryMeta) -> bool,
+        keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
     ) -> Result<()> {
         guarded(&self.path, || {
             let txn = self.db().begin_write().map_err(db_err)?;
             txn.delete_table(CHUNKS).map_err(db_err)?;
             txn.delete_table(SKETCHES).map_err(db_err)?;
             for (id, meta) in containers {
-                insert_entries(&txn, id, meta, |e| keep(&id, e))?;
+                insert_entries(&txn, id, meta, |i, e| keep(&id, i, e))?;
             }
             txn.open_table(CHUNKS).map_err(db_err)?;
             txn.open_table(SKETCHES).map_err(db_err)?;
@@ -292,19 +292,19 @@ fn open_db(path: &Arc<PathBuf>) -> Result<Database> {
     })
 }
 
-/// Inserts the entries of one container that `keep` accepts (by entry number), with the
+/// Inserts the entries of one container that `keep` accepts (entry number, entry), with the
 /// super-features of its full entries (FirstFit: an existing super-feature keeps its chunk).
 fn insert_entries(
     txn: &redb::WriteTransaction,
     id: ContainerId,
     meta: &ContainerMeta,
-    keep: impl Fn(&EntryMeta) -> bool,
+    keep: impl Fn(u32, &EntryMeta) -> bool,
 ) -> Result<()> {
     let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
     let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
     for (i, e) in meta.entries.iter().enumerate() {
         let entry = i as u32;
-        if !keep(e) {
+        if !keep(entry, e) {
             continue;
         }
         let loc = ChunkLocation {
