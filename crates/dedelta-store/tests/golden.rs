@@ -1,0 +1,114 @@
+//! The stored bytes do not change by accident: a fixed series of inputs, backed up with each
+//! delta configuration, must produce containers with exactly these names (their BLAKE3
+//! hashes). A refactoring that changes them changes the repository format; a deliberate format
+//! change updates the names here, in the same commit as docs/format.md.
+//!
+//! Inputs come through the stdin source (name and time fixed), so that no path or clock of
+//! the machine running the test reaches the tree stream.
+
+use dedelta_store::backend::FileKind;
+use dedelta_store::commands::backup::{self, StdinSource};
+use dedelta_store::config::{DeltaConfig, RepoConfig};
+use dedelta_store::lock::LockInfo;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::Repository;
+
+/// Version `v` of a tar-like stream: text records, a few edited per version, one inserted.
+fn version(v: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    for i in 0..6000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if i % 997 == v {
+            out.extend_from_slice(format!("inserted in version {v}\n").as_bytes());
+        }
+        let edited = if (i * 31 + v * 7) % 101 == 0 { v } else { 0 };
+        out.extend_from_slice(
+            format!("record {i:05} value {:016x} edit {edited}\n", x % 100_003).as_bytes(),
+        );
+    }
+    out
+}
+
+fn container_names(delta: DeltaConfig, threads: usize) -> Vec<String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = RepoConfig::new("golden".into());
+    cfg.chunker.params.min_size = 512;
+    cfg.chunker.params.avg_size = 2048;
+    cfg.chunker.params.max_size = 8192;
+    cfg.region_size = 16 * 1024;
+    cfg.container_size = 64 * 1024;
+    cfg.delta = delta;
+    let repo = Repository::init_local(&tmp.path().join("repo"), cfg)
+        .unwrap()
+        .open_index()
+        .unwrap();
+    let me = LockInfo {
+        pid: std::process::id(),
+        host: "golden".into(),
+        time: "t".into(),
+        command: "test".into(),
+    };
+    for v in 0..4 {
+        let lock = repo.lock(&me).unwrap();
+        let opts = backup::BackupOptions {
+            paths: vec![],
+            excludes: vec![],
+            tags: vec![],
+            stdin: Some(StdinSource {
+                reader: Box::new(std::io::Cursor::new(version(v))),
+                name: "stream.tar".into(),
+                mtime_secs: 1_700_000_000 + v as i64,
+            }),
+            host: "golden".into(),
+            time: format!("2026-01-01T00:00:0{v}Z"),
+            threads,
+            delta: None,
+            cache_dir: None,
+        };
+        backup::backup(&repo, &lock, opts, &NoProgress).unwrap();
+    }
+    let mut names: Vec<String> = repo
+        .backend()
+        .list(FileKind::Container)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Short prefixes of the expected names, to keep the table readable.
+fn prefixes(names: &[String]) -> Vec<&str> {
+    names.iter().map(|n| &n[..16]).collect()
+}
+
+#[test]
+fn dedup_only_containers_are_unchanged() {
+    let names = container_names(DeltaConfig::default(), 2);
+    assert_eq!(prefixes(&names), EXPECTED_DEDUP, "{names:#?}");
+    assert_eq!(container_names(DeltaConfig::default(), 1), names);
+}
+
+#[test]
+fn delta_containers_are_unchanged() {
+    let names = container_names(DeltaConfig::recommended(), 2);
+    assert_eq!(prefixes(&names), EXPECTED_DELTA, "{names:#?}");
+    assert_eq!(container_names(DeltaConfig::recommended(), 1), names);
+}
+
+const EXPECTED_DEDUP: &[&str] = &[
+    "1a7ecce824a9c664",
+    "5c53a191b57e5051",
+    "82a64cf03ba277c1",
+    "a8e106de45de2535",
+];
+const EXPECTED_DELTA: &[&str] = &[
+    "0eac32c93c2c5a1f",
+    "7fadf107c11680c3",
+    "9ad07f805edd0e34",
+    "adfc243f54058835",
+];
