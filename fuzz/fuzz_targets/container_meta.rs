@@ -2,7 +2,7 @@
 //! any damage with an error, never panic or read out of bounds.
 #![no_main]
 
-use dedelta_store::container::{decode_container_meta, open_region};
+use dedelta_store::format::container::{decode_container_meta, open_region};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! index whose bounds check never panics, and which encodes back to the same bytes.
 #![no_main]
 
-use dedelta_store::local_cache::CacheIndex;
+use dedelta_store::client::local_cache::CacheIndex;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,8 +1,8 @@
 //! Snapshot and config files: the envelope and JSON decoders must reject garbage cleanly.
 #![no_main]
 
-use dedelta_store::config::RepoConfig;
-use dedelta_store::snapshot::Snapshot;
+use dedelta_store::format::config::RepoConfig;
+use dedelta_store::format::snapshot::Snapshot;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! Tree streams read back from chunks: the decoder must never panic on any bytes.
 #![no_main]
 
-use dedelta_store::tree::TreeDecoder;
+use dedelta_store::format::tree::TreeDecoder;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

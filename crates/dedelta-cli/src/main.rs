@@ -18,9 +18,9 @@ use dedelta_core::sketch::SketchKind;
 use dedelta_store::commands::{
     backup, check, forget, ls, prune, repair, repair_packs, repair_snapshots, restore, stats,
 };
-use dedelta_store::config::{DeltaConfig, RepoConfig, SketchIndexKind};
-use dedelta_store::lock::LockInfo;
-use dedelta_store::snapshot::{self, ratio};
+use dedelta_store::format::config::{DeltaConfig, RepoConfig, SketchIndexKind};
+use dedelta_store::format::snapshot::ratio;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::{Error, IndexedRepository, Repository};
 use serde_json::json;
 use std::io::{IsTerminal, Read, Write};
@@ -154,7 +154,7 @@ enum Command {
         #[arg(long, default_value = "zstd:3")]
         compression: String,
         /// Raw size of a compression region in bytes.
-        #[arg(long, default_value_t = dedelta_store::config::DEFAULT_REGION_SIZE)]
+        #[arg(long, default_value_t = dedelta_store::format::config::DEFAULT_REGION_SIZE)]
         region_size: usize,
         #[command(flatten)]
         delta: DeltaArgs,
@@ -658,7 +658,7 @@ fn run(cli: Cli) -> Result<u8> {
         }
         Command::Snapshots { repo, json } => {
             let r = Repository::open_local(&repo.repo)?;
-            let listed = snapshot::list(r.backend().as_ref())?;
+            let listed = r.snapshots()?;
             for w in listed.warnings() {
                 eprintln!("warning: {w}");
             }
@@ -712,7 +712,7 @@ fn run(cli: Cli) -> Result<u8> {
             json,
         } => {
             let r = open(&repo)?;
-            let (_, snap) = snapshot::find(r.backend().as_ref(), &snapshot)?;
+            let (_, snap) = r.find_snapshot(&snapshot)?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             ls::walk_tree(&r, &snap, |n, _| {
@@ -728,9 +728,9 @@ fn run(cli: Cli) -> Result<u8> {
                     .to_string()
                 } else {
                     let t = match n.kind {
-                        dedelta_store::tree::NodeKind::Dir => 'd',
-                        dedelta_store::tree::NodeKind::File => '-',
-                        dedelta_store::tree::NodeKind::Symlink => 'l',
+                        dedelta_store::format::tree::NodeKind::Dir => 'd',
+                        dedelta_store::format::tree::NodeKind::File => '-',
+                        dedelta_store::format::tree::NodeKind::Symlink => 'l',
                     };
                     let mut l = format!(
                         "{t}{:04o} {:>12} /{}",
@@ -755,7 +755,7 @@ fn run(cli: Cli) -> Result<u8> {
         } => {
             use std::os::unix::ffi::OsStrExt;
             let r = open(&repo)?;
-            let (id, snap) = snapshot::find(r.backend().as_ref(), &snapshot)?;
+            let (id, snap) = r.find_snapshot(&snapshot)?;
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
             ls::dump(&r, &id, &snap, path.as_bytes(), &mut out)?;
@@ -769,7 +769,7 @@ fn run(cli: Cli) -> Result<u8> {
             json,
         } => {
             let r = open(&repo)?;
-            let (id, snap) = snapshot::find(r.backend().as_ref(), &snapshot)?;
+            let (id, snap) = r.find_snapshot(&snapshot)?;
             let progress = progress::Bar::new(std::io::stderr().is_terminal() && !json);
             let started = std::time::Instant::now();
             let opts = restore::RestoreOptions {

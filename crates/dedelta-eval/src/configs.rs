@@ -7,7 +7,7 @@
 use crate::error::{EvalError, Result};
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKind, SketchParams};
-use dedelta_store::config::{DeltaConfig, SketchIndexKind};
+use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
 
 /// One configuration.
 #[derive(Clone, Debug, PartialEq)]

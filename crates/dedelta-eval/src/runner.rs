@@ -13,10 +13,9 @@ use crate::kernels::Kernels;
 use dedelta_store::commands::backup::{backup, BackupOptions, StdinSource};
 use dedelta_store::commands::restore::{restore, RestoreOptions};
 use dedelta_store::commands::stats::{stats, RepoStats};
-use dedelta_store::config::RepoConfig;
-use dedelta_store::lock::LockInfo;
+use dedelta_store::format::config::RepoConfig;
 use dedelta_store::progress::NoProgress;
-use dedelta_store::snapshot;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::Repository;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -286,7 +285,8 @@ pub fn run_config(
     let picks = restore_picks(dataset.versions.len(), opts.restore_sample);
     for &i in &picks {
         let v = &dataset.versions[i];
-        let (_, snap) = snapshot::find(repo.backend().as_ref(), &snapshots[i].to_hex())
+        let (_, snap) = repo
+            .find_snapshot(&snapshots[i].to_hex())
             .store_ctx(|| ctx("finding a snapshot"))?;
         let target = opts.scratch_dir.join(format!("restore-{}", config.name));
         if target.exists() {

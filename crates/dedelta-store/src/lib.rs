@@ -1,29 +1,27 @@
 //! dedelta-store: the repository and its pipelines.
 //!
-//! - [`backend`]: named write-once objects (local directory; in-memory for tests).
-//! - [`config`], [`container`], [`index`], [`snapshot`], [`tree`], [`lock`], [`damage`]: the
-//!   on-disk format
-//!   (docs/format.md).
-//! - [`repository`]: opening a repository, reading chunks back through caches.
-//! - [`commands`]: backup, restore, check, stats, ls/dump, repair; one file each.
+//! - [`format`]: what is written to the repository, byte for byte as docs/format.md says
+//!   (envelope, config, containers, snapshots, tree streams, damage records).
+//! - [`repository`]: opening a repository, its lock, its snapshots and damage records, and
+//!   writing containers (the only place that writes chunk data).
+//! - [`client`]: state kept by a client and rebuildable from the repository (the chunk index,
+//!   the local base cache).
+//! - [`read`]: reading chunks back (locator, decoder, caches).
+//! - [`backup`]: the backup pipeline, one module per stage.
+//! - [`commands`]: one file per command (backup, restore, check, ls/dump, stats, forget,
+//!   prune, repair).
+//! - [`backend`]: named write-once objects (local directory; in-memory and fault-injecting for
+//!   tests).
 
 pub mod backend;
-pub mod chunk_read;
+pub mod backup;
+pub mod client;
 pub mod commands;
-pub mod config;
-pub mod container;
-pub mod damage;
-pub mod delta_stage;
-pub mod envelope;
 pub mod error;
-pub mod index;
-pub mod local_cache;
-pub mod lock;
+pub mod format;
 pub mod progress;
+pub mod read;
 pub mod repository;
-pub mod sketch_index;
-pub mod snapshot;
-pub mod tree;
 
 pub use error::{Error, Result};
 pub use repository::{IndexedRepository, Repository};

@@ -5,15 +5,15 @@
 
 use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
+use dedelta_store::client::index::ChunkIndex;
 use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
 use dedelta_store::commands::{backup, check, ls, prune, repair, repair_packs, restore};
-use dedelta_store::config::{DeltaConfig, RepoConfig};
-use dedelta_store::container::ContainerId;
-use dedelta_store::damage::DamageSet;
-use dedelta_store::index::ChunkIndex;
-use dedelta_store::lock::LockInfo;
+use dedelta_store::format::config::{DeltaConfig, RepoConfig};
+use dedelta_store::format::container::ContainerId;
+use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
 use dedelta_store::progress::NoProgress;
-use dedelta_store::snapshot::{self, Snapshot, SnapshotId};
+use dedelta_store::repository::damage::DamageSet;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::collections::BTreeMap;
 use std::fs;
@@ -129,9 +129,7 @@ impl Env {
     }
 
     fn snapshot(&self, id: &SnapshotId) -> Snapshot {
-        snapshot::find(self.repo.backend().as_ref(), &id.to_hex())
-            .unwrap()
-            .1
+        self.repo.find_snapshot(&id.to_hex()).unwrap().1
     }
 
     /// Restores `id` and returns its files (by name), or the restore's error.
@@ -195,7 +193,7 @@ fn expected(files: &BTreeMap<&str, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
 /// Flips a byte inside the first region of a container (its data, not its metadata).
 fn damage_first_region(path: &Path) {
     let mut b = fs::read(path).unwrap();
-    b[dedelta_store::container::HEADER_LEN + 40] ^= 0x55;
+    b[dedelta_store::format::container::HEADER_LEN + 40] ^= 0x55;
     fs::write(path, b).unwrap();
 }
 
@@ -313,9 +311,7 @@ fn repair_snapshots_keeps_what_is_readable_and_unblocks_prune() {
     assert_eq!(st.repaired.len(), 1, "{st:?}");
     let rs = &st.repaired[0];
     assert!(rs.damaged_files.iter().all(|f| f.ends_with("x.txt")));
-    let new_id = snapshot::find(env.repo.backend().as_ref(), rs.new.as_ref().unwrap())
-        .unwrap()
-        .0;
+    let new_id = env.repo.find_snapshot(rs.new.as_ref().unwrap()).unwrap().0;
     assert!(!env
         .repo
         .backend()

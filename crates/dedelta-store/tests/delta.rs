@@ -7,12 +7,12 @@ use dedelta_core::sketch::{SketchKind, SketchParams};
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::{backup, check, prune, restore};
-use dedelta_store::config::{DeltaConfig, RepoConfig, SketchIndexKind};
-use dedelta_store::container::{ContainerId, EntryKind};
-use dedelta_store::lock::LockInfo;
+use dedelta_store::format::config::{DeltaConfig, RepoConfig, SketchIndexKind};
+use dedelta_store::format::container::{ContainerId, EntryKind};
+use dedelta_store::format::snapshot::BackupSummary;
 use dedelta_store::progress::NoProgress;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::repository::read_container_meta;
-use dedelta_store::snapshot::{self, BackupSummary};
 use dedelta_store::{IndexedRepository, Repository};
 use std::collections::HashMap;
 use std::fs;
@@ -140,7 +140,7 @@ fn restore_all(
     contents: &[Vec<(String, Vec<u8>)>],
     cache_bytes: usize,
 ) {
-    let snaps = snapshot::list(repo.backend().as_ref()).unwrap().snapshots;
+    let snaps = repo.snapshots().unwrap().snapshots;
     assert_eq!(snaps.len(), contents.len());
     let src = dir.join("src");
     for (i, (_, snap)) in snaps.iter().enumerate() {
@@ -270,9 +270,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
     let (repo, _, sums) = three_versions(tmp.path(), DeltaConfig::recommended());
     assert!(sums[1].delta_chunks > 0);
     // Damage every container written by the first backup (the bases).
-    let first = snapshot::list(repo.backend().as_ref()).unwrap().snapshots[0]
-        .1
-        .clone();
+    let first = repo.snapshots().unwrap().snapshots[0].1.clone();
     let mut bases = std::collections::HashSet::new();
     for (name, _) in repo.backend().list(FileKind::Container).unwrap() {
         for e in read_container_meta(repo.backend().as_ref(), &name)
@@ -307,7 +305,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
         .iter()
         .filter_map(|p| Some((p.snapshot.clone()?, p.path.clone()?)))
         .collect();
-    let snaps = snapshot::list(repo.backend().as_ref()).unwrap().snapshots;
+    let snaps = repo.snapshots().unwrap().snapshots;
     let with_file = |i: usize| {
         files
             .iter()
@@ -410,7 +408,8 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     // Forget and prune everything: the cache file still holds the old bases, none of which
     // may become a base again.
     let lock = cached.lock(&me()).unwrap();
-    let ids: Vec<_> = snapshot::list(cached.backend().as_ref())
+    let ids: Vec<_> = cached
+        .snapshots()
         .unwrap()
         .snapshots
         .iter()
@@ -440,7 +439,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     .unwrap()
     .problems
     .is_empty());
-    let snaps = snapshot::list(cached.backend().as_ref()).unwrap().snapshots;
+    let snaps = cached.snapshots().unwrap().snapshots;
     assert_eq!(snaps.len(), 1);
     let target = tmp.path().join("after");
     let opts = restore::RestoreOptions {

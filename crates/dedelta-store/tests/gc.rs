@@ -4,10 +4,9 @@
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::{backup, check, prune, restore};
-use dedelta_store::config::{DeltaConfig, RepoConfig};
-use dedelta_store::lock::LockInfo;
+use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use dedelta_store::progress::NoProgress;
-use dedelta_store::snapshot;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::{IndexedRepository, Repository};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -105,7 +104,7 @@ fn verify_all(
     src: &Path,
     model: &BTreeMap<String, BTreeMap<String, Vec<u8>>>,
 ) {
-    let snaps = snapshot::list(repo.backend().as_ref()).unwrap().snapshots;
+    let snaps = repo.snapshots().unwrap().snapshots;
     assert_eq!(snaps.len(), model.len());
     for (id, snap) in snaps {
         let target = dir.join("verify");
@@ -218,10 +217,7 @@ fn forgetting_all_but_the_last_gives_the_space_back() {
     .unwrap();
     assert_eq!(dry.iter().filter(|d| !d.keep).count(), 19);
     assert_eq!(
-        snapshot::list(repo.backend().as_ref())
-            .unwrap()
-            .snapshots
-            .len(),
+        repo.snapshots().unwrap().snapshots.len(),
         20,
         "dry run removed something"
     );
@@ -270,12 +266,7 @@ fn forgetting_all_but_the_last_gives_the_space_back() {
     println!("20 versions: {before} bytes; after forget --keep-last 1 and prune: {after}; fresh: {}; ratio {ratio:.3}", stored(&fresh));
     assert!(ratio <= 1.2, "pruned repository is {ratio:.2}x a fresh one");
     let mut model = BTreeMap::new();
-    model.insert(
-        snapshot::list(repo.backend().as_ref()).unwrap().snapshots[0]
-            .0
-            .to_hex(),
-        last,
-    );
+    model.insert(repo.snapshots().unwrap().snapshots[0].0.to_hex(), last);
     verify_all(&repo, tmp.path(), &src, &model);
 }
 
@@ -380,12 +371,7 @@ fn unindexed_copy_from_a_killed_prune_is_not_deleted_after_rewrite() {
     .unwrap();
     drop(lock);
     let mut model = BTreeMap::new();
-    model.insert(
-        snapshot::list(repo.backend().as_ref()).unwrap().snapshots[0]
-            .0
-            .to_hex(),
-        last,
-    );
+    model.insert(repo.snapshots().unwrap().snapshots[0].0.to_hex(), last);
     verify_all(&repo, tmp.path(), &src, &model);
 }
 

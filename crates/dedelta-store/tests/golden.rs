@@ -8,9 +8,9 @@
 
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::{self, StdinSource};
-use dedelta_store::config::{DeltaConfig, RepoConfig};
-use dedelta_store::lock::LockInfo;
+use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use dedelta_store::progress::NoProgress;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::Repository;
 
 /// Version `v` of a tar-like stream: text records, a few edited per version, one inserted.
@@ -24,7 +24,11 @@ fn version(v: u64) -> Vec<u8> {
         if i % 997 == v {
             out.extend_from_slice(format!("inserted in version {v}\n").as_bytes());
         }
-        let edited = if (i * 31 + v * 7) % 101 == 0 { v } else { 0 };
+        let edited = if (i * 31 + v * 7).is_multiple_of(101) {
+            v
+        } else {
+            0
+        };
         out.extend_from_slice(
             format!("record {i:05} value {:016x} edit {edited}\n", x % 100_003).as_bytes(),
         );

@@ -10,14 +10,14 @@
 
 use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
-use dedelta_store::chunk_read::ChunkLocator;
 use dedelta_store::commands::{ls, restore};
-use dedelta_store::config::RepoConfig;
-use dedelta_store::container::{ContainerId, EntryKind, RegionBuilder};
+use dedelta_store::format::config::RepoConfig;
+use dedelta_store::format::container::{ContainerId, EntryKind, RegionBuilder};
+use dedelta_store::format::snapshot::{BackupSummary, Snapshot, SnapshotId, TreeRef};
+use dedelta_store::format::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use dedelta_store::progress::NoProgress;
+use dedelta_store::read::ChunkLocator;
 use dedelta_store::repository::ContainerWriter;
-use dedelta_store::snapshot::{BackupSummary, Snapshot, SnapshotId, TreeRef};
-use dedelta_store::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::collections::HashSet;
 use std::fs;

@@ -1,10 +1,9 @@
 //! restore(backup(x)) == x on random trees, through the library API.
 
 use dedelta_store::commands::{backup, check, restore};
-use dedelta_store::config::RepoConfig;
-use dedelta_store::lock::LockInfo;
+use dedelta_store::format::config::RepoConfig;
 use dedelta_store::progress::NoProgress;
-use dedelta_store::snapshot;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::Repository;
 use proptest::prelude::*;
 use std::fs;
@@ -151,7 +150,7 @@ proptest! {
             prop_assert!(res.warnings.is_empty(), "{:?}", res.warnings);
             drop(lock);
         }
-        let (_, snap) = snapshot::find(repo.backend().as_ref(), "latest").unwrap();
+        let (_, snap) = repo.find_snapshot("latest").unwrap();
         let target = tmp.path().join("out");
         restore::restore(&repo, &snap, &restore::RestoreOptions { target: target.clone(), include: vec![], cache_bytes: 1 << 20 }, &NoProgress).unwrap();
         let restored_root = target.join(src.strip_prefix("/").unwrap());

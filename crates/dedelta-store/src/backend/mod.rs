@@ -22,7 +22,7 @@ pub enum FileKind {
     Snapshot,
     /// Lock files.
     Lock,
-    /// Damage records written by `check` (see [`crate::damage`]).
+    /// Damage records written by `check` (see [`crate::format::damage`]).
     Damage,
 }
 

@@ -10,22 +10,22 @@
 //!    must pass its CRC and decompress, and every chunk (deltas decoded against their bases)
 //!    must match its fingerprint.
 //! 5. Deltas whose base is damaged or lost are damaged too.
-//! 6. Damage is recorded (see [`crate::damage`]) and the damaged copies leave the index, so
+//! 6. Damage is recorded (see [`crate::format::damage`]) and the damaged copies leave the index, so
 //!    that the next backup stores those chunks again instead of deduplicating against them.
 //! 7. Every reference of every snapshot (tree and file content) must be indexed in a readable
 //!    container; a delta's base too; a file's recorded size must equal its chunks' lengths.
 //!    Damaged chunks are traced to every snapshot and file that needs them.
 
 use crate::backend::FileKind;
+use crate::client::index::IndexReader;
 use crate::commands::ls::walk_tree;
-use crate::container::{self, ContainerId, ContainerMeta, EntryKind, EntryMeta};
-use crate::damage::{self, DamageSet, DamagedCopy};
 use crate::error::{Error, Result};
-use crate::index::IndexReader;
-use crate::lock::RepoLock;
+use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind, EntryMeta};
+use crate::format::damage::DamagedCopy;
 use crate::progress::Progress;
+use crate::repository::damage::{self, DamageSet};
+use crate::repository::lock::RepoLock;
 use crate::repository::{read_container_meta, IndexedRepository};
-use crate::snapshot;
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
 
@@ -272,7 +272,7 @@ pub fn check(
     if !found.is_empty() {
         damage::write_record(
             backend.as_ref(),
-            &damage::DamageRecord {
+            &crate::format::damage::DamageRecord {
                 time: time.to_string(),
                 copies: found.clone(),
             },
@@ -306,7 +306,7 @@ pub fn check(
     }
     // 7. Every reference of every snapshot.
     let index = repo.index().reader()?;
-    let listed = snapshot::list(backend.as_ref())?;
+    let listed = crate::repository::snapshots::list(backend.as_ref())?;
     for bad in &listed.unreadable {
         report.problem(None, None, bad.describe());
     }

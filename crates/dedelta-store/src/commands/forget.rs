@@ -9,9 +9,10 @@
 
 use crate::backend::FileKind;
 use crate::error::{Error, Result};
-use crate::lock::RepoLock;
+use crate::format::snapshot::{Snapshot, SnapshotId};
+use crate::repository::lock::RepoLock;
+use crate::repository::snapshots::list;
 use crate::repository::Repository;
-use crate::snapshot::{list, Snapshot, SnapshotId};
 use chrono::{DateTime, Datelike, Utc};
 use std::collections::{BTreeMap, HashSet};
 
@@ -191,7 +192,7 @@ pub fn forget(
     };
     let mut named: HashSet<String> = HashSet::new();
     for spec in ids {
-        named.insert(crate::snapshot::resolve_name(
+        named.insert(crate::repository::snapshots::resolve_name(
             repo.backend().as_ref(),
             spec,
         )?);
@@ -237,7 +238,7 @@ pub fn forget(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{BackupSummary, TreeRef};
+    use crate::format::snapshot::{BackupSummary, TreeRef};
 
     fn snap(time: &str, tags: &[&str]) -> (SnapshotId, Snapshot) {
         let s = Snapshot {

@@ -1,10 +1,10 @@
 //! Listing a snapshot's tree, and finding one node in it (for `ls` and `dump`).
 
-use crate::chunk_read::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 use crate::error::{Error, Result};
+use crate::format::snapshot::{Snapshot, SnapshotId};
+use crate::format::tree::{ChunkRef, Node, NodeKind, TreeDecoder};
+use crate::read::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 use crate::repository::{ChunkStreamReader, IndexedRepository};
-use crate::snapshot::{Snapshot, SnapshotId};
-use crate::tree::{ChunkRef, Node, NodeKind, TreeDecoder};
 use std::io::{BufReader, Write};
 
 /// Region cache for metadata reads.

@@ -19,12 +19,12 @@
 
 use crate::backend::FileKind;
 use crate::commands::ls::walk_tree;
-use crate::container::{ContainerId, EntryKind};
 use crate::error::{Error, Result};
-use crate::lock::RepoLock;
+use crate::format::container::{ContainerId, EntryKind};
 use crate::progress::Progress;
+use crate::repository::lock::RepoLock;
+use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, ContainerWriter, IndexedRepository};
-use crate::snapshot::list;
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -240,7 +240,7 @@ pub fn prune(
                 "content does not match its name; run `dedelta check --read-data`",
             ));
         }
-        let meta = crate::container::decode_container_meta(&file, &what)?;
+        let meta = crate::format::container::decode_container_meta(&file, &what)?;
         let mut raw_regions: HashMap<u32, Vec<u8>> = HashMap::new();
         for (i, e) in meta.entries.iter().enumerate() {
             let indexed = index
@@ -252,7 +252,7 @@ pub fn prune(
             if let std::collections::hash_map::Entry::Vacant(v) = raw_regions.entry(e.region) {
                 let r = &meta.regions[e.region as usize];
                 let stored = &file[r.offset as usize..(r.offset + r.stored_len) as usize];
-                v.insert(crate::container::open_region(stored, r, &what)?);
+                v.insert(crate::format::container::open_region(stored, r, &what)?);
             }
             let raw = &raw_regions[&e.region];
             let bytes = &raw[e.offset as usize..(e.offset + e.stored_len) as usize];

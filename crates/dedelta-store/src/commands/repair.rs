@@ -8,9 +8,9 @@
 //! meets it stores it again). Copies `check` recorded as damaged are never picked.
 
 use crate::backend::FileKind;
-use crate::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
-use crate::damage::DamageSet;
 use crate::error::Result;
+use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
+use crate::repository::damage::DamageSet;
 use crate::repository::{read_container_meta, IndexedRepository};
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
@@ -29,7 +29,7 @@ pub struct RepairStats {
 }
 
 /// Replaces the index with every entry of every readable container, except copies recorded
-/// as damaged (see [`crate::damage`]), in one transaction. Calls `warn` for each container it
+/// as damaged (see [`crate::format::damage`]), in one transaction. Calls `warn` for each container it
 /// has to skip.
 pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Result<RepairStats> {
     let mut stats = RepairStats::default();

@@ -1,6 +1,6 @@
 //! `repair packs`: salvage the readable entries of damaged containers, then remove them.
 //!
-//! The containers are those `check` recorded as damaged (see [`crate::damage`]) or those the
+//! The containers are those `check` recorded as damaged (see [`crate::format::damage`]) or those the
 //! user names. For each one, every entry that still verifies (full chunks by fingerprint,
 //! deltas decoded against their base and verified) and that the index holds nowhere else is
 //! copied, *as a full chunk*, into new containers: a salvaged chunk then needs no base, so
@@ -19,11 +19,12 @@
 
 use crate::backend::FileKind;
 use crate::commands::check::verify_entries;
-use crate::container::{self, ContainerId, EntryKind};
-use crate::damage::{self, DamageSet, DamagedCopy};
 use crate::error::{Error, Result};
-use crate::lock::RepoLock;
+use crate::format::container::{self, ContainerId, EntryKind};
+use crate::format::damage::DamagedCopy;
 use crate::progress::Progress;
+use crate::repository::damage::{self, DamageSet};
+use crate::repository::lock::RepoLock;
 use crate::repository::{read_container_meta, ContainerWriter, IndexedRepository};
 use dedelta_core::ChunkId;
 use std::collections::HashSet;

@@ -14,14 +14,14 @@
 use crate::backend::FileKind;
 use crate::commands::check::{entry_pair, EntryIds, RefChecker};
 use crate::commands::ls::walk_tree;
-use crate::container::{ContainerId, EntryKind};
-use crate::damage::DamageSet;
 use crate::error::{Error, Result};
-use crate::lock::RepoLock;
+use crate::format::container::{ContainerId, EntryKind};
+use crate::format::snapshot::{Snapshot, TreeRef};
+use crate::format::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use crate::progress::Progress;
+use crate::repository::damage::DamageSet;
+use crate::repository::lock::RepoLock;
 use crate::repository::{read_container_meta, ContainerWriter, IndexedRepository};
-use crate::snapshot::{self, Snapshot, TreeRef};
-use crate::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use dedelta_core::chunker::{chunk_all, new_chunker};
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
@@ -98,7 +98,7 @@ pub fn repair_snapshots(
             .entry(*id)
             .or_insert_with(|| refs.problem(id, true).is_none())
     };
-    let listed = snapshot::list(backend.as_ref())?;
+    let listed = crate::repository::snapshots::list(backend.as_ref())?;
     for (sid, snap) in &listed.snapshots {
         progress.message(&format!("snapshot {}", sid.short()));
         let mut nodes: Vec<(Node, Vec<ChunkRef>)> = Vec::new();
@@ -150,7 +150,7 @@ pub fn repair_snapshots(
                 tree_truncated: snap.tree_truncated || tree_truncated,
                 ..snap.clone()
             };
-            let new_id = new.save(backend.as_ref())?;
+            let new_id = crate::repository::snapshots::save(backend.as_ref(), &new)?;
             repaired.new = Some(new_id.to_hex());
             if opts.forget {
                 backend.delete(FileKind::Snapshot, &sid.to_hex())?;

@@ -30,13 +30,13 @@
 
 mod target;
 
-use crate::chunk_read::{FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats};
 use crate::commands::ls::{normalize_path, walk_tree};
 use crate::error::{Error, Result};
+use crate::format::snapshot::Snapshot;
+use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
+use crate::read::{FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats};
 use crate::repository::IndexedRepository;
-use crate::snapshot::Snapshot;
-use crate::tree::{ChunkRef, Node, NodeKind};
 use std::path::PathBuf;
 use target::{MTime, PendingFile, Target};
 

@@ -3,10 +3,11 @@
 //! Computed from container metadata (never chunk data) and snapshot summaries.
 
 use crate::backend::FileKind;
-use crate::container::EntryKind;
 use crate::error::Result;
+use crate::format::container::EntryKind;
+use crate::format::snapshot::ratio;
+use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, IndexedRepository};
-use crate::snapshot::{list, ratio};
 
 /// Repository statistics (`stats --json` prints these keys).
 #[derive(Clone, Debug, Default, serde::Serialize)]

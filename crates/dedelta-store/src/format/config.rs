@@ -4,9 +4,8 @@
 //! compression, region and container sizes and the delta settings are fixed here, so every
 //! client that opens the repository stores data the same way.
 
-use crate::backend::{Backend, FileKind};
-use crate::envelope;
 use crate::error::{Error, Result};
+use crate::format::envelope;
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::DeltaKind;
@@ -222,10 +221,5 @@ impl RepoConfig {
         }
         cfg.validate()?;
         Ok(cfg)
-    }
-
-    /// Loads the config of a repository.
-    pub fn load(backend: &dyn Backend) -> Result<Self> {
-        Self::from_bytes(&backend.get(FileKind::Config, "config")?)
     }
 }

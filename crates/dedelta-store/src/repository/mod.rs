@@ -3,14 +3,18 @@
 //! Typestate in two steps: [`Repository`] is open (config read), [`IndexedRepository`] also has
 //! the chunk index, and only it can read or write chunks. Writing also needs a [`RepoLock`].
 
+pub mod damage;
+pub mod lock;
+pub mod snapshots;
+
 use crate::backend::local::LocalBackend;
 use crate::backend::{Backend, FileKind};
-pub use crate::chunk_read::{verify_chunk, ChunkReader, ChunkStreamReader, ReadStats};
-use crate::config::RepoConfig;
-use crate::container::{self, ContainerId, ContainerMeta, FOOTER_LEN};
+use crate::client::index::ChunkIndex;
 use crate::error::{Error, Result};
-use crate::index::ChunkIndex;
-use crate::lock::{LockInfo, RepoLock};
+use crate::format::config::RepoConfig;
+use crate::format::container::{self, ContainerId, ContainerMeta, FOOTER_LEN};
+pub use crate::read::{verify_chunk, ChunkReader, ChunkStreamReader, ReadStats};
+use crate::repository::lock::{LockInfo, RepoLock};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -59,7 +63,7 @@ impl Repository {
 
     /// Opens a repository on any backend, with the chunk index cached at `index_path`.
     pub fn open(backend: Arc<dyn Backend>, index_path: PathBuf) -> Result<Self> {
-        let config = RepoConfig::load(backend.as_ref())?;
+        let config = RepoConfig::from_bytes(&backend.get(FileKind::Config, "config")?)?;
         Ok(Repository {
             backend,
             config,
@@ -75,6 +79,22 @@ impl Repository {
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// Every snapshot, readable or not (see [`snapshots::list`]).
+    pub fn snapshots(&self) -> Result<snapshots::SnapshotList> {
+        snapshots::list(self.backend.as_ref())
+    }
+
+    /// The snapshot named by a unique id prefix, or `latest`.
+    pub fn find_snapshot(
+        &self,
+        spec: &str,
+    ) -> Result<(
+        crate::format::snapshot::SnapshotId,
+        crate::format::snapshot::Snapshot,
+    )> {
+        snapshots::find(self.backend.as_ref(), spec)
     }
 
     /// Takes the exclusive lock.
@@ -174,10 +194,10 @@ impl IndexedRepository {
 /// indexes it (data before index: the crash-safety order). Shared by backup and prune.
 pub struct ContainerWriter<'a> {
     repo: &'a IndexedRepository,
-    builder: crate::container::ContainerBuilder,
+    builder: crate::format::container::ContainerBuilder,
     /// The region being filled by [`Self::push_entry`] (backup fills regions itself, on its
     /// worker pool, and hands them over through [`Self::add_region`]).
-    region: crate::container::RegionBuilder,
+    region: crate::format::container::RegionBuilder,
     container_size: usize,
     /// Containers written so far.
     pub written: Vec<ContainerId>,
@@ -190,8 +210,8 @@ impl<'a> ContainerWriter<'a> {
     pub fn new(repo: &'a IndexedRepository) -> Self {
         ContainerWriter {
             repo,
-            builder: crate::container::ContainerBuilder::new(),
-            region: crate::container::RegionBuilder::default(),
+            builder: crate::format::container::ContainerBuilder::new(),
+            region: crate::format::container::RegionBuilder::default(),
             container_size: repo.config().container_size,
             written: Vec::new(),
             bytes_written: 0,
@@ -199,7 +219,7 @@ impl<'a> ContainerWriter<'a> {
     }
 
     /// Adds a region, first storing the open container if the region would overflow it.
-    pub fn add_region(&mut self, region: crate::container::CompressedRegion) -> Result<()> {
+    pub fn add_region(&mut self, region: crate::format::container::CompressedRegion) -> Result<()> {
         if !self.builder.is_empty()
             && self.builder.len() + region.stored.len() > self.container_size
         {
@@ -214,7 +234,7 @@ impl<'a> ContainerWriter<'a> {
     pub fn push_entry(
         &mut self,
         id: dedelta_core::ChunkId,
-        kind: crate::container::EntryKind,
+        kind: crate::format::container::EntryKind,
         bytes: &[u8],
         original_len: usize,
         super_features: Vec<u64>,

@@ -18,13 +18,13 @@
 //! costs an extra encode per failed pair and never detects less.) Candidates of chunks within
 //! one batch come from earlier batches only, so that a base is always decided before it is used.
 
-use crate::config::{DeltaConfig, SketchIndexKind};
-use crate::container::ContainerId;
+use crate::backup::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
+use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::Result;
-use crate::local_cache::{self, LocalBaseCache};
+use crate::format::config::{DeltaConfig, SketchIndexKind};
+use crate::format::container::ContainerId;
+use crate::format::snapshot::BackupSummary;
 use crate::repository::{ChunkReader, IndexedRepository};
-use crate::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
-use crate::snapshot::BackupSummary;
 use bytes::Bytes;
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::{new_codec, DeltaCodec};
@@ -211,7 +211,7 @@ pub struct DeltaStage<'a> {
     run: Vec<usize>,
     batch: Vec<NewChunk>,
     times: Arc<StageTimes>,
-    /// The local base cache read at the start (see [`crate::local_cache`]), and where the
+    /// The local base cache read at the start (see [`crate::client::local_cache`]), and where the
     /// next one is written.
     local: Option<LocalBaseCache>,
     local_path: Option<PathBuf>,

@@ -11,10 +11,10 @@
 //! hashes and writes.
 
 use crate::backend::FileKind;
-use crate::container::{self, ContainerId, ContainerMeta, EntryKind};
-use crate::damage::DamageSet;
+use crate::client::index::IndexReader;
 use crate::error::{Error, Result};
-use crate::index::IndexReader;
+use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
+use crate::repository::damage::DamageSet;
 use crate::repository::IndexedRepository;
 use dedelta_core::compress::RegionDecompressor;
 use dedelta_core::delta::{new_codec, DeltaCodec, DeltaKind};

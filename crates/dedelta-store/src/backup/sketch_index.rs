@@ -13,9 +13,9 @@
 //! prefetching will plug in: they observe the same stream of container consultations.
 
 use crate::backend::Backend;
-use crate::container::{ContainerId, EntryKind};
+use crate::client::index::IndexReader;
 use crate::error::Result;
-use crate::index::IndexReader;
+use crate::format::container::{ContainerId, EntryKind};
 use crate::repository::read_container_meta;
 use dedelta_core::sketch::SuperFeatures;
 use dedelta_core::ChunkId;

@@ -12,8 +12,8 @@
 //! is one write transaction that also sets the `complete` marker, so a rebuild killed half-way
 //! leaves the previous index (or none), never a partial one that looks whole.
 
-use crate::container::{ContainerId, ContainerMeta, EntryMeta};
 use crate::error::{Error, Result};
+use crate::format::container::{ContainerId, ContainerMeta, EntryMeta};
 use dedelta_core::ChunkId;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use std::path::{Path, PathBuf};
@@ -314,7 +314,7 @@ fn insert_entries(
         table
             .insert(e.id.as_bytes(), &loc.to_bytes())
             .map_err(db_err)?;
-        if e.kind != crate::container::EntryKind::Full {
+        if e.kind != crate::format::container::EntryKind::Full {
             continue;
         }
         for (pos, sf) in e.super_features.iter().enumerate() {
