@@ -115,6 +115,15 @@ pub enum Error {
         /// Chunk id (hex).
         chunk: String,
     },
+    /// A pipeline stage stopped because its neighbour did (whose own error is the cause).
+    #[error("the backup pipeline stopped")]
+    PipelineStopped,
+    /// A pipeline received something out of order (a bug).
+    #[error("backup pipeline: {0}")]
+    Pipeline(String),
+    /// A thread of a pipeline panicked (a bug).
+    #[error("the {0} thread panicked")]
+    ThreadPanicked(String),
     /// The chunk index (redb) failed.
     #[error("chunk index error: {0}")]
     Index(String),

@@ -1,0 +1,104 @@
+//! Runs on: the worker pool, one job per block of a file.
+//!
+//! A job fingerprints the block's chunks (BLAKE3), looks each one up in the index as it was
+//! when the backup started, and sketches the ones it did not find. Doing all three on the pool
+//! keeps them off the dedup thread's path; looking up first spares sketching the (usually
+//! many) duplicates. The dedup thread receives the results in stream order (see [`submit`]).
+
+use super::dedup::DedupIndex;
+use super::metrics::StageTimes;
+use crate::format::container::ContainerId;
+use bytes::Bytes;
+use crossbeam_channel::{bounded, Receiver};
+use dedelta_core::sketch::{Sketcher, SuperFeatures};
+use dedelta_core::ChunkId;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Runs `f` on the pool; the returned receiver yields its result. Consumers keep submission
+/// order by waiting on the receivers in the order they were made, while the pool works on
+/// several jobs at once.
+pub(super) fn submit<T: Send + 'static>(
+    pool: &rayon::ThreadPool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Receiver<T> {
+    let (tx, rx) = bounded(1);
+    pool.spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx
+}
+
+/// What the pool's index lookup found for a chunk.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum IndexLookup {
+    /// Stored before this backup, in this container.
+    Stored(ContainerId),
+    /// Not stored before this backup (it may still be a new chunk of this backup).
+    Absent,
+    /// Not looked up, or the lookup failed: the dedup thread looks again and reports errors.
+    NotLookedUp,
+}
+
+/// A chunk as the pool hands it to the dedup thread.
+pub(super) struct Fingerprinted {
+    /// Its fingerprint.
+    pub id: ChunkId,
+    /// Its bytes (a slice of the block).
+    pub data: Bytes,
+    /// Its super-features, when the backup sketches and the chunk was not found.
+    pub sfs: Option<SuperFeatures>,
+    /// What the index said.
+    pub lookup: IndexLookup,
+}
+
+/// What every fingerprinting job shares.
+#[derive(Clone)]
+pub(super) struct FingerprintJob {
+    /// The index view taken before anything of this backup was indexed.
+    pub index: Arc<DedupIndex>,
+    /// The backup's sketch method, if it detects resemblance by sketches.
+    pub sketcher: Option<Arc<dyn Sketcher>>,
+    /// Stage timings.
+    pub times: Arc<StageTimes>,
+}
+
+impl FingerprintJob {
+    /// Fingerprints, looks up and sketches the chunks `cuts` of `block`.
+    pub fn run(&self, block: Bytes, cuts: Vec<Range<usize>>) -> Vec<Fingerprinted> {
+        let t = Instant::now();
+        let mut out: Vec<Fingerprinted> = cuts
+            .into_iter()
+            .map(|r| {
+                let data = block.slice(r);
+                Fingerprinted {
+                    id: ChunkId::of(&data),
+                    data,
+                    sfs: None,
+                    lookup: IndexLookup::NotLookedUp,
+                }
+            })
+            .collect();
+        StageTimes::add(&self.times.hash, t);
+        let t = Instant::now();
+        for c in out.iter_mut() {
+            c.lookup = match self.index.container_of(&c.id) {
+                Ok(Some(container)) => IndexLookup::Stored(container),
+                Ok(None) => IndexLookup::Absent,
+                Err(_) => IndexLookup::NotLookedUp,
+            };
+        }
+        StageTimes::add(&self.times.index, t);
+        if let Some(sk) = &self.sketcher {
+            let t = Instant::now();
+            for c in out.iter_mut() {
+                if !matches!(c.lookup, IndexLookup::Stored(_)) {
+                    c.sfs = Some(sk.sketch(&c.data));
+                }
+            }
+            StageTimes::add(&self.times.sketch, t);
+        }
+        out
+    }
+}

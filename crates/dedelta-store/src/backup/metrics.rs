@@ -1,0 +1,52 @@
+//! Runtime measurements of a backup: where the time went. Shared by every thread (atomics);
+//! reported with the backup's result, never stored in the snapshot.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Nanoseconds spent per pipeline stage, summed over threads.
+#[derive(Debug, Default)]
+pub struct StageTimes {
+    /// Cutting chunks.
+    pub chunk: AtomicU64,
+    /// BLAKE3 fingerprints.
+    pub hash: AtomicU64,
+    /// Chunk-index lookups.
+    pub index: AtomicU64,
+    /// Super-features.
+    pub sketch: AtomicU64,
+    /// Finding candidates and fetching base chunks.
+    pub base_read: AtomicU64,
+    /// Delta encoding (and the saving test).
+    pub delta: AtomicU64,
+    /// Region compression.
+    pub compress: AtomicU64,
+    /// Writing containers and index entries.
+    pub write: AtomicU64,
+}
+
+impl StageTimes {
+    /// Adds the time since `start` to `stage`.
+    pub fn add(stage: &AtomicU64, start: Instant) {
+        stage.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Seconds per stage, by name.
+    pub fn seconds(&self) -> BTreeMap<String, f64> {
+        let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;
+        [
+            ("chunk", s(&self.chunk)),
+            ("hash", s(&self.hash)),
+            ("index", s(&self.index)),
+            ("sketch", s(&self.sketch)),
+            ("base_read", s(&self.base_read)),
+            ("delta", s(&self.delta)),
+            ("compress", s(&self.compress)),
+            ("write", s(&self.write)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}

@@ -1,0 +1,93 @@
+//! Runs on: the dedup thread.
+//!
+//! Resemblance detection: for a new chunk, which stored chunks it is probably similar to.
+//! Two sources, tried in this order, as in DARE: duplicate-adjacency ([`dupadj`], DARE §3.2)
+//! and the sketch index ([`sketch_index`]: super-features, FirstFit as in Finesse). A candidate
+//! is only a hint: the delta stage fetches its base and keeps a delta only if it saves space.
+
+pub mod dupadj;
+pub mod sketch_index;
+
+use crate::error::Result;
+use crate::format::container::ContainerId;
+use dedelta_core::sketch::SuperFeatures;
+use dedelta_core::ChunkId;
+use dupadj::DupAdj;
+use sketch_index::SketchIndex;
+
+/// Where a candidate base came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CandidateSource {
+    /// Duplicate-adjacency: the chunk at the same distance from a duplicate in the parent.
+    DupAdj,
+    /// A shared super-feature.
+    Sketch,
+}
+
+/// The candidate search of one backup.
+pub struct CandidateSearch<'a> {
+    dupadj: Option<DupAdj>,
+    sketches: Option<Box<dyn SketchIndex + 'a>>,
+}
+
+impl<'a> CandidateSearch<'a> {
+    /// A search using DupAdj (when the backup has a parent recipe) and a sketch index (when
+    /// it sketches).
+    pub fn new(dupadj: Option<DupAdj>, sketches: Option<Box<dyn SketchIndex + 'a>>) -> Self {
+        CandidateSearch { dupadj, sketches }
+    }
+
+    /// A duplicate went by, stored in `container` if that is already durable.
+    pub fn on_duplicate(&mut self, id: &ChunkId, container: Option<ContainerId>) -> Result<()> {
+        if let (Some(c), Some(s)) = (container, self.sketches.as_mut()) {
+            s.consulted(c)?;
+        }
+        if let Some(d) = self.dupadj.as_mut() {
+            d.on_duplicate(id);
+        }
+        Ok(())
+    }
+
+    /// A new chunk went by (the next one of the batch being gathered).
+    pub fn on_new(&mut self) {
+        if let Some(d) = self.dupadj.as_mut() {
+            d.on_new();
+        }
+    }
+
+    /// The DupAdj hints of the gathered batch, one per new chunk in order; starts a new batch.
+    pub fn take_dupadj_hints(&mut self, batch_len: usize) -> Vec<Option<ChunkId>> {
+        match self.dupadj.as_mut() {
+            Some(d) => d.take_hints(),
+            None => vec![None; batch_len],
+        }
+    }
+
+    /// The candidates of a new chunk, in the order to try them: its DupAdj hint, then the
+    /// sketch index's FirstFit match (if different).
+    pub fn candidates(
+        &mut self,
+        dupadj_hint: Option<ChunkId>,
+        sfs: &SuperFeatures,
+    ) -> Result<Vec<(ChunkId, CandidateSource)>> {
+        let mut out = Vec::with_capacity(2);
+        if let Some(a) = dupadj_hint {
+            out.push((a, CandidateSource::DupAdj));
+        }
+        if let Some(s) = self.sketches.as_mut() {
+            if let Some(c) = s.lookup(sfs)? {
+                if !out.iter().any(|(w, _)| *w == c) {
+                    out.push((c, CandidateSource::Sketch));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A new chunk was stored in full: it can be a base for later chunks of this backup.
+    pub fn stored_full(&mut self, id: ChunkId, sfs: &SuperFeatures) {
+        if let (Some(s), false) = (self.sketches.as_mut(), sfs.0.is_empty()) {
+            s.insert(id, sfs);
+        }
+    }
+}

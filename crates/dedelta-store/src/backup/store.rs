@@ -1,0 +1,44 @@
+//! Runs on: the writer thread.
+//!
+//! Appends the compressed regions, in stream order, to containers; each full container is
+//! stored durably and then indexed ([`ContainerWriter`]): data before index, the crash-safety
+//! order.
+
+use super::closed;
+use super::metrics::StageTimes;
+use crate::error::Result;
+use crate::format::container::CompressedRegion;
+use crate::repository::{ContainerWriter, IndexedRepository};
+use crossbeam_channel::Receiver;
+use std::time::Instant;
+
+/// What the writer stored.
+#[derive(Debug, Default)]
+pub(super) struct WriterStats {
+    /// Containers written.
+    pub containers: u64,
+    /// Their bytes.
+    pub bytes_written: u64,
+}
+
+/// Stores every region the dedup thread sends, until it closes the channel.
+pub(super) fn run(
+    repo: &IndexedRepository,
+    regions: Receiver<Receiver<CompressedRegion>>,
+    times: &StageTimes,
+) -> Result<WriterStats> {
+    let mut writer = ContainerWriter::new(repo);
+    for rx in regions {
+        let region = rx.recv().map_err(closed)?;
+        let t = Instant::now();
+        writer.add_region(region)?;
+        StageTimes::add(&times.write, t);
+    }
+    let t = Instant::now();
+    writer.seal()?;
+    StageTimes::add(&times.write, t);
+    Ok(WriterStats {
+        containers: writer.written.len() as u64,
+        bytes_written: writer.bytes_written,
+    })
+}
