@@ -172,6 +172,42 @@ pub enum InjectedFault {
     },
 }
 
+/// One injected fault, for messages and for tests that need to know what was hit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Injection {
+    /// The object's kind.
+    pub kind: FileKind,
+    /// The object's name.
+    pub name: String,
+    /// The write index (crash, no space) or the read's number within its kind.
+    pub index: u64,
+    /// What was done.
+    pub detail: InjectionDetail,
+}
+
+/// What an [`Injection`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectionDetail {
+    /// A crash, leaving the write as this says.
+    Crash(CrashEffect),
+    /// A transient disk-full.
+    NoSpace,
+    /// A read of `len_bytes` cut to `kept_bytes`.
+    Short {
+        /// Bytes the read returned from the inner backend.
+        len_bytes: usize,
+        /// Bytes handed on.
+        kept_bytes: usize,
+    },
+    /// A read of `len_bytes` with the byte at `offset` (within the read) flipped.
+    Flip {
+        /// Bytes read.
+        len_bytes: usize,
+        /// The damaged byte.
+        offset: usize,
+    },
+}
+
 /// Counts of operations that reached the wrapper since the last [`FaultBackend::arm`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultCounts {
@@ -214,6 +250,10 @@ pub struct FaultBackend {
     reads_by_kind: [AtomicU64; KINDS],
     crashed: AtomicBool,
     injected: AtomicU64,
+    /// The numbered writes since the last arm, in order.
+    log: Mutex<Vec<(FileKind, String)>>,
+    /// The faults injected since the last arm.
+    injections: Mutex<Vec<Injection>>,
 }
 
 impl FaultBackend {
@@ -227,6 +267,8 @@ impl FaultBackend {
             reads_by_kind: Default::default(),
             crashed: AtomicBool::new(false),
             injected: AtomicU64::new(0),
+            log: Mutex::new(Vec::new()),
+            injections: Mutex::new(Vec::new()),
         }
     }
 
@@ -250,6 +292,39 @@ impl FaultBackend {
             c.store(0, Ordering::SeqCst);
         }
         self.crashed.store(false, Ordering::SeqCst);
+        self.log().clear();
+        self.injections().clear();
+    }
+
+    fn injections(&self) -> MutexGuard<'_, Vec<Injection>> {
+        // Entries are pushed whole: a poisoned list is still a valid list.
+        self.injections.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The faults injected since the last [`FaultBackend::arm`], in order.
+    pub fn injection_log(&self) -> Vec<Injection> {
+        self.injections().clone()
+    }
+
+    fn record(&self, kind: FileKind, name: &str, index: u64, detail: InjectionDetail) {
+        self.injected.fetch_add(1, Ordering::SeqCst);
+        self.injections().push(Injection {
+            kind,
+            name: name.to_string(),
+            index,
+            detail,
+        });
+    }
+
+    fn log(&self) -> MutexGuard<'_, Vec<(FileKind, String)>> {
+        // Entries are pushed whole: a poisoned log is still a valid log.
+        self.log.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The kind and name of every numbered write since the last [`FaultBackend::arm`], by
+    /// write index: what a crash at index N interrupts (`write_log()[N]`).
+    pub fn write_log(&self) -> Vec<(FileKind, String)> {
+        self.log().clone()
     }
 
     /// [`FaultBackend::arm`] with no faults: after a crash, the restart.
@@ -336,7 +411,12 @@ impl FaultBackend {
         if self.crashed() {
             return Err(self.after_crash(kind, name));
         }
-        let n = self.writes.fetch_add(1, Ordering::SeqCst);
+        let n = {
+            // Numbered under the log's lock, so that the log is in write-index order.
+            let mut log = self.log();
+            log.push((kind, name.to_string()));
+            self.writes.fetch_add(1, Ordering::SeqCst)
+        };
         self.writes_by_kind[slot(kind)].fetch_add(1, Ordering::SeqCst);
         let (crash_at, no_space_at) = {
             let p = self.plan();
@@ -347,7 +427,7 @@ impl FaultBackend {
             Some((c, _)) if n > c => return Err(self.after_crash(kind, name)),
             Some((c, effect)) if n == c => {
                 self.crashed.store(true, Ordering::SeqCst);
-                self.injected.fetch_add(1, Ordering::SeqCst);
+                self.record(kind, name, n, InjectionDetail::Crash(effect));
                 match (effect, op) {
                     (CrashEffect::Durable, op) => {
                         self.perform(kind, name, op)?;
@@ -362,7 +442,7 @@ impl FaultBackend {
             _ => {}
         }
         if no_space_at == Some(n) {
-            self.injected.fetch_add(1, Ordering::SeqCst);
+            self.record(kind, name, n, InjectionDetail::NoSpace);
             return Err(self.fail(kind, name, InjectedFault::NoSpace { write: n }));
         }
         self.perform(kind, name, op)
@@ -377,7 +457,7 @@ impl FaultBackend {
     }
 
     /// Counts a read and damages `buf` as the plan says.
-    fn after_read(&self, kind: FileKind, buf: &mut Vec<u8>) {
+    fn after_read(&self, kind: FileKind, name: &str, buf: &mut Vec<u8>) {
         let n = self.reads_by_kind[slot(kind)].fetch_add(1, Ordering::SeqCst);
         let faults: Vec<ReadFault> = self
             .plan()
@@ -387,23 +467,29 @@ impl FaultBackend {
             .copied()
             .collect();
         for f in faults {
-            if buf.is_empty() {
+            let len_bytes = buf.len();
+            if len_bytes == 0 {
                 continue;
             }
-            self.injected.fetch_add(1, Ordering::SeqCst);
-            match f.damage {
+            let detail = match f.damage {
                 ReadDamage::Short { missing_bytes } => {
-                    buf.truncate(buf.len().saturating_sub(missing_bytes.max(1)));
+                    buf.truncate(len_bytes.saturating_sub(missing_bytes.max(1)));
+                    InjectionDetail::Short {
+                        len_bytes,
+                        kept_bytes: buf.len(),
+                    }
                 }
                 ReadDamage::Flip { position, mask } => {
                     let at = match position {
                         BytePosition::At(p) => p,
                         BytePosition::Seeded(seed) => splitmix64(seed ^ splitmix64(n)),
                     };
-                    let i = (at % buf.len() as u64) as usize;
-                    buf[i] ^= mask.max(1);
+                    let offset = (at % len_bytes as u64) as usize;
+                    buf[offset] ^= mask.max(1);
+                    InjectionDetail::Flip { len_bytes, offset }
                 }
-            }
+            };
+            self.record(kind, name, n, detail);
         }
     }
 
@@ -428,14 +514,14 @@ impl Backend for FaultBackend {
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         self.check_alive(kind, name)?;
         let mut buf = self.inner.get(kind, name)?;
-        self.after_read(kind, &mut buf);
+        self.after_read(kind, name, &mut buf);
         Ok(buf)
     }
 
     fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
         self.check_alive(kind, name)?;
         let mut buf = self.inner.get_range(kind, name, offset, len)?;
-        self.after_read(kind, &mut buf);
+        self.after_read(kind, name, &mut buf);
         Ok(buf)
     }
 
@@ -449,7 +535,7 @@ impl Backend for FaultBackend {
     ) -> Result<()> {
         self.check_alive(kind, name)?;
         self.inner.get_range_into(kind, name, offset, len, buf)?;
-        self.after_read(kind, buf);
+        self.after_read(kind, name, buf);
         Ok(())
     }
 
@@ -481,7 +567,8 @@ impl Backend for FaultBackend {
     }
 
     fn location(&self) -> String {
-        format!("{} (fault injection)", self.inner.location())
+        // Unchanged: callers build paths from it (the lock error names the lock file).
+        self.inner.location()
     }
 }
 
@@ -523,7 +610,13 @@ mod tests {
         assert_eq!(c.total_writes(), 3);
         assert_eq!(c.reads(FileKind::Container), 3);
         assert_eq!(c.reads(FileKind::Snapshot), 0);
+        let log: Vec<FileKind> = f.write_log().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            log,
+            [FileKind::Container, FileKind::Snapshot, FileKind::Snapshot]
+        );
         f.disarm();
+        assert!(f.write_log().is_empty());
         assert_eq!(f.counts(), FaultCounts::default());
         assert_eq!(f.faults_injected(), 0);
     }
@@ -553,7 +646,10 @@ mod tests {
                 }
             }
             assert!(f.crashed());
-            assert!(f.get(FileKind::Config, "config").is_err(), "reads after a crash");
+            assert!(
+                f.get(FileKind::Config, "config").is_err(),
+                "reads after a crash"
+            );
             assert!(f.list(FileKind::Container).is_err());
             // What the crashed write left behind.
             let container = mem.exists(FileKind::Container, "a").unwrap();
@@ -639,6 +735,18 @@ mod tests {
         assert_eq!(f.get(FileKind::Container, "a").unwrap(), data);
         let diff: Vec<usize> = (0..data.len()).filter(|&i| second[i] != data[i]).collect();
         assert_eq!(diff, vec![300 % 256]);
+        assert_eq!(
+            f.injection_log(),
+            [Injection {
+                kind: FileKind::Container,
+                name: "a".into(),
+                index: 1,
+                detail: InjectionDetail::Flip {
+                    len_bytes: 256,
+                    offset: 44
+                }
+            }]
+        );
         assert_eq!(second[44], data[44] ^ 1);
 
         let seeded = |seed| {
