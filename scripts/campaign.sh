@@ -27,8 +27,8 @@ cargo test "${profile[@]}" -p dedelta-store --test faults -- --nocapture \
     echo "campaign.sh: fault tests FAILED (log: target/campaign-logs/faults.log)"
     exit 1
 }
-grep -E '^(backup|prune|Memory|Local|damage|no-space|command)|points verified|reported|failed naming' \
-    target/campaign-logs/faults.log | sed 's/^/  /' || true
+grep -E '^(backup|prune|Memory|Local|damage)|points verified|reported|failed naming|^test result' \
+    target/campaign-logs/faults.log | grep -v '^test .* \.\.\. ' | sed 's/^/  /' || true
 
 start=$(date +%s)
 seed="${SEED:-$(random_seed)}"
@@ -42,7 +42,8 @@ while :; do
     echo "campaign.sh: run $run from seed $seed, ${left} s left"
     if DEDELTA_CAMPAIGN_SEED="$seed" DEDELTA_CAMPAIGN_SECONDS="$left" \
         cargo test "${profile[@]}" -p dedelta-store --test campaign -- --nocapture >"$log" 2>&1; then
-        grep -E '^(episode|campaign|  )' "$log" | grep -v '^  [a-z].* -> \|^  [a-z]* [a-z0-9/]*\.' | sed -n '/^campaign:/,$p'
+        echo "  $(grep -c '^episode' "$log") episodes, none failed"
+        sed -n '/^campaign:/,/^test /p' "$log" | grep -v '^test '
     else
         replay=$(grep -m1 '^replay:' "$log" || echo "see $log")
         echo "  FAILED: $(grep -m1 'campaign failed' "$log" | cut -c1-300)"

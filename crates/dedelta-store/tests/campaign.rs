@@ -421,7 +421,7 @@ impl World {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("campaign-{seed}"));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        let inner: Arc<dyn Backend> = if seed % 2 == 0 {
+        let inner: Arc<dyn Backend> = if seed.is_multiple_of(2) {
             Arc::new(MemoryBackend::default())
         } else {
             let b = LocalBackend::new(dir.join("repo"));
@@ -770,7 +770,7 @@ impl World {
         let faulted = plan != FaultPlan::none();
         self.fault.arm(plan);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&cmd, me)))
-            .map_err(|p| format!("{} panicked: {}", cmd.name(), panic_message(&p)))?;
+            .map_err(|p| format!("{} panicked: {}", cmd.name(), panic_message(&*p)))?;
         let injections = self.fault.injection_log();
         let writes = self.fault.counts().total_writes();
         let crashed = self.fault.crashed();
@@ -855,7 +855,7 @@ impl World {
     }
 }
 
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<String>()
         .cloned()
         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
@@ -1272,7 +1272,7 @@ fn episode(seed: u64, steps: u64) -> Figures {
         w.note(format!("{step}: {}", kind.name));
         *w.figures.steps.entry(kind.name).or_default() += 1;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (kind.run)(&mut w)))
-            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&p))));
+            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))));
         if let Err(msg) = outcome {
             fail(&w, seed, step, &msg);
         }

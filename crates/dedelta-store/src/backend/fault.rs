@@ -463,7 +463,7 @@ impl FaultBackend {
             .plan()
             .read_faults
             .iter()
-            .filter(|f| f.kind == kind && f.nth.map_or(true, |k| k == n))
+            .filter(|f| f.kind == kind && f.nth.is_none_or(|k| k == n))
             .copied()
             .collect();
         for f in faults {
