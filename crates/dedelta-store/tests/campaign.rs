@@ -37,7 +37,8 @@
 //! `DEDELTA_CAMPAIGN_LOG=1` prints the operation log of passing episodes too.
 
 use dedelta_store::backend::fault::{
-    CrashEffect, FaultBackend, FaultPlan, InjectedFault, InjectionDetail,
+    BytePosition, CrashEffect, FaultBackend, FaultPlan, InjectedFault, Injection, InjectionDetail,
+    ReadDamage, ReadFault,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -45,6 +46,7 @@ use dedelta_store::backend::{Backend, FileKind};
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::{backup, check, prune, restore};
 use dedelta_store::config::{DeltaConfig, RepoConfig};
+use dedelta_store::container::FOOTER_LEN;
 use dedelta_store::lock::{LockInfo, RepoLock, EXCLUSIVE_LOCK};
 use dedelta_store::progress::NoProgress;
 use dedelta_store::snapshot;
@@ -61,7 +63,7 @@ use std::time::{Duration, Instant};
 /// local directory).
 const DEFAULT_SEED: u64 = 0x5EED_DE17A;
 /// Steps per episode in CI: 5 to 15 s per episode on 2 cores in the test profile.
-const DEFAULT_STEPS: u64 = 200;
+const DEFAULT_STEPS: u64 = 300;
 /// Largest source tree, in bytes, before mutations prefer shrinking it.
 const TREE_BUDGET_BYTES: usize = 2 << 20;
 /// Most snapshots kept before forget steps get more likely.
@@ -220,6 +222,8 @@ struct Figures {
     no_space_injected: u64,
     corruptions_injected: u64,
     corruptions_detected: u64,
+    damaged_reads_injected: u64,
+    damaged_reads_reported_by_check: u64,
     restores_exact: u64,
     restores_failed_safely: u64,
     checks: u64,
@@ -241,6 +245,8 @@ impl Figures {
         self.no_space_injected += o.no_space_injected;
         self.corruptions_injected += o.corruptions_injected;
         self.corruptions_detected += o.corruptions_detected;
+        self.damaged_reads_injected += o.damaged_reads_injected;
+        self.damaged_reads_reported_by_check += o.damaged_reads_reported_by_check;
         self.restores_exact += o.restores_exact;
         self.restores_failed_safely += o.restores_failed_safely;
         self.checks += o.checks;
@@ -270,9 +276,14 @@ impl Figures {
             "  corruptions injected {}, detected by check {}",
             self.corruptions_injected, self.corruptions_detected
         );
+        let _ = writeln!(
+            s,
+            "  damaged reads injected {}, reported by check {}",
+            self.damaged_reads_injected, self.damaged_reads_reported_by_check
+        );
         let _ = write!(
             s,
-            "  restores verified bit-exact {}, failed safely on damage {}; checks {}",
+            "  restores verified bit-exact {}, failed safely on damage or damaged reads {}; checks {}",
             self.restores_exact, self.restores_failed_safely, self.checks
         );
         s
@@ -348,6 +359,8 @@ struct World {
     /// Containers may hold entries a prune removed from the index (it kept partly-dead
     /// containers, or stopped before deleting): see [`RESURRECTED_DELTAS_FIXED`].
     dead_entries: bool,
+    /// Reads are being damaged (a flaky-read step): restores may fail, safely.
+    flaky_reads: bool,
     clock: u64,
     next_name: u64,
     /// Writes of the last unfaulted run of each command: where crash points are drawn from.
@@ -446,6 +459,7 @@ impl World {
             damage: Vec::new(),
             rebuilt_while_damaged: false,
             dead_entries: false,
+            flaky_reads: false,
             clock: 0,
             next_name: 0,
             writes_of: BTreeMap::new(),
@@ -601,7 +615,9 @@ impl World {
                 }
             }
             _ => Command::Prune {
-                max_unused: *self.rng.pick(&[0.0, 0.1, 0.5, 1.0]),
+                // 0 half of the time: only a prune that leaves no dead entries allows index
+                // rebuilds (RESURRECTED_DELTAS_FIXED).
+                max_unused: *self.rng.pick(&[0.0, 0.0, 0.0, 0.1, 0.5, 1.0]),
             },
         }
     }
@@ -693,7 +709,10 @@ impl World {
             }
             Err(e) => {
                 let msg = e.to_string();
-                ensure!(self.damaged(), "restore of {id} failed: {msg}");
+                ensure!(
+                    self.damaged() || self.flaky_reads,
+                    "restore of {id} failed: {msg}"
+                );
                 ensure!(!msg.contains("panicked"), "restore of {id} panicked: {msg}");
                 for (path, entry) in &got {
                     let ok = match (entry, want.get(path)) {
@@ -767,7 +786,8 @@ impl World {
     fn run_faulted(&mut self, cmd: Command, plan: FaultPlan, me: &LockInfo) -> Outcome {
         let before = self.snapshot_ids()?;
         let tree = scan(&self.src);
-        let faulted = plan != FaultPlan::none();
+        let faulted = plan.crash_at.is_some() || plan.no_space_at.is_some();
+        let reads_faulted = !plan.read_faults.is_empty();
         self.fault.arm(plan);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run(&cmd, me)))
             .map_err(|p| format!("{} panicked: {}", cmd.name(), panic_message(&*p)))?;
@@ -790,7 +810,7 @@ impl World {
         }
         let _ = write!(line, " ({writes} writes; injected {injections:?})");
         self.note(line);
-        if !faulted && result.is_ok() {
+        if !faulted && !reads_faulted && result.is_ok() {
             self.writes_of.insert(cmd.name(), writes);
         }
         if let Err(e) = &result {
@@ -799,8 +819,12 @@ impl World {
                     ensure!(crashed, "crash error without a crash")
                 }
                 Some(InjectedFault::NoSpace { .. }) => {}
-                // Only damage at rest may make a command fail by itself.
-                _ => ensure!(self.damaged(), "{} failed: {e}", cmd.name()),
+                // Only damage, at rest or in reads, may make a command fail by itself.
+                _ => ensure!(
+                    self.damaged() || reads_faulted,
+                    "{} failed: {e}",
+                    cmd.name()
+                ),
             }
         }
         for inj in &injections {
@@ -812,6 +836,9 @@ impl World {
                         .crash_points_by_write
                         .entry(format!("{} {:?}", inj.kind.noun(), effect))
                         .or_default() += 1;
+                }
+                InjectionDetail::Short { .. } | InjectionDetail::Flip { .. } => {
+                    self.figures.damaged_reads_injected += 1;
                 }
                 InjectionDetail::NoSpace => {
                     self.figures.no_space_injected += 1;
@@ -825,7 +852,6 @@ impl World {
                             .map_err(|e| e.to_string())?;
                     }
                 }
-                _ => {}
             }
         }
         if faulted && injections.is_empty() {
@@ -833,10 +859,7 @@ impl World {
         }
         if crashed {
             let rebuild = self.rng.chance(30);
-            self.note(format!(
-                "  restart (index {})",
-                if rebuild { "rebuilt" } else { "kept" }
-            ));
+            self.note(format!("  restart (rebuild the index: {rebuild})"));
             self.restart(rebuild)?;
         } else {
             self.fault.disarm();
@@ -913,6 +936,11 @@ const STEPS: &[Step] = &[
         name: "no-space",
         weight: 2,
         run: step_no_space,
+    },
+    Step {
+        name: "flaky-read",
+        weight: 2,
+        run: step_flaky_read,
     },
     Step {
         name: "corrupt",
@@ -1152,6 +1180,109 @@ fn step_no_space(w: &mut World) -> Outcome {
         w.verify_all()?;
     }
     Ok(())
+}
+
+/// Whether a damaged read could change nothing: a flip in the container footer's reserved
+/// u16 (docs/format.md, "Footer"), which no reader uses.
+fn harmless(log: &[Injection]) -> bool {
+    const FOOTER_RESERVED: usize = 22;
+    matches!(
+        log,
+        [Injection { detail: InjectionDetail::Flip { len_bytes, offset }, .. }]
+            if *len_bytes == FOOTER_LEN && *offset >= FOOTER_RESERVED
+    )
+}
+
+/// A restore, check or backup with one damaged read (short, or a flipped byte) of a
+/// container or snapshot: restore is exact or fails safely, check reports it, backup fails
+/// or makes a snapshot that restores bit-exact.
+fn step_flaky_read(w: &mut World) -> Outcome {
+    let kind = if w.rng.chance(85) {
+        FileKind::Container
+    } else {
+        FileKind::Snapshot
+    };
+    let nth = w.rng.below(24);
+    let damage = match w.rng.below(3) {
+        0 => ReadDamage::Short { missing_bytes: 1 },
+        1 => ReadDamage::Short {
+            missing_bytes: usize::MAX / 2,
+        },
+        _ => ReadDamage::Flip {
+            position: BytePosition::Seeded(w.rng.next()),
+            mask: 1 << w.rng.below(8),
+        },
+    };
+    let plan = FaultPlan::none().with_read_fault(ReadFault {
+        kind,
+        nth: Some(nth),
+        damage,
+    });
+    let op = *w.rng.pick(&["restore", "check", "backup"]);
+    w.note(format!(
+        "  {op} with {} read {nth} damaged: {damage:?}",
+        kind.noun()
+    ));
+    match op {
+        "restore" => {
+            if w.model.is_empty() {
+                return Ok(());
+            }
+            let ids = w.ids_by_time();
+            let id = w.rng.pick(&ids).clone();
+            w.fault.arm(plan);
+            w.flaky_reads = true;
+            let outcome = w.verify_restore(&id);
+            w.flaky_reads = false;
+            let log = w.fault.injection_log();
+            w.figures.damaged_reads_injected += log.len() as u64;
+            w.fault.disarm();
+            w.note(format!("  restore {}: injected {log:?}", &id[..8]));
+            outcome
+        }
+        "check" => {
+            w.fault.arm(plan);
+            let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                check::check(w.repo(), true, &NoProgress)
+            }))
+            .map_err(|p| format!("check panicked: {}", panic_message(&*p)))?;
+            let log = w.fault.injection_log();
+            w.fault.disarm();
+            w.figures.checks += 1;
+            w.figures.damaged_reads_injected += log.len() as u64;
+            let report = report.map_err(|e| format!("check failed instead of reporting: {e}"))?;
+            w.note(format!(
+                "  check: {} problems; injected {log:?}",
+                report.problems.len()
+            ));
+            if !log.is_empty() && !harmless(&log) {
+                ensure!(
+                    !report.problems.is_empty(),
+                    "check did not report the damaged read {log:?}"
+                );
+                w.figures.damaged_reads_reported_by_check += 1;
+            } else if !w.damaged() {
+                ensure!(
+                    report.problems.is_empty(),
+                    "check found {:?}",
+                    report.problems
+                );
+            }
+            Ok(())
+        }
+        _ => {
+            if w.rng.chance(70) {
+                mutate_once(w);
+            }
+            let before = w.snapshot_ids()?;
+            w.run_faulted(Command::Backup, plan, &alive())?;
+            let new: Vec<String> = w.snapshot_ids()?.difference(&before).cloned().collect();
+            for id in new {
+                w.verify_restore(&id)?;
+            }
+            Ok(())
+        }
+    }
 }
 
 fn step_corrupt(w: &mut World) -> Outcome {
