@@ -22,6 +22,9 @@
 //!   restore is bit-exact or an error: a restored file is never anything but a prefix of the
 //!   original (or named in the error). Healing the container (putting the original bytes
 //!   back, what `repair packs` from a good copy would do) restores the first rule.
+//! - With one damaged read (short or a flipped byte), a restore is exact or fails safely as
+//!   above, `check --read-data` reports it, and a backup fails or makes a snapshot that
+//!   restores bit-exact.
 //!
 //! Step kinds are rows of [`STEPS`]: a name, a weight and a function over the [`World`]. A
 //! new operation (`repair packs`, `repair snapshots`, a `check` that records damage) is a new
