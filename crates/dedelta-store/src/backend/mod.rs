@@ -6,6 +6,7 @@
 //! local directory ([`local::LocalBackend`]) is the embedded default; [`memory::MemoryBackend`]
 //! is test support.
 
+pub mod fault;
 pub mod local;
 pub mod memory;
 
