@@ -40,23 +40,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Number of [`FileKind`]s, the length of the per-kind counters.
-const KINDS: usize = 4;
+const KINDS: usize = FileKind::ALL.len();
 
 /// Every [`FileKind`], in counter order.
-pub const ALL_KINDS: [FileKind; KINDS] = [
-    FileKind::Config,
-    FileKind::Container,
-    FileKind::Snapshot,
-    FileKind::Lock,
-];
+pub const ALL_KINDS: [FileKind; KINDS] = FileKind::ALL;
 
 fn slot(kind: FileKind) -> usize {
-    match kind {
-        FileKind::Config => 0,
-        FileKind::Container => 1,
-        FileKind::Snapshot => 2,
-        FileKind::Lock => 3,
-    }
+    kind.slot()
 }
 
 /// What a crash leaves of the write it interrupts.

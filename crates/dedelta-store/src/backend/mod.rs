@@ -28,6 +28,26 @@ pub enum FileKind {
 }
 
 impl FileKind {
+    /// Every kind, in [`FileKind::slot`] order (for per-kind counters).
+    pub const ALL: [FileKind; 5] = [
+        FileKind::Config,
+        FileKind::Container,
+        FileKind::Snapshot,
+        FileKind::Lock,
+        FileKind::Damage,
+    ];
+
+    /// This kind's position in [`FileKind::ALL`].
+    pub fn slot(self) -> usize {
+        match self {
+            FileKind::Config => 0,
+            FileKind::Container => 1,
+            FileKind::Snapshot => 2,
+            FileKind::Lock => 3,
+            FileKind::Damage => 4,
+        }
+    }
+
     /// The folder (or key prefix) of this kind.
     pub fn dir(self) -> &'static str {
         match self {

@@ -112,7 +112,22 @@ pub fn check(
             report.problem(None, None, format!("stray file containers/{name}"));
             continue;
         };
-        match read_container_meta(backend.as_ref(), name) {
+        // A failed read is tried once more before it counts (see step 4).
+        let meta = read_container_meta(backend.as_ref(), name).or_else(|first| {
+            let again = read_container_meta(backend.as_ref(), name);
+            if again.is_ok() {
+                report.problem(
+                    None,
+                    None,
+                    format!(
+                        "container {name}: a metadata read failed ({first}) and a second read \
+                         was intact: the storage may be unreliable"
+                    ),
+                );
+            }
+            again
+        });
+        match meta {
             Ok(meta) => {
                 entry_ids.insert(cid, meta.entries.iter().map(entry_pair).collect());
             }
@@ -153,6 +168,10 @@ pub fn check(
     }
     // 4. With read_data: every stored chunk.
     let mut bad_chunks: HashMap<ChunkId, String> = HashMap::new();
+    // Recorded copies that verify again (the damage was a transient read error, or the
+    // container was restored from elsewhere), and containers recorded whole that now do.
+    let mut cleared: Vec<(ContainerId, ChunkId)> = Vec::new();
+    let mut cleared_whole: Vec<ContainerId> = Vec::new();
     if read_data {
         let total: u64 = containers.iter().map(|(_, s)| s).sum();
         progress.set_total(total);
@@ -167,14 +186,33 @@ pub fn check(
                 continue; // reported and recorded whole
             }
             let what = format!("container {name}");
-            let file = match backend.get(FileKind::Container, name) {
+            let mut file = match backend.get(FileKind::Container, name) {
                 Ok(f) => f,
                 Err(e) => {
                     report.problem(None, None, format!("{what}: {e}"));
                     continue;
                 }
             };
-            let name_mismatch = ChunkId::of(&file).0 != cid.0;
+            let mut name_mismatch = ChunkId::of(&file).0 != cid.0;
+            if name_mismatch {
+                // Containers are named by their hash: a mismatch is damage at rest or a bad
+                // read. Read once more before recording anything, so that a transient error
+                // does not take good data out of the index.
+                if let Ok(again) = backend.get(FileKind::Container, name) {
+                    if ChunkId::of(&again).0 == cid.0 {
+                        report.problem(
+                            None,
+                            None,
+                            format!(
+                                "{what}: a read returned damaged data and a second read was \
+                                 intact: the storage may be unreliable"
+                            ),
+                        );
+                        name_mismatch = false;
+                    }
+                    file = again;
+                }
+            }
             let found_before = found.len();
             let meta = match container::decode_container_meta(&file, &what) {
                 Ok(m) => m,
@@ -183,9 +221,29 @@ pub fn check(
                     continue;
                 }
             };
-            let mut base = |b: &ChunkId| reader.read_chunk(b);
+            // A base in another container is read through the index; a failed read is tried
+            // once more (a damaged region is not cached, so the retry reads it again).
+            let mut flaky: Vec<String> = Vec::new();
+            let mut base = |b: &ChunkId| match reader.read_chunk(b) {
+                Ok(bytes) => Ok(bytes),
+                Err(first) => {
+                    let again = reader.read_chunk(b);
+                    if again.is_ok() {
+                        flaky.push(format!(
+                            "chunk {b}: a read failed ({first}) and a second read was intact: \
+                             the storage may be unreliable"
+                        ));
+                    }
+                    again
+                }
+            };
+            let mut all_verify = true;
             verify_entries(&file, &meta, &what, &mut base, |i, e, verdict| {
                 report.chunks_read += 1;
+                all_verify &= verdict.is_ok();
+                if verdict.is_ok() && damage.reason(&cid, &e.id).is_some() {
+                    cleared.push((cid, e.id));
+                }
                 // Only the copy the index points at is used; other copies (garbage a prune
                 // has not removed yet, or copies recorded as damaged) cannot harm a restore.
                 let indexed_here = index
@@ -206,9 +264,15 @@ pub fn check(
                 }
                 Ok(())
             })?;
+            for msg in flaky {
+                report.problem(None, None, msg);
+            }
             // Damage somewhere in the container. If it touches no chunk a restore can use
             // (only garbage copies, or copies recorded earlier), it is not a problem for any
             // snapshot, but the container still fails its hash: `repair packs` rewrites it.
+            if all_verify && !name_mismatch && damage.container_damaged(&cid) {
+                cleared_whole.push(cid);
+            }
             let known = found.len() > found_before
                 || damage.container_damaged(&cid)
                 || !damage.chunks_in(&cid).is_empty();
@@ -269,7 +333,36 @@ pub fn check(
             (None, _) => false,
         }
     });
+    let old_records = damage.record_names.clone();
+    for (cid, chunk) in &cleared {
+        damage.forget_copy(cid, chunk);
+    }
+    for cid in &cleared_whole {
+        damage.forget_container(cid);
+    }
+    let cleared_any = !cleared.is_empty() || !cleared_whole.is_empty();
+    if cleared_any {
+        report.notices.push(format!(
+            "{} stored copies recorded as damaged verify again (the damage was transient, or the \
+             containers were restored); they are no longer recorded",
+            cleared.len()
+        ));
+    }
     if !found.is_empty() {
+        report.notices.push(format!(
+            "recorded {} damaged stored copies: they left the index, so the next backup of \
+             their files stores them again; `dedelta repair packs` salvages and removes the \
+             damaged containers",
+            found.len()
+        ));
+    }
+    damage.extend(&found);
+    if cleared_any {
+        // The new record set is durable before the old records go; the index is then rebuilt
+        // so that it names the copies that verify again and none of the damaged ones.
+        damage::rewrite(backend.as_ref(), &damage, &old_records, time.to_string())?;
+        crate::commands::repair::rebuild_index(repo, &mut |_| {})?;
+    } else if !found.is_empty() {
         damage::write_record(
             backend.as_ref(),
             &crate::format::damage::DamageRecord {
@@ -289,21 +382,15 @@ pub fn check(
             })?;
         }
         repo.index().remove_chunks(&out_of_index)?;
-        damage.extend(&found);
-        report.notices.push(format!(
-            "recorded {} damaged stored copies: they left the index, so the next backup of \
-             their files stores them again; `dedelta repair packs` salvages and removes the \
-             damaged containers",
-            found.len()
-        ));
-        report.damage_recorded = found;
-    } else if !damage.is_empty() {
+    }
+    if found.is_empty() && !damage.is_empty() {
         report.notices.push(format!(
             "{} containers hold damage recorded earlier; `dedelta repair packs` salvages and \
              removes them",
             damage.containers().len()
         ));
     }
+    report.damage_recorded = found;
     // 7. Every reference of every snapshot.
     let index = repo.index().reader()?;
     let listed = crate::repository::snapshots::list(backend.as_ref())?;

@@ -135,15 +135,25 @@ impl DamageSet {
         });
     }
 
-    /// Forgets everything recorded about `container` (it was deleted).
-    pub fn forget_container(&mut self, container: &ContainerId) {
-        self.containers.remove(container);
-        self.copies.retain(|(c, _), _| c != container);
+    /// Forgets the record of one copy (it verifies again).
+    pub fn forget_copy(&mut self, container: &ContainerId, chunk: &ChunkId) {
+        self.copies.remove(&(*container, *chunk));
+        self.rebuild_by_chunk();
+    }
+
+    fn rebuild_by_chunk(&mut self) {
         self.by_chunk = self
             .copies
             .iter()
             .map(|((c, k), reason)| (*k, (*c, reason.clone())))
             .collect();
+    }
+
+    /// Forgets everything recorded about `container` (it was deleted).
+    pub fn forget_container(&mut self, container: &ContainerId) {
+        self.containers.remove(container);
+        self.copies.retain(|(c, _), _| c != container);
+        self.rebuild_by_chunk();
     }
 }
 
