@@ -488,7 +488,7 @@ fn restore_and_dump_take_names_that_are_not_utf8() {
 fn copy_container_of(repo: &IndexedRepository, id: &ChunkId) -> ContainerId {
     let old = repo.index().get(id).unwrap().unwrap().container;
     let meta = repo.read_container_meta(&old).unwrap();
-    let mut reader = repo.chunk_reader(1 << 20).unwrap();
+    let mut reader = dedelta_store::read::ChunkReader::new(repo, 1 << 20).unwrap();
     let mut region = RegionBuilder::default();
     // A different region layout than the original, so the copy is another container.
     region.push(ChunkId::of(b"pad"), EntryKind::Full, b"pad", 3, Vec::new());

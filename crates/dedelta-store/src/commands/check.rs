@@ -175,7 +175,7 @@ pub fn check(
     if read_data {
         let total: u64 = containers.iter().map(|(_, s)| s).sum();
         progress.set_total(total);
-        let mut reader = repo.chunk_reader(64 << 20)?;
+        let mut reader = crate::read::ChunkReader::new(repo, 64 << 20)?;
         let index = repo.index().reader()?;
         for (name, size) in &containers {
             let Some(cid) = ContainerId::from_hex(name) else {

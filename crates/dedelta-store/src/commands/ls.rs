@@ -3,8 +3,9 @@
 use crate::error::{Error, Result};
 use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::format::tree::{ChunkRef, Node, NodeKind, TreeDecoder};
+use crate::read::ChunkStreamReader;
 use crate::read::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
-use crate::repository::{ChunkStreamReader, IndexedRepository};
+use crate::repository::IndexedRepository;
 use std::io::{BufReader, Write};
 
 /// Region cache for metadata reads.
@@ -18,7 +19,7 @@ pub fn walk_tree(
     snapshot: &Snapshot,
     mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
 ) -> Result<()> {
-    let mut reader = repo.chunk_reader(TREE_CACHE_BYTES)?;
+    let mut reader = crate::read::ChunkReader::new(repo, TREE_CACHE_BYTES)?;
     let ids = snapshot.tree.chunk_ids()?;
     let mut dec = TreeDecoder::new(BufReader::with_capacity(
         64 * 1024,

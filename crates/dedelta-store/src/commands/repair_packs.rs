@@ -83,7 +83,7 @@ pub fn repair_packs(
     })?;
     // 1. Salvage.
     let index = repo.index().reader()?;
-    let mut reader = repo.chunk_reader(64 << 20)?;
+    let mut reader = crate::read::ChunkReader::new(repo, 64 << 20)?;
     let mut writer = ContainerWriter::new(repo);
     let mut salvaged: HashSet<ChunkId> = HashSet::new();
     for cid in &targets {

@@ -4,6 +4,7 @@
 //! the chunk index, and only it can read or write chunks. Writing also needs a [`RepoLock`].
 
 pub mod damage;
+pub mod index_rebuild;
 pub mod lock;
 pub mod snapshots;
 
@@ -13,7 +14,6 @@ use crate::client::index::ChunkIndex;
 use crate::error::{Error, Result};
 use crate::format::config::RepoConfig;
 use crate::format::container::{self, ContainerId, ContainerMeta, FOOTER_LEN};
-pub use crate::read::{verify_chunk, ChunkReader, ChunkStreamReader, ReadStats};
 use crate::repository::lock::{LockInfo, RepoLock};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -125,7 +125,7 @@ impl Repository {
             notices: std::sync::Mutex::new(notices),
         };
         if !repo.index.is_complete()? {
-            let st = crate::commands::repair::rebuild_index(&repo, &mut |_| {})?;
+            let st = index_rebuild::rebuild_index(&repo, &mut |_| {})?;
             for p in &st.problems {
                 repo.notice(format!("index rebuild: {p}"));
             }
@@ -160,7 +160,7 @@ impl IndexedRepository {
     /// one rebuilt from the containers.
     pub fn reset_index(&self) -> Result<()> {
         self.index.reset()?;
-        crate::commands::repair::rebuild_index(self, &mut |_| {})?;
+        index_rebuild::rebuild_index(self, &mut |_| {})?;
         Ok(())
     }
 
@@ -182,11 +182,6 @@ impl IndexedRepository {
     /// Reads and checks the metadata section of a container (two ranged reads).
     pub fn read_container_meta(&self, id: &ContainerId) -> Result<ContainerMeta> {
         read_container_meta(self.backend.as_ref(), &id.to_hex())
-    }
-
-    /// A chunk reader with caches of `cache_bytes` for decompressed regions.
-    pub fn chunk_reader(&self, cache_bytes: usize) -> Result<ChunkReader<'_>> {
-        ChunkReader::new(self, cache_bytes)
     }
 }
 

@@ -1,0 +1,287 @@
+//! Finding a chunk: index lookup, container metadata, and its region read and decompressed
+//! through an LRU region cache (the expensive half of a read).
+
+use super::{corrupt, lru, ReadStats, META_CACHE_ENTRIES, SPARE_BUFFERS};
+use crate::backend::FileKind;
+use crate::client::index::IndexReader;
+use crate::error::{Error, Result};
+use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
+use crate::repository::damage::DamageSet;
+use crate::repository::IndexedRepository;
+use dedelta_core::compress::RegionDecompressor;
+use dedelta_core::ChunkId;
+use lru::LruCache;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// A chunk found in its container, with its region decompressed in memory.
+#[derive(Clone, Debug)]
+pub struct LocatedChunk {
+    /// The chunk's fingerprint.
+    pub id: ChunkId,
+    /// The container holding it.
+    pub container: ContainerId,
+    /// Length of the chunk's original bytes.
+    pub original_len: usize,
+    /// For a delta, its base.
+    pub delta_base: Option<ChunkId>,
+    region: Arc<Vec<u8>>,
+    range: Range<usize>,
+}
+
+impl LocatedChunk {
+    /// The stored bytes: the chunk itself, or its delta instructions.
+    pub fn stored(&self) -> &[u8] {
+        &self.region[self.range.clone()]
+    }
+
+    pub(crate) fn corrupt(&self, reason: String) -> Error {
+        corrupt(&self.container, &self.id, reason)
+    }
+}
+
+/// Finds chunks and decompresses their regions.
+pub struct ChunkLocator<'a> {
+    repo: &'a IndexedRepository,
+    index: IndexReader,
+    metas: LruCache<ContainerId, Arc<ContainerMeta>>,
+    regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
+    decompressor: RegionDecompressor,
+    /// Reused buffer for stored (compressed) region bytes.
+    stored: Vec<u8>,
+    /// Buffers of evicted regions, reused for the next ones.
+    spare: Vec<Vec<u8>>,
+    /// Evicted regions still shared with the decoding thread; reused once it lets go.
+    retired: Vec<Arc<Vec<u8>>>,
+    region_bytes: usize,
+    cache_bytes: usize,
+    stats: ReadStats,
+    /// Damage records, read the first time a chunk is not in the index (to say why).
+    damage: Option<DamageSet>,
+}
+
+impl<'a> ChunkLocator<'a> {
+    /// A locator with `cache_bytes` of decompressed regions.
+    pub fn new(repo: &'a IndexedRepository, cache_bytes: usize) -> Result<Self> {
+        Ok(ChunkLocator {
+            repo,
+            index: repo.index().reader()?,
+            metas: lru(META_CACHE_ENTRIES),
+            regions: LruCache::unbounded(),
+            decompressor: RegionDecompressor::default(),
+            stored: Vec::new(),
+            spare: Vec::new(),
+            retired: Vec::new(),
+            region_bytes: 0,
+            cache_bytes,
+            stats: ReadStats::default(),
+            damage: None,
+        })
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ReadStats {
+        self.stats
+    }
+
+    /// Re-reads the index, to see chunks committed since this locator was made.
+    pub fn refresh_index(&mut self) -> Result<()> {
+        self.index = self.repo.index().reader()?;
+        Ok(())
+    }
+
+    fn meta(&mut self, id: ContainerId) -> Result<Arc<ContainerMeta>> {
+        if let Some(m) = self.metas.get(&id) {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(self.repo.read_container_meta(&id)?);
+        self.stats.container_metas_read += 1;
+        self.metas.put(id, m.clone());
+        Ok(m)
+    }
+
+    fn region(
+        &mut self,
+        cid: ContainerId,
+        meta: &ContainerMeta,
+        index: u32,
+    ) -> Result<Arc<Vec<u8>>> {
+        if let Some(r) = self.regions.get(&(cid, index)) {
+            self.stats.region_cache_hits += 1;
+            return Ok(r.clone());
+        }
+        let what = format!("container {cid}");
+        let r = meta
+            .regions
+            .get(index as usize)
+            .ok_or_else(|| Error::corrupt(&what, format!("no region {index}")))?;
+        self.repo.backend().get_range_into(
+            FileKind::Container,
+            &cid.to_hex(),
+            i64::from(r.offset),
+            r.stored_len as usize,
+            &mut self.stored,
+        )?;
+        self.stats.regions_read += 1;
+        self.stats.bytes_read += self.stored.len() as u64;
+        let mut raw = self.spare_buffer();
+        container::open_region_into(&mut self.decompressor, &self.stored, r, &what, &mut raw)?;
+        let raw = Arc::new(raw);
+        self.region_bytes += raw.len();
+        self.regions.put((cid, index), raw.clone());
+        while self.region_bytes > self.cache_bytes && self.regions.len() > 1 {
+            let Some((_, old)) = self.regions.pop_lru() else {
+                break;
+            };
+            self.region_bytes -= old.len();
+            match Arc::try_unwrap(old) {
+                Ok(buf) if self.spare.len() < SPARE_BUFFERS => self.spare.push(buf),
+                Ok(_) => {}
+                Err(shared) if self.retired.len() < SPARE_BUFFERS => self.retired.push(shared),
+                Err(_) => {}
+            }
+        }
+        Ok(raw)
+    }
+
+    /// A buffer for the next region: an evicted one if any is free again, else a new one.
+    fn spare_buffer(&mut self) -> Vec<u8> {
+        if let Some(b) = self.spare.pop() {
+            return b;
+        }
+        match self.retired.iter().position(|r| Arc::strong_count(r) == 1) {
+            Some(i) => Arc::try_unwrap(self.retired.swap_remove(i)).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// How `id` is stored, from its container's metadata, without reading its region;
+    /// `None` if it is not indexed.
+    pub fn kind_of(&mut self, id: &ChunkId) -> Result<Option<EntryKind>> {
+        let Some(loc) = self.index.get(id)? else {
+            return Ok(None);
+        };
+        let meta = self.meta(loc.container)?;
+        Ok(meta.entries.get(loc.entry as usize).map(|e| e.kind))
+    }
+
+    /// Finds chunk `id` and decompresses its region.
+    ///
+    /// Readers take no lock, so a prune may move the chunk to a new container and delete the
+    /// old one between this locator's index view and the read. Prune indexes the copies before
+    /// it deletes anything, so when the container is gone the locator refreshes its index
+    /// view and tries once more before giving up.
+    ///
+    /// # Errors
+    /// [`Error::ChunkMissing`] if it is not indexed; [`Error::ContainerGone`] if its container
+    /// no longer exists even in a fresh index view (removed by a concurrent prune, or lost);
+    /// [`Error::CorruptChunk`] naming the container and chunk if its metadata or region is
+    /// damaged.
+    pub fn locate(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
+        match self.locate_once(id) {
+            Err(Located::Gone(first)) => {
+                self.refresh_index()?;
+                match self.locate_once(id) {
+                    Ok(c) => Ok(c),
+                    Err(Located::Gone(_)) => Err(gone(&first, id)),
+                    // No longer indexed: the chunk itself was pruned since our first view.
+                    Err(Located::Failed(Error::ChunkMissing(_))) => Err(gone(&first, id)),
+                    Err(Located::Failed(e)) => Err(e),
+                }
+            }
+            Err(Located::Failed(Error::ChunkMissing(hex))) => Err(self.missing(id, hex)),
+            Err(Located::Failed(e)) => Err(e),
+            Ok(c) => Ok(c),
+        }
+    }
+
+    /// The error for a chunk the index does not hold: corruption if `check` recorded its copy
+    /// as damaged (it took the copy out of the index), else [`Error::ChunkMissing`].
+    fn missing(&mut self, id: &ChunkId, hex: String) -> Error {
+        if self.damage.is_none() {
+            // Without readable records the plain "missing" is still true.
+            self.damage = Some(
+                DamageSet::load(self.repo.backend().as_ref())
+                    .map(|(set, _)| set)
+                    .unwrap_or_default(),
+            );
+        }
+        match self.damage.as_ref().and_then(|d| d.chunk_damage(id)) {
+            Some((container, reason)) => corrupt(
+                &container,
+                id,
+                format!(
+                    "recorded as damaged by check ({reason}); back up the file again, or run \
+                     `dedelta repair snapshots`"
+                ),
+            ),
+            None => Error::ChunkMissing(hex),
+        }
+    }
+
+    fn locate_once(&mut self, id: &ChunkId) -> std::result::Result<LocatedChunk, Located> {
+        let loc = self
+            .index
+            .get(id)?
+            .ok_or_else(|| Error::ChunkMissing(id.to_hex()))?;
+        let bad = |e: Error| match e {
+            Error::ObjectMissing { .. } => Located::Gone(loc.container),
+            e => Located::Failed(corrupt(&loc.container, id, e.to_string())),
+        };
+        let meta = self.meta(loc.container).map_err(bad)?;
+        let entry = meta.entries.get(loc.entry as usize).ok_or_else(|| {
+            corrupt(
+                &loc.container,
+                id,
+                format!("index names entry {} which does not exist", loc.entry),
+            )
+        })?;
+        if entry.id != *id {
+            return Err(corrupt(
+                &loc.container,
+                id,
+                "index points at another chunk's entry".into(),
+            )
+            .into());
+        }
+        let region = self
+            .region(loc.container, &meta, entry.region)
+            .map_err(bad)?;
+        let range = entry.offset as usize..(entry.offset as usize + entry.stored_len as usize);
+        if range.end > region.len() {
+            return Err(corrupt(&loc.container, id, "entry lies outside its region".into()).into());
+        }
+        Ok(LocatedChunk {
+            id: *id,
+            container: loc.container,
+            original_len: entry.original_len as usize,
+            delta_base: match entry.kind {
+                EntryKind::Full => None,
+                EntryKind::Delta { base } => Some(base),
+            },
+            region,
+            range,
+        })
+    }
+}
+
+/// Why one attempt to locate a chunk failed.
+enum Located {
+    /// The container the index names does not exist (any more).
+    Gone(ContainerId),
+    /// Anything else: final.
+    Failed(Error),
+}
+
+impl From<Error> for Located {
+    fn from(e: Error) -> Self {
+        Located::Failed(e)
+    }
+}
+
+fn gone(container: &ContainerId, chunk: &ChunkId) -> Error {
+    Error::ContainerGone {
+        container: container.to_hex(),
+        chunk: chunk.to_hex(),
+    }
+}

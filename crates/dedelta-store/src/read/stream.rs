@@ -1,0 +1,43 @@
+//! A byte stream stored as chunks (a tree stream), read through a [`ChunkReader`].
+
+use super::ChunkReader;
+use dedelta_core::ChunkId;
+
+/// A [`std::io::Read`] over a sequence of chunks (a stored byte stream such as a tree).
+pub struct ChunkStreamReader<'r, 'a> {
+    reader: &'r mut ChunkReader<'a>,
+    ids: std::vec::IntoIter<ChunkId>,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl<'r, 'a> ChunkStreamReader<'r, 'a> {
+    /// Reads the concatenation of `ids`.
+    pub fn new(reader: &'r mut ChunkReader<'a>, ids: Vec<ChunkId>) -> Self {
+        ChunkStreamReader {
+            reader,
+            ids: ids.into_iter(),
+            current: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl std::io::Read for ChunkStreamReader<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.current.len() {
+            let Some(id) = self.ids.next() else {
+                return Ok(0);
+            };
+            self.current = self
+                .reader
+                .read_chunk(&id)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            self.pos = 0;
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
