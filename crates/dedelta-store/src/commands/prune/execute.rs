@@ -1,0 +1,93 @@
+//! Prune's sweep, in an order that a crash at any point cannot turn into data loss: copies
+//! first (durable and indexed), then dead chunks leave the index, then containers go.
+
+use super::plan::PruneWork;
+use super::{PrunePlan, PruneStats};
+use crate::backend::FileKind;
+use crate::error::{Error, Result};
+use crate::format::container::{ContainerId, EntryKind};
+use crate::progress::Progress;
+use crate::repository::{ContainerWriter, IndexedRepository};
+use dedelta_core::ChunkId;
+use std::collections::{HashMap, HashSet};
+
+/// Sweeps according to `plan`.
+pub(super) fn execute(
+    repo: &IndexedRepository,
+    plan: PrunePlan,
+    work: &PruneWork,
+    progress: &dyn Progress,
+) -> Result<PruneStats> {
+    let backend = repo.backend().clone();
+    let index = repo.index().reader()?;
+    let mut stats = PruneStats::default();
+    // 1. Copy live entries of rewritten containers forward.
+    progress.set_total(plan.bytes_to_copy);
+    let mut writer = ContainerWriter::new(repo);
+    let mut rewrite: Vec<&String> = work.rewrite.iter().collect();
+    rewrite.sort();
+    for name in rewrite {
+        progress.message(&format!(
+            "rewriting container {}",
+            &name[..12.min(name.len())]
+        ));
+        let what = format!("container {name}");
+        let cid = ContainerId::from_hex(name).ok_or_else(|| Error::corrupt(&what, "bad name"))?;
+        let file = backend.get(FileKind::Container, name)?;
+        if ChunkId::of(&file).0 != cid.0 {
+            return Err(Error::corrupt(
+                &what,
+                "content does not match its name; run `dedelta check --read-data`",
+            ));
+        }
+        let meta = crate::format::container::decode_container_meta(&file, &what)?;
+        let mut raw_regions: HashMap<u32, Vec<u8>> = HashMap::new();
+        for (i, e) in meta.entries.iter().enumerate() {
+            let indexed = index
+                .get(&e.id)?
+                .is_some_and(|l| l.container == cid && l.entry == i as u32);
+            if !indexed || !work.live.contains(&e.id) {
+                continue;
+            }
+            if let std::collections::hash_map::Entry::Vacant(v) = raw_regions.entry(e.region) {
+                let r = &meta.regions[e.region as usize];
+                let stored = &file[r.offset as usize..(r.offset + r.stored_len) as usize];
+                v.insert(crate::format::container::open_region(stored, r, &what)?);
+            }
+            let raw = &raw_regions[&e.region];
+            let bytes = &raw[e.offset as usize..(e.offset + e.stored_len) as usize];
+            if e.kind == EntryKind::Full && ChunkId::of(bytes) != e.id {
+                return Err(Error::CorruptChunk {
+                    container: name.clone(),
+                    chunk: e.id.to_hex(),
+                    reason: "content does not match its fingerprint; not copying it".into(),
+                });
+            }
+            writer.push_entry(
+                e.id,
+                e.kind,
+                bytes,
+                e.original_len as usize,
+                e.super_features.clone(),
+            )?;
+            progress.inc(bytes.len() as u64);
+        }
+    }
+    writer.seal()?;
+    stats.containers_written = writer.written.len() as u64;
+    stats.bytes_written = writer.bytes_written;
+    // Container names are content hashes: a copy can have the very name of a container this
+    // prune is about to delete (an unindexed copy left by a killed prune). Never delete those.
+    let written: HashSet<String> = writer.written.iter().map(|c| c.to_hex()).collect();
+    // 2. Forget dead chunks in the index before any container disappears.
+    repo.index().remove_chunks(&work.dead)?;
+    // 3. Delete old containers.
+    for name in plan.delete.iter().chain(plan.rewrite.iter()) {
+        if !written.contains(name) {
+            backend.delete(FileKind::Container, name)?;
+        }
+    }
+    stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;
+    stats.plan = plan;
+    Ok(stats)
+}
