@@ -131,7 +131,7 @@ fn main() -> ExitCode {
 ///
 /// Such an error exits 0 without a message, as other Unix tools do: the reader (`head`,
 /// a pager) chose to stop reading, which is not a failure of the command. Output goes
-/// through [`render::outln`] or a writer whose errors reach here, never `println!`, which
+/// through [`render::outln!`] or a writer whose errors reach here, never `println!`, which
 /// would panic instead.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

@@ -6,7 +6,7 @@
 //! a small table renders it in its own `cmd/` file. Nothing here decides an exit code.
 //!
 //! All standard output goes through [`outln!`], which returns the write error instead of
-//! panicking, so that a closed pipe ends the command quietly (see `main::is_broken_pipe`).
+//! panicking, so that a closed pipe ends the command quietly (see [`crate::is_broken_pipe`]).
 
 use anyhow::Result;
 use dedelta_store::commands::{
@@ -51,6 +51,14 @@ pub fn print_warnings<S: AsRef<str>>(warnings: &[S]) {
 /// Writes `value` as one line of compact JSON to standard output.
 pub fn print_json(value: &impl Serialize) -> Result<()> {
     outln!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
+/// Writes `prefix` and the item, one line per item (a list of ids, names or paths).
+fn lines(prefix: &str, items: &[String]) -> Result<()> {
+    for item in items {
+        outln!("{prefix}{item}");
+    }
     Ok(())
 }
 
@@ -184,17 +192,12 @@ pub fn prune(st: &prune::PruneStats, json: bool) -> Result<()> {
         return print_json(st);
     }
     let p = &st.plan;
-    if st.containers_written == 0
-        && st.bytes_freed == 0
-        && (!p.delete.is_empty() || !p.rewrite.is_empty())
-    {
+    let planned_nothing = p.delete.is_empty() && p.rewrite.is_empty();
+    // A plan with work in it but nothing written or freed: a dry run.
+    if st.containers_written == 0 && st.bytes_freed == 0 && !planned_nothing {
         outln!("dry run: nothing was changed");
-        for c in &p.delete {
-            outln!("would delete container {c}");
-        }
-        for c in &p.rewrite {
-            outln!("would rewrite container {c}");
-        }
+        lines("would delete container ", &p.delete)?;
+        lines("would rewrite container ", &p.rewrite)?;
     }
     outln!(
         "{} chunks referenced, {} kept as delta bases, {} dead",
@@ -209,20 +212,13 @@ pub fn prune(st: &prune::PruneStats, json: bool) -> Result<()> {
         st.containers_written,
         p.keep
     );
-    outln!(
-        "{} {} in {:.2} s",
-        if st.seconds > 0.0
-            && st.containers_written == 0
-            && p.delete.is_empty()
-            && p.rewrite.is_empty()
-        {
-            "nothing to free,"
-        } else {
-            "freed"
-        },
-        mb(st.bytes_freed.max(0) as u64),
-        st.seconds
-    );
+    let freed = if st.seconds > 0.0 && st.containers_written == 0 && planned_nothing {
+        "nothing to free,"
+    } else {
+        "freed"
+    };
+    let bytes_freed = mb(st.bytes_freed.max(0) as u64);
+    outln!("{freed} {bytes_freed} in {:.2} s", st.seconds);
     Ok(())
 }
 
@@ -246,12 +242,8 @@ pub fn repair_packs(st: &repair_packs::RepairPacksStats, json: bool) -> Result<(
     if json {
         return print_json(st);
     }
-    for c in &st.containers {
-        outln!("repaired container {c}");
-    }
-    for c in &st.chunks_lost {
-        outln!("lost chunk {c}");
-    }
+    lines("repaired container ", &st.containers)?;
+    lines("lost chunk ", &st.chunks_lost)?;
     outln!(
         "{} containers repaired: {} chunks salvaged into {} new containers, {} chunks lost, {} deltas lost with their base",
         st.containers.len(),
@@ -277,10 +269,10 @@ pub fn repair_snapshots(
     if json {
         return print_json(st);
     }
-    let verb = if opts.dry_run {
-        "would repair"
+    let (verb, removed) = if opts.dry_run {
+        ("would repair", "would remove")
     } else {
-        "repaired"
+        ("repaired", "removed")
     };
     for rs in &st.repaired {
         outln!(
@@ -300,19 +292,11 @@ pub fn repair_snapshots(
             outln!("  damaged file /{f}: lost chunks removed");
         }
     }
-    for n in &st.removed_unreadable {
-        outln!(
-            "{} damaged snapshot file {n}",
-            if opts.dry_run {
-                "would remove"
-            } else {
-                "removed"
-            }
-        );
-    }
-    for n in &st.left_unreadable {
-        outln!("left alone: {n}");
-    }
+    lines(
+        &format!("{removed} damaged snapshot file "),
+        &st.removed_unreadable,
+    )?;
+    lines("left alone: ", &st.left_unreadable)?;
     outln!(
         "{} snapshots {verb}, {} intact{}",
         st.repaired.len(),
