@@ -1,0 +1,42 @@
+//! `dedelta check`: verifies the repository under its lock (snapshots, trees, index and
+//! containers; with `--read-data` every stored chunk) and records the damage it finds, which
+//! `repair` and later commands then use.
+//!
+//! Exit codes: 0 no errors; 1 errors found (each printed), or the check could not run;
+//! 10 no repository; 11 locked.
+
+use super::{now_rfc3339, open_locked, progress_bar, RepoArg};
+use crate::render::{self, print_notices};
+use crate::EXIT_ERROR;
+use anyhow::Result;
+use clap::Args;
+use dedelta_store::commands::check;
+
+/// Arguments of `dedelta check`.
+#[derive(Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Also read and verify every stored chunk.
+    #[arg(long)]
+    read_data: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the check and prints its report.
+pub fn run(args: CheckArgs) -> Result<u8> {
+    let (r, lock) = open_locked(&args.repo, "check")?;
+    let progress = progress_bar(args.json);
+    let report = check::check(&r, &lock, args.read_data, &now_rfc3339(), &progress)?;
+    progress.finish();
+    lock.release()?;
+    print_notices(&report.notices);
+    render::check(&report, args.read_data, args.json)?;
+    Ok(if report.problems.is_empty() {
+        0
+    } else {
+        EXIT_ERROR
+    })
+}

@@ -1,0 +1,87 @@
+//! `dedelta init`: creates a repository with its chunking, compression and delta settings,
+//! which every later backup reads from the repository config.
+//!
+//! Exit codes: 0 created; 1 a bad option, or a repository already exists at the path.
+
+use super::{DeltaArgs, RepoArg};
+use crate::render::{outln, print_json};
+use anyhow::{Context, Result};
+use clap::Args;
+use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
+use dedelta_core::compress::Compression;
+use dedelta_store::format::config::{RepoConfig, DEFAULT_REGION_SIZE};
+use dedelta_store::{Error, Repository};
+use serde_json::json;
+use std::io::Read;
+
+/// Arguments of `dedelta init`.
+#[derive(Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Minimum chunk size in bytes.
+    #[arg(long, default_value_t = ChunkerParams::default().min_size)]
+    chunk_min: usize,
+    /// Average chunk size in bytes (a power of two).
+    #[arg(long, default_value_t = ChunkerParams::default().avg_size)]
+    chunk_avg: usize,
+    /// Maximum chunk size in bytes.
+    #[arg(long, default_value_t = ChunkerParams::default().max_size)]
+    chunk_max: usize,
+    /// Chunking method: fastcdc, gear, rabin or fixed.
+    #[arg(long, default_value = "fastcdc")]
+    chunker: String,
+    /// Local compression: zstd:N (1..=22) or none.
+    #[arg(long, default_value = "zstd:3")]
+    compression: String,
+    /// Raw size of a compression region in bytes.
+    #[arg(long, default_value_t = DEFAULT_REGION_SIZE)]
+    region_size: usize,
+    #[command(flatten)]
+    delta: DeltaArgs,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Builds the config from the arguments, creates the repository and prints its id.
+pub fn run(args: InitArgs) -> Result<u8> {
+    let mut cfg = RepoConfig::new(random_id()?);
+    let chunker = &args.chunker;
+    cfg.chunker.kind = ChunkerKind::from_name(chunker)
+        .ok_or_else(|| Error::InvalidOption(format!("unknown chunker {chunker:?}")))?;
+    cfg.chunker.params = ChunkerParams {
+        min_size: args.chunk_min,
+        avg_size: args.chunk_avg,
+        max_size: args.chunk_max,
+    };
+    let compression = &args.compression;
+    cfg.compression = Compression::parse(compression).ok_or_else(|| {
+        Error::InvalidOption(format!(
+            "compression must be zstd:N (1..=22) or none, not {compression:?}"
+        ))
+    })?;
+    cfg.region_size = args.region_size;
+    args.delta.apply(&mut cfg.delta)?;
+    let path = &args.repo.repo;
+    let r = Repository::init_local(path, cfg)?;
+    if args.json {
+        print_json(&json!({"repository": path, "config": r.config()}))?;
+    } else {
+        outln!(
+            "created dedelta repository {} at {}",
+            r.config().id,
+            path.display()
+        );
+    }
+    Ok(0)
+}
+
+/// A new repository id: 16 random bytes from the OS, as hex.
+fn random_id() -> Result<String> {
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}

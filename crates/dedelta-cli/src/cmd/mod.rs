@@ -1,0 +1,168 @@
+//! The repository subcommands, one file each: its clap arguments and a `run` that opens the
+//! repository, calls dedelta-store and hands the result to [`crate::render`]. `run` returns
+//! the exit code of a command that finished (0, or a code its module doc names); errors go
+//! back to `main`, which maps them to exit codes.
+//!
+//! This file holds what several commands share: the option groups [`RepoArg`] and
+//! [`DeltaArgs`], and opening, locking and describing the caller ([`open`], [`open_locked`],
+//! [`lock_info`]). `bench` and `eval` are not here: they use no repository.
+
+pub mod backup;
+pub mod check;
+pub mod dump;
+pub mod forget;
+pub mod init;
+pub mod ls;
+pub mod prune;
+pub mod repair;
+pub mod restore;
+pub mod snapshots;
+pub mod stats;
+
+use crate::progress;
+use crate::render::print_notices;
+use anyhow::Result;
+use clap::Args;
+use dedelta_core::delta::DeltaKind;
+use dedelta_core::sketch::SketchKind;
+use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
+use dedelta_store::repository::lock::{LockInfo, RepoLock};
+use dedelta_store::{Error, IndexedRepository, Repository};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// The repository option every repository command takes.
+#[derive(Args, Clone)]
+pub struct RepoArg {
+    /// Repository path.
+    #[arg(short = 'r', long = "repo", env = "DEDELTA_REPO")]
+    pub repo: PathBuf,
+}
+
+/// Resemblance detection and delta compression options (for `init`: the repository
+/// defaults; for `backup`: overrides for this backup).
+#[derive(Args, Clone, Default)]
+pub struct DeltaArgs {
+    /// Sketch method: none, ntransform, finesse or odess.
+    #[arg(long)]
+    sketch: Option<String>,
+    /// Super-features per chunk (M).
+    #[arg(long = "sf")]
+    sf: Option<usize>,
+    /// Features per super-feature (K).
+    #[arg(long)]
+    features_per_sf: Option<usize>,
+    /// Delta codec: ddelta, edelta or xdelta.
+    #[arg(long)]
+    delta: Option<String>,
+    /// Sketch index: full or stream.
+    #[arg(long)]
+    sketch_index: Option<String>,
+    /// Duplicate-adjacency detection (DARE): on or off.
+    #[arg(long)]
+    dupadj: Option<String>,
+    /// Base cache size in MiB.
+    #[arg(long)]
+    base_cache_mib: Option<usize>,
+    /// Minimum saving for a delta to be kept, in percent of the chunk's compressed size.
+    #[arg(long)]
+    min_saving_percent: Option<f64>,
+}
+
+impl DeltaArgs {
+    /// Applies the given options to `cfg`, then validates it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for an unknown name or value, or what
+    /// [`DeltaConfig::validate`] refuses.
+    pub fn apply(&self, cfg: &mut DeltaConfig) -> Result<()> {
+        let bad = |what: &str, v: &str| Error::InvalidOption(format!("unknown {what} {v:?}"));
+        if let Some(s) = &self.sketch {
+            cfg.sketch = match s.as_str() {
+                "none" => None,
+                other => {
+                    Some(SketchKind::from_name(other).ok_or_else(|| bad("sketch method", other))?)
+                }
+            };
+        }
+        if let Some(m) = self.sf {
+            cfg.sketch_params.sf_count = m;
+        }
+        if let Some(k) = self.features_per_sf {
+            cfg.sketch_params.features_per_sf = k;
+        }
+        if let Some(d) = &self.delta {
+            cfg.codec = DeltaKind::from_name(d).ok_or_else(|| bad("delta codec", d))?;
+        }
+        if let Some(i) = &self.sketch_index {
+            cfg.sketch_index =
+                SketchIndexKind::from_name(i).ok_or_else(|| bad("sketch index", i))?;
+        }
+        if let Some(d) = &self.dupadj {
+            cfg.dupadj = match d.as_str() {
+                "on" => true,
+                "off" => false,
+                other => return Err(bad("--dupadj value (on|off)", other).into()),
+            };
+        }
+        if let Some(m) = self.base_cache_mib {
+            cfg.base_cache_bytes = m << 20;
+        }
+        if let Some(p) = self.min_saving_percent {
+            cfg.min_saving = p / 100.0;
+        }
+        cfg.validate()?;
+        Ok(())
+    }
+}
+
+/// The current time in RFC 3339 (UTC, microseconds), as snapshots and locks record it.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// This machine's host name, or `unknown`.
+pub fn host() -> String {
+    hostname::get()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Who is taking the lock: this process, this host, now, running `command`.
+pub fn lock_info(command: &str) -> LockInfo {
+    LockInfo {
+        pid: std::process::id(),
+        host: host(),
+        time: now_rfc3339(),
+        command: command.into(),
+    }
+}
+
+/// Opens the repository and its index without a lock, printing on stderr what the user
+/// should know (an index that had to be rebuilt).
+pub fn open(repo: &RepoArg) -> Result<IndexedRepository> {
+    with_index(Repository::open_local(&repo.repo)?)
+}
+
+/// Opens the index of an open repository (after the lock, for commands that take it),
+/// printing its notices on stderr.
+pub fn with_index(r: Repository) -> Result<IndexedRepository> {
+    let r = r.open_index()?;
+    print_notices(&r.take_notices());
+    Ok(r)
+}
+
+/// Opens the repository, takes its exclusive lock for `command`, then opens the index (in
+/// that order, so that no other process changes the containers while the index is read).
+pub fn open_locked(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
+    let r = Repository::open_local(&repo.repo)?;
+    let lock = r.lock(&lock_info(command))?;
+    let r = with_index(r)?;
+    Ok((r, lock))
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal and the result is not
+/// JSON (whose reader is a program).
+pub fn progress_bar(json: bool) -> progress::Bar {
+    progress::Bar::new(std::io::stderr().is_terminal() && !json)
+}

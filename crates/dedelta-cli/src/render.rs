@@ -1,0 +1,311 @@
+//! Output: how results look on the terminal, as text or as JSON.
+//!
+//! Each function here takes a dedelta-store result and `json`, and writes either the human
+//! text or one JSON object per line to standard output; notices and warnings go to standard
+//! error. Only results whose rendering is long live here; a command whose output is a line or
+//! a small table renders it in its own `cmd/` file. Nothing here decides an exit code.
+//!
+//! All standard output goes through [`outln!`], which returns the write error instead of
+//! panicking, so that a closed pipe ends the command quietly (see [`crate::is_broken_pipe`]).
+
+use anyhow::Result;
+use dedelta_store::commands::{
+    backup, check, prune, repair, repair_packs, repair_snapshots, stats,
+};
+use dedelta_store::format::snapshot::ratio;
+use serde::Serialize;
+use serde_json::json;
+
+/// Writes a line to standard output. Unlike `println!` it returns an error instead of
+/// panicking when the reader has gone (`dedelta snapshots | head`); `main` then exits quietly,
+/// as other Unix tools do. Use it in a function returning `anyhow::Result`.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+pub(crate) use outln;
+
+/// `bytes` in MiB with one decimal, e.g. `12.5 MiB`.
+pub fn mb(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// Prints each notice (something the user should know that did not stop the command) on
+/// standard error as `note: …`.
+pub fn print_notices(notices: &[String]) {
+    for n in notices {
+        eprintln!("note: {n}");
+    }
+}
+
+/// Prints each warning (something that was skipped or could not be read) on standard error
+/// as `warning: …`.
+pub fn print_warnings<S: AsRef<str>>(warnings: &[S]) {
+    for w in warnings {
+        eprintln!("warning: {}", w.as_ref());
+    }
+}
+
+/// Writes `value` as one line of compact JSON to standard output.
+pub fn print_json(value: &impl Serialize) -> Result<()> {
+    outln!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
+/// Writes `prefix` and the item, one line per item (a list of ids, names or paths).
+fn lines(prefix: &str, items: &[String]) -> Result<()> {
+    for item in items {
+        outln!("{prefix}{item}");
+    }
+    Ok(())
+}
+
+/// The result of `backup`: the summary with the derived factors (as JSON, with the
+/// warnings and notices inside), or warnings and notices on stderr and a few lines of text.
+pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
+    let s = &res.summary;
+    let mbps = s.bytes_read as f64 / 1e6 / s.seconds.max(1e-9);
+    if json {
+        let mut v = serde_json::to_value(s)?;
+        v["snapshot_id"] = json!(res.snapshot_id.to_hex());
+        v["dedup_factor"] = json!(s.dedup_factor());
+        v["dcr"] = json!(s.dcr());
+        v["dce"] = json!(s.dce());
+        v["mb_per_s"] = json!(mbps);
+        v["warning_messages"] = json!(res.warnings);
+        v["notices"] = json!(res.notices);
+        return print_json(&v);
+    }
+    print_warnings(&res.warnings);
+    print_notices(&res.notices);
+    outln!("snapshot {} saved", res.snapshot_id.short());
+    outln!(
+        "files: {}, dirs: {}, symlinks: {}",
+        s.files,
+        s.dirs,
+        s.symlinks
+    );
+    outln!(
+        "read {}, new {} ({} chunks of {}), added {} to the repository",
+        mb(s.bytes_read),
+        mb(s.bytes_new),
+        s.new_chunks,
+        s.chunks,
+        mb(s.bytes_added)
+    );
+    if s.delta_chunks > 0 {
+        outln!(
+            "delta: {} chunks as deltas ({} by DupAdj, {} by sketch), {} after delta, DCR {:.2}, DCE {:.2}",
+            s.delta_chunks,
+            s.dupadj_deltas,
+            s.sketch_deltas,
+            mb(s.bytes_after_delta),
+            s.dcr(),
+            s.dce()
+        );
+    }
+    if s.base_cache_hits + s.base_cache_local_hits + s.base_cache_misses > 0 {
+        outln!(
+            "bases: {} from memory, {} from the local cache, {} read back",
+            s.base_cache_hits,
+            s.base_cache_local_hits,
+            s.base_cache_misses
+        );
+    }
+    outln!(
+        "dedup factor {:.2}, total factor {:.2}, {:.2} s, {:.1} MB/s",
+        s.dedup_factor(),
+        ratio(s.bytes_read, s.bytes_added),
+        s.seconds,
+        mbps
+    );
+    Ok(())
+}
+
+/// The report of `check`: each problem with where it was found, then a summary line (which
+/// counts chunks read only if `read_data`).
+pub fn check(report: &check::CheckReport, read_data: bool, json: bool) -> Result<()> {
+    if json {
+        return print_json(report);
+    }
+    for p in &report.problems {
+        let mut where_ = String::new();
+        if let Some(s) = &p.snapshot {
+            where_.push_str(&format!("snapshot {s}: "));
+        }
+        if let Some(f) = &p.path {
+            where_.push_str(&format!("file /{f}: "));
+        }
+        outln!("error: {where_}{}", p.message);
+    }
+    outln!(
+        "checked {} snapshots, {} containers, {} references{}: {}",
+        report.snapshots,
+        report.containers,
+        report.references,
+        if read_data {
+            format!(", {} chunks read", report.chunks_read)
+        } else {
+            String::new()
+        },
+        if report.problems.is_empty() {
+            "no errors".to_string()
+        } else {
+            format!("{} errors", report.problems.len())
+        }
+    );
+    Ok(())
+}
+
+/// The repository statistics of `stats`: one aligned `name: value` line each.
+pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
+    if json {
+        return print_json(s);
+    }
+    let bytes = |n: u64| format!("{n} ({})", mb(n));
+    outln!("snapshots:          {}", s.snapshots);
+    outln!("logical bytes:      {}", bytes(s.logical_bytes));
+    outln!("unique bytes:       {}", bytes(s.unique_bytes));
+    outln!("after delta:        {}", bytes(s.after_delta_bytes));
+    outln!("stored bytes:       {}", bytes(s.stored_bytes));
+    outln!(
+        "chunks:             {} ({} full, {} delta)",
+        s.chunks,
+        s.full_chunks,
+        s.delta_chunks
+    );
+    outln!("containers:         {}", s.containers);
+    outln!("dedup factor:       {:.2}", s.dedup_factor);
+    outln!("delta factor (DCR): {:.2}", s.delta_factor);
+    outln!("DCE:                {:.2}", s.dce);
+    outln!("compression factor: {:.2}", s.compression_factor);
+    outln!("total factor:       {:.2}", s.total_factor);
+    Ok(())
+}
+
+/// The result of `prune` (also run by `forget --prune`): on a dry run the containers it
+/// would delete or rewrite, then the plan's counts and the space freed.
+pub fn prune(st: &prune::PruneStats, json: bool) -> Result<()> {
+    if json {
+        return print_json(st);
+    }
+    let p = &st.plan;
+    let planned_nothing = p.delete.is_empty() && p.rewrite.is_empty();
+    // A plan with work in it but nothing written or freed: a dry run.
+    if st.containers_written == 0 && st.bytes_freed == 0 && !planned_nothing {
+        outln!("dry run: nothing was changed");
+        lines("would delete container ", &p.delete)?;
+        lines("would rewrite container ", &p.rewrite)?;
+    }
+    outln!(
+        "{} chunks referenced, {} kept as delta bases, {} dead",
+        p.referenced_chunks,
+        p.bases_kept,
+        p.dead_chunks
+    );
+    outln!(
+        "containers: {} deleted, {} rewritten ({} new), {} kept",
+        p.delete.len(),
+        p.rewrite.len(),
+        st.containers_written,
+        p.keep
+    );
+    let freed = if st.seconds > 0.0 && st.containers_written == 0 && planned_nothing {
+        "nothing to free,"
+    } else {
+        "freed"
+    };
+    let bytes_freed = mb(st.bytes_freed.max(0) as u64);
+    outln!("{freed} {bytes_freed} in {:.2} s", st.seconds);
+    Ok(())
+}
+
+/// The result of `repair index`: one line with what the rebuilt index holds.
+pub fn repair_index(st: &repair::RepairStats, json: bool) -> Result<()> {
+    if json {
+        return print_json(st);
+    }
+    outln!(
+        "index rebuilt: {} chunks in {} containers ({} damaged copies left out)",
+        st.chunks,
+        st.containers,
+        st.damaged_skipped
+    );
+    Ok(())
+}
+
+/// The result of `repair packs`: the containers repaired, the chunks lost, a summary, and
+/// what to do next if anything was lost.
+pub fn repair_packs(st: &repair_packs::RepairPacksStats, json: bool) -> Result<()> {
+    if json {
+        return print_json(st);
+    }
+    lines("repaired container ", &st.containers)?;
+    lines("lost chunk ", &st.chunks_lost)?;
+    outln!(
+        "{} containers repaired: {} chunks salvaged into {} new containers, {} chunks lost, {} deltas lost with their base",
+        st.containers.len(),
+        st.chunks_salvaged,
+        st.containers_written,
+        st.chunks_lost.len(),
+        st.deltas_lost
+    );
+    if !st.chunks_lost.is_empty() || st.deltas_lost > 0 {
+        outln!("back up the affected files again, or run `dedelta repair snapshots`; `dedelta check` lists them");
+    }
+    Ok(())
+}
+
+/// The result of `repair snapshots` with the options it ran with: each snapshot rewritten
+/// (or, on a dry run, to be rewritten) with its damaged files, the snapshot files removed or
+/// left alone, and a summary.
+pub fn repair_snapshots(
+    st: &repair_snapshots::RepairSnapshotsStats,
+    opts: &repair_snapshots::RepairSnapshotsOptions,
+    json: bool,
+) -> Result<()> {
+    if json {
+        return print_json(st);
+    }
+    let (verb, removed) = if opts.dry_run {
+        ("would repair", "would remove")
+    } else {
+        ("repaired", "removed")
+    };
+    for rs in &st.repaired {
+        outln!(
+            "{verb} snapshot {}{}{}",
+            &rs.original[..8],
+            rs.new
+                .as_ref()
+                .map(|n| format!(" as {}", &n[..8]))
+                .unwrap_or_default(),
+            if rs.tree_truncated {
+                " (tree read only in part)"
+            } else {
+                ""
+            }
+        );
+        for f in &rs.damaged_files {
+            outln!("  damaged file /{f}: lost chunks removed");
+        }
+    }
+    lines(
+        &format!("{removed} damaged snapshot file "),
+        &st.removed_unreadable,
+    )?;
+    lines("left alone: ", &st.left_unreadable)?;
+    outln!(
+        "{} snapshots {verb}, {} intact{}",
+        st.repaired.len(),
+        st.intact,
+        if opts.forget || st.repaired.is_empty() {
+            String::new()
+        } else {
+            "; originals kept (remove them with --forget)".into()
+        }
+    );
+    Ok(())
+}
