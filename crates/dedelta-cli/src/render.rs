@@ -76,6 +76,12 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
         v["mb_per_s"] = json!(mbps);
         v["warning_messages"] = json!(res.warnings);
         v["notices"] = json!(res.notices);
+        // Runtime measurements, not stored in the snapshot, under the keys scripts know.
+        let m = &res.metrics;
+        v["base_cache_hits"] = json!(m.bases.memory);
+        v["base_cache_local_hits"] = json!(m.bases.local);
+        v["base_cache_misses"] = json!(m.bases.read_back);
+        v["stage_seconds"] = json!(m.stage_seconds);
         return print_json(&v);
     }
     print_warnings(&res.warnings);
@@ -106,12 +112,13 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
             s.dce()
         );
     }
-    if s.base_cache_hits + s.base_cache_local_hits + s.base_cache_misses > 0 {
+    let b = &res.metrics.bases;
+    if b.memory + b.local + b.read_back > 0 {
         outln!(
             "bases: {} from memory, {} from the local cache, {} read back",
-            s.base_cache_hits,
-            s.base_cache_local_hits,
-            s.base_cache_misses
+            b.memory,
+            b.local,
+            b.read_back
         );
     }
     outln!(

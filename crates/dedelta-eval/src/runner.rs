@@ -218,6 +218,8 @@ pub fn run_config(
         time: opts.time.clone(),
         command: "eval".into(),
     };
+    let workers = dedelta_store::backup::Workers::new(opts.threads.max(1))
+        .store_ctx(|| ctx("starting threads"))?;
     let mut rows = Vec::new();
     let mut snapshots = Vec::new();
     let mut cumulative = 0u64;
@@ -251,10 +253,10 @@ pub fn run_config(
                 stdin,
                 host: opts.host.clone(),
                 time: opts.time.clone(),
-                threads: opts.threads.max(1),
                 delta: None,
                 cache_dir: Some(cache_dir.clone()),
             },
+            &workers,
             &NoProgress,
         )
         .store_ctx(|| ctx(&format!("backup of {}", v.name)))?;
@@ -264,11 +266,12 @@ pub fn run_config(
         cumulative += s.bytes_added;
         backup_seconds += secs;
         new_bytes += s.bytes_new;
-        sketch_s += s.stage_seconds.get("sketch").copied().unwrap_or(0.0);
+        let m = &result.metrics;
+        sketch_s += m.stage_seconds.get("sketch").copied().unwrap_or(0.0);
         delta_src += s.delta_source_bytes;
-        delta_s += s.stage_seconds.get("delta").copied().unwrap_or(0.0);
-        hits += s.base_cache_hits;
-        misses += s.base_cache_misses;
+        delta_s += m.stage_seconds.get("delta").copied().unwrap_or(0.0);
+        hits += m.bases.memory;
+        misses += m.bases.read_back;
         snapshots.push(result.snapshot_id);
         rows.push(VersionRow {
             config: config.name.clone(),

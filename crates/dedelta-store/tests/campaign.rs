@@ -566,11 +566,16 @@ impl World {
                         c / 60 % 60,
                         c % 60
                     ),
-                    threads: 2,
                     delta: None,
                     cache_dir: None,
                 };
-                let r = backup::backup(repo, lock, opts, &NoProgress)?;
+                let r = backup::backup(
+                    repo,
+                    lock,
+                    opts,
+                    &backup::Workers::new(2).unwrap(),
+                    &NoProgress,
+                )?;
                 Ok(Some(r.snapshot_id.to_hex()))
             }
             Command::Forget { ids, keep_last } => {

@@ -116,11 +116,17 @@ impl Env {
             stdin: None,
             host: "t".into(),
             time: format!("2026-01-01T00:00:{:02}Z", self.n),
-            threads: 2,
             delta: None,
             cache_dir: None,
         };
-        backup::backup(&self.repo, &lock, opts, &NoProgress).unwrap()
+        backup::backup(
+            &self.repo,
+            &lock,
+            opts,
+            &backup::Workers::new(2).unwrap(),
+            &NoProgress,
+        )
+        .unwrap()
     }
 
     fn check(&self, read_data: bool) -> check::CheckReport {

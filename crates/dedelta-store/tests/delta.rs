@@ -105,11 +105,17 @@ fn run_backup_cached(
         stdin: None,
         host: "t".into(),
         time: format!("2026-01-01T00:00:{n:02}Z"),
-        threads: 2,
         delta: None,
         cache_dir: cache_dir.map(Path::to_path_buf),
     };
-    backup::backup(repo, &lock, opts, &NoProgress).unwrap()
+    backup::backup(
+        repo,
+        &lock,
+        opts,
+        &backup::Workers::new(2).unwrap(),
+        &NoProgress,
+    )
+    .unwrap()
 }
 
 /// Per version, each file's name and content.
@@ -375,16 +381,18 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
             fs::write(&file, b"not a cache file").unwrap();
         }
         let with = run_backup_cached(&cached, &src, v, Some(&cache));
-        let without = run_backup(&plain, &src, v);
+        let without_res = run_backup_cached(&plain, &src, v, None);
+        let without = without_res.summary;
         assert!(file.exists(), "version {v}: no cache file written");
         assert_eq!(with.notices.is_empty(), v != 3, "{:?}", with.notices);
         let s = &with.summary;
+        let local_hits = with.metrics.bases.local;
         if v == 0 || v == 3 {
-            assert_eq!(s.base_cache_local_hits, 0, "version {v}");
+            assert_eq!(local_hits, 0, "version {v}");
         } else {
-            assert!(s.base_cache_local_hits > 0, "version {v}: {s:?}");
+            assert!(local_hits > 0, "version {v}: {:?}", with.metrics);
         }
-        assert_eq!(without.base_cache_local_hits, 0);
+        assert_eq!(without_res.metrics.bases.local, 0);
         for (a, b) in [
             (s.delta_chunks, without.delta_chunks),
             (s.bytes_after_delta, without.bytes_after_delta),
@@ -428,7 +436,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
         .unwrap();
     write_versions(&src, 5);
     let after = run_backup_cached(&cached, &src, 5, Some(&cache));
-    assert_eq!(after.summary.base_cache_local_hits, 0);
+    assert_eq!(after.metrics.bases.local, 0);
     assert!(check::check(
         &cached,
         &cached.lock(&me()).unwrap(),

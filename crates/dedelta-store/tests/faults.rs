@@ -290,11 +290,17 @@ fn backup_files(
             stdin: None,
             host: "faults".into(),
             time: format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
-            threads: 2,
             delta: None,
             cache_dir: None,
         };
-        backup::backup(repo, lock, opts, &NoProgress).map(|r| r.snapshot_id)
+        backup::backup(
+            repo,
+            lock,
+            opts,
+            &backup::Workers::new(2).unwrap(),
+            &NoProgress,
+        )
+        .map(|r| r.snapshot_id)
     })
 }
 

@@ -88,14 +88,19 @@ fn do_backup(
         stdin: None,
         host: "t".into(),
         time: format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
-        threads: 2,
         delta: None,
         cache_dir: None,
     };
-    backup::backup(repo, &lock, opts, &NoProgress)
-        .unwrap()
-        .snapshot_id
-        .to_hex()
+    backup::backup(
+        repo,
+        &lock,
+        opts,
+        &backup::Workers::new(2).unwrap(),
+        &NoProgress,
+    )
+    .unwrap()
+    .snapshot_id
+    .to_hex()
 }
 
 fn verify_all(

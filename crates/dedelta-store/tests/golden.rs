@@ -55,6 +55,7 @@ fn container_names(delta: DeltaConfig, threads: usize) -> Vec<String> {
         time: "t".into(),
         command: "test".into(),
     };
+    let workers = backup::Workers::new(threads).unwrap();
     for v in 0..4 {
         let lock = repo.lock(&me).unwrap();
         let opts = backup::BackupOptions {
@@ -68,11 +69,10 @@ fn container_names(delta: DeltaConfig, threads: usize) -> Vec<String> {
             }),
             host: "golden".into(),
             time: format!("2026-01-01T00:00:0{v}Z"),
-            threads,
             delta: None,
             cache_dir: None,
         };
-        backup::backup(&repo, &lock, opts, &NoProgress).unwrap();
+        backup::backup(&repo, &lock, opts, &workers, &NoProgress).unwrap();
     }
     let mut names: Vec<String> = repo
         .backend()

@@ -142,11 +142,10 @@ proptest! {
                 stdin: None,
                 host: "t".into(),
                 time: format!("2026-01-01T00:00:0{_round}Z"),
-                threads: 2,
                 delta: None,
                 cache_dir: None,
             };
-            let res = backup::backup(&repo, &lock, opts, &NoProgress).unwrap();
+            let res = backup::backup(&repo, &lock, opts, &backup::Workers::new(2).unwrap(), &NoProgress).unwrap();
             prop_assert!(res.warnings.is_empty(), "{:?}", res.warnings);
             drop(lock);
         }

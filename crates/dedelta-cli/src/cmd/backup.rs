@@ -77,11 +77,6 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         stdin: stdin_src,
         host: host(),
         time: now_rfc3339(),
-        threads: args.threads.unwrap_or_else(|| {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-        }),
         delta: Some(delta_cfg),
         cache_dir: if args.no_cache {
             None
@@ -89,7 +84,12 @@ pub fn run(args: BackupArgs) -> Result<u8> {
             args.cache_dir.or_else(default_cache_dir)
         },
     };
-    let res = backup::backup(&r, &lock, opts, &progress)?;
+    let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    }))?;
+    let res = backup::backup(&r, &lock, opts, &workers, &progress)?;
     progress.finish();
     lock.release()?;
     render::backup(&res, args.json)?;

@@ -6,6 +6,7 @@
 //! on), which decides per block whether each is stored in full or as a delta, and then to the
 //! region packer. The tree stream's records are written as the items arrive.
 
+use super::bases::BaseCounts;
 use super::delta::{DeltaStage, Stored};
 use super::fingerprint::{Fingerprinted, IndexLookup};
 use super::metrics::StageTimes;
@@ -55,6 +56,8 @@ pub(super) struct DedupOutput {
     pub tree: TreeRef,
     /// Notices of the delta stage (unreadable bases, an unusable local cache).
     pub notices: Vec<String>,
+    /// Where delta bases came from.
+    pub base_counts: BaseCounts,
 }
 
 /// The dedup thread's state.
@@ -123,6 +126,11 @@ impl<'a> DedupStage<'a> {
             summary: self.summary,
             tree,
             notices,
+            base_counts: self
+                .delta
+                .as_ref()
+                .map(|d| d.base_counts())
+                .unwrap_or_default(),
         })
     }
 

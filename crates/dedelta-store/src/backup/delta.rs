@@ -241,10 +241,6 @@ impl<'a> DeltaStage<'a> {
                 }
             }
         }
-        let counts = self.bases.counts;
-        summary.base_cache_hits = counts.memory;
-        summary.base_cache_local_hits = counts.local;
-        summary.base_cache_misses = counts.read_back;
         Ok(batch)
     }
 }

@@ -1,6 +1,7 @@
 //! Runtime measurements of a backup: where the time went. Shared by every thread (atomics);
 //! reported with the backup's result, never stored in the snapshot.
 
+use super::bases::BaseCounts;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -49,4 +50,14 @@ impl StageTimes {
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
+}
+
+/// What a backup measured about itself: returned with its result, printed by `backup
+/// --json`, never stored (a new counter must not be a format change).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct BackupMetrics {
+    /// Seconds per pipeline stage, summed over threads.
+    pub stage_seconds: BTreeMap<String, f64>,
+    /// Where delta bases came from.
+    pub bases: BaseCounts,
 }

@@ -57,7 +57,7 @@ use dedelta_core::sketch::Sketcher;
 use dedup::{DedupIndex, DedupStage};
 use delta::DeltaStage;
 use fingerprint::{FingerprintJob, Fingerprinted};
-use metrics::StageTimes;
+use metrics::{BackupMetrics, StageTimes};
 use resemble::dupadj::{DupAdj, ParentRecipe};
 use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use resemble::CandidateSearch;
@@ -98,8 +98,6 @@ pub struct BackupOptions {
     pub host: String,
     /// Start time recorded in the snapshot (RFC 3339).
     pub time: String,
-    /// Worker threads for hashing, sketching, delta encoding and compression.
-    pub threads: usize,
     /// Delta settings for this backup; `None` uses the repository's.
     pub delta: Option<DeltaConfig>,
     /// Directory of this client's local caches (see [`crate::client::local_cache`]); `None`
@@ -118,6 +116,8 @@ pub struct BackupResult {
     pub warnings: Vec<String>,
     /// Problems that do not touch the snapshot (an unusable local cache).
     pub notices: Vec<String>,
+    /// Where the time went and where delta bases came from (not stored).
+    pub metrics: BackupMetrics,
 }
 
 /// The worker threads of a backup: a pool for fingerprinting, sketching and compression, and,
@@ -169,11 +169,13 @@ fn closed<T>(_: T) -> Error {
     Error::PipelineStopped
 }
 
-/// Backs up `opts` into the repository; the caller holds the exclusive lock.
+/// Backs up `opts` into the repository with `workers`' threads; the caller holds the
+/// exclusive lock.
 pub fn backup(
     repo: &IndexedRepository,
     _lock: &RepoLock,
     mut opts: BackupOptions,
+    workers: &Workers,
     progress: &dyn Progress,
 ) -> Result<BackupResult> {
     let started = Instant::now();
@@ -187,7 +189,6 @@ pub fn backup(
             "nothing to back up: give a path or --stdin".into(),
         ));
     }
-    let workers = Workers::new(opts.threads)?;
     let mut notices = Vec::new();
     if let Some(n) = workers.capped_from {
         notices.push(format!("--threads {n} capped at {MAX_THREADS}"));
@@ -337,7 +338,10 @@ pub fn backup(
     summary.containers_written = writer_stats.containers;
     summary.warnings = warnings.len() as u64;
     summary.seconds = started.elapsed().as_secs_f64();
-    summary.stage_seconds = times.seconds();
+    let metrics = BackupMetrics {
+        stage_seconds: times.seconds(),
+        bases: dedup_out.base_counts,
+    };
     let snapshot = Snapshot {
         time: opts.time,
         host: opts.host,
@@ -353,6 +357,7 @@ pub fn backup(
         summary,
         warnings,
         notices,
+        metrics,
     })
 }
 

@@ -1,3 +1,5 @@
 //! `backup`: the command's options and entry point; the pipeline is in [`crate::backup`].
 
-pub use crate::backup::{backup, BackupOptions, BackupResult, StdinSource, MAX_THREADS};
+pub use crate::backup::{
+    backup, metrics::BackupMetrics, BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
+};

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 
 /// Snapshot file magic.
 pub const SNAPSHOT_MAGIC: &[u8; 4] = b"DDSN";
-/// Snapshot format version.
-pub const SNAPSHOT_VERSION: u16 = 1;
+/// Snapshot format version: 2 since the summary holds only what describes the snapshot
+/// (version 1 also held runtime counters, which readers ignore). Versions 1 and 2 are read.
+pub const SNAPSHOT_VERSION: u16 = 2;
 
 /// A snapshot's id: BLAKE3 of its file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -95,18 +96,6 @@ pub struct BackupSummary {
     /// Deltas whose base the sketch index found.
     #[serde(default)]
     pub sketch_deltas: u64,
-    /// Base cache hits.
-    #[serde(default)]
-    pub base_cache_hits: u64,
-    /// Bases read from the local base cache file instead of the repository.
-    #[serde(default)]
-    pub base_cache_local_hits: u64,
-    /// Base cache misses (bases read back from the repository, or not found).
-    #[serde(default)]
-    pub base_cache_misses: u64,
-    /// Seconds per pipeline stage, summed over threads.
-    #[serde(default)]
-    pub stage_seconds: std::collections::BTreeMap<String, f64>,
 }
 
 impl BackupSummary {
