@@ -315,6 +315,13 @@ mod tests {
         let read = RepoConfig::from_bytes(&seal(&v, 1)).unwrap();
         assert_eq!(read.delta, DeltaConfig::default());
         assert!(!read.delta.enabled());
+        // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
+        let mut d = serde_json::to_value(DeltaConfig::recommended()).unwrap();
+        d.as_object_mut().unwrap().remove("sketch");
+        let parsed: DeltaConfig = serde_json::from_value(d.clone()).unwrap();
+        assert_eq!(parsed.sketch, None);
+        d.as_object_mut().unwrap().remove("min_saving");
+        assert!(serde_json::from_value::<DeltaConfig>(d).is_err());
         assert!(matches!(
             RepoConfig::from_bytes(&seal(&v, 2)),
             Err(Error::UnsupportedVersion { found: 2, .. })
