@@ -3,6 +3,12 @@
 //! Written once by `init` (an envelope with magic `DDCF` around JSON). The chunker, hash,
 //! compression, region and container sizes and the delta settings are fixed here, so every
 //! client that opens the repository stores data the same way.
+//!
+//! The envelope version and the payload's `version` key are both [`FORMAT_VERSION`], and
+//! this build refuses any other: the config version is the repository's version, the one
+//! number that covers every container and the tree stream. Unknown JSON keys are ignored (a
+//! newer client may add a writing parameter that old clients need not know); an addition that
+//! changes how stored data *reads* must raise the version instead. Key table in docs/format.md.
 
 use crate::error::{Error, Result};
 use crate::format::envelope;
@@ -191,6 +197,13 @@ impl RepoConfig {
                 "region size must be 4 KiB ..= 64 MiB".into(),
             ));
         }
+        if let Compression::Zstd { level } = self.compression {
+            if !(1..=22).contains(&level) {
+                return Err(Error::InvalidOption(format!(
+                    "zstd level {level} is outside 1 ..= 22"
+                )));
+            }
+        }
         self.delta.validate()?;
         if self.container_size < self.region_size || self.container_size > 1 << 30 {
             return Err(Error::InvalidOption(
@@ -221,5 +234,102 @@ impl RepoConfig {
         }
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_compression(json: &str) -> Result<RepoConfig> {
+        let mut v =
+            serde_json::to_value(RepoConfig::new("0123456789abcdef0123456789abcdef".into()))
+                .unwrap();
+        v["compression"] = serde_json::from_str(json).unwrap();
+        RepoConfig::from_bytes(&envelope::seal(
+            CONFIG_MAGIC,
+            FORMAT_VERSION,
+            &serde_json::to_vec(&v).unwrap(),
+        ))
+    }
+
+    /// The config forms docs/format.md lists for `compression`.
+    #[test]
+    fn compression_forms() {
+        assert_eq!(
+            with_compression(r#"{"codec":"none"}"#).unwrap().compression,
+            Compression::None
+        );
+        assert_eq!(
+            with_compression(r#"{"codec":"zstd","level":19}"#)
+                .unwrap()
+                .compression,
+            Compression::Zstd { level: 19 }
+        );
+        for bad in [
+            r#"{"codec":"zstd","level":0}"#,
+            r#"{"codec":"zstd","level":23}"#,
+            r#"{"codec":"zstd"}"#,
+            r#"{"codec":"lz4"}"#,
+            r#""zstd""#,
+        ] {
+            assert!(with_compression(bad).is_err(), "{bad} accepted");
+        }
+        let written = serde_json::to_value(Compression::None).unwrap();
+        assert_eq!(written, serde_json::json!({"codec": "none"}));
+        let written = serde_json::to_value(Compression::default()).unwrap();
+        assert_eq!(written, serde_json::json!({"codec": "zstd", "level": 3}));
+    }
+
+    /// The example in docs/format.md is what `init` writes by default, key for key.
+    #[test]
+    fn default_config_matches_the_doc_example() {
+        let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
+        let v = serde_json::to_value(&cfg).unwrap();
+        let expected = serde_json::json!({
+            "version": 1, "id": "0123456789abcdef0123456789abcdef",
+            "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
+            "hash": "blake3-256",
+            "compression": { "codec": "zstd", "level": 3 },
+            "region_size": 262144, "container_size": 4194304,
+            "delta": { "sketch": "odess", "sf_count": 3, "features_per_sf": 4, "codec": "ddelta",
+                       "sketch_index": "full", "dupadj": true, "min_saving": 0.1,
+                       "base_cache_bytes": 268435456, "stream_cache_containers": 64 }
+        });
+        assert_eq!(v, expected);
+        let bytes = cfg.to_bytes();
+        assert_eq!(RepoConfig::from_bytes(&bytes).unwrap(), cfg);
+    }
+
+    /// Unknown keys are ignored; a missing `delta` means delta compression off; the payload's
+    /// `version` must be 1 like the envelope's.
+    #[test]
+    fn keys_and_versions() {
+        let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
+        let mut v = serde_json::to_value(&cfg).unwrap();
+        v["some_future_key"] = serde_json::json!({"x": 1});
+        v.as_object_mut().unwrap().remove("delta");
+        let seal = |v: &serde_json::Value, version: u16| {
+            envelope::seal(CONFIG_MAGIC, version, &serde_json::to_vec(v).unwrap())
+        };
+        let read = RepoConfig::from_bytes(&seal(&v, 1)).unwrap();
+        assert_eq!(read.delta, DeltaConfig::default());
+        assert!(!read.delta.enabled());
+        // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
+        let mut d = serde_json::to_value(DeltaConfig::recommended()).unwrap();
+        d.as_object_mut().unwrap().remove("sketch");
+        let parsed: DeltaConfig = serde_json::from_value(d.clone()).unwrap();
+        assert_eq!(parsed.sketch, None);
+        d.as_object_mut().unwrap().remove("min_saving");
+        assert!(serde_json::from_value::<DeltaConfig>(d).is_err());
+        assert!(matches!(
+            RepoConfig::from_bytes(&seal(&v, 2)),
+            Err(Error::UnsupportedVersion { found: 2, .. })
+        ));
+        v["version"] = serde_json::json!(2);
+        assert!(matches!(
+            RepoConfig::from_bytes(&seal(&v, 1)),
+            Err(Error::UnsupportedVersion { found: 2, .. })
+        ));
     }
 }

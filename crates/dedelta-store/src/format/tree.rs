@@ -5,7 +5,13 @@
 //! is stored through the chunk store itself (chunked, deduplicated, compressed), so a snapshot
 //! that changes little adds little metadata; it is written and read incrementally, so no
 //! snapshot needs its whole tree in memory. Paths share their prefix with the previous record's
-//! path. Byte layout in docs/format.md.
+//! path. Byte layout in docs/format.md ("Tree stream").
+//!
+//! The stream is exactly the header, the records and the end tag: the decoder refuses bytes
+//! after the end tag, so a tree reference that names too many chunks is caught rather than
+//! silently cut short. What the decoder does not check, because it needs the recipe's chunks or
+//! the file system, is left to its callers and stated in the document: a file's `size` equals
+//! the sum of its recipe's chunk lengths, and paths have no `.`, `..` or empty component.
 
 use crate::error::{Error, Result};
 use dedelta_core::{varint, ChunkId};
@@ -210,7 +216,33 @@ impl<R: Read> TreeDecoder<R> {
         Ok(v)
     }
 
+    /// Checks that nothing follows the end record: the stream is exactly the header, the
+    /// records and tag 0, so trailing bytes mean the tree reference or the chunks are wrong.
+    fn expect_eof(&mut self) -> Result<()> {
+        let mut b = [0u8; 1];
+        loop {
+            match self.inner.read(&mut b) {
+                Ok(0) => return Ok(()),
+                Ok(_) => return Err(Error::corrupt("tree stream", "bytes follow the end record")),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(Error::corrupt(
+                        "tree stream",
+                        format!("after the end record: {e}"),
+                    ))
+                }
+            }
+        }
+    }
+
     /// The next node and, for a file, its recipe; `None` at the end of the stream.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedVersion`] for a stream version other than [`TREE_VERSION`];
+    /// [`Error::Corrupt`] for a wrong magic, a truncated stream, an unknown tag, an overlong
+    /// varint, a shared prefix longer than the previous path, a path suffix or link target
+    /// longer than [`MAX_PATH_LEN`], a mode above `u32::MAX`, nanoseconds of 10^9 or more, a
+    /// recipe chunk length above `u32::MAX`, or bytes after the end record.
     pub fn next_node(&mut self) -> Result<Option<(Node, Vec<ChunkRef>)>> {
         if self.done {
             return Ok(None);
@@ -236,6 +268,7 @@ impl<R: Read> TreeDecoder<R> {
         let kind = match tag {
             TAG_END => {
                 self.done = true;
+                self.expect_eof()?;
                 return Ok(None);
             }
             TAG_DIR => NodeKind::Dir,
@@ -356,6 +389,128 @@ mod tests {
             node("a/c", NodeKind::Symlink)
         );
         assert!(dec.next_node().unwrap().is_none());
+    }
+
+    /// The byte table of docs/format.md ("Tree stream"), on a three-record stream.
+    #[test]
+    fn layout_matches_the_doc() {
+        let id = ChunkId([0xab; 32]);
+        let mut enc = TreeEncoder::default();
+        let mut out = Vec::new();
+        enc.begin(&mut out);
+        let dir = Node {
+            path: b"a".to_vec(),
+            kind: NodeKind::Dir,
+            mode: 0o40755,
+            mtime_secs: 5,
+            mtime_nanos: 0,
+            size: 0,
+            target: vec![],
+        };
+        enc.node(&dir, &mut out);
+        let file = Node {
+            path: b"a/b".to_vec(),
+            kind: NodeKind::File,
+            mode: 0o100644,
+            mtime_secs: -1,
+            mtime_nanos: 300,
+            size: 200,
+            target: vec![],
+        };
+        enc.file_start(&file, &mut out);
+        enc.chunk(&ChunkRef { id, len: 200 }, &mut out);
+        enc.file_end(&mut out);
+        let link = Node {
+            path: b"a/c".to_vec(),
+            kind: NodeKind::Symlink,
+            mode: 0o120777,
+            mtime_secs: 0,
+            mtime_nanos: 0,
+            size: 0,
+            target: b"b".to_vec(),
+        };
+        enc.node(&link, &mut out);
+        enc.end(&mut out);
+        let expected: Vec<u8> = [
+            &b"DDTR\x01"[..],
+            // directory "a": tag, shared 0, suffix "a", mode 0o40755, mtime 5 (zigzag 10), 0 ns
+            &[1, 0, 1, b'a', 0xed, 0x83, 0x01, 10, 0],
+            // file "a/b": shared 1, suffix "/b", mode 0o100644, mtime -1 (zigzag 1), 300 ns,
+            // size 200, one chunk of 200 bytes, then 0
+            &[
+                2, 1, 2, b'/', b'b', 0xa4, 0x83, 0x02, 1, 0xac, 0x02, 0xc8, 0x01, 0xc8, 0x01,
+            ],
+            &[0xab; 32],
+            &[0],
+            // symlink "a/c": shared 2, suffix "c", mode 0o120777, mtime 0, 0 ns, target "b"
+            &[3, 2, 1, b'c', 0xff, 0xc3, 0x02, 0, 0, 1, b'b'],
+            // end
+            &[0],
+        ]
+        .concat();
+        assert_eq!(out, expected);
+        let mut dec = TreeDecoder::new(&out[..]);
+        assert_eq!(dec.next_node().unwrap().unwrap().0, dir);
+        assert_eq!(
+            dec.next_node().unwrap().unwrap(),
+            (file, vec![ChunkRef { id, len: 200 }])
+        );
+        assert_eq!(dec.next_node().unwrap().unwrap().0, link);
+        assert!(dec.next_node().unwrap().is_none());
+    }
+
+    /// Nothing may follow the end tag.
+    #[test]
+    fn bytes_after_the_end_are_refused() {
+        let mut out = Vec::new();
+        let mut enc = TreeEncoder::default();
+        enc.begin(&mut out);
+        enc.end(&mut out);
+        assert!(TreeDecoder::new(&out[..]).next_node().unwrap().is_none());
+        out.push(0);
+        let err = TreeDecoder::new(&out[..]).next_node().unwrap_err();
+        assert!(err.to_string().contains("end record"), "{err}");
+    }
+
+    /// Header, tags and bounds the document lists as invalid.
+    #[test]
+    fn invalid_streams_are_refused() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"DDTR\x02\x00", "version 2"),
+            (b"DDTX\x01\x00", "magic"),
+            (b"DDTR\x01\x04", "tag 4"),
+            (
+                b"DDTR\x01\x01\x01\x00",
+                "shared prefix longer than the previous path",
+            ),
+            // directory "a", nanoseconds 10^9
+            (
+                b"DDTR\x01\x01\x00\x01a\x00\x00\x80\x94\xeb\xdc\x03",
+                "nanoseconds",
+            ),
+            // suffix longer than 64 KiB
+            (b"DDTR\x01\x01\x00\x81\x80\x04", "suffix length"),
+            // 11-byte varint for the mode
+            (
+                b"DDTR\x01\x01\x00\x01a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00",
+                "overlong varint",
+            ),
+        ];
+        for (bytes, what) in cases {
+            let mut dec = TreeDecoder::new(*bytes);
+            let mut failed = false;
+            for _ in 0..4 {
+                match dec.next_node() {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            assert!(failed, "{what} accepted");
+        }
     }
 
     proptest! {
