@@ -10,10 +10,10 @@ use crate::bench::{fastest, mb_per_s, read_files};
 use anyhow::{bail, Result};
 use dedelta_core::chunker::{chunk_all, new_chunker, ChunkerKind, ChunkerParams};
 use dedelta_core::delta::{new_codec, DeltaKind};
-use dedelta_core::sketch::{new_sketcher, SketchKind, SketchParams};
+use dedelta_core::sketch::{new_sketcher, FirstFitIndex, SketchKind, SketchParams};
 use dedelta_core::ChunkId;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hint::black_box;
 use std::path::Path;
 
@@ -45,26 +45,18 @@ fn similar_pairs(old: &[u8], new: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         .map(|r| &old[r])
         .collect();
     let old_ids: HashSet<ChunkId> = old_chunks.iter().map(|c| ChunkId::of(c)).collect();
-    let mut by_sf: HashMap<(usize, u64), usize> = HashMap::new();
-    for (i, c) in old_chunks.iter().enumerate() {
-        for (pos, sf) in sketcher.sketch(c).0.into_iter().enumerate() {
-            by_sf.entry((pos, sf)).or_insert(i);
-        }
-    }
+    let index: FirstFitIndex<&[u8]> = old_chunks
+        .iter()
+        .map(|c| (*c, sketcher.sketch(c)))
+        .collect();
     let mut pairs = Vec::new();
     for r in chunk_all(chunker.as_ref(), new) {
         let c = &new[r];
         if old_ids.contains(&ChunkId::of(c)) {
             continue;
         }
-        let sfs = sketcher.sketch(c);
-        if let Some(&i) = sfs
-            .0
-            .iter()
-            .enumerate()
-            .find_map(|(pos, sf)| by_sf.get(&(pos, *sf)))
-        {
-            pairs.push((old_chunks[i].to_vec(), c.to_vec()));
+        if let Some(base) = index.lookup(&sketcher.sketch(c)) {
+            pairs.push((base.to_vec(), c.to_vec()));
         }
     }
     Ok(pairs)

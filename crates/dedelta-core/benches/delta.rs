@@ -154,7 +154,7 @@ mod real {
     use dedelta_core::chunker::{chunk_all, new_chunker, ChunkerKind, ChunkerParams};
     use dedelta_core::compress::Compression;
     use dedelta_core::delta::{new_codec, DeltaKind};
-    use dedelta_core::sketch::{new_sketcher, SketchKind, SketchParams};
+    use dedelta_core::sketch::{new_sketcher, FirstFitIndex, SketchKind, SketchParams};
     use dedelta_core::ChunkId;
     use std::collections::HashMap;
     use std::time::Instant;
@@ -238,22 +238,10 @@ mod real {
             .expect("default params are valid");
         let old_ids: std::collections::HashSet<ChunkId> =
             old.iter().map(|c| ChunkId::of(c)).collect();
-        let mut by_sf: HashMap<(usize, u64), usize> = HashMap::new();
-        for (i, c) in old.iter().enumerate() {
-            for (pos, sf) in sketcher.sketch(c).0.into_iter().enumerate() {
-                by_sf.entry((pos, sf)).or_insert(i);
-            }
-        }
+        let index: FirstFitIndex<&[u8]> = old.iter().map(|c| (*c, sketcher.sketch(c))).collect();
         new.iter()
             .filter(|c| !old_ids.contains(&ChunkId::of(c)))
-            .filter_map(|c| {
-                let sfs = sketcher.sketch(c).0;
-                let base = sfs
-                    .into_iter()
-                    .enumerate()
-                    .find_map(|(pos, sf)| by_sf.get(&(pos, sf)).copied())?;
-                Some((old[base], *c))
-            })
+            .filter_map(|c| Some((index.lookup(&sketcher.sketch(c))?, *c)))
             .collect()
     }
 

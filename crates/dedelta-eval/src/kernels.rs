@@ -11,7 +11,7 @@ use crate::dataset::Dataset;
 use crate::error::{EvalError, IoContext, Result};
 use dedelta_core::chunker::{chunk_all, new_chunker, ChunkerKind, ChunkerParams};
 use dedelta_core::delta::{new_codec, DeltaKind};
-use dedelta_core::sketch::{new_sketcher, SketchKind, SketchParams};
+use dedelta_core::sketch::{new_sketcher, FirstFitIndex, SketchKind, SketchParams};
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
@@ -92,24 +92,14 @@ impl Kernels {
             .collect();
         let sketcher = new_sketcher(SketchKind::Finesse, SketchParams::default())
             .map_err(|e| EvalError::InvalidOption(e.to_string()))?;
-        let mut by_sf: HashMap<(usize, u64), usize> = HashMap::new();
-        for (i, c) in old_chunks.iter().enumerate() {
-            for (pos, sf) in sketcher.sketch(c).0.into_iter().enumerate() {
-                by_sf.entry((pos, sf)).or_insert(i);
-            }
-        }
-        let mut pairs = Vec::new();
-        for c in &new_chunks {
-            let sfs = sketcher.sketch(c);
-            let found = sfs
-                .0
-                .iter()
-                .enumerate()
-                .find_map(|(pos, sf)| by_sf.get(&(pos, *sf)));
-            if let Some(&i) = found {
-                pairs.push((old_chunks[i].to_vec(), c.clone()));
-            }
-        }
+        let index: FirstFitIndex<&[u8]> = old_chunks
+            .iter()
+            .map(|c| (*c, sketcher.sketch(c)))
+            .collect();
+        let pairs = new_chunks
+            .iter()
+            .filter_map(|c| Some((index.lookup(&sketcher.sketch(c))?.to_vec(), c.clone())))
+            .collect();
         Ok(Some(Kernels {
             new_chunks,
             pairs,

@@ -3,7 +3,8 @@
 //! One trait, [`Chunker`], asks a single question: how long is the chunk that starts here? The
 //! caller keeps a buffer that holds at least [`Chunker::max_size`] bytes (or the rest of the
 //! stream), so cut points never depend on how the stream was split into reads: the property
-//! the repository's deduplication rests on.
+//! the repository's deduplication rests on. [`cut::cut_buffer`] is the one loop that keeps
+//! that rule for a stream read in pieces; [`chunk_all`] is its one-buffer case.
 //!
 //! Implementations, one per file:
 //! - [`fastcdc::FastCdcChunker`]: FastCDC 2020 with normalized chunking (the `fastcdc` crate), the default.
@@ -11,10 +12,13 @@
 //! - [`rabin::RabinChunker`]: Rabin CDC as in LBFS and destor (48-byte window).
 //! - [`fixed::FixedChunker`]: fixed-size chunks.
 
+pub mod cut;
 pub mod fastcdc;
 pub mod fixed;
 pub mod gear;
 pub mod rabin;
+
+pub use cut::{cut_buffer, Cuts};
 
 use serde::{Deserialize, Serialize};
 use std::ops::Range;
@@ -163,26 +167,20 @@ pub fn new_chunker(
     })
 }
 
-/// Cuts a whole in-memory buffer; returns the chunk ranges in order.
+/// Cuts a whole in-memory buffer, the complete stream; returns the chunk ranges in order.
+///
+/// The same cut points as feeding the buffer to [`cut_buffer`] in any pieces.
 pub fn chunk_all(chunker: &dyn Chunker, data: &[u8]) -> Vec<Range<usize>> {
-    let mut out = Vec::with_capacity(data.len() / chunker.params().avg_size.max(1) + 1);
-    let mut pos = 0;
-    while pos < data.len() {
-        let end = (pos + chunker.max_size()).min(data.len());
-        let len = chunker.next_chunk_len(&data[pos..end]);
-        debug_assert!(len >= 1 && len <= end - pos);
-        out.push(pos..pos + len);
-        pos += len;
-    }
-    out
+    cut_buffer(chunker, data, true).ranges
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
+pub(crate) mod testutil {
+    //! Inputs shared by the chunker tests.
+    use super::{new_chunker, Chunker, ChunkerKind, ChunkerParams};
 
-    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    /// `len` bytes of an xorshift64 stream seeded with `seed`.
+    pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed | 1;
         (0..len)
             .map(|_| {
@@ -194,7 +192,8 @@ mod tests {
             .collect()
     }
 
-    fn small_params() -> ChunkerParams {
+    /// 256 B / 1 KiB / 4 KiB: many chunks, and many max-size cuts, from little data.
+    pub fn small_params() -> ChunkerParams {
         ChunkerParams {
             min_size: 256,
             avg_size: 1024,
@@ -202,11 +201,24 @@ mod tests {
         }
     }
 
+    /// A chunker of every kind with [`small_params`].
+    pub fn small_chunkers() -> Vec<(ChunkerKind, Box<dyn Chunker>)> {
+        ChunkerKind::ALL
+            .into_iter()
+            .map(|kind| (kind, new_chunker(kind, small_params()).unwrap()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testutil::{pseudo_random, small_chunkers, small_params};
+    use super::*;
+
     #[test]
     fn every_chunker_respects_bounds() {
         let data = pseudo_random(300_000, 7);
-        for kind in ChunkerKind::ALL {
-            let c = new_chunker(kind, small_params()).unwrap();
+        for (kind, c) in small_chunkers() {
             let ranges = chunk_all(c.as_ref(), &data);
             assert_eq!(ranges.last().unwrap().end, data.len());
             for (i, r) in ranges.iter().enumerate() {
@@ -257,36 +269,5 @@ mod tests {
         };
         assert!(new_chunker(ChunkerKind::Gear, p).is_err());
         assert!(new_chunker(ChunkerKind::Fixed, p).is_ok());
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
-        /// Cut points do not depend on how the stream was split into buffers.
-        #[test]
-        fn cuts_independent_of_buffering(seed in any::<u64>(), split in 1usize..20_000) {
-            let data = pseudo_random(60_000, seed);
-            for kind in ChunkerKind::ALL {
-                let c = new_chunker(kind, small_params()).unwrap();
-                let whole = chunk_all(c.as_ref(), &data);
-                // Streaming: a buffer refilled `split` bytes at a time.
-                let mut cuts = Vec::new();
-                let mut buf: Vec<u8> = Vec::new();
-                let mut fed = 0;
-                let mut base = 0;
-                loop {
-                    while buf.len() < c.max_size() && fed < data.len() {
-                        let n = split.min(data.len() - fed);
-                        buf.extend_from_slice(&data[fed..fed + n]);
-                        fed += n;
-                    }
-                    if buf.is_empty() { break; }
-                    let len = c.next_chunk_len(&buf);
-                    cuts.push(base..base + len);
-                    base += len;
-                    buf.drain(..len);
-                }
-                prop_assert_eq!(&whole, &cuts);
-            }
-        }
     }
 }

@@ -12,13 +12,18 @@
 //! - [`odess`]: Odess content-defined sampling (Zhang et al., TPDS'21): a Gear hash at every
 //!   byte, the N transforms only at the ~1/128 positions the hash selects.
 //!
+//! Pairing a chunk with a base by its super-features is [`first_fit`]'s [`FirstFitIndex`].
+//!
 //! All constants (Rabin polynomial, Gear tables, transform multipliers and addends, hash seeds)
 //! are fixed in code, so a chunk has the same sketch in every process, forever: the repository
 //! stores sketches and compares them across runs.
 
 pub mod finesse;
+pub mod first_fit;
 pub mod ntransform;
 pub mod odess;
+
+pub use first_fit::FirstFitIndex;
 
 use serde::{Deserialize, Serialize};
 
