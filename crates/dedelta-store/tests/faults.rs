@@ -15,8 +15,8 @@
 //! `cargo test -p dedelta-store --test faults -- --ignored` and un-ignored with the fix.
 
 use dedelta_store::backend::fault::{
-    BytePosition, CrashEffect, FaultBackend, FaultPlan, InjectedFault, Injection, InjectionDetail,
-    ReadDamage, ReadFault, ALL_KINDS,
+    BytePosition, CrashEffect, FaultBackend, FaultPlan, InjectedFault, ReadDamage, ReadFault,
+    ALL_KINDS,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -24,7 +24,7 @@ use dedelta_store::backend::{Backend, FileKind};
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::{backup, check, prune, restore};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
-use dedelta_store::format::container::{FOOTER_LEN, HEADER_LEN};
+use dedelta_store::format::container::HEADER_LEN;
 use dedelta_store::format::snapshot::SnapshotId;
 use dedelta_store::progress::NoProgress;
 use dedelta_store::repository::lock::{LockInfo, RepoLock};
@@ -34,9 +34,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Where the footer's reserved u16 starts (docs/format.md, "Footer").
-const FOOTER_RESERVED: usize = 22;
 
 /// File name -> content.
 type Files = BTreeMap<String, Vec<u8>>;
@@ -760,7 +757,7 @@ fn damaged_reads_in_check_are_reported() {
     t.fault.arm(FaultPlan::none());
     assert!(run_check(&repo, true).unwrap().problems.is_empty());
     let counts = t.fault.counts();
-    let (mut reported, mut harmless_flips) = (0, 0);
+    let mut reported = 0;
     for kind in [FileKind::Container, FileKind::Snapshot] {
         for n in 0..counts.reads(kind) {
             for damage in read_damages(n) {
@@ -775,26 +772,17 @@ fn damaged_reads_in_check_are_reported() {
                 }))
                 .unwrap_or_else(|_| panic!("{when}: panicked"))
                 .unwrap_or_else(|e| panic!("{when}: check failed instead of reporting: {e}"));
-                if report.problems.is_empty() {
-                    // The footer's reserved u16 carries nothing: a flip there changes no
-                    // byte of any chunk, and `check` need not see it.
-                    let log = t.fault.injection_log();
-                    let harmless = matches!(
-                        log.as_slice(),
-                        [Injection { detail: InjectionDetail::Flip { len_bytes, offset }, .. }]
-                            if *len_bytes == FOOTER_LEN && *offset >= FOOTER_RESERVED
-                    );
-                    assert!(harmless, "{when}: not reported ({log:?})");
-                    harmless_flips += 1;
-                } else {
-                    reported += 1;
-                }
+                // Every byte is checked, the footer's reserved ones too (they must be 0).
+                let log = t.fault.injection_log();
+                assert!(
+                    !report.problems.is_empty(),
+                    "{when}: not reported ({log:?})"
+                );
+                reported += 1;
             }
         }
     }
-    println!(
-        "damaged check reads: {reported} reported, {harmless_flips} flips of reserved footer bytes"
-    );
+    println!("damaged check reads: {reported}, all reported");
 }
 
 /// A short or flipped read during a backup (delta bases, the parent snapshot): the backup

@@ -300,7 +300,6 @@ fn backup_opts(
         stdin,
         host: "format-test".into(),
         time: time.into(),
-        threads: 2,
         delta: None,
         cache_dir: None,
     }
@@ -308,7 +307,14 @@ fn backup_opts(
 
 fn run(repo: &IndexedRepository, opts: backup::BackupOptions) -> String {
     let lock = repo.lock(&me()).unwrap();
-    let res = backup::backup(repo, &lock, opts, &NoProgress).unwrap();
+    let res = backup::backup(
+        repo,
+        &lock,
+        opts,
+        &backup::Workers::new(2).unwrap(),
+        &NoProgress,
+    )
+    .unwrap();
     lock.release().unwrap();
     res.snapshot_id.to_hex()
 }
@@ -458,7 +464,7 @@ fn a_backup_is_laid_out_as_documented() {
         .iter()
         .all(|c| is_lower_hex64(c.as_str().unwrap())));
     let (_, snap) = repo.find_snapshot(&dir_id).unwrap();
-    let mut reader = repo.chunk_reader(1 << 20).unwrap();
+    let mut reader = dedelta_store::read::ChunkReader::new(&repo, 1 << 20).unwrap();
     let tree_len: u64 = snap
         .tree
         .chunk_ids()

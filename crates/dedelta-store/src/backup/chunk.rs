@@ -7,7 +7,7 @@
 
 use super::metrics::StageTimes;
 use bytes::Bytes;
-use dedelta_core::chunker::Chunker;
+use dedelta_core::chunker::{cut_buffer, Chunker, Cuts};
 use std::io::Read;
 use std::ops::Range;
 use std::time::Instant;
@@ -70,7 +70,10 @@ impl<'c> BlockReader<'c> {
                 }
             }
             let t = Instant::now();
-            let (cuts, len) = cut_block(self.chunker, &self.buf, self.eof);
+            let Cuts {
+                ranges: cuts,
+                consumed_bytes: len,
+            } = cut_buffer(self.chunker, &self.buf, self.eof);
             StageTimes::add(&times.chunk, t);
             let mut next = Vec::with_capacity(BLOCK_SIZE + max);
             next.extend_from_slice(&self.buf[len..]);
@@ -80,24 +83,4 @@ impl<'c> BlockReader<'c> {
             }
         }
     }
-}
-
-/// Cuts the chunks of `buf` that can be decided now: every complete one, and with `eof` the
-/// rest too. Returns them and the bytes they cover. (The one cut loop of the backup: the file
-/// reader and the tree writer both use it.)
-pub(super) fn cut_block(
-    chunker: &dyn Chunker,
-    buf: &[u8],
-    eof: bool,
-) -> (Vec<Range<usize>>, usize) {
-    let max = chunker.max_size();
-    let mut cuts = Vec::new();
-    let mut pos = 0;
-    while pos < buf.len() && (eof || buf.len() - pos >= max) {
-        let end = (pos + max).min(buf.len());
-        let len = chunker.next_chunk_len(&buf[pos..end]);
-        cuts.push(pos..pos + len);
-        pos += len;
-    }
-    (cuts, pos)
 }

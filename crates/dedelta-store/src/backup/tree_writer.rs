@@ -8,14 +8,13 @@
 //! old size). The price is that one file's recipe is held until its end (36 bytes per chunk,
 //! about 0.4% of the file's size), as restore holds it too.
 
-use super::chunk::cut_block;
 use super::dedup::DedupStage;
 use super::fingerprint::IndexLookup;
 use crate::error::{Error, Result};
 use crate::format::snapshot::TreeRef;
 use crate::format::tree::{ChunkRef, Node, TreeEncoder};
 use bytes::Bytes;
-use dedelta_core::chunker::Chunker;
+use dedelta_core::chunker::{cut_buffer, Chunker, Cuts};
 use dedelta_core::ChunkId;
 
 /// The tree stream being written.
@@ -98,15 +97,18 @@ impl<'c> TreeWriter<'c> {
 
     /// Stores the chunks that can be cut now; with `all`, the rest too.
     fn drain(&mut self, dedup: &mut DedupStage<'_>, all: bool) -> Result<()> {
-        let (cuts, consumed) = cut_block(self.chunker, &self.buf, all);
-        for r in cuts {
+        let Cuts {
+            ranges,
+            consumed_bytes,
+        } = cut_buffer(self.chunker, &self.buf, all);
+        for r in ranges {
             let chunk = Bytes::copy_from_slice(&self.buf[r]);
             let id = ChunkId::of(&chunk);
             self.len += chunk.len() as u64;
             dedup.add(id, chunk, None, IndexLookup::NotLookedUp, false)?;
             self.chunks.push(id);
         }
-        self.buf.drain(..consumed);
+        self.buf.drain(..consumed_bytes);
         Ok(())
     }
 }

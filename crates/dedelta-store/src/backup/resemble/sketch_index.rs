@@ -17,7 +17,7 @@ use crate::client::index::IndexReader;
 use crate::error::Result;
 use crate::format::container::{ContainerId, EntryKind};
 use crate::repository::read_container_meta;
-use dedelta_core::sketch::SuperFeatures;
+use dedelta_core::sketch::{FirstFitIndex, SuperFeatures};
 use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::collections::HashMap;
@@ -36,37 +36,9 @@ pub trait SketchIndex: Send {
     fn name(&self) -> &'static str;
 }
 
-/// Per-backup overlay: super-features of the full chunks this backup stored.
-#[derive(Debug, Default)]
-struct Overlay {
-    map: HashMap<(u8, u64), ChunkId>,
-}
-
-impl Overlay {
-    /// FirstFit over SF positions across this overlay and a backing index: at each position
-    /// the overlay is asked first, then `backing`.
-    fn first_fit(
-        &self,
-        sfs: &SuperFeatures,
-        mut backing: impl FnMut(usize, u64) -> Result<Option<ChunkId>>,
-    ) -> Result<Option<ChunkId>> {
-        for (i, sf) in sfs.0.iter().enumerate() {
-            if let Some(id) = self.map.get(&(i as u8, *sf)) {
-                return Ok(Some(*id));
-            }
-            if let Some(id) = backing(i, *sf)? {
-                return Ok(Some(id));
-            }
-        }
-        Ok(None)
-    }
-
-    fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
-        for (i, sf) in sfs.0.iter().enumerate() {
-            self.map.entry((i as u8, *sf)).or_insert(id);
-        }
-    }
-}
+/// Per-backup overlay: super-features of the full chunks this backup stored, asked before the
+/// backing index at each super-feature position.
+type Overlay = FirstFitIndex<ChunkId>;
 
 /// Index of every full chunk's super-features.
 pub struct FullSketchIndex {
@@ -87,7 +59,8 @@ impl FullSketchIndex {
 impl SketchIndex for FullSketchIndex {
     fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
         let reader = &self.reader;
-        self.overlay.first_fit(sfs, |i, sf| reader.sketch(i, sf))
+        self.overlay
+            .lookup_with_backing(sfs, |i, sf| reader.sketch(i, sf))
     }
 
     fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
@@ -131,7 +104,7 @@ impl StreamSketchIndex {
 impl SketchIndex for StreamSketchIndex {
     fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
         let (map, containers) = (&self.map, &mut self.containers);
-        self.overlay.first_fit(sfs, |i, sf| {
+        self.overlay.lookup_with_backing(sfs, |i, sf| {
             Ok(map.get(&(i as u8, sf)).map(|(id, c)| {
                 containers.get(c); // a hit refreshes its container
                 *id
