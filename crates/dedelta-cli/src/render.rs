@@ -55,7 +55,7 @@ pub fn print_json(value: &impl Serialize) -> Result<()> {
 }
 
 /// Writes `prefix` and the item, one line per item (a list of ids, names or paths).
-fn lines(prefix: &str, items: &[String]) -> Result<()> {
+fn lines(prefix: &str, items: &[impl std::fmt::Display]) -> Result<()> {
     for item in items {
         outln!("{prefix}{item}");
     }
@@ -284,10 +284,9 @@ pub fn repair_snapshots(
     for rs in &st.repaired {
         outln!(
             "{verb} snapshot {}{}{}",
-            &rs.original[..8],
+            rs.original.short(),
             rs.new
-                .as_ref()
-                .map(|n| format!(" as {}", &n[..8]))
+                .map(|n| format!(" as {}", n.short()))
                 .unwrap_or_default(),
             if rs.tree_truncated {
                 " (tree read only in part)"

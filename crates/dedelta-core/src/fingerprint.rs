@@ -36,6 +36,13 @@ impl ChunkId {
         Some(ChunkId(out))
     }
 
+    /// Parses the hex form as written in repository files: exactly 64 lowercase hex digits.
+    pub fn from_lowercase_hex(s: &str) -> Option<Self> {
+        let lowercase = s.len() == 2 * CHUNK_ID_LEN
+            && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        lowercase.then(|| Self::from_hex(s)).flatten()
+    }
+
     /// Reads an id from the first 32 bytes of `bytes`, if there are that many.
     pub fn from_slice(bytes: &[u8]) -> Option<Self> {
         let arr: [u8; CHUNK_ID_LEN] = bytes.get(..CHUNK_ID_LEN)?.try_into().ok()?;
@@ -52,6 +59,22 @@ impl fmt::Debug for ChunkId {
 impl fmt::Display for ChunkId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_hex())
+    }
+}
+
+/// In JSON (snapshots, damage records, command output) a fingerprint is its 64-character
+/// lowercase hex form; a reader refuses any other form.
+impl serde::Serialize for ChunkId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ChunkId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        ChunkId::from_lowercase_hex(&s)
+            .ok_or_else(|| serde::de::Error::custom("not 64 lowercase hex digits"))
     }
 }
 

@@ -215,10 +215,7 @@ fn damaged_chunks_are_stored_again_and_heal_old_snapshots() {
     let report = env.check(true);
     assert!(!report.problems.is_empty());
     assert!(!report.damage_recorded.is_empty());
-    assert!(report
-        .damage_recorded
-        .iter()
-        .all(|c| c.container == bad.to_hex()));
+    assert!(report.damage_recorded.iter().all(|c| c.container == bad));
     assert!(env.restore(&first).is_err(), "damaged data restored");
 
     // Before the fix, this backup deduplicated against the damaged chunks and succeeded
@@ -242,7 +239,7 @@ fn damaged_chunks_are_stored_again_and_heal_old_snapshots() {
     let lock = env.repo.lock(&me()).unwrap();
     let st = repair_packs::repair_packs(&env.repo, &lock, &[], "now", &NoProgress).unwrap();
     drop(lock);
-    assert_eq!(st.containers, vec![bad.to_hex()]);
+    assert_eq!(st.containers, vec![bad]);
     assert!(!env.container_path(&bad).exists());
     let (damage, _) = DamageSet::load(env.repo.backend().as_ref()).unwrap();
     assert!(damage.is_empty());
@@ -294,7 +291,7 @@ fn repair_snapshots_keeps_what_is_readable_and_unblocks_prune() {
     let id = env.backup().snapshot_id;
     let lost = env.container_of(&id, "x.txt");
     let tree_container = {
-        let t = env.snapshot(&id).tree.chunk_ids().unwrap()[0];
+        let t = env.snapshot(&id).tree.chunks[0];
         env.repo.index().get(&t).unwrap().unwrap().container
     };
     assert_ne!(lost, tree_container, "test needs the tree elsewhere");
@@ -317,7 +314,7 @@ fn repair_snapshots_keeps_what_is_readable_and_unblocks_prune() {
     assert_eq!(st.repaired.len(), 1, "{st:?}");
     let rs = &st.repaired[0];
     assert!(rs.damaged_files.iter().all(|f| f.ends_with("x.txt")));
-    let new_id = env.repo.find_snapshot(rs.new.as_ref().unwrap()).unwrap().0;
+    let new_id = rs.new.unwrap();
     assert!(!env
         .repo
         .backend()
@@ -341,13 +338,8 @@ fn unreadable_parent_tree_does_not_block_backup() {
     let mut env = Env::new(true);
     env.write(&BTreeMap::from([("a.txt", text(50_000, 5))]));
     let first = env.backup().snapshot_id;
-    let tree: std::collections::HashSet<ChunkId> = env
-        .snapshot(&first)
-        .tree
-        .chunk_ids()
-        .unwrap()
-        .into_iter()
-        .collect();
+    let tree: std::collections::HashSet<ChunkId> =
+        env.snapshot(&first).tree.chunks.into_iter().collect();
     env.repo.index().remove_chunks(&tree).unwrap();
     env.write(&BTreeMap::from([("a.txt", text(50_000, 6))]));
     let second = env.backup();

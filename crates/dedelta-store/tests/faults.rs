@@ -1071,7 +1071,7 @@ fn backup_works_when_the_parent_tree_is_damaged() {
     let repo = t.open().unwrap();
     let (id, _) = base.model.iter().next().unwrap();
     let (_, snap) = snapshots::load(repo.backend().as_ref(), id).unwrap();
-    let tree_chunk = snap.tree.chunk_ids().unwrap()[0];
+    let tree_chunk = snap.tree.chunks[0];
     let loc = repo.index().get(&tree_chunk).unwrap().unwrap();
     let meta = repo.read_container_meta(&loc.container).unwrap();
     let region = &meta.regions[meta.entries[loc.entry as usize].region as usize];

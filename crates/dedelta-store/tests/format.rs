@@ -467,8 +467,7 @@ fn a_backup_is_laid_out_as_documented() {
     let mut reader = dedelta_store::read::ChunkReader::new(&repo, 1 << 20).unwrap();
     let tree_len: u64 = snap
         .tree
-        .chunk_ids()
-        .unwrap()
+        .chunks
         .iter()
         .map(|id| reader.read_chunk(id).unwrap().len() as u64)
         .sum();

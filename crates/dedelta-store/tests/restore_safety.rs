@@ -131,7 +131,7 @@ fn store(repo: &IndexedRepository, items: &[Item], damage: &Damage) -> Snapshot 
     let mut offset = 0;
     for c in tree.chunks(64) {
         let keep = damage.tree_stored_bytes.is_none_or(|n| offset < n);
-        tree_chunks.push(put(&mut region, c, keep).id.to_hex());
+        tree_chunks.push(put(&mut region, c, keep).id);
         offset += c.len();
     }
     let mut writer = ContainerWriter::new(repo);

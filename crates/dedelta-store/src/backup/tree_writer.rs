@@ -90,7 +90,7 @@ impl<'c> TreeWriter<'c> {
         self.encoder.end(&mut self.buf);
         self.drain(dedup, true)?;
         Ok(TreeRef {
-            chunks: self.chunks.iter().map(ChunkId::to_hex).collect(),
+            chunks: self.chunks,
             len: self.len,
         })
     }

@@ -151,7 +151,7 @@ pub fn check(
         } else if let Some(why) = bad_meta.get(&loc.container) {
             if damaged_whole.insert(loc.container) && !damage.container_damaged(&loc.container) {
                 found.push(DamagedCopy {
-                    container: loc.container.to_hex(),
+                    container: loc.container,
                     chunk: None,
                     reason: why.clone(),
                 });
@@ -257,8 +257,8 @@ pub fn check(
                     );
                     bad_chunks.insert(e.id, reason.clone());
                     found.push(DamagedCopy {
-                        container: name.clone(),
-                        chunk: Some(e.id.to_hex()),
+                        container: cid,
+                        chunk: Some(e.id),
                         reason,
                     });
                 }
@@ -315,23 +315,17 @@ pub fn check(
             let reason = format!("its delta base {base} is damaged or lost");
             bad_chunks.insert(id, reason.clone());
             found.push(DamagedCopy {
-                container: cid.to_hex(),
-                chunk: Some(id.to_hex()),
+                container: cid,
+                chunk: Some(id),
                 reason,
             });
         }
     }
     // 6. Record the damage and take the damaged copies out of the index.
     // Whole containers were only added when not recorded yet; copies may be recorded already.
-    found.retain(|c| {
-        match (
-            ContainerId::from_hex(&c.container),
-            c.chunk.as_deref().and_then(ChunkId::from_hex),
-        ) {
-            (Some(cid), Some(k)) => damage.reason(&cid, &k).is_none(),
-            (Some(_), None) => true,
-            (None, _) => false,
-        }
+    found.retain(|c| match c.chunk {
+        Some(k) => damage.reason(&c.container, &k).is_none(),
+        None => true,
     });
     let old_records = damage.record_names.clone();
     for (cid, chunk) in &cleared {
@@ -370,10 +364,7 @@ pub fn check(
                 copies: found.clone(),
             },
         )?;
-        let mut out_of_index: HashSet<ChunkId> = found
-            .iter()
-            .filter_map(|c| c.chunk.as_deref().and_then(ChunkId::from_hex))
-            .collect();
+        let mut out_of_index: HashSet<ChunkId> = found.iter().filter_map(|c| c.chunk).collect();
         if !damaged_whole.is_empty() {
             repo.index().for_each(|id, loc| {
                 if damaged_whole.contains(&loc.container) {
@@ -416,15 +407,8 @@ pub fn check(
             verified.insert(*id, v.clone());
             v
         };
-        let tree_ids = match snap.tree.chunk_ids() {
-            Ok(t) => t,
-            Err(e) => {
-                report.problem(Some(short.clone()), None, e.to_string());
-                continue;
-            }
-        };
         let mut tree_ok = true;
-        for id in &tree_ids {
+        for id in &snap.tree.chunks {
             if let Some(msg) = check_ref(id, &mut report) {
                 report.problem(Some(short.clone()), None, format!("tree chunk {id}: {msg}"));
                 tree_ok = false;

@@ -20,7 +20,7 @@ pub fn walk_tree(
     mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
 ) -> Result<()> {
     let mut reader = crate::read::ChunkReader::new(repo, TREE_CACHE_BYTES)?;
-    let ids = snapshot.tree.chunk_ids()?;
+    let ids = snapshot.tree.chunks.clone();
     let mut dec = TreeDecoder::new(BufReader::with_capacity(
         64 * 1024,
         ChunkStreamReader::new(&mut reader, ids),

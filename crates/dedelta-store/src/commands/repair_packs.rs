@@ -33,12 +33,12 @@ use std::collections::HashSet;
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct RepairPacksStats {
     /// The damaged containers handled (and deleted, unless a dry run).
-    pub containers: Vec<String>,
+    pub containers: Vec<ContainerId>,
     /// Entries copied out of them.
     pub chunks_salvaged: u64,
     /// Chunks that could not be salvaged (their snapshots need a new backup or
     /// `repair snapshots`).
-    pub chunks_lost: Vec<String>,
+    pub chunks_lost: Vec<ChunkId>,
     /// Deltas elsewhere that were lost with their base.
     pub deltas_lost: u64,
     /// New containers written.
@@ -88,7 +88,7 @@ pub fn repair_packs(
     let mut salvaged: HashSet<ChunkId> = HashSet::new();
     for cid in &targets {
         let name = cid.to_hex();
-        stats.containers.push(name.clone());
+        stats.containers.push(*cid);
         progress.message(&format!("salvaging container {}", &name[..12]));
         let what = format!("container {name}");
         let file = match backend.get(FileKind::Container, &name) {
@@ -160,8 +160,8 @@ pub fn repair_packs(
             if indexed_here && index.get(&base)?.is_none() {
                 dependent_ids.insert(e.id);
                 dependents.push(DamagedCopy {
-                    container: name.clone(),
-                    chunk: Some(e.id.to_hex()),
+                    container: cid,
+                    chunk: Some(e.id),
                     reason: format!("its delta base {base} was lost"),
                 });
             }
@@ -170,7 +170,7 @@ pub fn repair_packs(
     drop(index);
     repo.index().remove_chunks(&dependent_ids)?;
     stats.deltas_lost = dependents.len() as u64;
-    let mut lost_ids: Vec<String> = lost.iter().map(ChunkId::to_hex).collect();
+    let mut lost_ids: Vec<ChunkId> = lost.into_iter().collect();
     lost_ids.sort();
     stats.chunks_lost = lost_ids;
     // 4. Records without the repaired containers, with the newly lost deltas.

@@ -16,7 +16,7 @@ use crate::commands::check::{entry_pair, EntryIds, RefChecker};
 use crate::commands::ls::walk_tree;
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, EntryKind};
-use crate::format::snapshot::{Snapshot, TreeRef};
+use crate::format::snapshot::{Snapshot, SnapshotId, TreeRef};
 use crate::format::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use crate::progress::Progress;
 use crate::repository::damage::DamageSet;
@@ -39,12 +39,12 @@ pub struct RepairSnapshotsOptions {
 }
 
 /// One snapshot that needed repair.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct RepairedSnapshot {
-    /// The damaged snapshot (full hex id).
-    pub original: String,
+    /// The damaged snapshot.
+    pub original: SnapshotId,
     /// The snapshot written in its place (none in a dry run).
-    pub new: Option<String>,
+    pub new: Option<SnapshotId>,
     /// Files whose content lost chunks.
     pub damaged_files: Vec<String>,
     /// Whether the tree could be read only in part.
@@ -102,7 +102,7 @@ pub fn repair_snapshots(
     for (sid, snap) in &listed.snapshots {
         progress.message(&format!("snapshot {}", sid.short()));
         let mut nodes: Vec<(Node, Vec<ChunkRef>)> = Vec::new();
-        let tree_ok = snap.tree.chunk_ids()?.iter().all(&mut is_usable);
+        let tree_ok = snap.tree.chunks.iter().all(&mut is_usable);
         let walked = if tree_ok {
             walk_tree(repo, snap, |n, c| {
                 nodes.push((n, c));
@@ -129,7 +129,7 @@ pub fn repair_snapshots(
             continue;
         }
         let mut repaired = RepairedSnapshot {
-            original: sid.to_hex(),
+            original: *sid,
             new: None,
             damaged_files,
             tree_truncated,
@@ -151,7 +151,7 @@ pub fn repair_snapshots(
                 ..snap.clone()
             };
             let new_id = crate::repository::snapshots::save(backend.as_ref(), &new)?;
-            repaired.new = Some(new_id.to_hex());
+            repaired.new = Some(new_id);
             if opts.forget {
                 backend.delete(FileKind::Snapshot, &sid.to_hex())?;
             }
@@ -205,7 +205,7 @@ fn store_tree(
         if !usable(&id) && new.insert(id) {
             writer.push_entry(id, EntryKind::Full, data, data.len(), Vec::new())?;
         }
-        ids.push(id.to_hex());
+        ids.push(id);
     }
     writer.seal()?;
     Ok(TreeRef {

@@ -112,14 +112,11 @@ impl ContainerId {
     /// writes). Uppercase is refused: the name is also a path, and `AB…` is not the file
     /// `ab…` on a case-sensitive store.
     pub fn from_hex(s: &str) -> Option<Self> {
-        if s.len() != 64 || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return None;
-        }
-        let mut out = [0u8; 32];
-        hex::decode_to_slice(s, &mut out).ok()?;
-        Some(ContainerId(out))
+        ChunkId::from_lowercase_hex(s).map(|id| ContainerId(id.0))
     }
 }
+
+hex_id_serde!(ContainerId);
 
 impl fmt::Debug for ContainerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -17,7 +17,9 @@
 //! record before deleting the old ones.
 
 use crate::error::{Error, Result};
+use crate::format::container::ContainerId;
 use crate::format::envelope;
+use dedelta_core::ChunkId;
 use serde::{Deserialize, Serialize};
 
 /// Damage record magic.
@@ -28,11 +30,11 @@ pub const DAMAGE_VERSION: u16 = 1;
 /// One damaged stored copy, or (without `chunk`) a whole container.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DamagedCopy {
-    /// The container (hex).
-    pub container: String,
-    /// The chunk (hex); `None` when the container's metadata is unreadable or it is missing.
+    /// The container.
+    pub container: ContainerId,
+    /// The chunk; `None` when the container's metadata is unreadable or it is missing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chunk: Option<String>,
+    pub chunk: Option<ChunkId>,
     /// What check found.
     pub reason: String,
 }

@@ -28,27 +28,27 @@ impl SnapshotId {
     pub fn short(&self) -> String {
         self.to_hex()[..8].to_string()
     }
+    /// Parses the object name: 64 lowercase hex digits.
+    pub fn from_hex(s: &str) -> Option<Self> {
+        ChunkId::from_lowercase_hex(s).map(|id| SnapshotId(id.0))
+    }
+}
+
+hex_id_serde!(SnapshotId);
+
+impl std::fmt::Display for SnapshotId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_hex())
+    }
 }
 
 /// The reference to a snapshot's tree stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeRef {
-    /// Chunk ids of the tree stream, in order (hex).
-    pub chunks: Vec<String>,
+    /// Chunk ids of the tree stream, in order (64 lowercase hex digits each in JSON).
+    pub chunks: Vec<ChunkId>,
     /// Total length of the stream in bytes.
     pub len: u64,
-}
-
-impl TreeRef {
-    /// The chunk ids, parsed.
-    pub fn chunk_ids(&self) -> Result<Vec<ChunkId>> {
-        self.chunks
-            .iter()
-            .map(|h| {
-                ChunkId::from_hex(h).ok_or_else(|| Error::corrupt("snapshot", "bad tree chunk id"))
-            })
-            .collect()
-    }
 }
 
 /// What a backup did; stored in the snapshot and printed by `backup`.

@@ -45,18 +45,14 @@ impl DamageSet {
 
     fn add_record(&mut self, rec: &DamageRecord) {
         for c in &rec.copies {
-            let Some(container) = ContainerId::from_hex(&c.container) else {
-                continue;
-            };
-            match c.chunk.as_deref().map(ChunkId::from_hex) {
+            match c.chunk {
                 None => {
-                    self.containers.insert(container, c.reason.clone());
+                    self.containers.insert(c.container, c.reason.clone());
                 }
-                Some(Some(chunk)) => {
-                    self.copies.insert((container, chunk), c.reason.clone());
-                    self.by_chunk.insert(chunk, (container, c.reason.clone()));
+                Some(chunk) => {
+                    self.copies.insert((c.container, chunk), c.reason.clone());
+                    self.by_chunk.insert(chunk, (c.container, c.reason.clone()));
                 }
-                Some(None) => {}
             }
         }
     }
@@ -113,13 +109,13 @@ impl DamageSet {
             .containers
             .iter()
             .map(|(c, reason)| DamagedCopy {
-                container: c.to_hex(),
+                container: *c,
                 chunk: None,
                 reason: reason.clone(),
             })
             .chain(self.copies.iter().map(|((c, k), reason)| DamagedCopy {
-                container: c.to_hex(),
-                chunk: Some(k.to_hex()),
+                container: *c,
+                chunk: Some(*k),
                 reason: reason.clone(),
             }))
             .collect();
@@ -202,12 +198,12 @@ mod tests {
             time: "t".into(),
             copies: vec![
                 DamagedCopy {
-                    container: c1.to_hex(),
-                    chunk: Some(k.to_hex()),
+                    container: c1,
+                    chunk: Some(k),
                     reason: "crc".into(),
                 },
                 DamagedCopy {
-                    container: c2.to_hex(),
+                    container: c2,
                     chunk: None,
                     reason: "metadata".into(),
                 },

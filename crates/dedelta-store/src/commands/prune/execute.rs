@@ -24,16 +24,13 @@ pub(super) fn execute(
     // 1. Copy live entries of rewritten containers forward.
     progress.set_total(plan.bytes_to_copy);
     let mut writer = ContainerWriter::new(repo);
-    let mut rewrite: Vec<&String> = work.rewrite.iter().collect();
+    let mut rewrite: Vec<&ContainerId> = work.rewrite.iter().collect();
     rewrite.sort();
-    for name in rewrite {
-        progress.message(&format!(
-            "rewriting container {}",
-            &name[..12.min(name.len())]
-        ));
+    for &cid in rewrite {
+        let name = cid.to_hex();
+        progress.message(&format!("rewriting container {}", &name[..12]));
         let what = format!("container {name}");
-        let cid = ContainerId::from_hex(name).ok_or_else(|| Error::corrupt(&what, "bad name"))?;
-        let file = backend.get(FileKind::Container, name)?;
+        let file = backend.get(FileKind::Container, &name)?;
         if ChunkId::of(&file).0 != cid.0 {
             return Err(Error::corrupt(
                 &what,
@@ -78,13 +75,13 @@ pub(super) fn execute(
     stats.bytes_written = writer.bytes_written;
     // Container names are content hashes: a copy can have the very name of a container this
     // prune is about to delete (an unindexed copy left by a killed prune). Never delete those.
-    let written: HashSet<String> = writer.written.iter().map(|c| c.to_hex()).collect();
+    let written: HashSet<ContainerId> = writer.written.iter().copied().collect();
     // 2. Forget dead chunks in the index before any container disappears.
     repo.index().remove_chunks(&work.dead)?;
     // 3. Delete old containers.
-    for name in plan.delete.iter().chain(plan.rewrite.iter()) {
-        if !written.contains(name) {
-            backend.delete(FileKind::Container, name)?;
+    for cid in plan.delete.iter().chain(plan.rewrite.iter()) {
+        if !written.contains(cid) {
+            backend.delete(FileKind::Container, &cid.to_hex())?;
         }
     }
     stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;

@@ -22,6 +22,7 @@ mod execute;
 mod plan;
 
 use crate::error::{Error, Result};
+use crate::format::container::ContainerId;
 use crate::progress::Progress;
 use crate::repository::lock::RepoLock;
 use crate::repository::IndexedRepository;
@@ -55,9 +56,9 @@ pub struct PrunePlan {
     /// Chunks that are no longer needed.
     pub dead_chunks: u64,
     /// Containers to delete outright.
-    pub delete: Vec<String>,
+    pub delete: Vec<ContainerId>,
     /// Containers to rewrite (live entries copied forward).
-    pub rewrite: Vec<String>,
+    pub rewrite: Vec<ContainerId>,
     /// Containers kept as they are.
     pub keep: u64,
     /// Stored bytes before.

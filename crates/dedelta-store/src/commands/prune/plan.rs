@@ -15,7 +15,7 @@ use dedelta_core::ChunkId;
 use std::collections::HashSet;
 
 /// A container's name, size, and entries with whether the index points at each.
-type ContainerEntries = (String, u64, Vec<(EntryInfo, bool)>);
+type ContainerEntries = (ContainerId, u64, Vec<(EntryInfo, bool)>);
 
 struct EntryInfo {
     id: ChunkId,
@@ -30,7 +30,7 @@ pub(super) struct PruneWork {
     /// Indexed chunks no snapshot needs.
     pub dead: HashSet<ChunkId>,
     /// Containers whose live entries are copied forward.
-    pub rewrite: HashSet<String>,
+    pub rewrite: HashSet<ContainerId>,
 }
 
 /// Marks and plans.
@@ -54,7 +54,7 @@ pub(super) fn plan(
         )));
     }
     for (_, snap) in snapshots.snapshots {
-        live.extend(snap.tree.chunk_ids()?);
+        live.extend(snap.tree.chunks.iter().copied());
         walk_tree(repo, &snap, |_, chunks| {
             live.extend(chunks.iter().map(|c| c.id));
             Ok(())
@@ -104,7 +104,7 @@ pub(super) fn plan(
                 indexed_here,
             ));
         }
-        metas.push((name.clone(), *size, entries));
+        metas.push((cid, *size, entries));
     }
     // Bases of live deltas are live (deltas are one level deep: one pass).
     let mut bases = HashSet::new();
@@ -137,8 +137,8 @@ pub(super) fn plan(
     }
     // Plan per container.
     let mut dead: HashSet<ChunkId> = HashSet::new();
-    let mut rewrite: HashSet<String> = HashSet::new();
-    for (name, size, entries) in &metas {
+    let mut rewrite: HashSet<ContainerId> = HashSet::new();
+    for (cid, size, entries) in &metas {
         let total: u64 = entries.iter().map(|(e, _)| e.stored_len).sum();
         let mut live_bytes = 0;
         for (e, indexed) in entries {
@@ -149,11 +149,11 @@ pub(super) fn plan(
             }
         }
         if live_bytes == 0 {
-            plan.delete.push(name.clone());
+            plan.delete.push(*cid);
             plan.bytes_removed += size;
         } else if (live_bytes as f64) < (1.0 - opts.max_unused) * total as f64 {
-            plan.rewrite.push(name.clone());
-            rewrite.insert(name.clone());
+            plan.rewrite.push(*cid);
+            rewrite.insert(*cid);
             plan.bytes_removed += size;
             plan.bytes_to_copy += live_bytes;
         } else {
