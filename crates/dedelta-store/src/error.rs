@@ -133,7 +133,28 @@ pub enum Error {
     IndexDamaged(String),
 }
 
+impl From<dedelta_backend::BackendError> for Error {
+    fn from(e: dedelta_backend::BackendError) -> Self {
+        use dedelta_backend::BackendError as B;
+        match e {
+            B::Missing { kind, name } => Error::ObjectMissing { kind, name },
+            B::Io { context, cause } => Error::Io { context, cause },
+            B::Refused(m) => Error::InvalidOption(m),
+            other => Error::InvalidOption(other.to_string()),
+        }
+    }
+}
+
 impl Error {
+    /// The I/O error behind this one, if it is an I/O error (for example to tell an injected
+    /// fault from a real one in tests).
+    pub fn io_cause(&self) -> Option<&std::io::Error> {
+        match self {
+            Error::Io { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+
     /// Wraps an I/O error with context.
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         Error::Io {

@@ -10,10 +10,10 @@
 //! - [`backup`]: the backup pipeline, one module per stage.
 //! - [`commands`]: one file per command (backup, restore, check, ls/dump, stats, forget,
 //!   prune, repair).
-//! - [`backend`]: named write-once objects (local directory; in-memory and fault-injecting for
-//!   tests).
+//! - [`backend`]: the `dedelta-backend` crate (named write-once objects; local directory,
+//!   memory, fault injection, metering), re-exported.
 
-pub mod backend;
+pub use dedelta_backend as backend;
 pub mod backup;
 pub mod client;
 pub mod commands;

@@ -39,12 +39,12 @@
 //! `DEDELTA_CAMPAIGN_SECONDS` runs episodes (seed, seed+1, ...) until the budget is spent;
 //! `DEDELTA_CAMPAIGN_LOG=1` prints the operation log of passing episodes too.
 
-use dedelta_store::backend::fault::{
+use dedelta_store::backend::local::LocalBackend;
+use dedelta_store::backend::memory::MemoryBackend;
+use dedelta_store::backend::wrap::fault::{
     BytePosition, CrashEffect, FaultBackend, FaultPlan, InjectedFault, InjectionDetail, ReadDamage,
     ReadFault,
 };
-use dedelta_store::backend::local::LocalBackend;
-use dedelta_store::backend::memory::MemoryBackend;
 use dedelta_store::backend::{Backend, FileKind};
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::{backup, check, prune, restore};
@@ -842,7 +842,7 @@ impl World {
             self.writes_of.insert(cmd.name(), writes);
         }
         if let Err(e) = &result {
-            match FaultBackend::injected(e) {
+            match e.io_cause().and_then(FaultBackend::injected) {
                 Some(InjectedFault::Crash { .. }) => {
                     ensure!(crashed, "crash error without a crash")
                 }

@@ -14,12 +14,12 @@
 //! Tests marked `#[ignore = "reason: ..."]` reproduce known bugs; they are run with
 //! `cargo test -p dedelta-store --test faults -- --ignored` and un-ignored with the fix.
 
-use dedelta_store::backend::fault::{
+use dedelta_store::backend::local::LocalBackend;
+use dedelta_store::backend::memory::MemoryBackend;
+use dedelta_store::backend::wrap::fault::{
     BytePosition, CrashEffect, FaultBackend, FaultPlan, InjectedFault, ReadDamage, ReadFault,
     ALL_KINDS,
 };
-use dedelta_store::backend::local::LocalBackend;
-use dedelta_store::backend::memory::MemoryBackend;
 use dedelta_store::backend::{Backend, FileKind};
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::{backup, check, prune, restore};
@@ -498,7 +498,7 @@ fn backup_crash_at_every_write(store: Store) {
             let err = result.expect_err(&when);
             assert!(
                 matches!(
-                    FaultBackend::injected(&err),
+                    err.io_cause().and_then(FaultBackend::injected),
                     Some(InjectedFault::Crash { .. })
                 ),
                 "{when}: {err}"
@@ -571,7 +571,10 @@ fn prune_crash_at_every_write(store: Store) {
                 let repo = t.open().unwrap();
                 t.fault.arm(FaultPlan::crash(n, effect));
                 let err = prune_all(&repo, &gone(), false).expect_err(&when);
-                assert!(FaultBackend::injected(&err).is_some(), "{when}: {err}");
+                assert!(
+                    err.io_cause().and_then(FaultBackend::injected).is_some(),
+                    "{when}: {err}"
+                );
             }
             let repo = t.reopen(n % 2 == 0);
             assert_consistent(&repo, &base.model, &t, &when);

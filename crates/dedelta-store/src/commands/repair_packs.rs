@@ -91,7 +91,7 @@ pub fn repair_packs(
         stats.containers.push(*cid);
         progress.message(&format!("salvaging container {}", &name[..12]));
         let what = format!("container {name}");
-        let file = match backend.get(FileKind::Container, &name) {
+        let file = match backend.get(FileKind::Container, &name).map_err(Error::from) {
             Ok(f) => f,
             Err(Error::ObjectMissing { .. }) => continue,
             Err(e) => return Err(e),

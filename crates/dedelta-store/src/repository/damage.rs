@@ -2,7 +2,7 @@
 //! the record format and the rules), and writing them.
 
 use crate::backend::{Backend, FileKind};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::container::ContainerId;
 use crate::format::damage::{DamageRecord, DamagedCopy};
 use dedelta_core::ChunkId;
@@ -31,6 +31,7 @@ impl DamageSet {
             let what = format!("damage record {name}");
             match backend
                 .get(FileKind::Damage, &name)
+                .map_err(Error::from)
                 .and_then(|b| DamageRecord::from_bytes(&b, &what))
             {
                 Ok(rec) => {

@@ -35,12 +35,6 @@ pub struct RepoLock {
     released: bool,
 }
 
-impl std::fmt::Debug for dyn Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Backend({})", self.location())
-    }
-}
-
 /// Whether a process with `pid` runs on this machine. A zombie (exited, not yet reaped by
 /// its parent) does not run: `kill(pid, 0)` succeeds for it, so its state is read from /proc.
 fn process_alive(pid: u32) -> bool {
@@ -79,7 +73,10 @@ impl RepoLock {
                     released: false,
                 });
             }
-            let holder = match backend.get(FileKind::Lock, EXCLUSIVE_LOCK) {
+            let holder = match backend
+                .get(FileKind::Lock, EXCLUSIVE_LOCK)
+                .map_err(Error::from)
+            {
                 Ok(b) => serde_json::from_slice::<LockInfo>(&b).ok(),
                 // Released between our attempt and this read: try again.
                 Err(Error::ObjectMissing { .. }) => continue,
@@ -115,7 +112,7 @@ impl RepoLock {
     /// Releases the lock now, reporting errors (drop ignores them).
     pub fn release(mut self) -> Result<()> {
         self.released = true;
-        self.backend.delete(FileKind::Lock, EXCLUSIVE_LOCK)
+        Ok(self.backend.delete(FileKind::Lock, EXCLUSIVE_LOCK)?)
     }
 }
 

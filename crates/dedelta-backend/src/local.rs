@@ -5,8 +5,7 @@
 //! folder is fsynced: so an object is either absent or whole and durable. Temp files start
 //! with `.tmp-` and are ignored by `list`.
 
-use super::{Backend, FileKind};
-use crate::error::{Error, IoContext, Result};
+use crate::{Backend, BackendError as Error, FileKind, IoContext, Result};
 use std::fs::{self, File};
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -246,7 +245,7 @@ mod tests {
         assert_eq!(names, vec![std::ffi::OsString::from("x")]);
         assert!(matches!(
             b.get(FileKind::Snapshot, "nope"),
-            Err(Error::ObjectMissing { .. })
+            Err(Error::Missing { .. })
         ));
     }
 }

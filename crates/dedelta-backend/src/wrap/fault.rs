@@ -34,8 +34,7 @@
 //! from the seed and the read's number. Counters are atomics and the plan sits behind a
 //! mutex, so the wrapper can be shared by backup's pipeline threads.
 
-use super::{Backend, FileKind};
-use crate::error::{Error, Result};
+use crate::{Backend, BackendError as Error, FileKind, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -58,7 +57,7 @@ pub enum CrashEffect {
     /// just after it, before the next step (for a container `put`, before its index entries).
     Durable,
     /// A `create_new` left an empty object (a local file created but not yet written, which
-    /// [`super::local::LocalBackend::create_new`] can leave). A `put` or `delete` is atomic,
+    /// [`crate::local::LocalBackend::create_new`] can leave). A `put` or `delete` is atomic,
     /// so for them this is [`CrashEffect::Lost`].
     Torn,
 }
@@ -143,7 +142,7 @@ impl FaultPlan {
     }
 }
 
-/// Why an injected operation failed. It is the cause inside [`Error::Io`], so that a test
+/// Why an injected operation failed. It is the cause inside [`Error::Io`](crate::BackendError::Io), so that a test
 /// can tell an injected failure from a real one with [`FaultBackend::injected`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -348,15 +347,13 @@ impl FaultBackend {
         self.injected.load(Ordering::SeqCst)
     }
 
-    /// The injected fault behind `err`, if it is one.
-    pub fn injected(err: &Error) -> Option<InjectedFault> {
-        match err {
-            Error::Io { cause, .. } => cause
-                .get_ref()
-                .and_then(|c| c.downcast_ref::<InjectedFault>())
-                .copied(),
-            _ => None,
-        }
+    /// The injected fault behind an I/O error (the cause of an error a command returned),
+    /// if it is one.
+    pub fn injected(cause: &std::io::Error) -> Option<InjectedFault> {
+        cause
+            .get_ref()
+            .and_then(|c| c.downcast_ref::<InjectedFault>())
+            .copied()
     }
 
     /// Damage at rest: XORs the byte at `offset` (modulo the object's length) of a stored
@@ -364,11 +361,11 @@ impl FaultBackend {
     /// counted nor faulted. Returns the object's bytes from before, so a test can heal it.
     ///
     /// # Errors
-    /// The inner backend's errors; [`Error::InvalidOption`] for an empty object.
+    /// The inner backend's errors; [`Error::Refused`] for an empty object.
     pub fn damage(&self, kind: FileKind, name: &str, offset: u64, mask: u8) -> Result<Vec<u8>> {
         let before = self.inner.get(kind, name)?;
         if before.is_empty() {
-            return Err(Error::InvalidOption(format!(
+            return Err(Error::Refused(format!(
                 "cannot damage the empty {} {name}",
                 kind.noun()
             )));
@@ -565,7 +562,14 @@ impl Backend for FaultBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::memory::MemoryBackend;
+    use crate::memory::MemoryBackend;
+
+    fn injected(e: &Error) -> Option<InjectedFault> {
+        match e {
+            Error::Io { cause, .. } => FaultBackend::injected(cause),
+            _ => None,
+        }
+    }
 
     fn wrapped() -> (Arc<MemoryBackend>, FaultBackend) {
         let mem = Arc::new(MemoryBackend::default());
@@ -625,7 +629,7 @@ mod tests {
             f.arm(FaultPlan::crash(at, effect));
             let results = three_writes(&f);
             for (i, r) in results.iter().enumerate() {
-                let failed = r.as_ref().err().and_then(FaultBackend::injected);
+                let failed = r.as_ref().err().and_then(injected);
                 if (i as u64) < at {
                     assert!(r.is_ok(), "write {i} before the crash at {at} failed");
                 } else {
@@ -667,10 +671,7 @@ mod tests {
         f.arm(FaultPlan::no_space(0));
         let [put, create, delete] = three_writes(&f);
         let err = put.unwrap_err();
-        assert_eq!(
-            FaultBackend::injected(&err),
-            Some(InjectedFault::NoSpace { write: 0 })
-        );
+        assert_eq!(injected(&err), Some(InjectedFault::NoSpace { write: 0 }));
         assert!(
             matches!(&err, Error::Io { cause, .. } if cause.kind() == std::io::ErrorKind::StorageFull)
         );

@@ -1,16 +1,67 @@
-//! The backend: named, write-once objects.
+//! dedelta-backend: where a repository's objects live.
 //!
 //! All repository I/O goes through [`Backend`], keyed by ([`FileKind`], name). The trait is
 //! deliberately small (put, get, ranged get, list, delete, atomic create) so that an object
-//! store (S3 through `object_store`) can implement it without touching the pipelines. The
-//! local directory ([`local::LocalBackend`]) is the embedded default; [`memory::MemoryBackend`]
-//! is test support.
+//! store (S3) can implement it without touching the pipelines. Implementations, one file each:
+//! the local directory ([`local::LocalBackend`], the default) and memory
+//! ([`memory::MemoryBackend`], test support). Wrappers ([`wrap`]) implement the same trait
+//! around any backend: fault injection for tests, request metering for I/O accounting. This
+//! crate knows nothing of what the objects contain.
 
-pub mod fault;
 pub mod local;
 pub mod memory;
+pub mod wrap;
 
-use crate::error::Result;
+/// What a backend reports.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The object does not exist (deleted by a concurrent prune, or lost).
+    #[error("{kind} {name} is missing from the repository")]
+    Missing {
+        /// The object's kind (`container`, `snapshot`, ...).
+        kind: &'static str,
+        /// The object's name.
+        name: String,
+    },
+    /// An I/O error, with what was being done. The cause is part of the message and not also
+    /// exposed as `source()`, so that a printed error chain does not repeat it.
+    #[error("{context}: {cause}")]
+    Io {
+        /// What was being done, naming the object or path.
+        context: String,
+        /// The underlying error.
+        cause: std::io::Error,
+    },
+    /// The request cannot be carried out as asked (by a wrapper: damaging an empty object).
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl BackendError {
+    /// Wraps an I/O error with context.
+    pub fn io(context: impl Into<String>, cause: std::io::Error) -> Self {
+        BackendError::Io {
+            context: context.into(),
+            cause,
+        }
+    }
+}
+
+/// Result alias for backends.
+pub type Result<T, E = BackendError> = std::result::Result<T, E>;
+
+/// Adds context to I/O results.
+pub(crate) trait IoContext<T> {
+    /// Maps an I/O error to [`BackendError::Io`] with the context string built by `f`.
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
+    fn ctx<F: FnOnce() -> String>(self, f: F) -> Result<T> {
+        self.map_err(|e| BackendError::io(f(), e))
+    }
+}
 
 /// The kinds of objects in a repository, each in its own namespace (a folder locally).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,8 +122,8 @@ impl FileKind {
     }
 
     /// The error for a missing object of this kind.
-    pub fn missing(self, name: &str) -> crate::Error {
-        crate::Error::ObjectMissing {
+    pub fn missing(self, name: &str) -> BackendError {
+        BackendError::Missing {
             kind: self.noun(),
             name: name.to_string(),
         }
@@ -81,8 +132,8 @@ impl FileKind {
 
 /// A store of named objects. Objects are written whole and never modified in place.
 ///
-/// Reading an object that does not exist fails with [`crate::Error::ObjectMissing`] (not a
-/// generic I/O error), so that callers can tell "gone" from "damaged".
+/// Reading an object that does not exist fails with [`BackendError::Missing`] (not a generic
+/// I/O error), so that callers can tell "gone" from "damaged".
 pub trait Backend: Send + Sync {
     /// Reads a whole object.
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
@@ -116,4 +167,10 @@ pub trait Backend: Send + Sync {
     fn exists(&self, kind: FileKind, name: &str) -> Result<bool>;
     /// A human-readable location for messages.
     fn location(&self) -> String;
+}
+
+impl std::fmt::Debug for dyn Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backend({})", self.location())
+    }
 }

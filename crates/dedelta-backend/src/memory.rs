@@ -1,7 +1,6 @@
 //! An in-memory backend for tests.
 
-use super::{Backend, FileKind};
-use crate::error::{Error, Result};
+use crate::{Backend, BackendError as Error, FileKind, Result};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

@@ -1,0 +1,8 @@
+//! Wrappers: backends around a backend, each adding one concern and implementing the same
+//! [`crate::Backend`] trait, so they stack.
+//!
+//! - [`fault::FaultBackend`]: crashes, disk-full, short and flipped reads, for tests.
+//! - [`metered::MeteredBackend`]: counts requests and bytes per object kind.
+
+pub mod fault;
+pub mod metered;
