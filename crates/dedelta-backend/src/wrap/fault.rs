@@ -1,6 +1,9 @@
 //! Fault injection: a [`Backend`] wrapper that crashes, runs out of space, and returns short
 //! or damaged reads, at points a test chooses.
 //!
+//! (Over 500 lines on purpose: one wrapper whose fault model, counters and log belong
+//! together; about 200 lines are its own tests.)
+//!
 //! Why a wrapper: the crash-safety argument of docs/format.md is about the order of backend
 //! writes (containers, then index entries, then the snapshot; prune's copies before its
 //! deletes). Killing a process after a sleep hits that order only by luck, and a test that
