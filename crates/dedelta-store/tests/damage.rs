@@ -7,7 +7,7 @@ use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
 use dedelta_store::client::index::ChunkIndex;
 use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
-use dedelta_store::commands::{backup, check, ls, prune, repair, repair_packs, restore};
+use dedelta_store::commands::{backup, check, prune, repair, repair_packs, restore};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use dedelta_store::format::container::ContainerId;
 use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
@@ -168,7 +168,7 @@ impl Env {
         let want = self.src.join(name);
         let want = want.to_str().unwrap().trim_start_matches('/');
         let mut first = None;
-        ls::walk_tree(&self.repo, &self.snapshot(id), |n, c| {
+        dedelta_store::read::walk_tree(&self.repo, &self.snapshot(id), |n, c| {
             if n.path == want.as_bytes() {
                 first = c.first().map(|c| c.id);
             }

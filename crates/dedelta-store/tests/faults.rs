@@ -880,7 +880,7 @@ fn damage_at_rest_is_reported_and_never_restored_wrong() {
 fn container_of_first_chunk(repo: &IndexedRepository, id: &str, file: &str) -> String {
     let (_, snap) = snapshots::load(repo.backend().as_ref(), id).unwrap();
     let mut first = None;
-    dedelta_store::commands::ls::walk_tree(repo, &snap, |node, chunks| {
+    dedelta_store::read::walk_tree(repo, &snap, |node, chunks| {
         if node.path.ends_with(file.as_bytes()) && first.is_none() {
             first = chunks.first().map(|c| c.id);
         }
@@ -1139,7 +1139,7 @@ fn rebuilt_index_keeps_the_live_copy_of_a_stored_again_chunk() {
         let live: BTreeMap<String, String> = {
             let mut ids = BTreeMap::new();
             let (_, snap) = snapshots::load(repo.backend().as_ref(), &s4.to_hex()).unwrap();
-            dedelta_store::commands::ls::walk_tree(&repo, &snap, |_, chunks| {
+            dedelta_store::read::walk_tree(&repo, &snap, |_, chunks| {
                 for c in chunks {
                     let loc = repo.index().get(&c.id)?.expect("indexed");
                     ids.insert(c.id.to_hex(), loc.container.to_hex());
@@ -1154,7 +1154,7 @@ fn rebuilt_index_keeps_the_live_copy_of_a_stored_again_chunk() {
         let moved = {
             let (_, snap) = snapshots::load(repo.backend().as_ref(), &s4.to_hex()).unwrap();
             let mut moved = false;
-            dedelta_store::commands::ls::walk_tree(&repo, &snap, |_, chunks| {
+            dedelta_store::read::walk_tree(&repo, &snap, |_, chunks| {
                 for c in chunks {
                     let loc = repo.index().get(&c.id)?.expect("indexed");
                     moved |= live.get(&c.id.to_hex()) != Some(&loc.container.to_hex());

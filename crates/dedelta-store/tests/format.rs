@@ -9,12 +9,12 @@
 use dedelta_core::delta::{self, DeltaKind};
 use dedelta_core::ChunkId;
 use dedelta_store::commands::backup::{self, StdinSource};
-use dedelta_store::commands::ls::walk_tree;
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use dedelta_store::format::container::{self, ContainerId};
 use dedelta_store::format::envelope;
 use dedelta_store::format::tree::NodeKind;
 use dedelta_store::progress::NoProgress;
+use dedelta_store::read::walk_tree;
 use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::{IndexedRepository, Repository};
 use std::path::{Path, PathBuf};

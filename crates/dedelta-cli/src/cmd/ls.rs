@@ -6,7 +6,6 @@
 use super::{open, RepoArg};
 use anyhow::Result;
 use clap::Args;
-use dedelta_store::commands::ls;
 use dedelta_store::format::tree::{Node, NodeKind};
 use dedelta_store::Error;
 use serde_json::json;
@@ -30,7 +29,7 @@ pub fn run(args: LsArgs) -> Result<u8> {
     let (_, snap) = r.find_snapshot(&args.snapshot)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    ls::walk_tree(&r, &snap, |n, _| {
+    dedelta_store::read::walk_tree(&r, &snap, |n, _| {
         let line = if args.json {
             json_line(&n)
         } else {

@@ -384,7 +384,7 @@ fn parent_recipe(
         .find(|(_, s)| s.paths == paths)
         .or_else(|| all.last())?;
     let mut ids = Vec::new();
-    let walked = crate::commands::ls::walk_tree(repo, snap, |_, chunks| {
+    let walked = crate::read::walk_tree(repo, snap, |_, chunks| {
         ids.extend(chunks.iter().map(|c| c.id));
         Ok(())
     });

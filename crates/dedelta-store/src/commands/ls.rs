@@ -1,35 +1,16 @@
-//! Listing a snapshot's tree, and finding one node in it (for `ls` and `dump`).
+//! Finding one node in a snapshot's tree, and writing one file's content (for `ls` and
+//! `dump`).
 
 use crate::error::{Error, Result};
 use crate::format::snapshot::{Snapshot, SnapshotId};
-use crate::format::tree::{ChunkRef, Node, NodeKind, TreeDecoder};
-use crate::read::ChunkStreamReader;
+use crate::format::tree::{ChunkRef, Node, NodeKind};
+use crate::read::walk_tree;
 use crate::read::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 use crate::repository::IndexedRepository;
-use std::io::{BufReader, Write};
+use std::io::Write;
 
-/// Region cache for metadata reads.
-const TREE_CACHE_BYTES: usize = 16 << 20;
 /// Region cache for `dump`.
 const DUMP_CACHE_BYTES: usize = 32 << 20;
-
-/// Calls `f` for every node of a snapshot, in stored order, streaming the tree.
-pub fn walk_tree(
-    repo: &IndexedRepository,
-    snapshot: &Snapshot,
-    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
-) -> Result<()> {
-    let mut reader = crate::read::ChunkReader::new(repo, TREE_CACHE_BYTES)?;
-    let ids = snapshot.tree.chunks.clone();
-    let mut dec = TreeDecoder::new(BufReader::with_capacity(
-        64 * 1024,
-        ChunkStreamReader::new(&mut reader, ids),
-    ));
-    while let Some((node, chunks)) = dec.next_node()? {
-        f(node, chunks)?;
-    }
-    Ok(())
-}
 
 /// Normalises a user-given path to the stored form (no leading or trailing `/`).
 ///

@@ -13,12 +13,12 @@
 
 use crate::backend::FileKind;
 use crate::commands::check::{entry_pair, EntryIds, RefChecker};
-use crate::commands::ls::walk_tree;
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, EntryKind};
 use crate::format::snapshot::{Snapshot, SnapshotId, TreeRef};
 use crate::format::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use crate::progress::Progress;
+use crate::read::walk_tree;
 use crate::repository::damage::DamageSet;
 use crate::repository::lock::RepoLock;
 use crate::repository::{read_container_meta, ContainerWriter, IndexedRepository};

@@ -30,11 +30,12 @@
 
 mod target;
 
-use crate::commands::ls::{normalize_path, walk_tree};
+use crate::commands::ls::normalize_path;
 use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
+use crate::read::walk_tree;
 use crate::read::{FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats};
 use crate::repository::IndexedRepository;
 use std::path::PathBuf;

@@ -16,12 +16,14 @@ mod locator;
 mod pipelined;
 mod reader;
 mod stream;
+mod tree;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
 pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 pub use reader::{verify_chunk, ChunkReader};
 pub use stream::ChunkStreamReader;
+pub use tree::walk_tree;
 
 use crate::error::Error;
 use crate::format::container::ContainerId;

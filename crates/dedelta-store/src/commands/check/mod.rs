@@ -21,11 +21,11 @@ mod verify;
 pub(crate) use verify::{entry_pair, verify_entries, RefChecker};
 
 use crate::backend::FileKind;
-use crate::commands::ls::walk_tree;
 use crate::error::{Error, Result};
 use crate::format::container::{self, ContainerId};
 use crate::format::damage::DamagedCopy;
 use crate::progress::Progress;
+use crate::read::walk_tree;
 use crate::repository::damage::{self, DamageSet};
 use crate::repository::lock::RepoLock;
 use crate::repository::{read_container_meta, IndexedRepository};

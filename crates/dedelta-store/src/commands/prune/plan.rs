@@ -4,10 +4,10 @@
 
 use super::{PruneOptions, PrunePlan};
 use crate::backend::FileKind;
-use crate::commands::ls::walk_tree;
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, EntryKind};
 use crate::progress::Progress;
+use crate::read::walk_tree;
 use crate::repository::damage::DamageSet;
 use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, IndexedRepository};

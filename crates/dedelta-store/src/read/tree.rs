@@ -1,0 +1,29 @@
+//! A snapshot's tree, streamed node by node from its chunks (for ls, restore, check, prune,
+//! repair and backup's parent recipe).
+
+use super::{ChunkReader, ChunkStreamReader};
+use crate::error::Result;
+use crate::format::snapshot::Snapshot;
+use crate::format::tree::{ChunkRef, Node, TreeDecoder};
+use crate::repository::IndexedRepository;
+use std::io::BufReader;
+
+/// Region cache for metadata reads.
+const TREE_CACHE_BYTES: usize = 16 << 20;
+/// Calls `f` for every node of a snapshot, in stored order, streaming the tree.
+pub fn walk_tree(
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+) -> Result<()> {
+    let mut reader = ChunkReader::new(repo, TREE_CACHE_BYTES)?;
+    let ids = snapshot.tree.chunks.clone();
+    let mut dec = TreeDecoder::new(BufReader::with_capacity(
+        64 * 1024,
+        ChunkStreamReader::new(&mut reader, ids),
+    ));
+    while let Some((node, chunks)) = dec.next_node()? {
+        f(node, chunks)?;
+    }
+    Ok(())
+}
