@@ -4,7 +4,7 @@
 //! Exit codes: 0 saved; 3 saved, but some sources could not be read (each named in a
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
-use super::{host, lock_info, now_rfc3339, open, progress_bar, DeltaArgs, RepoArg};
+use super::{host, now_rfc3339, open_locked, progress_bar, DeltaArgs, RepoArg};
 use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
 use clap::Args;
@@ -51,10 +51,10 @@ pub struct BackupArgs {
 /// Runs the backup pipeline with the repository's delta settings overridden by the
 /// arguments, then prints the summary.
 pub fn run(args: BackupArgs) -> Result<u8> {
-    let r = open(&args.repo)?;
+    // Lock first, then the index: every writer takes them in this order.
+    let (r, lock) = open_locked(&args.repo, "backup")?;
     let mut delta_cfg = r.config().delta.clone();
     args.delta.apply(&mut delta_cfg)?;
-    let lock = r.lock(&lock_info("backup"))?;
     let progress = progress_bar(args.json);
     let stdin_src = args.stdin.then(|| backup::StdinSource {
         reader: Box::new(std::io::stdin()),

@@ -93,7 +93,7 @@ pub fn dump(
         drop(rx);
         let read = producer
             .join()
-            .unwrap_or_else(|_| Err(Error::Index("dump reader panicked".into())));
+            .unwrap_or_else(|_| Err(Error::ThreadPanicked("dump reader".into())));
         // A read error ends the stream early: it is the cause, not the short output.
         read.and(written)
     })

@@ -191,7 +191,7 @@ pub fn restore(
         drop(rx);
         let reads = producer
             .join()
-            .unwrap_or_else(|_| Err(Error::Index("restore reader panicked".into())))?;
+            .unwrap_or_else(|_| Err(Error::ThreadPanicked("restore reader".into())))?;
         stats.reads = reads.merged(stats.reads);
         Ok(stats)
     })
