@@ -57,6 +57,13 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     for e in &st.errors {
         eprintln!("error: {}: {}", e.path_lossy(), e.message);
     }
+    // A snapshot rewritten by `repair snapshots` lists the files whose lost chunks it removed.
+    for p in &snap.damaged_paths {
+        eprintln!("warning: /{p}: incomplete (chunks lost to damage were removed by `repair snapshots`)");
+    }
+    if snap.tree_truncated {
+        eprintln!("warning: this snapshot's tree was only partly readable when it was repaired: files after that point are missing");
+    }
     if args.json {
         let mut v = serde_json::to_value(&st)?;
         v["snapshot_id"] = json!(id.to_hex());
