@@ -22,7 +22,7 @@ pub(crate) use verify::{entry_pair, verify_entries, RefChecker};
 
 use crate::backend::FileKind;
 use crate::error::{Error, Result};
-use crate::format::container::{self, ContainerId};
+use crate::format::container::{self, ContainerId, EntryKind};
 use crate::format::damage::DamagedCopy;
 use crate::progress::Progress;
 use crate::read::walk_tree;
@@ -229,6 +229,12 @@ pub fn check(
             let mut flaky: Vec<String> = Vec::new();
             let mut base = |b: &ChunkId| match reader.read_chunk(b) {
                 Ok(bytes) => Ok(bytes),
+                // A base recorded as damaged is out of the index; if its recorded copy reads
+                // whole now, the delta verifies too (and both records are cleared).
+                Err(Error::ChunkMissing(_)) if damage.chunk_damage(b).is_some() => {
+                    let (c, _) = damage.chunk_damage(b).expect("checked just above");
+                    recorded_full_copy(backend.as_ref(), &c, b)
+                }
                 Err(first) => {
                     let again = reader.read_chunk(b);
                     if again.is_ok() {
@@ -448,4 +454,42 @@ pub fn check(
         }
     }
     Ok(report)
+}
+
+/// The bytes of the full copy of `chunk` in `container`, read straight from the container and
+/// verified (for a base whose copy is recorded as damaged, and so out of the index).
+fn recorded_full_copy(
+    backend: &dyn crate::backend::Backend,
+    container: &ContainerId,
+    chunk: &ChunkId,
+) -> Result<Vec<u8>> {
+    let name = container.to_hex();
+    let what = format!("container {name}");
+    let file = backend.get(FileKind::Container, &name)?;
+    let meta = container::decode_container_meta(&file, &what)?;
+    let bad = |reason: &str| Error::CorruptChunk {
+        container: name.clone(),
+        chunk: chunk.to_hex(),
+        reason: reason.into(),
+    };
+    let e = meta
+        .entries
+        .iter()
+        .find(|e| e.id == *chunk && e.kind == EntryKind::Full)
+        .ok_or_else(|| bad("no full copy in its recorded container"))?;
+    let r = meta
+        .regions
+        .get(e.region as usize)
+        .ok_or_else(|| bad("entry names a region that does not exist"))?;
+    let stored = file
+        .get(r.offset as usize..(r.offset + r.stored_len) as usize)
+        .ok_or_else(|| bad("region lies outside the container"))?;
+    let raw = container::open_region(stored, r, &what)?;
+    let bytes = raw
+        .get(e.offset as usize..(e.offset + e.stored_len) as usize)
+        .ok_or_else(|| bad("entry lies outside its region"))?;
+    if ChunkId::of(bytes) != *chunk {
+        return Err(bad("content does not match its fingerprint"));
+    }
+    Ok(bytes.to_vec())
 }
