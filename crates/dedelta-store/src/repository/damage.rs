@@ -81,6 +81,11 @@ impl DamageSet {
         self.by_chunk.get(chunk).map(|(c, r)| (*c, r.as_str()))
     }
 
+    /// Whether this one copy is recorded (not counting a record of its whole container).
+    pub fn copy_recorded(&self, container: &ContainerId, chunk: &ChunkId) -> bool {
+        self.copies.contains_key(&(*container, *chunk))
+    }
+
     /// The chunks whose copies in `container` are recorded as damaged.
     pub fn chunks_in(&self, container: &ContainerId) -> Vec<ChunkId> {
         self.copies

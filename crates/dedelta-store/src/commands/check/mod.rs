@@ -246,12 +246,24 @@ pub fn check(
                     again
                 }
             };
-            let mut all_verify = true;
+            // A container recorded whole whose metadata reads again is judged entry by entry:
+            // its whole record is replaced by records of the entries that still fail.
+            let recorded_whole = damage.container_damaged(&cid);
+            if recorded_whole {
+                cleared_whole.push(cid);
+            }
             verify_entries(&file, &meta, &what, &mut base, |i, e, verdict| {
                 report.chunks_read += 1;
-                all_verify &= verdict.is_ok();
                 if verdict.is_ok() && damage.reason(&cid, &e.id).is_some() {
                     cleared.push((cid, e.id));
+                }
+                if let (Err(reason), true) = (&verdict, recorded_whole) {
+                    found.push(DamagedCopy {
+                        container: cid,
+                        chunk: Some(e.id),
+                        reason: reason.clone(),
+                    });
+                    return Ok(());
                 }
                 // Only the copy the index points at is used; other copies (garbage a prune
                 // has not removed yet, or copies recorded as damaged) cannot harm a restore.
@@ -279,9 +291,6 @@ pub fn check(
             // Damage somewhere in the container. If it touches no chunk a restore can use
             // (only garbage copies, or copies recorded earlier), it is not a problem for any
             // snapshot, but the container still fails its hash: `repair packs` rewrites it.
-            if all_verify && !name_mismatch && damage.container_damaged(&cid) {
-                cleared_whole.push(cid);
-            }
             let known = found.len() > found_before
                 || damage.container_damaged(&cid)
                 || !damage.chunks_in(&cid).is_empty();
@@ -333,7 +342,7 @@ pub fn check(
     // 6. Record the damage and take the damaged copies out of the index.
     // Whole containers were only added when not recorded yet; copies may be recorded already.
     found.retain(|c| match c.chunk {
-        Some(k) => damage.reason(&c.container, &k).is_none(),
+        Some(k) => !damage.copy_recorded(&c.container, &k),
         None => true,
     });
     let old_records = damage.record_names.clone();
