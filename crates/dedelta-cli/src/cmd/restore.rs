@@ -59,7 +59,9 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     }
     // A snapshot rewritten by `repair snapshots` lists the files whose lost chunks it removed.
     for p in &snap.damaged_paths {
-        eprintln!("warning: /{p}: incomplete (chunks lost to damage were removed by `repair snapshots`)");
+        eprintln!(
+            "warning: /{p}: incomplete (chunks lost to damage were removed by `repair snapshots`)"
+        );
     }
     if snap.tree_truncated {
         eprintln!("warning: this snapshot's tree was only partly readable when it was repaired: files after that point are missing");

@@ -52,6 +52,7 @@ use crate::repository::lock::RepoLock;
 use crate::repository::IndexedRepository;
 use bases::BaseFetcher;
 use crossbeam_channel::{bounded, Receiver};
+use crossbeam_utils::sync::WaitGroup;
 use dedelta_core::chunker::new_chunker;
 use dedelta_core::sketch::Sketcher;
 use dedup::{DedupIndex, DedupStage};
@@ -273,6 +274,7 @@ pub fn backup(
     let (region_tx, region_rx) = bounded::<Receiver<CompressedRegion>>(REGIONS_IN_FLIGHT);
     let mut warnings = Vec::new();
     let mut walked = walk::WalkStats::default();
+    let jobs_in_flight = WaitGroup::new();
 
     let (dedup_result, writer_result) = std::thread::scope(|s| {
         let spawn = |name: &str| std::thread::Builder::new().name(format!("dedelta-{name}"));
@@ -307,6 +309,7 @@ pub fn backup(
             warnings: &mut warnings,
             stats: &mut walked,
             job,
+            jobs_in_flight: jobs_in_flight.clone(),
         };
         let walk_result = match opts.stdin.take() {
             Some(src) => walker.stdin(src),
@@ -325,6 +328,9 @@ pub fn backup(
             _ => (dedup_result, writer_result),
         })
     })?;
+    // Jobs still queued when a stage failed hold the index's read view: the repository must be
+    // quiet again when this returns, whatever the result.
+    jobs_in_flight.wait();
     let writer_stats = writer_result?;
     let dedup_out = dedup_result?;
 

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::tree::{Node, NodeKind};
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
+use crossbeam_utils::sync::WaitGroup;
 use dedelta_core::chunker::Chunker;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use std::io::Read;
@@ -39,6 +40,9 @@ pub(super) struct Walker<'a> {
     pub warnings: &'a mut Vec<String>,
     pub stats: &'a mut WalkStats,
     pub job: FingerprintJob,
+    /// Held by every job in flight, so that the backup can wait for them all before it
+    /// returns (they hold the index's read view), also when it fails.
+    pub jobs_in_flight: WaitGroup,
 }
 
 impl Walker<'_> {
@@ -159,7 +163,12 @@ impl Walker<'_> {
             total += block.len as u64;
             self.progress.inc(block.len as u64);
             let job = self.job.clone();
-            let rx = submit(self.pool, move || job.run(block.bytes, block.cuts));
+            let in_flight = self.jobs_in_flight.clone();
+            let rx = submit(self.pool, move || {
+                let out = job.run(block.bytes, block.cuts);
+                drop((job, in_flight));
+                out
+            });
             self.tx.send(Item::FileData(rx)).map_err(closed)?;
         }
         if let Some(e) = blocks.error.take() {

@@ -60,19 +60,29 @@ pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Re
             }
         }
     }
-    // Pick one readable copy per chunk: (container number, entry number, full).
-    let mut chosen: HashMap<ChunkId, (usize, u32, bool)> = HashMap::new();
+    // Chunks with a full copy that is not recorded as damaged: the only possible bases.
     let mut full: HashSet<ChunkId> = HashSet::new();
+    for (id, meta) in &metas {
+        for e in &meta.entries {
+            if e.kind == EntryKind::Full && damage.reason(id, &e.id).is_none() {
+                full.insert(e.id);
+            }
+        }
+    }
+    // Pick one readable copy per chunk (container number, entry number, full): a full copy,
+    // else any delta copy whose base has a full copy.
+    let mut chosen: HashMap<ChunkId, (usize, u32, bool)> = HashMap::new();
     for (c, (id, meta)) in metas.iter().enumerate() {
         for (i, e) in meta.entries.iter().enumerate() {
             if damage.reason(id, &e.id).is_some() {
                 stats.damaged_skipped += 1;
                 continue;
             }
-            let is_full = e.kind == EntryKind::Full;
-            if is_full {
-                full.insert(e.id);
-            }
+            let is_full = match e.kind {
+                EntryKind::Full => true,
+                EntryKind::Delta { base } if full.contains(&base) => false,
+                EntryKind::Delta { .. } => continue, // unreadable: its base is gone
+            };
             let better = match chosen.get(&e.id) {
                 None => true,
                 Some(&(_, _, chosen_full)) => is_full && !chosen_full,
@@ -82,14 +92,6 @@ pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Re
             }
         }
     }
-    // A delta is usable only if its base has a full copy.
-    chosen.retain(|_, &mut (c, i, is_full)| {
-        is_full
-            || match metas[c].1.entries[i as usize].kind {
-                EntryKind::Delta { base } => full.contains(&base),
-                EntryKind::Full => true,
-            }
-    });
     stats.containers = metas.len() as u64;
     stats.chunks = chosen.len() as u64;
     let position: HashMap<ContainerId, usize> = metas
