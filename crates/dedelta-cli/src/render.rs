@@ -251,6 +251,10 @@ pub fn repair_packs(st: &repair_packs::RepairPacksStats, json: bool) -> Result<(
     }
     lines("repaired container ", &st.containers)?;
     lines("lost chunk ", &st.chunks_lost)?;
+    lines(
+        "left in place (its metadata cannot be read; nothing could be salvaged): container ",
+        &st.left_in_place,
+    )?;
     outln!(
         "{} containers repaired: {} chunks salvaged into {} new containers, {} chunks lost, {} deltas lost with their base",
         st.containers.len(),

@@ -12,7 +12,8 @@
 //!    the next backup of their files stores them again);
 //! 3. deltas anywhere whose base was lost are lost too: they leave the index and are recorded;
 //! 4. the damage records are rewritten without the repaired containers (new before old);
-//! 5. only then are the damaged containers deleted.
+//! 5. only then are the damaged containers deleted (except one whose metadata cannot be read:
+//!    nothing in it can be located, so it is kept and stays recorded).
 //!
 //! Snapshots that need lost chunks still fail `check`: back the files up again (which heals
 //! them), or run `repair snapshots`.
@@ -43,6 +44,9 @@ pub struct RepairPacksStats {
     pub deltas_lost: u64,
     /// New containers written.
     pub containers_written: u64,
+    /// Damaged containers whose metadata could not be read: nothing could be salvaged, and
+    /// they are kept (and stay recorded) rather than deleted.
+    pub left_in_place: Vec<ContainerId>,
 }
 
 /// Repairs the containers named by `ids` (full hex names or unique prefixes), or, when empty,
@@ -91,13 +95,25 @@ pub fn repair_packs(
         stats.containers.push(*cid);
         progress.message(&format!("salvaging container {}", &name[..12]));
         let what = format!("container {name}");
-        let file = match backend.get(FileKind::Container, &name).map_err(Error::from) {
+        let read = || backend.get(FileKind::Container, &name).map_err(Error::from);
+        let mut file = match read() {
             Ok(f) => f,
             Err(Error::ObjectMissing { .. }) => continue,
             Err(e) => return Err(e),
         };
-        let Ok(meta) = container::decode_container_meta(&file, &what) else {
-            continue; // nothing can be located without the metadata
+        if ChunkId::of(&file).0 != cid.0 {
+            // Damage at rest, or a bad read: a second read that is whole wins.
+            if let Ok(again) = read() {
+                if ChunkId::of(&again).0 == cid.0 {
+                    file = again;
+                }
+            }
+        }
+        let Ok(meta) = container::decode_container_body(&file, &what) else {
+            // Nothing can be located without the metadata; the container is left in place
+            // rather than deleted on what may be a read error.
+            stats.left_in_place.push(*cid);
+            continue;
         };
         let mut base = |b: &ChunkId| reader.read_chunk(b);
         verify_entries(&file, &meta, &what, &mut base, |_, e, verdict| {
@@ -175,7 +191,8 @@ pub fn repair_packs(
     stats.chunks_lost = lost_ids;
     // 4. Records without the repaired containers, with the newly lost deltas.
     let old_names = damage.record_names.clone();
-    for cid in &targets {
+    let left: HashSet<ContainerId> = stats.left_in_place.iter().copied().collect();
+    for cid in targets.iter().filter(|c| !left.contains(c)) {
         damage.forget_container(cid);
     }
     damage.extend(&dependents);
@@ -183,7 +200,7 @@ pub fn repair_packs(
     // 5. Delete. A salvage copy never has a damaged container's name (its content differs).
     let written: HashSet<ContainerId> = writer.written.iter().copied().collect();
     for cid in &targets {
-        if !written.contains(cid) {
+        if !written.contains(cid) && !left.contains(cid) {
             backend.delete(FileKind::Container, &cid.to_hex())?;
         }
     }

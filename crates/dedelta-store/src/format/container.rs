@@ -600,6 +600,16 @@ pub fn decode_container_meta(file: &[u8], what: &str) -> Result<ContainerMeta> {
         return Err(Error::corrupt(what, "not a container (too short)"));
     }
     decode_header(&file[..HEADER_LEN], what)?;
+    decode_container_body(file, what)
+}
+
+/// Parses the metadata of a whole container file from its footer, without looking at the
+/// header: what a reader with ranged reads sees. Repair uses it to reach the entries of a
+/// container whose header (which carries nothing the entries need) is damaged.
+pub fn decode_container_body(file: &[u8], what: &str) -> Result<ContainerMeta> {
+    if file.len() < HEADER_LEN + FOOTER_LEN {
+        return Err(Error::corrupt(what, "not a container (too short)"));
+    }
     let footer = decode_footer(&file[file.len() - FOOTER_LEN..], file.len() as u64, what)?;
     let start = footer.meta_offset as usize;
     decode_meta(
