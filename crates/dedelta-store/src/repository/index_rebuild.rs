@@ -51,7 +51,19 @@ pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Re
             stats.damaged_skipped += 1;
             continue;
         }
-        match read_container_meta(repo.backend().as_ref(), &name) {
+        // A failed read is tried once more: a container left out of the index by one bad
+        // read would look lost until the next rebuild.
+        let meta = read_container_meta(repo.backend().as_ref(), &name).or_else(|first| {
+            read_container_meta(repo.backend().as_ref(), &name).inspect(|_| {
+                let msg = format!(
+                    "container {name}: a metadata read failed ({first}) and a second read was \
+                     intact: the storage may be unreliable"
+                );
+                warn(&msg);
+                stats.problems.push(msg);
+            })
+        });
+        match meta {
             Ok(meta) => metas.push((id, meta)),
             Err(e) => {
                 let msg = format!("skipping container {name}: {e}");

@@ -164,7 +164,10 @@ pub fn check(
         }
     })?;
     if mismatched > 0 {
-        crate::commands::repair::rebuild_index(repo, &mut |_| {})?;
+        let rebuilt = crate::commands::repair::rebuild_index(repo, &mut |_| {})?;
+        for p in rebuilt.problems {
+            report.problem(None, None, format!("index rebuild: {p}"));
+        }
         report.notices.push(format!(
             "the chunk index did not match the containers ({mismatched} entries); it was rebuilt"
         ));
@@ -375,7 +378,10 @@ pub fn check(
         // The new record set is durable before the old records go; the index is then rebuilt
         // so that it names the copies that verify again and none of the damaged ones.
         damage::rewrite(backend.as_ref(), &damage, &old_records, time.to_string())?;
-        crate::commands::repair::rebuild_index(repo, &mut |_| {})?;
+        let rebuilt = crate::commands::repair::rebuild_index(repo, &mut |_| {})?;
+        for p in rebuilt.problems {
+            report.problem(None, None, format!("index rebuild: {p}"));
+        }
     } else if !found.is_empty() {
         damage::write_record(
             backend.as_ref(),
