@@ -33,12 +33,16 @@
 //!
 //! ```text
 //! DEDELTA_CAMPAIGN_SEED=<seed> DEDELTA_CAMPAIGN_STEPS=<n> \
-//!     cargo test -p dedelta-store --test campaign -- --nocapture
+//!     cargo test -p dedelta-store --test integration -- campaign::campaign --exact --nocapture
 //! ```
 //!
 //! `DEDELTA_CAMPAIGN_SECONDS` runs episodes (seed, seed+1, ...) until the budget is spent;
 //! `DEDELTA_CAMPAIGN_LOG=1` prints the operation log of passing episodes too.
 
+use crate::support::{
+    backup_options, backup_with, config, files_restored, gone, me, noise, panic_message,
+    prune_with, restore_to, run_check, text, time_of, walk,
+};
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
 use dedelta_store::backend::wrap::fault::{
@@ -47,9 +51,7 @@ use dedelta_store::backend::wrap::fault::{
 };
 use dedelta_store::backend::{Backend, FileKind};
 use dedelta_store::commands::forget::{self, KeepPolicy};
-use dedelta_store::commands::{backup, check, prune, restore};
-use dedelta_store::format::config::{DeltaConfig, RepoConfig};
-use dedelta_store::progress::NoProgress;
+use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::repository::damage::DamageSet;
 use dedelta_store::repository::lock::{LockInfo, RepoLock, EXCLUSIVE_LOCK};
 use dedelta_store::repository::snapshots;
@@ -73,15 +75,15 @@ const TREE_BUDGET_BYTES: usize = 2 << 20;
 const SNAPSHOT_BUDGET: usize = 8;
 
 // ---------------------------------------------------------------------------------------
-// Known bugs the campaign steers around; each names the test in tests/faults.rs that
+// Known bugs the campaign steers around; each names the test in the faults module that
 // reproduces it. Set a switch to true with the fix.
 
-/// tests/faults.rs `torn_lock_file_does_not_block_the_repository`: an empty lock file left by
+/// faults.rs `torn_lock_file_does_not_block_the_repository`: an empty lock file left by
 /// a crash inside the lock's `create_new` blocks the repository. Until fixed, crashes do not
 /// tear writes ([`CrashEffect::Torn`] is not drawn).
 const TORN_LOCK_FIXED: bool = true;
 
-/// tests/faults.rs `rebuilt_index_does_not_resurrect_dead_deltas` and
+/// faults.rs `rebuilt_index_does_not_resurrect_dead_deltas` and
 /// `rebuilt_index_keeps_the_live_copy_of_a_stored_again_chunk`: an index rebuilt after a prune
 /// that kept partly-dead containers (or stopped before deleting) indexes their dead deltas
 /// again, without their bases. Until fixed, the index is rebuilt only when no container can
@@ -148,34 +150,31 @@ fn freeze_times(root: &Path, clock: u64) {
 /// Relative path ('/'-separated) -> entry.
 type Tree = BTreeMap<String, Entry>;
 
-/// Reads a directory tree (without its root).
+/// Reads a directory tree (without its root; empty if there is none).
 fn scan(root: &Path) -> Tree {
-    fn walk(dir: &Path, prefix: &str, out: &mut Tree) {
-        let Ok(rd) = fs::read_dir(dir) else { return };
-        for e in rd {
-            let e = e.unwrap();
-            let name = format!("{prefix}{}", e.file_name().to_string_lossy());
-            let md = fs::symlink_metadata(e.path()).unwrap();
-            let mode = md.permissions().mode() & 0o7777;
-            if md.file_type().is_symlink() {
-                let target = fs::read_link(e.path()).unwrap();
-                out.insert(
-                    name,
-                    Entry::Symlink {
-                        target: target.to_string_lossy().into_owned(),
-                    },
-                );
-            } else if md.is_dir() {
-                out.insert(name.clone(), Entry::Dir { mode });
-                walk(&e.path(), &format!("{name}/"), out);
-            } else {
-                let data = fs::read(e.path()).unwrap();
-                out.insert(name, Entry::File { data, mode });
-            }
-        }
+    if !root.is_dir() {
+        return Tree::new();
     }
     let mut out = Tree::new();
-    walk(root, "", &mut out);
+    for p in walk(root) {
+        let name = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        let md = fs::symlink_metadata(&p).unwrap();
+        let mode = md.permissions().mode() & 0o7777;
+        let entry = if md.file_type().is_symlink() {
+            let target = fs::read_link(&p).unwrap();
+            Entry::Symlink {
+                target: target.to_string_lossy().into_owned(),
+            }
+        } else if md.is_dir() {
+            Entry::Dir { mode }
+        } else {
+            Entry::File {
+                data: fs::read(&p).unwrap(),
+                mode,
+            }
+        };
+        out.insert(name, entry);
+    }
     out
 }
 
@@ -372,66 +371,6 @@ struct World {
     figures: Figures,
 }
 
-fn config() -> RepoConfig {
-    let mut cfg = RepoConfig::new("campaign".into());
-    cfg.chunker.params.min_size = 512;
-    cfg.chunker.params.avg_size = 2048;
-    cfg.chunker.params.max_size = 8192;
-    cfg.region_size = 16 * 1024;
-    cfg.container_size = 48 * 1024;
-    cfg.delta = DeltaConfig::recommended();
-    cfg
-}
-
-/// A crashed command's lock: a pid that cannot exist, so the next command finds it stale.
-fn gone() -> LockInfo {
-    LockInfo {
-        pid: u32::MAX - 7,
-        host: "campaign".into(),
-        time: "t".into(),
-        command: "crashed".into(),
-    }
-}
-
-fn alive() -> LockInfo {
-    LockInfo {
-        pid: std::process::id(),
-        host: "campaign".into(),
-        time: "t".into(),
-        command: "campaign".into(),
-    }
-}
-
-fn text(rng: &mut Rng, len: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(len + 64);
-    while out.len() < len {
-        let r = rng.next();
-        let _ = writeln!(
-            VecWriter(&mut out),
-            "line {} key {} val {}",
-            r % 100_000,
-            (r >> 20) % 977,
-            r >> 58
-        );
-    }
-    out.truncate(len);
-    out
-}
-
-/// `write!` into a byte vector.
-struct VecWriter<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for VecWriter<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
-}
-
-fn noise(rng: &mut Rng, len: usize) -> Vec<u8> {
-    (0..len).map(|_| rng.next() as u8).collect()
-}
-
 impl World {
     fn new(seed: u64) -> World {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("campaign-{seed}"));
@@ -445,7 +384,11 @@ impl World {
             Arc::new(b)
         };
         inner
-            .put(FileKind::Config, "config", &config().to_bytes())
+            .put(
+                FileKind::Config,
+                "config",
+                &config(1, DeltaConfig::recommended()).to_bytes(),
+            )
             .unwrap();
         let src = dir.join("src");
         fs::create_dir_all(&src).unwrap();
@@ -528,11 +471,7 @@ impl World {
     }
 
     fn snapshot_ids(&self) -> Result<BTreeSet<String>, String> {
-        self.repo()
-            .snapshots()
-            .map(|l| l.snapshots)
-            .map(|v| v.into_iter().map(|(id, _)| id.to_hex()).collect())
-            .map_err(|e| format!("listing snapshots: {e}"))
+        crate::support::snapshot_ids(self.repo()).map_err(|e| format!("listing snapshots: {e}"))
     }
 
     /// Runs `cmd` under the lock of `me`, releasing it after; the command's error first.
@@ -550,31 +489,9 @@ impl World {
         let repo = self.repo();
         match cmd {
             Command::Backup => {
-                let c = self.clock;
-                freeze_times(&self.src, c);
-                let opts = backup::BackupOptions {
-                    paths: vec![self.src.clone()],
-                    excludes: vec![],
-                    tags: vec![],
-                    stdin: None,
-                    host: "campaign".into(),
-                    time: format!(
-                        "2026-01-{:02}T{:02}:{:02}:{:02}Z",
-                        1 + c / 86_400,
-                        c / 3600 % 24,
-                        c / 60 % 60,
-                        c % 60
-                    ),
-                    delta: None,
-                    cache_dir: None,
-                };
-                let r = backup::backup(
-                    repo,
-                    lock,
-                    opts,
-                    &backup::Workers::new(2).unwrap(),
-                    &NoProgress,
-                )?;
+                freeze_times(&self.src, self.clock);
+                let opts = backup_options(vec![self.src.clone()], time_of(self.clock));
+                let r = backup_with(repo, lock, opts)?;
                 Ok(Some(r.snapshot_id.to_hex()))
             }
             Command::Forget { ids, keep_last } => {
@@ -587,11 +504,7 @@ impl World {
                 Ok(None)
             }
             Command::Prune { max_unused } => {
-                let opts = prune::PruneOptions {
-                    max_unused: *max_unused,
-                    dry_run: false,
-                };
-                prune::prune(repo, lock, &opts, &NoProgress)?;
+                prune_with(repo, lock, *max_unused, false)?;
                 Ok(None)
             }
         }
@@ -698,14 +611,8 @@ impl World {
         let target = self.dir.join("restore");
         let _ = fs::remove_dir_all(&target);
         let repo = self.repo();
-        let result = snapshots::load(repo.backend().as_ref(), id).and_then(|(_, snap)| {
-            let opts = restore::RestoreOptions {
-                target: target.clone(),
-                include: vec![],
-                cache_bytes: 1 << 20,
-            };
-            restore::restore(repo, &snap, &opts, &NoProgress).and_then(files_restored)
-        });
+        let result = snapshots::load(repo.backend().as_ref(), id)
+            .and_then(|(_, snap)| restore_to(repo, &snap, &target).and_then(files_restored));
         let got = scan(&target.join(self.src.strip_prefix("/").unwrap()));
         let want = &self.model[id].tree;
         match result {
@@ -906,13 +813,6 @@ impl World {
     }
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "?".into())
-}
-
 // ---------------------------------------------------------------------------------------
 // Steps: add a function and a row of STEPS to add an operation.
 
@@ -1025,7 +925,7 @@ fn mutate_once(w: &mut World) {
             format!("add {name} ({} bytes, similar to {from})", d.len())
         } else if rng.chance(25) {
             let len = rng.index(80_000);
-            let d = noise(rng, len);
+            let d = noise(len, rng.next());
             fs::write(path(&name), &d).unwrap();
             format!("add {name} ({} bytes of noise)", d.len())
         } else {
@@ -1034,7 +934,7 @@ fn mutate_once(w: &mut World) {
             } else {
                 rng.index(80_000)
             };
-            let d = text(rng, len);
+            let d = text(len, rng.next());
             fs::write(path(&name), &d).unwrap();
             format!("add {name} ({} bytes of text)", d.len())
         }
@@ -1048,7 +948,7 @@ fn mutate_once(w: &mut World) {
         let f = rng.pick(&files).clone();
         let mut d = fs::read(path(&f)).unwrap();
         let len = rng.index(40_000);
-        let more = text(rng, len);
+        let more = text(len, rng.next());
         d.extend_from_slice(&more);
         fs::write(path(&f), &d).unwrap();
         format!("append {} bytes to {f}", more.len())
@@ -1107,7 +1007,7 @@ fn edit(rng: &mut Rng, d: &mut Vec<u8>) -> u64 {
             }
             1 => {
                 let len = 1 + rng.index(200);
-                let ins = text(rng, len);
+                let ins = text(len, rng.next());
                 d.splice(at..at, ins);
             }
             _ => {
@@ -1127,7 +1027,7 @@ fn step_mutate(w: &mut World) -> Outcome {
 }
 
 fn step_backup(w: &mut World) -> Outcome {
-    w.run_faulted(Command::Backup, FaultPlan::none(), &alive())?;
+    w.run_faulted(Command::Backup, FaultPlan::none(), &me())?;
     // The new snapshot restores (exactly, unless damage got in the way).
     if let Some((id, _)) = w.model.iter().max_by_key(|(_, e)| e.time) {
         let id = id.clone();
@@ -1150,13 +1050,13 @@ fn step_restore(w: &mut World) -> Outcome {
 fn step_forget(w: &mut World) -> Outcome {
     let cmd = w.draw_command("forget");
     w.note(format!("  {cmd:?}"));
-    w.run_faulted(cmd, FaultPlan::none(), &alive())
+    w.run_faulted(cmd, FaultPlan::none(), &me())
 }
 
 fn step_prune(w: &mut World) -> Outcome {
     let cmd = w.draw_command("prune");
     w.note(format!("  {cmd:?}"));
-    w.run_faulted(cmd, FaultPlan::none(), &alive())?;
+    w.run_faulted(cmd, FaultPlan::none(), &me())?;
     if !w.damaged() {
         w.verify_check(false)?;
     }
@@ -1203,7 +1103,7 @@ fn step_crash(w: &mut World) -> Outcome {
 fn step_no_space(w: &mut World) -> Outcome {
     let (cmd, n) = draw_faulted(w);
     w.note(format!("  {cmd:?} with no space at write {n}"));
-    w.run_faulted(cmd, FaultPlan::no_space(n), &alive())?;
+    w.run_faulted(cmd, FaultPlan::no_space(n), &me())?;
     if w.rng.chance(50) {
         w.verify_all()?;
     }
@@ -1292,7 +1192,7 @@ fn step_flaky_read(w: &mut World) -> Outcome {
                 mutate_once(w);
             }
             let before = w.snapshot_ids()?;
-            w.run_faulted(Command::Backup, plan, &alive())?;
+            w.run_faulted(Command::Backup, plan, &me())?;
             let new: Vec<String> = w.snapshot_ids()?.difference(&before).cloned().collect();
             for id in new {
                 w.verify_restore(&id)?;
@@ -1449,7 +1349,7 @@ fn fail(w: &World, seed: u64, step: u64, msg: &str) -> ! {
     eprintln!("operation log:\n{log}");
     eprintln!("campaign figures so far:\n{}", w.figures.report());
     panic!(
-        "campaign failed at step {step} (seed {seed}): {msg}\nreplay: DEDELTA_CAMPAIGN_SEED={seed} DEDELTA_CAMPAIGN_STEPS={} cargo test -p dedelta-store --test campaign -- --nocapture",
+        "campaign failed at step {step} (seed {seed}): {msg}\nreplay: DEDELTA_CAMPAIGN_SEED={seed} DEDELTA_CAMPAIGN_STEPS={} cargo test -p dedelta-store --test integration -- campaign::campaign --exact --nocapture",
         step + 1
     );
 }
@@ -1480,32 +1380,4 @@ fn campaign() {
         total.report()
     );
     assert!(total.restores_exact > 0);
-}
-
-/// `check`, under the exclusive lock it needs (it records damage).
-fn run_check(
-    repo: &IndexedRepository,
-    read_data: bool,
-) -> dedelta_store::Result<check::CheckReport> {
-    let lock = repo.lock(&LockInfo {
-        pid: std::process::id(),
-        host: "campaign".into(),
-        time: "t".into(),
-        command: "check".into(),
-    })?;
-    check::check(repo, &lock, read_data, "2026-01-01T00:00:00Z", &NoProgress)
-}
-
-/// A restore that skipped damaged files, as an error naming each of them (restore goes on
-/// past damage and lists it; these tests judge what it left like a failed restore).
-fn files_restored(st: restore::RestoreStats) -> dedelta_store::Result<restore::RestoreStats> {
-    if st.errors.is_empty() {
-        return Ok(st);
-    }
-    let named: Vec<String> = st
-        .errors
-        .iter()
-        .map(|e| format!("{}: {}", e.path_lossy(), e.message))
-        .collect();
-    Err(Error::corrupt("restore", named.join("; ")))
 }
