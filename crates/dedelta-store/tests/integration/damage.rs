@@ -13,10 +13,11 @@ use dedelta_store::client::index::ChunkIndex;
 use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
 use dedelta_store::commands::{backup, check, prune, repair, repair_packs};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
-use dedelta_store::format::container::ContainerId;
+use dedelta_store::format::container::{ContainerId, EntryKind};
 use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
 use dedelta_store::progress::NoProgress;
 use dedelta_store::repository::damage::DamageSet;
+use dedelta_store::repository::read_container_meta;
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -391,4 +392,73 @@ fn unreadable_candidate_base_is_skipped() {
     );
     assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
     let _ = first;
+}
+
+/// Found by the campaign (seed 25482355066, steps 286-287, after the move to one test
+/// binary): a delta whose base is damaged is recorded with it ("its delta base is damaged or
+/// lost") and leaves the index. When the base's container is whole again (restored from a
+/// good copy), one `check --read-data` clears the base's record but not the delta's: the
+/// delta was verified against the index, where its base was still missing, before the base
+/// was cleared. So check reports the delta's file as damaged, and restore fails on it,
+/// although every byte is intact; only a second check clears it.
+#[test]
+#[ignore = "bug: check leaves a delta recorded with its base after the base verifies again"]
+fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
+    let mut env = Env::new(true);
+    let v1 = text(200_000, 12);
+    env.write(&files([("a.txt", v1.clone())]));
+    env.backup();
+    let mut v2 = v1;
+    for i in (0..v2.len()).step_by(1_000) {
+        v2[i] = b'#';
+    }
+    let files = files([("a.txt", v2)]);
+    env.write(&files);
+    let second = env.backup();
+    assert!(second.summary.delta_chunks > 0, "{:?}", second.summary);
+    // A base in another container than its delta, and the region holding it.
+    let backend = env.repo.backend().clone();
+    let mut home = std::collections::HashMap::new();
+    let mut deltas = Vec::new();
+    for (name, _) in backend.list(FileKind::Container).unwrap() {
+        let cid = ContainerId::from_hex(&name).unwrap();
+        let meta = read_container_meta(backend.as_ref(), &name).unwrap();
+        for e in &meta.entries {
+            home.insert(e.id, (cid, meta.regions[e.region as usize].offset));
+            if let EntryKind::Delta { base } = e.kind {
+                deltas.push((cid, base));
+            }
+        }
+    }
+    let (base_container, region) = deltas
+        .iter()
+        .find_map(|(c, b)| home.get(b).filter(|(bc, _)| bc != c).copied())
+        .expect("a delta whose base is in another container");
+    let path = env.container_path(&base_container);
+    let original = fs::read(&path).unwrap();
+    let mut damaged = original.clone();
+    damaged[region as usize + 1] ^= 0x02;
+    fs::write(&path, damaged).unwrap();
+    let report = env.check(true);
+    assert!(
+        report
+            .damage_recorded
+            .iter()
+            .any(|c| c.container != base_container),
+        "a delta elsewhere is recorded with its base: {:?}",
+        report.damage_recorded
+    );
+    assert!(env.restore(&second.snapshot_id).is_err());
+
+    // The container is whole again: one check clears every record and finds nothing.
+    fs::write(&path, original).unwrap();
+    let report = env.check(true);
+    assert!(
+        report.problems.is_empty(),
+        "after the damage was undone: {:?}",
+        report.problems
+    );
+    let (records, _) = DamageSet::load(backend.as_ref()).unwrap();
+    assert!(records.is_empty(), "{records:?}");
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
 }
