@@ -18,17 +18,24 @@
 //!   unchanged (prune); then the rule above holds again.
 //! - After a disk-full at write N, the command fails with that error or succeeds; the same
 //!   handle goes on without a restart.
-//! - While a container is damaged at rest, `check --read-data` reports a problem, and every
-//!   restore is bit-exact or an error: a restored file is never anything but a prefix of the
-//!   original (or named in the error). Healing the container (putting the original bytes
-//!   back, what `repair packs` from a good copy would do) restores the first rule.
+//! - While a container is damaged at rest, `check --read-data` reports a problem or has
+//!   recorded the damage, and every restore is bit-exact or fails safely: a file it restores
+//!   is the original, one it fails on is absent or a prefix of the original, and nothing
+//!   else appears. Healing the container (putting the original bytes back, what a copy from
+//!   a mirror would do) and checking again restores the first rule.
 //! - With one damaged read (short or a flipped byte), a restore is exact or fails safely as
 //!   above, `check --read-data` reports it, and a backup fails or makes a snapshot that
 //!   restores bit-exact.
+//! - The repair path, as a user follows it after damage at rest: `check --read-data` then a
+//!   backup makes every snapshot restore bit-exact again whose damaged files (those check
+//!   names) are still in the source unchanged; `repair packs` leaves no damaged container,
+//!   after which each snapshot restores bit-exact or fails only on files check names; and
+//!   `repair snapshots --forget` replaces each snapshot that lost chunks by one whose intact
+//!   files are exact and whose `damaged_paths` files hold a subsequence of the original's
+//!   chunks, after which check finds nothing and prune works.
 //!
-//! Step kinds are rows of [`STEPS`]: a name, a weight and a function over the [`World`]. A
-//! new operation (`repair packs`, `repair snapshots`, a `check` that records damage) is a new
-//! row. On failure the seed, the step and the operation log are printed; the same seed and
+//! Step kinds are rows of [`STEPS`]: a name, a weight and a function over the [`World`]; a new
+//! operation is a new row. On failure the seed, the step and the operation log are printed; the same seed and
 //! step count replay the run:
 //!
 //! ```text
@@ -40,8 +47,8 @@
 //! `DEDELTA_CAMPAIGN_LOG=1` prints the operation log of passing episodes too.
 
 use crate::support::{
-    backup_options, backup_with, config, files_restored, gone, me, noise, panic_message,
-    prune_with, restore_to, run_check, text, time_of, walk,
+    backup_options, backup_with, config, gone, locked, me, noise, panic_message, prune_with,
+    restore_to, restored_root, run_check, text, time_of, walk,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -50,11 +57,18 @@ use dedelta_store::backend::wrap::fault::{
     ReadFault,
 };
 use dedelta_store::backend::{Backend, FileKind};
+use dedelta_store::commands::check::CheckReport;
 use dedelta_store::commands::forget::{self, KeepPolicy};
+use dedelta_store::commands::repair_packs;
+use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
 use dedelta_store::format::config::DeltaConfig;
+use dedelta_store::format::container::EntryKind;
+use dedelta_store::format::tree::NodeKind;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::read::walk_tree;
 use dedelta_store::repository::damage::DamageSet;
 use dedelta_store::repository::lock::{LockInfo, RepoLock, EXCLUSIVE_LOCK};
-use dedelta_store::repository::snapshots;
+use dedelta_store::repository::{read_container_meta, snapshots};
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -67,7 +81,7 @@ use std::time::{Duration, Instant};
 /// The seed CI runs (two episodes: this seed on the in-memory backend, the next one on a
 /// local directory).
 const DEFAULT_SEED: u64 = 0x5EED_DE17A;
-/// Steps per episode in CI: 5 to 15 s per episode on 2 cores in the test profile.
+/// Steps per episode in CI: a few seconds per episode on 2 idle cores in the test profile.
 const DEFAULT_STEPS: u64 = 300;
 /// Largest source tree, in bytes, before mutations prefer shrinking it.
 const TREE_BUDGET_BYTES: usize = 2 << 20;
@@ -75,20 +89,28 @@ const TREE_BUDGET_BYTES: usize = 2 << 20;
 const SNAPSHOT_BUDGET: usize = 8;
 
 // ---------------------------------------------------------------------------------------
-// Known bugs the campaign steers around; each names the test in the faults module that
-// reproduces it. Set a switch to true with the fix.
+// Known bugs the campaign steers around; each names the ignored test that reproduces it. Set
+// a switch to true with the fix (and un-ignore the test).
 
-/// faults.rs `torn_lock_file_does_not_block_the_repository`: an empty lock file left by
-/// a crash inside the lock's `create_new` blocks the repository. Until fixed, crashes do not
-/// tear writes ([`CrashEffect::Torn`] is not drawn).
-const TORN_LOCK_FIXED: bool = true;
+/// damage.rs `check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again`: a
+/// delta recorded as damaged because its base was stays recorded (and out of the index) after
+/// the base's container is whole again, until a second `check --read-data`. Until fixed, the
+/// heal step runs check once more before verifying.
+const DELTA_RECORDS_CLEARED_FIXED: bool = false;
 
-/// faults.rs `rebuilt_index_does_not_resurrect_dead_deltas` and
-/// `rebuilt_index_keeps_the_live_copy_of_a_stored_again_chunk`: an index rebuilt after a prune
-/// that kept partly-dead containers (or stopped before deleting) indexes their dead deltas
-/// again, without their bases. Until fixed, the index is rebuilt only when no container can
-/// hold dead entries (the last prune completed with `max_unused` 0) and nothing is damaged.
-const RESURRECTED_DELTAS_FIXED: bool = true;
+/// faults.rs `check_clears_the_record_of_a_restored_container_holding_dead_deltas`: a
+/// container recorded whole (its metadata was damaged) stays recorded after its bytes are
+/// restored when it also holds dead deltas whose bases a prune deleted. Until fixed, the heal
+/// step runs `repair packs` on healed containers that are still recorded whole (which
+/// salvages their live chunks), as a user would when check keeps naming them.
+const RESTORED_CONTAINER_RECORDS_CLEARED_FIXED: bool = false;
+
+/// faults.rs `rebuilt_index_keeps_a_live_delta_copy_of_a_chunk_with_a_dead_one`: an index
+/// rebuild can leave out a chunk whose first delta copy (in container order) is a dead one
+/// whose base is gone, although another delta copy reads. Until fixed, when check finds
+/// chunks "missing from the index" that have exactly such copies, they count as lost (their
+/// files may fail to restore, as check names them; a backup or `repair snapshots` ends it).
+const REBUILT_INDEX_DELTA_COPIES_FIXED: bool = false;
 
 // ---------------------------------------------------------------------------------------
 // Randomness, trees and figures.
@@ -212,6 +234,27 @@ fn diff(want: &Tree, got: &Tree) -> String {
     out.join("; ")
 }
 
+/// Whether `got` is `original` with some of its chunks (of lengths `lens`, in order) left out:
+/// what a file `repair snapshots` cut may hold.
+fn is_chunk_subsequence(original: &[u8], lens: &[usize], got: &[u8]) -> bool {
+    // Positions in `got` that some choice of the chunks so far reaches.
+    let mut reach: BTreeSet<usize> = BTreeSet::from([0]);
+    let mut start = 0;
+    for &len in lens {
+        let Some(chunk) = original.get(start..start + len) else {
+            return false;
+        };
+        start += len;
+        let next: Vec<usize> = reach
+            .iter()
+            .filter(|&&p| got.get(p..p + len) == Some(chunk))
+            .map(|p| p + len)
+            .collect();
+        reach.extend(next);
+    }
+    start == original.len() && reach.contains(&got.len())
+}
+
 /// Counts for the report.
 #[derive(Debug, Default)]
 struct Figures {
@@ -229,6 +272,18 @@ struct Figures {
     restores_exact: u64,
     restores_failed_safely: u64,
     checks: u64,
+    /// `check --read-data` then a backup of the source.
+    heal_backups: u64,
+    /// Snapshots check named as damaged that restored bit-exact after such a backup.
+    snapshots_healed: u64,
+    /// `repair packs` runs, the containers they removed, chunks salvaged and lost.
+    pack_repairs: u64,
+    containers_repaired: u64,
+    chunks_salvaged: u64,
+    chunks_lost: u64,
+    /// `repair snapshots --forget` runs, and the snapshots they rewrote.
+    snapshot_repairs: u64,
+    snapshots_repaired: u64,
     episodes: u64,
 }
 
@@ -252,6 +307,14 @@ impl Figures {
         self.restores_exact += o.restores_exact;
         self.restores_failed_safely += o.restores_failed_safely;
         self.checks += o.checks;
+        self.heal_backups += o.heal_backups;
+        self.snapshots_healed += o.snapshots_healed;
+        self.pack_repairs += o.pack_repairs;
+        self.containers_repaired += o.containers_repaired;
+        self.chunks_salvaged += o.chunks_salvaged;
+        self.chunks_lost += o.chunks_lost;
+        self.snapshot_repairs += o.snapshot_repairs;
+        self.snapshots_repaired += o.snapshots_repaired;
         self.episodes += o.episodes;
     }
 
@@ -283,10 +346,22 @@ impl Figures {
             "  damaged reads injected {}, reported by check {}",
             self.damaged_reads_injected, self.damaged_reads_reported_by_check
         );
+        let _ = writeln!(
+            s,
+            "  restores verified bit-exact {}, failed safely on damage, damaged reads or lost chunks {}; checks {}",
+            self.restores_exact, self.restores_failed_safely, self.checks
+        );
         let _ = write!(
             s,
-            "  restores verified bit-exact {}, failed safely on damage or damaged reads {}; checks {}",
-            self.restores_exact, self.restores_failed_safely, self.checks
+            "  repairs: check + backup {} (snapshots healed {}); repair packs {} ({} containers removed, {} chunks salvaged, {} lost); repair snapshots {} ({} snapshots rewritten)",
+            self.heal_backups,
+            self.snapshots_healed,
+            self.pack_repairs,
+            self.containers_repaired,
+            self.chunks_salvaged,
+            self.chunks_lost,
+            self.snapshot_repairs,
+            self.snapshots_repaired
         );
         s
     }
@@ -301,6 +376,31 @@ struct Expected {
     tree: Tree,
     /// The backup's number (its time), for retention policies.
     time: u64,
+    /// Files whose lost chunks `repair snapshots` removed, with the chunk lengths of the
+    /// original file: their content is the original's chunks with some left out.
+    damaged: BTreeMap<String, Vec<usize>>,
+    /// `repair snapshots` could read only part of the original's tree: entries may be missing.
+    truncated: bool,
+}
+
+impl Expected {
+    fn new(tree: Tree, time: u64) -> Expected {
+        Expected {
+            tree,
+            time,
+            damaged: BTreeMap::new(),
+            truncated: false,
+        }
+    }
+}
+
+/// What the last `check` said of one snapshot.
+#[derive(Clone, Debug, Default)]
+struct Named {
+    /// Files (relative to the source) whose chunks it says are damaged or lost.
+    files: BTreeSet<String>,
+    /// It named the snapshot's tree, or the snapshot without a file.
+    tree: bool,
 }
 
 /// A container damaged at rest, with its bytes from before.
@@ -355,12 +455,12 @@ struct World {
     repo: Option<IndexedRepository>,
     model: BTreeMap<String, Expected>,
     damage: Vec<Damage>,
-    /// The index was rebuilt while a container's metadata may have been unreadable: healing
-    /// must rebuild it again.
-    rebuilt_while_damaged: bool,
-    /// Containers may hold entries a prune removed from the index (it kept partly-dead
-    /// containers, or stopped before deleting): see [`RESURRECTED_DELTAS_FIXED`].
-    dead_entries: bool,
+    /// `repair packs` removed damaged containers: snapshots may need chunks that no longer
+    /// exist (until a backup stores them again, or `repair snapshots` drops them). Their
+    /// restores may fail on the files check names.
+    lost: bool,
+    /// What the last check (not one with a damaged read) named, by short snapshot id.
+    named: BTreeMap<String, Named>,
     /// Reads are being damaged (a flaky-read step): restores may fail, safely.
     flaky_reads: bool,
     clock: u64,
@@ -403,8 +503,8 @@ impl World {
             repo: None,
             model: BTreeMap::new(),
             damage: Vec::new(),
-            rebuilt_while_damaged: false,
-            dead_entries: false,
+            lost: false,
+            named: BTreeMap::new(),
             flaky_reads: false,
             clock: 0,
             next_name: 0,
@@ -449,19 +549,12 @@ impl World {
     }
 
     /// The restart after a crash (or just a reopen): faults off, the index kept or deleted.
-    fn restart(&mut self, mut rebuild: bool) -> Outcome {
-        if rebuild && !RESURRECTED_DELTAS_FIXED && (self.damaged() || self.dead_entries) {
-            self.note("  (index kept: known bug, see RESURRECTED_DELTAS_FIXED)".into());
-            rebuild = false;
-        }
+    fn restart(&mut self, rebuild: bool) -> Outcome {
         self.repo = None;
         self.fault.disarm();
         if rebuild {
             fs::remove_file(&self.index).map_err(|e| format!("removing the index: {e}"))?;
             self.figures.index_rebuilds += 1;
-            if self.damaged() {
-                self.rebuilt_while_damaged = true;
-            }
         }
         let repo = Repository::open(self.fault.clone(), self.index.clone())
             .and_then(Repository::open_index)
@@ -538,9 +631,7 @@ impl World {
                 }
             }
             _ => Command::Prune {
-                // 0 half of the time: only a prune that leaves no dead entries allows index
-                // rebuilds (RESURRECTED_DELTAS_FIXED).
-                max_unused: *self.rng.pick(&[0.0, 0.0, 0.0, 0.1, 0.5, 1.0]),
+                max_unused: *self.rng.pick(&[0.0, 0.1, 0.5, 1.0]),
             },
         }
     }
@@ -572,13 +663,8 @@ impl World {
                     );
                 }
                 for id in extra {
-                    self.model.insert(
-                        id.clone(),
-                        Expected {
-                            tree: tree.clone(),
-                            time: self.clock,
-                        },
-                    );
+                    self.model
+                        .insert(id.clone(), Expected::new(tree.clone(), self.clock));
                 }
             }
             Command::Forget { ids, .. } => {
@@ -605,51 +691,105 @@ impl World {
         Ok(())
     }
 
-    /// Restores `id` and compares with the model: exact, or (only while damaged) an error
-    /// that left no wrong byte behind.
+    /// Restores `id` and compares with the model: exact, or (while damaged, reads are
+    /// damaged, or chunks are lost) a safe failure.
     fn verify_restore(&mut self, id: &str) -> Outcome {
+        self.judge_restore(id, true)
+    }
+
+    /// Restores `id`, which must come out exact (intact files bit-exact, repaired ones a
+    /// subsequence of their chunks).
+    fn verify_exact(&mut self, id: &str) -> Outcome {
+        self.judge_restore(id, false)
+    }
+
+    /// The source-relative path of a stored node path (`work/.../src/d1/n2.txt`, with or
+    /// without a leading `/`).
+    fn relative(&self, node_path: &str) -> Option<String> {
+        let root = self.src.to_string_lossy();
+        let root = root.trim_start_matches('/');
+        let rel = node_path.trim_start_matches('/').strip_prefix(root)?;
+        Some(rel.trim_start_matches('/').to_string())
+    }
+
+    /// Restores `id` and compares what it wrote with the model. Never silently wrong: every
+    /// restored entry is the model's (a repaired file: a subsequence of the original's
+    /// chunks), a file restore failed on is absent or a prefix of the original, nothing else
+    /// appears, and no entry is missing unless restore said so (or the repaired tree is
+    /// truncated). A failure is allowed only with `allow_failure`, and then only while
+    /// damaged, while reads are damaged, or, with chunks lost, on what the last check named.
+    fn judge_restore(&mut self, id: &str, allow_failure: bool) -> Outcome {
         let target = self.dir.join("restore");
         let _ = fs::remove_dir_all(&target);
         let repo = self.repo();
         let result = snapshots::load(repo.backend().as_ref(), id)
-            .and_then(|(_, snap)| restore_to(repo, &snap, &target).and_then(files_restored));
-        let got = scan(&target.join(self.src.strip_prefix("/").unwrap()));
-        let want = &self.model[id].tree;
-        match result {
-            Ok(_) => {
-                ensure!(
-                    got == *want,
-                    "restore of {id} succeeded with wrong content: {}",
-                    diff(want, &got)
-                );
-                self.figures.restores_exact += 1;
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                ensure!(
-                    self.damaged() || self.flaky_reads,
-                    "restore of {id} failed: {msg}"
-                );
-                ensure!(!msg.contains("panicked"), "restore of {id} panicked: {msg}");
-                for (path, entry) in &got {
-                    let ok = match (entry, want.get(path)) {
-                        (Entry::File { data, .. }, Some(Entry::File { data: w, .. })) => {
-                            w.starts_with(data) || msg.contains(path.as_str())
-                        }
-                        (Entry::Dir { .. }, Some(Entry::Dir { .. })) => true,
-                        (Entry::Symlink { target }, Some(Entry::Symlink { target: t })) => {
-                            target == t
-                        }
-                        _ => false,
-                    };
-                    ensure!(
-                        ok,
-                        "failed restore of {id} ({msg}) left wrong content at {path}"
-                    );
-                }
-                self.figures.restores_failed_safely += 1;
-            }
+            .and_then(|(_, snap)| restore_to(repo, &snap, &target));
+        let got = scan(&restored_root(&target, &self.src));
+        let want = &self.model[id];
+        let (failed, fatal): (BTreeSet<String>, Option<String>) = match &result {
+            Ok(st) => (
+                st.errors
+                    .iter()
+                    .map(|e| self.relative(&e.path_lossy()).unwrap_or(e.path_lossy()))
+                    .collect(),
+                None,
+            ),
+            Err(e) => (BTreeSet::new(), Some(e.to_string())),
+        };
+        let what = match (&fatal, failed.is_empty()) {
+            (Some(e), _) => format!("failed restore of {id} ({e})"),
+            (None, false) => format!("restore of {id} (failed on {failed:?})"),
+            (None, true) => format!("restore of {id}"),
+        };
+        if let Some(e) = &fatal {
+            ensure!(!e.contains("panicked"), "{what} panicked");
         }
+        for (path, entry) in &got {
+            let ok = match (entry, want.tree.get(path)) {
+                (Entry::File { data, mode }, Some(Entry::File { data: w, mode: wm })) => {
+                    if failed.contains(path) {
+                        w.starts_with(data)
+                    } else if let Some(lens) = want.damaged.get(path) {
+                        mode == wm && is_chunk_subsequence(w, lens, data)
+                    } else {
+                        mode == wm && data == w
+                    }
+                }
+                (Entry::Dir { mode }, Some(Entry::Dir { mode: wm })) => {
+                    mode == wm || fatal.is_some()
+                }
+                (Entry::Symlink { target }, Some(Entry::Symlink { target: t })) => target == t,
+                _ => false,
+            };
+            ensure!(
+                ok,
+                "{what} left wrong content at {path}: {}",
+                diff(&want.tree, &got)
+            );
+        }
+        for path in want.tree.keys() {
+            ensure!(
+                got.contains_key(path)
+                    || failed.contains(path)
+                    || fatal.is_some()
+                    || want.truncated,
+                "{what} left out {path} without an error: {}",
+                diff(&want.tree, &got)
+            );
+        }
+        if fatal.is_none() && failed.is_empty() {
+            self.figures.restores_exact += 1;
+            return Ok(());
+        }
+        ensure!(allow_failure, "{what}: it must be exact");
+        if !(self.damaged() || self.flaky_reads) {
+            let named = self.named.get(&id[..8]).cloned().unwrap_or_default();
+            ensure!(
+                self.lost && (named.tree || (fatal.is_none() && failed.is_subset(&named.files))),
+                "{what}: nothing is damaged, and check named only {named:?}"
+            );
+        }
+        self.figures.restores_failed_safely += 1;
         Ok(())
     }
 
@@ -666,42 +806,183 @@ impl World {
             .count()
     }
 
-    fn verify_check(&mut self, read_data: bool) -> Outcome {
+    /// Runs check and remembers what it named per snapshot.
+    fn check(&mut self, read_data: bool) -> Result<CheckReport, String> {
         let report =
             run_check(self.repo(), read_data).map_err(|e| format!("check failed to run: {e}"))?;
         self.figures.checks += 1;
-        if !self.damaged() {
+        let mut named: BTreeMap<String, Named> = BTreeMap::new();
+        for p in &report.problems {
+            let Some(snapshot) = &p.snapshot else {
+                continue;
+            };
+            let entry = named.entry(snapshot.clone()).or_default();
+            match p.path.as_deref().and_then(|path| self.relative(path)) {
+                Some(rel) => {
+                    entry.files.insert(rel);
+                }
+                None => entry.tree = true,
+            }
+        }
+        self.named = named;
+        Ok(report)
+    }
+
+    /// Check, and what it must find: nothing without damage or lost chunks; while damaged
+    /// (with read_data), every damaged container reported or recorded; with chunks lost and
+    /// nothing damaged, only snapshots' files or trees (never a container).
+    fn verify_check(&mut self, read_data: bool) -> Outcome {
+        let report = self.check(read_data)?;
+        if self.damaged() {
+            if read_data && self.live_damage() > 0 {
+                // Detected means reported as a problem, or recorded (by this check or an
+                // earlier one: recorded copies left the index, and a later backup may have
+                // healed every snapshot, so that nothing is a problem any more).
+                let unrecorded = self.unrecorded_damage()?;
+                ensure!(
+                    !report.problems.is_empty() || unrecorded.is_empty(),
+                    "check --read-data missed damage in {unrecorded:?}"
+                );
+            }
+        } else if self.lost {
+            let repository_level: Vec<_> = report
+                .problems
+                .iter()
+                .filter(|p| p.snapshot.is_none())
+                .collect();
+            ensure!(
+                repository_level.is_empty(),
+                "check (read_data={read_data}) found damage after repair packs: {repository_level:?}"
+            );
+            if report.problems.is_empty() {
+                self.note("  check: no snapshot needs a lost chunk any more".into());
+                self.lost = false;
+            }
+        } else if !report.problems.is_empty()
+            && !REBUILT_INDEX_DELTA_COPIES_FIXED
+            && self.dropped_by_a_rebuild(&report)?
+        {
+            self.note(format!(
+                "  check: {} problems, all chunks a rebuilt index left out although a delta copy reads (known bug, see REBUILT_INDEX_DELTA_COPIES_FIXED): lost",
+                report.problems.len()
+            ));
+            self.lost = true;
+        } else {
             ensure!(
                 report.problems.is_empty(),
                 "check (read_data={read_data}) found {:?}",
                 report.problems
             );
-        } else if read_data && self.live_damage() > 0 {
-            // Detected means reported as a problem, or recorded (by this check or an earlier
-            // one: recorded copies left the index, and a later backup may have healed every
-            // snapshot, so that nothing is a problem any more).
-            let (recorded, _) = DamageSet::load(self.repo().backend().as_ref())
-                .map_err(|e| format!("damage records unreadable: {e}"))?;
-            let recorded: BTreeSet<String> =
-                recorded.containers().iter().map(|c| c.to_hex()).collect();
-            let inner = self.fault.inner();
-            let unrecorded: Vec<&String> = self
-                .damage
-                .iter()
-                .filter(|d| {
-                    inner
-                        .get(FileKind::Container, &d.name)
-                        .is_ok_and(|now| now != d.original)
-                })
-                .map(|d| &d.name)
-                .filter(|n| !recorded.contains(*n))
-                .collect();
-            ensure!(
-                !report.problems.is_empty() || unrecorded.is_empty(),
-                "check --read-data missed damage in {unrecorded:?}"
-            );
         }
         Ok(())
+    }
+
+    /// Whether every problem is a chunk "missing from the index" that has a delta copy whose
+    /// base has a full copy and another whose base has none: what the known rebuild bug
+    /// leaves ([`REBUILT_INDEX_DELTA_COPIES_FIXED`]).
+    fn dropped_by_a_rebuild(&self, report: &CheckReport) -> Result<bool, String> {
+        let mut missing = BTreeSet::new();
+        for p in &report.problems {
+            let chunk = p
+                .message
+                .strip_prefix("chunk ")
+                .and_then(|m| m.strip_suffix(": missing from the index"));
+            match chunk {
+                Some(hex) if p.snapshot.is_some() => missing.insert(hex.to_string()),
+                _ => return Ok(false),
+            };
+        }
+        let backend = self.repo().backend().clone();
+        let mut full: BTreeSet<String> = BTreeSet::new();
+        let mut deltas: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, _) in backend
+            .list(FileKind::Container)
+            .map_err(|e| e.to_string())?
+        {
+            let Ok(meta) = read_container_meta(backend.as_ref(), &name) else {
+                continue;
+            };
+            for e in meta.entries {
+                match e.kind {
+                    EntryKind::Full => {
+                        full.insert(e.id.to_hex());
+                    }
+                    EntryKind::Delta { base } => {
+                        deltas.entry(e.id.to_hex()).or_default().push(base.to_hex());
+                    }
+                }
+            }
+        }
+        Ok(missing.iter().all(|chunk| {
+            let bases = deltas.get(chunk).map(Vec::as_slice).unwrap_or_default();
+            !full.contains(chunk)
+                && bases.iter().any(|b| full.contains(b))
+                && bases.iter().any(|b| !full.contains(b))
+        }))
+    }
+
+    /// Containers still damaged at rest that no damage record names.
+    fn unrecorded_damage(&self) -> Result<Vec<String>, String> {
+        let (recorded, _) = DamageSet::load(self.repo().backend().as_ref())
+            .map_err(|e| format!("damage records unreadable: {e}"))?;
+        let recorded: BTreeSet<String> = recorded.containers().iter().map(|c| c.to_hex()).collect();
+        let inner = self.fault.inner();
+        Ok(self
+            .damage
+            .iter()
+            .filter(|d| {
+                inner
+                    .get(FileKind::Container, &d.name)
+                    .is_ok_and(|now| now != d.original)
+            })
+            .map(|d| d.name.clone())
+            .filter(|n| !recorded.contains(n))
+            .collect())
+    }
+
+    /// `repair packs` of `ids` (none: every container with recorded damage); returns the
+    /// number of containers it removed.
+    fn repair_packs(&mut self, ids: &[String]) -> Result<u64, String> {
+        let repo = self.repo();
+        let st = locked(repo, &me(), |lock| {
+            repair_packs::repair_packs(repo, lock, ids, "2026-01-01T00:00:00Z", &NoProgress)
+        })
+        .map_err(|e| format!("repair packs {ids:?} failed: {e}"))?;
+        let removed = st.containers.len() as u64;
+        self.figures.pack_repairs += 1;
+        self.figures.containers_repaired += removed;
+        self.figures.chunks_salvaged += st.chunks_salvaged;
+        self.figures.chunks_lost += st.chunks_lost.len() as u64 + st.deltas_lost;
+        self.note(format!(
+            "  repair packs {}: {removed} containers removed, {} chunks salvaged, {} lost, {} deltas lost with their base",
+            if ids.is_empty() { "(recorded)".to_string() } else { format!("{} named", ids.len()) },
+            st.chunks_salvaged,
+            st.chunks_lost.len(),
+            st.deltas_lost
+        ));
+        Ok(removed)
+    }
+
+    /// For every snapshot of the model, the chunk lengths of each file it lists (as far as its
+    /// tree can be read): what a file `repair snapshots` cuts may keep.
+    fn recipes(&self) -> BTreeMap<String, BTreeMap<String, Vec<usize>>> {
+        let repo = self.repo();
+        let mut out = BTreeMap::new();
+        for id in self.model.keys() {
+            let mut files = BTreeMap::new();
+            if let Ok((_, snap)) = snapshots::load(repo.backend().as_ref(), id) {
+                let _ = walk_tree(repo, &snap, |node, chunks| {
+                    if let (NodeKind::File, Some(rel)) =
+                        (node.kind, self.relative(&node.path_lossy()))
+                    {
+                        files.insert(rel, chunks.iter().map(|c| c.len as usize).collect());
+                    }
+                    Ok(())
+                });
+            }
+            out.insert(id.clone(), files);
+        }
+        out
     }
 
     /// Check with read_data, the snapshot set, and every snapshot restored.
@@ -754,9 +1035,12 @@ impl World {
                     ensure!(crashed, "crash error without a crash")
                 }
                 Some(InjectedFault::NoSpace { .. }) => {}
-                // Only damage, at rest or in reads, may make a command fail by itself.
+                // Only damage, at rest or in reads, may make a command fail by itself; and prune
+                // refuses while snapshots need lost chunks.
                 _ => ensure!(
-                    self.damaged() || reads_faulted,
+                    self.damaged()
+                        || reads_faulted
+                        || (self.lost && matches!(cmd, Command::Prune { .. })),
                     "{} failed: {e}",
                     cmd.name()
                 ),
@@ -801,9 +1085,6 @@ impl World {
         }
         if result.is_ok() && matches!(cmd, Command::Backup) {
             self.figures.backups += 1;
-        }
-        if let Command::Prune { max_unused } = cmd {
-            self.dead_entries = result.is_err() || max_unused > 0.0;
         }
         self.reconcile(&cmd, &before, &tree, made.as_deref(), result.is_ok())?;
         if matches!(cmd, Command::Backup) {
@@ -884,6 +1165,21 @@ const STEPS: &[Step] = &[
         name: "reopen",
         weight: 1,
         run: step_reopen,
+    },
+    Step {
+        name: "check-backup",
+        weight: 2,
+        run: step_check_then_backup,
+    },
+    Step {
+        name: "repair-packs",
+        weight: 1,
+        run: step_repair_packs,
+    },
+    Step {
+        name: "repair-snapshots",
+        weight: 1,
+        run: step_repair_snapshots,
     },
 ];
 
@@ -1089,12 +1385,9 @@ fn draw_faulted(w: &mut World) -> (Command, u64) {
 
 fn step_crash(w: &mut World) -> Outcome {
     let (cmd, n) = draw_faulted(w);
-    let effects: &[CrashEffect] = if TORN_LOCK_FIXED {
-        &[CrashEffect::Lost, CrashEffect::Durable, CrashEffect::Torn]
-    } else {
-        &[CrashEffect::Lost, CrashEffect::Durable]
-    };
-    let effect = *w.rng.pick(effects);
+    let effect = *w
+        .rng
+        .pick(&[CrashEffect::Lost, CrashEffect::Durable, CrashEffect::Torn]);
     w.note(format!("  {cmd:?} crashing at write {n} ({effect:?})"));
     w.run_faulted(cmd, FaultPlan::crash(n, effect), &gone())?;
     w.verify_all()
@@ -1178,7 +1471,7 @@ fn step_flaky_read(w: &mut World) -> Outcome {
                     "check did not report the damaged read {log:?}"
                 );
                 w.figures.damaged_reads_reported_by_check += 1;
-            } else if !w.damaged() {
+            } else if !w.damaged() && !w.lost {
                 ensure!(
                     report.problems.is_empty(),
                     "check found {:?}",
@@ -1202,7 +1495,9 @@ fn step_flaky_read(w: &mut World) -> Outcome {
     }
 }
 
-fn step_corrupt(w: &mut World) -> Outcome {
+/// Flips a bit of a random container at rest (at most two damaged at a time); returns its
+/// name, or none when there is nothing to damage.
+fn damage_a_container(w: &mut World) -> Result<Option<String>, String> {
     let containers = w
         .fault
         .inner()
@@ -1210,7 +1505,7 @@ fn step_corrupt(w: &mut World) -> Outcome {
         .map_err(|e| e.to_string())?;
     if containers.is_empty() || w.damage.len() >= 2 {
         w.note("  nothing to damage".into());
-        return Ok(());
+        return Ok(None);
     }
     let (name, size) = w.rng.pick(&containers).clone();
     let offset = w.rng.below(size);
@@ -1223,13 +1518,26 @@ fn step_corrupt(w: &mut World) -> Outcome {
         "  damage container {} at {offset} of {size} (xor {mask:#04x})",
         &name[..8]
     ));
-    w.damage.push(Damage { name, original });
+    w.damage.push(Damage {
+        name: name.clone(),
+        original,
+    });
     w.figures.corruptions_injected += 1;
-    let report =
-        run_check(w.repo(), true).map_err(|e| format!("check failed to run on damage: {e}"))?;
-    w.figures.checks += 1;
+    Ok(Some(name))
+}
+
+/// Damages a container at rest: `check --read-data` must report or record it, and a restore
+/// is exact or fails safely.
+fn step_corrupt(w: &mut World) -> Outcome {
+    let Some(name) = damage_a_container(w)? else {
+        return Ok(());
+    };
+    let report = w.check(true)?;
+    // Detected: reported, or recorded (this container's damage may be recorded already, by an
+    // earlier check, and every snapshot that needed it healed since).
+    let unrecorded = w.unrecorded_damage()?;
     ensure!(
-        !report.problems.is_empty(),
+        !report.problems.is_empty() || !unrecorded.contains(&name),
         "check --read-data did not report the damage"
     );
     w.figures.corruptions_detected += 1;
@@ -1245,14 +1553,15 @@ fn step_corrupt(w: &mut World) -> Outcome {
     Ok(())
 }
 
-/// Puts the original bytes of damaged containers back (what `repair packs` from a good copy
-/// would do), rebuilds the index if it was rebuilt while damaged, and verifies everything.
+/// Puts the original bytes of damaged containers back (what a copy from a mirror would do),
+/// then verifies everything: check finds the copies it recorded whole again and clears them.
 fn step_heal(w: &mut World) -> Outcome {
     if !w.damaged() {
         w.note("  nothing to heal".into());
         return Ok(());
     }
     let inner = w.fault.inner().clone();
+    let mut healed = Vec::new();
     // Newest first: a container damaged twice gets the bytes from before the first damage.
     for d in std::mem::take(&mut w.damage).into_iter().rev() {
         if inner
@@ -1263,14 +1572,214 @@ fn step_heal(w: &mut World) -> Outcome {
                 .put(FileKind::Container, &d.name, &d.original)
                 .map_err(|e| e.to_string())?;
             w.note(format!("  heal container {}", &d.name[..8]));
+            healed.push(d.name);
         } else {
             w.note(format!("  container {} was deleted by prune", &d.name[..8]));
         }
     }
-    if std::mem::take(&mut w.rebuilt_while_damaged) {
-        w.note("  the index was rebuilt while damaged: rebuild it again".into());
-        w.restart(true)?;
+    if !DELTA_RECORDS_CLEARED_FIXED {
+        w.note("  check --read-data once more (known bug, see DELTA_RECORDS_CLEARED_FIXED)".into());
+        w.check(true)?;
     }
+    if !RESTORED_CONTAINER_RECORDS_CLEARED_FIXED {
+        let (records, _) = DamageSet::load(w.repo().backend().as_ref())
+            .map_err(|e| format!("damage records unreadable: {e}"))?;
+        let still: Vec<String> = records
+            .containers()
+            .iter()
+            .filter(|c| records.container_damaged(c))
+            .map(|c| c.to_hex())
+            .filter(|c| healed.contains(c))
+            .collect();
+        if !still.is_empty() {
+            w.note(format!(
+                "  {} healed containers still recorded whole: repair packs them (known bug, see RESTORED_CONTAINER_RECORDS_CLEARED_FIXED)",
+                still.len()
+            ));
+            w.repair_packs(&still)?;
+        }
+    }
+    w.verify_all()
+}
+
+/// The repair steps start from damage at rest: when there is none, a container is damaged
+/// first (as `corrupt` does), and the check that follows must detect it.
+fn damage_unless_damaged(w: &mut World) -> Outcome {
+    let injected = w.live_damage() == 0 && damage_a_container(w)?.is_some();
+    w.verify_check(true)?;
+    if injected {
+        w.figures.corruptions_detected += 1;
+    }
+    Ok(())
+}
+
+/// `check --read-data`, then a backup of the source as it is: the first answer to damage.
+/// Check records the damaged copies, so the backup stores their chunks again: every snapshot
+/// whose tree check did not name, and whose files it named are all in the source unchanged,
+/// restores bit-exact afterwards (one check named nothing of must be exact already).
+fn step_check_then_backup(w: &mut World) -> Outcome {
+    damage_unless_damaged(w)?;
+    let named = w.named.clone();
+    let source = scan(&w.src);
+    let before = w.snapshot_ids()?;
+    w.figures.heal_backups += 1;
+    w.run_faulted(Command::Backup, FaultPlan::none(), &me())?;
+    let new: Vec<String> = w.snapshot_ids()?.difference(&before).cloned().collect();
+    ensure!(
+        new.len() == 1,
+        "the backup after check made {} snapshots",
+        new.len()
+    );
+    w.verify_exact(&new[0])?;
+    for id in w.ids_by_time() {
+        if id == new[0] {
+            continue;
+        }
+        let Some(n) = named.get(&id[..8]) else {
+            w.verify_exact(&id)?;
+            continue;
+        };
+        let tree = &w.model[&id].tree;
+        let unchanged = |f: &String| match (tree.get(f), source.get(f)) {
+            (Some(Entry::File { data: a, .. }), Some(Entry::File { data: b, .. })) => a == b,
+            _ => false,
+        };
+        if !n.tree && n.files.iter().all(unchanged) {
+            w.note(format!("  {} healed: {:?}", &id[..8], n.files));
+            w.verify_exact(&id)?;
+            w.figures.snapshots_healed += 1;
+        } else {
+            w.verify_restore(&id)?;
+        }
+    }
+    Ok(())
+}
+
+/// `check --read-data` (which records damage), then `repair packs`: it salvages what verifies
+/// out of every container with recorded damage and removes them. Containers still damaged
+/// (check reported them without recording anything: only unused copies were hit) are named
+/// to a second `repair packs`, as check's message says. Then check names no container, and
+/// every snapshot restores bit-exact or fails only on files check names.
+fn step_repair_packs(w: &mut World) -> Outcome {
+    damage_unless_damaged(w)?;
+    let removed = w.repair_packs(&[])?;
+    let inner = w.fault.inner().clone();
+    let mut left: Vec<String> = Vec::new();
+    for d in &w.damage {
+        let still = inner
+            .get(FileKind::Container, &d.name)
+            .is_ok_and(|now| now != d.original);
+        if still && !left.contains(&d.name) {
+            left.push(d.name.clone());
+        }
+    }
+    let removed = removed
+        + if left.is_empty() {
+            0
+        } else {
+            w.repair_packs(&left)?
+        };
+    ensure!(
+        w.live_damage() == 0,
+        "damage at rest left after repair packs"
+    );
+    // What was damaged is gone (deleted now, or by a prune before).
+    w.damage.clear();
+    if removed > 0 {
+        w.lost = true;
+    }
+    w.verify_all()
+}
+
+/// `repair snapshots --forget`, for what cannot heal (after `repair packs` while damage is at
+/// rest, as a user would): each snapshot that needs a lost chunk is replaced by one whose
+/// intact files are exact and whose `damaged_paths` files hold a subsequence of the
+/// original's chunks. Then check finds nothing, prune works, and everything verifies.
+fn step_repair_snapshots(w: &mut World) -> Outcome {
+    if w.lost {
+        w.verify_check(true)?;
+    } else {
+        damage_unless_damaged(w)?;
+    }
+    if w.damaged() {
+        step_repair_packs(w)?;
+    }
+    let recipes = w.recipes();
+    let repo = w.repo();
+    let opts = RepairSnapshotsOptions {
+        forget: true,
+        dry_run: false,
+    };
+    let st = locked(repo, &me(), |lock| {
+        repair_snapshots::repair_snapshots(repo, lock, &opts, &NoProgress)
+    })
+    .map_err(|e| format!("repair snapshots failed: {e}"))?;
+    ensure!(
+        st.removed_unreadable.is_empty() && st.left_unreadable.is_empty(),
+        "repair snapshots found unreadable snapshot files: {st:?}"
+    );
+    w.figures.snapshot_repairs += 1;
+    w.figures.snapshots_repaired += st.repaired.len() as u64;
+    for r in &st.repaired {
+        let old = r.original.to_hex();
+        let new = r
+            .new
+            .ok_or_else(|| format!("no snapshot written for {old}"))?
+            .to_hex();
+        let mut e = w
+            .model
+            .remove(&old)
+            .ok_or_else(|| format!("repair snapshots rewrote {old}, not in the model"))?;
+        for f in &r.damaged_files {
+            let rel = w
+                .relative(f)
+                .ok_or_else(|| format!("{f} is not below the source"))?;
+            ensure!(
+                matches!(e.tree.get(&rel), Some(Entry::File { .. })),
+                "repair snapshots names {rel}, not a file of {old}"
+            );
+            if !e.damaged.contains_key(&rel) {
+                let lens = recipes
+                    .get(&old)
+                    .and_then(|files| files.get(&rel))
+                    .ok_or_else(|| format!("the recipe of {rel} in {old} was unreadable"))?;
+                e.damaged.insert(rel, lens.clone());
+            }
+        }
+        e.truncated |= r.tree_truncated;
+        let (_, snap) = snapshots::load(w.repo().backend().as_ref(), &new)
+            .map_err(|e| format!("the repaired snapshot {new}: {e}"))?;
+        let listed: BTreeSet<String> = snap
+            .damaged_paths
+            .iter()
+            .filter_map(|p| w.relative(p))
+            .collect();
+        let damaged: BTreeSet<String> = e.damaged.keys().cloned().collect();
+        ensure!(
+            listed == damaged
+                && snap.original.as_deref() == Some(old.as_str())
+                && snap.tags.iter().any(|t| t == repair_snapshots::REPAIRED_TAG)
+                && snap.tree_truncated == e.truncated,
+            "the repaired snapshot {new} says damaged {listed:?}, original {:?}, tags {:?}, truncated {}; the model: damaged {damaged:?}, original {old}, truncated {}",
+            snap.original,
+            snap.tags,
+            snap.tree_truncated,
+            e.truncated
+        );
+        w.note(format!(
+            "  {} -> {}: damaged {damaged:?}{}",
+            &old[..8],
+            &new[..8],
+            if e.truncated { ", tree truncated" } else { "" }
+        ));
+        w.model.insert(new, e);
+    }
+    // Nothing needs a lost chunk any more: check finds nothing, and prune works.
+    w.lost = false;
+    w.verify_check(true)?;
+    let prune = w.draw_command("prune");
+    w.note(format!("  {prune:?}"));
+    w.run_faulted(prune, FaultPlan::none(), &me())?;
     w.verify_all()
 }
 
@@ -1325,8 +1834,17 @@ fn episode(seed: u64, steps: u64) -> Figures {
             fail(&w, seed, step, &msg);
         }
     }
-    // Finally: no damage left, everything exact.
-    let outcome = step_heal(&mut w).and_then(|_| w.verify_all());
+    // Finally: no damage left, nothing lost, everything exact.
+    let outcome = step_heal(&mut w)
+        .and_then(|_| {
+            if w.lost {
+                w.note("end: repair snapshots for what was lost".into());
+                step_repair_snapshots(&mut w)
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|_| w.verify_all());
     if let Err(msg) = outcome {
         fail(&w, seed, steps, &msg);
     }
