@@ -572,6 +572,31 @@ fn no_space_at_any_write_fails_cleanly() {
     }
 }
 
+/// Found by the campaign (seed 9040, step 285; it depends on timing): the fingerprinting jobs
+/// a backup queues on the worker pool (up to 16 blocks of 1 MiB) each hold the index's read
+/// view, and after a failure (here a disk-full at the first container) the backup returns
+/// while they still run. A `check` on the same handle right after then fails with "chunk
+/// index error: A transaction is still in progress" (redb's integrity check needs no live
+/// transaction), although nothing is wrong.
+#[test]
+#[ignore = "bug: a failed backup returns while its pool jobs still hold an index read view"]
+fn check_right_after_a_failed_backup_runs() {
+    let t = Trial::new(Store::Memory, None, None);
+    let repo = t.open().unwrap();
+    let files: Files = (0..4)
+        .map(|i| (format!("big{i}.bin"), noise(8 << 20, i)))
+        .collect();
+    for attempt in 0..5 {
+        t.fault.arm(FaultPlan::no_space(1));
+        let err = backup_files(&repo, &t.src(), &files, attempt, &me()).expect_err("disk full");
+        assert!(err.to_string().contains("no space left"), "{err}");
+        t.fault.disarm();
+        run_check(&repo, false).unwrap_or_else(|e| {
+            panic!("attempt {attempt}: check right after the failed backup: {e}")
+        });
+    }
+}
+
 /// The damaged reads tried at each read index: short by one byte, nearly empty, one bit.
 fn read_damages(n: u64) -> [ReadDamage; 3] {
     [
