@@ -112,6 +112,34 @@ const RESTORED_CONTAINER_RECORDS_CLEARED_FIXED: bool = false;
 /// files may fail to restore, as check names them; a backup or `repair snapshots` ends it).
 const REBUILT_INDEX_DELTA_COPIES_FIXED: bool = false;
 
+/// faults.rs `check_right_after_a_failed_backup_runs`: a failed backup returns while the
+/// fingerprinting jobs it queued still hold the index's read view, and a check on the same
+/// handle right then fails ("A transaction is still in progress"). Until fixed, check is run
+/// again after a short wait when it fails so (up to 5 s).
+const FAILED_BACKUP_JOBS_FINISH_FIXED: bool = false;
+
+/// `check` (see [`run_check`]), waiting out the pool jobs of a failed backup
+/// ([`FAILED_BACKUP_JOBS_FINISH_FIXED`]).
+fn check_when_idle(
+    repo: &IndexedRepository,
+    read_data: bool,
+) -> dedelta_store::Result<CheckReport> {
+    let mut waited = 0;
+    loop {
+        match run_check(repo, read_data) {
+            Err(e)
+                if !FAILED_BACKUP_JOBS_FINISH_FIXED
+                    && waited < 50
+                    && e.to_string().contains("A transaction is still in progress") =>
+            {
+                waited += 1;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            result => return result,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Randomness, trees and figures.
 
@@ -808,8 +836,8 @@ impl World {
 
     /// Runs check and remembers what it named per snapshot.
     fn check(&mut self, read_data: bool) -> Result<CheckReport, String> {
-        let report =
-            run_check(self.repo(), read_data).map_err(|e| format!("check failed to run: {e}"))?;
+        let report = check_when_idle(self.repo(), read_data)
+            .map_err(|e| format!("check failed to run: {e}"))?;
         self.figures.checks += 1;
         let mut named: BTreeMap<String, Named> = BTreeMap::new();
         for p in &report.problems {
@@ -1453,7 +1481,7 @@ fn step_flaky_read(w: &mut World) -> Outcome {
         "check" => {
             w.fault.arm(plan);
             let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run_check(w.repo(), true)
+                check_when_idle(w.repo(), true)
             }))
             .map_err(|p| format!("check panicked: {}", panic_message(&*p)))?;
             let log = w.fault.injection_log();
