@@ -687,6 +687,44 @@ fn damaged_reads_in_check_are_reported() {
     println!("damaged check reads: {reported}, all reported");
 }
 
+/// Regression (fixed with the campaign's merge, 0203da4): once check recorded damage, one
+/// flaky read during `check --read-data` recorded intact copies as damaged and took them out
+/// of the index, so that the next backup stored them again and snapshots failed until then.
+/// A failed read is now tried again before anything is recorded: the flaky read is reported
+/// as such, and nothing is recorded.
+#[test]
+fn a_flaky_read_in_check_is_reported_not_recorded() {
+    let base = base(0..2, 0);
+    let t = Trial::of(&base, Store::Memory);
+    let repo = t.open().unwrap();
+    let reads = {
+        t.fault.arm(FaultPlan::none());
+        run_check(&repo, true).unwrap();
+        t.fault.counts().reads(FileKind::Container)
+    };
+    for n in 0..reads {
+        for damage in read_damages(n) {
+            let when = format!("check, container read {n} {damage:?}");
+            t.fault.arm(FaultPlan::none().with_read_fault(ReadFault {
+                kind: FileKind::Container,
+                nth: Some(n),
+                damage,
+            }));
+            let report = run_check(&repo, true).unwrap();
+            t.fault.disarm();
+            assert!(!report.problems.is_empty(), "{when}: not reported");
+            assert!(
+                report.damage_recorded.is_empty(),
+                "{when}: recorded {:?}",
+                report.damage_recorded
+            );
+            let (records, _) = DamageSet::load(repo.backend().as_ref()).unwrap();
+            assert!(records.is_empty(), "{when}: {records:?}");
+        }
+    }
+    assert_consistent(&repo, &base.model, &t, "after the flaky reads");
+}
+
 /// A short or flipped read during a backup (delta bases, the parent snapshot): the backup
 /// fails or makes a snapshot that restores bit-exact; the repository stays consistent.
 #[test]
