@@ -1776,12 +1776,15 @@ fn step_repair_snapshots(w: &mut World) -> Outcome {
                 matches!(e.tree.get(&rel), Some(Entry::File { .. })),
                 "repair snapshots names {rel}, not a file of {old}"
             );
-            if !e.damaged.contains_key(&rel) {
+            // A file damaged before keeps the chunk lengths of its first original.
+            if let std::collections::btree_map::Entry::Vacant(slot) = e.damaged.entry(rel) {
                 let lens = recipes
                     .get(&old)
-                    .and_then(|files| files.get(&rel))
-                    .ok_or_else(|| format!("the recipe of {rel} in {old} was unreadable"))?;
-                e.damaged.insert(rel, lens.clone());
+                    .and_then(|files| files.get(slot.key()))
+                    .ok_or_else(|| {
+                        format!("the recipe of {} in {old} was unreadable", slot.key())
+                    })?;
+                slot.insert(lens.clone());
             }
         }
         e.truncated |= r.tree_truncated;

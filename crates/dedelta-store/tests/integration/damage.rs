@@ -463,6 +463,21 @@ fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
     assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
 }
 
+/// Backs up two text files, then flips a byte in the header of the container holding the
+/// first chunk of `a.txt` (its reserved bytes, which must be 0); returns the files, the
+/// snapshot and that container.
+fn backup_with_a_damaged_header(env: &mut Env) -> (Files, SnapshotId, ContainerId) {
+    let files = files([("a.txt", text(150_000, 13)), ("b.txt", text(90_000, 14))]);
+    env.write(&files);
+    let first = env.backup().snapshot_id;
+    let bad = env.container_of(&first, "a.txt");
+    let path = env.container_path(&bad);
+    let mut b = fs::read(&path).unwrap();
+    b[dedelta_store::format::container::HEADER_RESERVED_OFFSET + 1] ^= 0x40;
+    fs::write(&path, b).unwrap();
+    (files, first, bad)
+}
+
 /// Found by the campaign (seed 30017, steps 5-12): when a container's header (its first 16
 /// bytes, which no read of chunks uses) is damaged too, `check --read-data` reports the
 /// header and stops there: it verifies none of the container's entries, so damage in its
@@ -473,16 +488,8 @@ fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
 #[ignore = "bug: check skips the entries of a container whose header is damaged"]
 fn damaged_chunks_are_recorded_when_the_container_header_is_damaged_too() {
     let mut env = Env::new(false);
-    let files = files([("a.txt", text(150_000, 13)), ("b.txt", text(90_000, 14))]);
-    env.write(&files);
-    let first = env.backup().snapshot_id;
-    let bad = env.container_of(&first, "a.txt");
-    let path = env.container_path(&bad);
-    damage_first_region(&path);
-    let mut b = fs::read(&path).unwrap();
-    b[dedelta_store::format::container::HEADER_RESERVED_OFFSET + 1] ^= 0x40;
-    fs::write(&path, b).unwrap();
-
+    let (files, _, bad) = backup_with_a_damaged_header(&mut env);
+    damage_first_region(&env.container_path(&bad));
     let report = env.check(true);
     assert!(!report.problems.is_empty());
     assert!(
@@ -506,14 +513,7 @@ fn damaged_chunks_are_recorded_when_the_container_header_is_damaged_too() {
 #[ignore = "bug: repair packs salvages nothing of a container whose header alone is damaged"]
 fn repair_packs_salvages_a_container_whose_header_alone_is_damaged() {
     let mut env = Env::new(false);
-    let files = files([("a.txt", text(150_000, 13)), ("b.txt", text(90_000, 14))]);
-    env.write(&files);
-    let first = env.backup().snapshot_id;
-    let bad = env.container_of(&first, "a.txt");
-    let path = env.container_path(&bad);
-    let mut b = fs::read(&path).unwrap();
-    b[dedelta_store::format::container::HEADER_RESERVED_OFFSET + 1] ^= 0x40;
-    fs::write(&path, b).unwrap();
+    let (files, first, bad) = backup_with_a_damaged_header(&mut env);
     let report = env.check(true);
     assert!(
         !report.problems.is_empty(),

@@ -33,8 +33,9 @@ pub fn xorshift(x: &mut u64) -> u64 {
     *x
 }
 
-/// Text-like rows, different per seed: compressible, and chunked alike wherever two seeds'
-/// edits leave rows equal (what dedup and delta compression are for).
+/// Text-like rows, different per seed, compressible; a few bytes edited (see
+/// [`versioned_text`]) leave most chunks equal and the rest similar, which is what dedup and
+/// delta compression are for.
 pub fn text(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut out = Vec::with_capacity(len + 64);
