@@ -63,13 +63,13 @@ use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::repair_packs;
 use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
 use dedelta_store::format::config::DeltaConfig;
-use dedelta_store::format::container::{EntryKind, HEADER_LEN};
+use dedelta_store::format::container::HEADER_LEN;
 use dedelta_store::format::tree::NodeKind;
 use dedelta_store::progress::NoProgress;
 use dedelta_store::read::walk_tree;
 use dedelta_store::repository::damage::DamageSet;
 use dedelta_store::repository::lock::{LockInfo, RepoLock, EXCLUSIVE_LOCK};
-use dedelta_store::repository::{read_container_meta, snapshots};
+use dedelta_store::repository::snapshots;
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -99,54 +99,18 @@ const SNAPSHOT_BUDGET: usize = 8;
 /// heal step runs check once more before verifying.
 const DELTA_RECORDS_CLEARED_FIXED: bool = false;
 
-/// faults.rs `check_clears_the_record_of_a_restored_container_holding_dead_deltas`: a
-/// container recorded whole (its metadata was damaged) stays recorded after its bytes are
-/// restored when it also holds dead deltas whose bases a prune deleted. Until fixed, the heal
-/// step runs `repair packs` on healed containers that are still recorded whole (which
-/// salvages their live chunks), as a user would when check keeps naming them.
-const RESTORED_CONTAINER_RECORDS_CLEARED_FIXED: bool = false;
-
-/// faults.rs `rebuilt_index_keeps_a_live_delta_copy_of_a_chunk_with_a_dead_one`: an index
-/// rebuild can leave out a chunk whose first delta copy (in container order) is a dead one
-/// whose base is gone, although another delta copy reads. Until fixed, when check finds
-/// chunks "missing from the index" that have exactly such copies, they count as lost (their
-/// files may fail to restore, as check names them; a backup or `repair snapshots` ends it).
-const REBUILT_INDEX_DELTA_COPIES_FIXED: bool = false;
-
-/// faults.rs `check_right_after_a_failed_backup_runs`: a failed backup returns while the
-/// fingerprinting jobs it queued still hold the index's read view, and a check on the same
-/// handle right then fails ("A transaction is still in progress"). Until fixed, check is run
-/// again after a short wait when it fails so (up to 5 s).
-const FAILED_BACKUP_JOBS_FINISH_FIXED: bool = false;
-
-/// damage.rs `damaged_chunks_are_recorded_when_the_container_header_is_damaged_too` and
-/// `repair_packs_salvages_a_container_whose_header_alone_is_damaged`: with a container's
-/// header damaged, check verifies none of its entries (their damage is not recorded, backups
-/// keep deduplicating against it) and `repair packs` salvages nothing of it. Until fixed,
-/// damage at rest never hits a container's header.
+/// damage.rs `repair_packs_salvages_a_container_whose_header_alone_is_damaged`: the salvage
+/// copy of a container whose header alone is damaged is the original, byte for byte, and so
+/// has its name; repair packs then takes the salvaged chunks out of the index. Until fixed,
+/// damage at rest never hits a container's header (the repair-packs step would take such a
+/// container, and its chunks would count as lost although they are there).
 const CONTAINER_HEADER_DAMAGE_FIXED: bool = false;
 
-/// `check` (see [`run_check`]), waiting out the pool jobs of a failed backup
-/// ([`FAILED_BACKUP_JOBS_FINISH_FIXED`]).
-fn check_when_idle(
-    repo: &IndexedRepository,
-    read_data: bool,
-) -> dedelta_store::Result<CheckReport> {
-    let mut waited = 0;
-    loop {
-        match run_check(repo, read_data) {
-            Err(e)
-                if !FAILED_BACKUP_JOBS_FINISH_FIXED
-                    && waited < 50
-                    && e.to_string().contains("A transaction is still in progress") =>
-            {
-                waited += 1;
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            result => return result,
-        }
-    }
-}
+/// faults.rs `a_flaky_read_in_a_check_that_clears_records_is_reported`: the index rebuild a
+/// check runs after clearing records skips a container whose metadata read fails once, without
+/// a word. Until fixed, the flaky-read step's check comes after a plain check, which does any
+/// clearing (and so the rebuild) itself.
+const CHECK_REBUILD_READS_TWICE_FIXED: bool = false;
 
 // ---------------------------------------------------------------------------------------
 // Randomness, trees and figures.
@@ -852,8 +816,8 @@ impl World {
 
     /// Runs check and remembers what it named per snapshot.
     fn check(&mut self, read_data: bool) -> Result<CheckReport, String> {
-        let report = check_when_idle(self.repo(), read_data)
-            .map_err(|e| format!("check failed to run: {e}"))?;
+        let report =
+            run_check(self.repo(), read_data).map_err(|e| format!("check failed to run: {e}"))?;
         self.figures.checks += 1;
         let mut named: BTreeMap<String, Named> = BTreeMap::new();
         for p in &report.problems {
@@ -902,15 +866,6 @@ impl World {
                 self.note("  check: no snapshot needs a lost chunk any more".into());
                 self.lost = false;
             }
-        } else if !report.problems.is_empty()
-            && !REBUILT_INDEX_DELTA_COPIES_FIXED
-            && self.dropped_by_a_rebuild(&report)?
-        {
-            self.note(format!(
-                "  check: {} problems, all chunks a rebuilt index left out although a delta copy reads (known bug, see REBUILT_INDEX_DELTA_COPIES_FIXED): lost",
-                report.problems.len()
-            ));
-            self.lost = true;
         } else {
             ensure!(
                 report.problems.is_empty(),
@@ -919,50 +874,6 @@ impl World {
             );
         }
         Ok(())
-    }
-
-    /// Whether every problem is a chunk "missing from the index" that has a delta copy whose
-    /// base has a full copy and another whose base has none: what the known rebuild bug
-    /// leaves ([`REBUILT_INDEX_DELTA_COPIES_FIXED`]).
-    fn dropped_by_a_rebuild(&self, report: &CheckReport) -> Result<bool, String> {
-        let mut missing = BTreeSet::new();
-        for p in &report.problems {
-            let chunk = p
-                .message
-                .strip_prefix("chunk ")
-                .and_then(|m| m.strip_suffix(": missing from the index"));
-            match chunk {
-                Some(hex) if p.snapshot.is_some() => missing.insert(hex.to_string()),
-                _ => return Ok(false),
-            };
-        }
-        let backend = self.repo().backend().clone();
-        let mut full: BTreeSet<String> = BTreeSet::new();
-        let mut deltas: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (name, _) in backend
-            .list(FileKind::Container)
-            .map_err(|e| e.to_string())?
-        {
-            let Ok(meta) = read_container_meta(backend.as_ref(), &name) else {
-                continue;
-            };
-            for e in meta.entries {
-                match e.kind {
-                    EntryKind::Full => {
-                        full.insert(e.id.to_hex());
-                    }
-                    EntryKind::Delta { base } => {
-                        deltas.entry(e.id.to_hex()).or_default().push(base.to_hex());
-                    }
-                }
-            }
-        }
-        Ok(missing.iter().all(|chunk| {
-            let bases = deltas.get(chunk).map(Vec::as_slice).unwrap_or_default();
-            !full.contains(chunk)
-                && bases.iter().any(|b| full.contains(b))
-                && bases.iter().any(|b| !full.contains(b))
-        }))
     }
 
     /// Containers still damaged at rest that no damage record names.
@@ -976,26 +887,29 @@ impl World {
     }
 
     /// `repair packs` of `ids` (none: every container with recorded damage); returns the
-    /// number of containers it removed.
-    fn repair_packs(&mut self, ids: &[String]) -> Result<u64, String> {
+    /// number of containers it removed, and those it left in place (their metadata could not
+    /// be read, so nothing in them could be located).
+    fn repair_packs(&mut self, ids: &[String]) -> Result<(u64, Vec<String>), String> {
         let repo = self.repo();
         let st = locked(repo, &me(), |lock| {
             repair_packs::repair_packs(repo, lock, ids, "2026-01-01T00:00:00Z", &NoProgress)
         })
         .map_err(|e| format!("repair packs {ids:?} failed: {e}"))?;
-        let removed = st.containers.len() as u64;
+        let kept: Vec<String> = st.left_in_place.iter().map(|c| c.to_hex()).collect();
+        let removed = (st.containers.len() - kept.len()) as u64;
         self.figures.pack_repairs += 1;
         self.figures.containers_repaired += removed;
         self.figures.chunks_salvaged += st.chunks_salvaged;
         self.figures.chunks_lost += st.chunks_lost.len() as u64 + st.deltas_lost;
         self.note(format!(
-            "  repair packs {}: {removed} containers removed, {} chunks salvaged, {} lost, {} deltas lost with their base",
+            "  repair packs {}: {removed} containers removed, {} left in place, {} chunks salvaged, {} lost, {} deltas lost with their base",
             if ids.is_empty() { "(recorded)".to_string() } else { format!("{} named", ids.len()) },
+            kept.len(),
             st.chunks_salvaged,
             st.chunks_lost.len(),
             st.deltas_lost
         ));
-        Ok(removed)
+        Ok((removed, kept))
     }
 
     /// For every snapshot of the model, the chunk lengths of each file it lists (as far as its
@@ -1486,9 +1400,15 @@ fn step_flaky_read(w: &mut World) -> Outcome {
             outcome
         }
         "check" => {
+            if !CHECK_REBUILD_READS_TWICE_FIXED {
+                w.note(
+                    "  a plain check first (known bug, see CHECK_REBUILD_READS_TWICE_FIXED)".into(),
+                );
+                w.check(true)?;
+            }
             w.fault.arm(plan);
             let report = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                check_when_idle(w.repo(), true)
+                run_check(w.repo(), true)
             }))
             .map_err(|p| format!("check panicked: {}", panic_message(&*p)))?;
             let log = w.fault.injection_log();
@@ -1608,7 +1528,6 @@ fn step_heal(w: &mut World) -> Outcome {
         return Ok(());
     }
     let inner = w.fault.inner().clone();
-    let mut healed = Vec::new();
     // Newest first: a container damaged twice gets the bytes from before the first damage.
     for d in std::mem::take(&mut w.damage).into_iter().rev() {
         if inner
@@ -1619,7 +1538,6 @@ fn step_heal(w: &mut World) -> Outcome {
                 .put(FileKind::Container, &d.name, &d.original)
                 .map_err(|e| e.to_string())?;
             w.note(format!("  heal container {}", &d.name[..8]));
-            healed.push(d.name);
         } else {
             w.note(format!("  container {} was deleted by prune", &d.name[..8]));
         }
@@ -1627,24 +1545,6 @@ fn step_heal(w: &mut World) -> Outcome {
     if !DELTA_RECORDS_CLEARED_FIXED {
         w.note("  check --read-data once more (known bug, see DELTA_RECORDS_CLEARED_FIXED)".into());
         w.check(true)?;
-    }
-    if !RESTORED_CONTAINER_RECORDS_CLEARED_FIXED {
-        let (records, _) = DamageSet::load(w.repo().backend().as_ref())
-            .map_err(|e| format!("damage records unreadable: {e}"))?;
-        let still: Vec<String> = records
-            .containers()
-            .iter()
-            .filter(|c| records.container_damaged(c))
-            .map(|c| c.to_hex())
-            .filter(|c| healed.contains(c))
-            .collect();
-        if !still.is_empty() {
-            w.note(format!(
-                "  {} healed containers still recorded whole: repair packs them (known bug, see RESTORED_CONTAINER_RECORDS_CLEARED_FIXED)",
-                still.len()
-            ));
-            w.repair_packs(&still)?;
-        }
     }
     w.verify_all()
 }
@@ -1709,20 +1609,25 @@ fn step_check_then_backup(w: &mut World) -> Outcome {
 /// every snapshot restores bit-exact or fails only on files check names.
 fn step_repair_packs(w: &mut World) -> Outcome {
     damage_unless_damaged(w)?;
-    let removed = w.repair_packs(&[])?;
-    let left = w.damaged_now();
-    let removed = removed
-        + if left.is_empty() {
-            0
-        } else {
-            w.repair_packs(&left)?
-        };
+    let (mut removed, mut kept) = w.repair_packs(&[])?;
+    let left: Vec<String> = w
+        .damaged_now()
+        .into_iter()
+        .filter(|n| !kept.contains(n))
+        .collect();
+    if !left.is_empty() {
+        let (more, also_kept) = w.repair_packs(&left)?;
+        removed += more;
+        kept.extend(also_kept);
+    }
+    // Every damaged container is gone, but those whose metadata could not be read: repair
+    // packs keeps them (still recorded) rather than delete what it cannot locate anything in.
+    let still = w.damaged_now();
     ensure!(
-        w.live_damage() == 0,
-        "damage at rest left after repair packs"
+        still.iter().all(|n| kept.contains(n)),
+        "damage at rest left after repair packs: {still:?} (kept {kept:?})"
     );
-    // What was damaged is gone (deleted now, or by a prune before).
-    w.damage.clear();
+    w.damage.retain(|d| kept.contains(&d.name));
     if removed > 0 {
         w.lost = true;
     }
