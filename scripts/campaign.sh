@@ -3,9 +3,10 @@
 #
 #   scripts/campaign.sh [SECONDS]     (default 600)
 #
-# Runs tests/faults.rs once (every crash point of backup, prune and forget; disk-fulls;
-# damaged reads), then tests/campaign.rs for SECONDS with episodes from a random seed (even
-# seeds on the in-memory backend, odd ones on a local directory). A failing episode prints
+# Runs the fault tests once (module faults of the store's integration binary: every crash
+# point of backup, prune and forget; disk-fulls; damaged reads), then the campaign (module
+# campaign) for SECONDS with episodes from a random seed (even seeds on the in-memory
+# backend, odd ones on a local directory). A failing episode prints
 # its replay command and operation log; the run goes on from a new seed until the budget is
 # spent, and the failures are listed at the end. SEED=N fixes the first seed.
 #
@@ -21,7 +22,7 @@ mkdir -p target/campaign-logs
 random_seed() { od -An -N4 -tu4 /dev/urandom | tr -d ' '; }
 
 echo "campaign.sh: fault tests"
-cargo test "${profile[@]}" -p dedelta-store --test faults -- --nocapture \
+cargo test "${profile[@]}" -p dedelta-store --test integration -- faults:: --nocapture \
     >target/campaign-logs/faults.log 2>&1 || {
     grep -E 'panicked|^test .*FAILED' target/campaign-logs/faults.log || true
     echo "campaign.sh: fault tests FAILED (log: target/campaign-logs/faults.log)"
@@ -41,7 +42,8 @@ while :; do
     log="target/campaign-logs/campaign-$seed.log"
     echo "campaign.sh: run $run from seed $seed, ${left} s left"
     if DEDELTA_CAMPAIGN_SEED="$seed" DEDELTA_CAMPAIGN_SECONDS="$left" \
-        cargo test "${profile[@]}" -p dedelta-store --test campaign -- --nocapture >"$log" 2>&1; then
+        cargo test "${profile[@]}" -p dedelta-store --test integration -- campaign::campaign --exact \
+            --nocapture >"$log" 2>&1; then
         echo "  $(grep -c '^episode' "$log") episodes, none failed"
         sed -n '/^campaign:/,/^test /p' "$log" | grep -v '^test '
     else

@@ -8,6 +8,7 @@
 //! (tree stream and chunks stored as backup stores them), so they do not depend on what
 //! backup chooses to record.
 
+use crate::support::{init_repo, restore_to, walk};
 use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::{ls, restore};
@@ -18,7 +19,7 @@ use dedelta_store::format::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
 use dedelta_store::progress::NoProgress;
 use dedelta_store::read::ChunkLocator;
 use dedelta_store::repository::ContainerWriter;
-use dedelta_store::{Error, IndexedRepository, Repository};
+use dedelta_store::{Error, IndexedRepository};
 use std::collections::HashSet;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -29,10 +30,7 @@ use std::path::{Path, PathBuf};
 const CHUNK_BYTES: usize = 1000;
 
 fn repo(dir: &Path) -> IndexedRepository {
-    Repository::init_local(&dir.join("repo"), RepoConfig::new("test".into()))
-        .unwrap()
-        .open_index()
-        .unwrap()
+    init_repo(&dir.join("repo"), RepoConfig::new("test".into()))
 }
 
 /// One node of a crafted snapshot.
@@ -153,27 +151,10 @@ fn store(repo: &IndexedRepository, items: &[Item], damage: &Damage) -> Snapshot 
     }
 }
 
-fn run_restore(
-    repo: &IndexedRepository,
-    snap: &Snapshot,
-    target: &Path,
-) -> dedelta_store::Result<restore::RestoreStats> {
-    restore::restore(
-        repo,
-        snap,
-        &restore::RestoreOptions {
-            target: target.to_path_buf(),
-            include: vec![],
-            cache_bytes: 1 << 20,
-        },
-        &NoProgress,
-    )
-}
-
 /// Every entry below `dir` (not following symlinks) with its kind, size and mtime.
 fn state(dir: &Path) -> Vec<(PathBuf, u32, u64, i64, Vec<u8>)> {
     let mut out = Vec::new();
-    for e in walkdir(dir) {
+    for e in walk(dir) {
         let md = fs::symlink_metadata(&e).unwrap();
         let content = if md.is_file() {
             fs::read(&e).unwrap()
@@ -186,18 +167,6 @@ fn state(dir: &Path) -> Vec<(PathBuf, u32, u64, i64, Vec<u8>)> {
     out
 }
 
-fn walkdir(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        out.push(p.clone());
-        if fs::symlink_metadata(&p).unwrap().is_dir() {
-            out.extend(walkdir(&p));
-        }
-    }
-    out
-}
-
 fn messages(st: &restore::RestoreStats) -> Vec<(String, String)> {
     st.errors
         .iter()
@@ -206,7 +175,7 @@ fn messages(st: &restore::RestoreStats) -> Vec<(String, String)> {
 }
 
 fn temp_files(dir: &Path) -> Vec<PathBuf> {
-    walkdir(dir)
+    walk(dir)
         .into_iter()
         .filter(|p| {
             p.file_name()
@@ -248,7 +217,7 @@ fn restore_never_writes_through_a_symlink_it_restored() {
         &Damage::default(),
     );
     let target = tmp.path().join("target");
-    let st = run_restore(&repo, &snap, &target).unwrap();
+    let st = restore_to(&repo, &snap, &target).unwrap();
     assert_eq!(state(&out), before, "something outside the target changed");
     // The links themselves are restored; every node below them is an error, by path.
     assert_eq!(
@@ -305,7 +274,7 @@ fn restore_never_follows_a_symlink_already_in_the_target() {
         ],
         &Damage::default(),
     );
-    let st = run_restore(&repo, &snap, &target).unwrap();
+    let st = restore_to(&repo, &snap, &target).unwrap();
     assert_eq!(state(&out), before, "something outside the target changed");
     // Links at a node's own path are replaced (the link, not what it points to).
     assert!(fs::symlink_metadata(target.join("d")).unwrap().is_dir());
@@ -342,7 +311,7 @@ fn restore_into_a_target_named_through_a_symlink() {
         &[Item::Dir(b"x"), file(b"x/f", b"data")],
         &Damage::default(),
     );
-    let st = run_restore(&repo, &snap, &tmp.path().join("via")).unwrap();
+    let st = restore_to(&repo, &snap, &tmp.path().join("via")).unwrap();
     assert!(st.errors.is_empty(), "{:?}", st.errors);
     assert_eq!(fs::read(real.join("x/f")).unwrap(), b"data");
     let md = fs::metadata(real.join("x")).unwrap();
@@ -378,7 +347,7 @@ fn restore_skips_damaged_files_and_restores_the_rest() {
     // Damage must not truncate or replace what is already at a damaged file's path.
     fs::create_dir_all(target.join("d")).unwrap();
     fs::write(target.join("d/bad"), b"old content").unwrap();
-    let st = run_restore(&repo, &snap, &target).unwrap();
+    let st = restore_to(&repo, &snap, &target).unwrap();
     let errs = messages(&st);
     assert_eq!(errs.len(), 2, "{errs:?}");
     assert_eq!(errs[0].0, "/d/bad");
@@ -416,7 +385,7 @@ fn restore_refuses_a_file_whose_chunks_do_not_add_up_to_its_size() {
         &damage,
     );
     let target = tmp.path().join("target");
-    let st = run_restore(&repo, &snap, &target).unwrap();
+    let st = restore_to(&repo, &snap, &target).unwrap();
     assert_eq!(
         messages(&st),
         [(
@@ -442,7 +411,7 @@ fn unreadable_tree_is_fatal_after_restoring_what_came_before() {
     };
     let snap = store(&repo, &items, &damage);
     let target = tmp.path().join("target");
-    let err = run_restore(&repo, &snap, &target).unwrap_err();
+    let err = restore_to(&repo, &snap, &target).unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     assert_eq!(fs::read(target.join("d/first")).unwrap(), b"first");
     assert!(!target.join("d/later49").exists());

@@ -6,21 +6,18 @@
 //! Inputs come through the stdin source (name and time fixed), so that no path or clock of
 //! the machine running the test reaches the tree stream.
 
+use crate::support::{backup_options, config, init_repo, locked, me, time_of, xorshift};
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::{self, StdinSource};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use dedelta_store::progress::NoProgress;
-use dedelta_store::repository::lock::LockInfo;
-use dedelta_store::Repository;
 
 /// Version `v` of a tar-like stream: text records, a few edited per version, one inserted.
 fn version(v: u64) -> Vec<u8> {
     let mut out = Vec::new();
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     for i in 0..6000u64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        xorshift(&mut x);
         if i % 997 == v {
             out.extend_from_slice(format!("inserted in version {v}\n").as_bytes());
         }
@@ -38,41 +35,27 @@ fn version(v: u64) -> Vec<u8> {
 
 fn container_names(delta: DeltaConfig, threads: usize) -> Vec<String> {
     let tmp = tempfile::tempdir().unwrap();
-    let mut cfg = RepoConfig::new("golden".into());
-    cfg.chunker.params.min_size = 512;
-    cfg.chunker.params.avg_size = 2048;
-    cfg.chunker.params.max_size = 8192;
-    cfg.region_size = 16 * 1024;
-    cfg.container_size = 64 * 1024;
-    cfg.delta = delta;
-    let repo = Repository::init_local(&tmp.path().join("repo"), cfg)
-        .unwrap()
-        .open_index()
-        .unwrap();
-    let me = LockInfo {
-        pid: std::process::id(),
-        host: "golden".into(),
-        time: "t".into(),
-        command: "test".into(),
+    let cfg = RepoConfig {
+        id: "golden".into(),
+        container_size: 64 * 1024,
+        ..config(1, delta)
     };
+    let repo = init_repo(&tmp.path().join("repo"), cfg);
     let workers = backup::Workers::new(threads).unwrap();
     for v in 0..4 {
-        let lock = repo.lock(&me).unwrap();
         let opts = backup::BackupOptions {
-            paths: vec![],
-            excludes: vec![],
-            tags: vec![],
             stdin: Some(StdinSource {
                 reader: Box::new(std::io::Cursor::new(version(v))),
                 name: "stream.tar".into(),
                 mtime_secs: 1_700_000_000 + v as i64,
             }),
             host: "golden".into(),
-            time: format!("2026-01-01T00:00:0{v}Z"),
-            delta: None,
-            cache_dir: None,
+            ..backup_options(vec![], time_of(v))
         };
-        backup::backup(&repo, &lock, opts, &workers, &NoProgress).unwrap();
+        locked(&repo, &me(), |lock| {
+            backup::backup(&repo, lock, opts, &workers, &NoProgress)
+        })
+        .unwrap();
     }
     let mut names: Vec<String> = repo
         .backend()

@@ -1,10 +1,9 @@
 //! restore(backup(x)) == x on random trees, through the library API.
 
-use dedelta_store::commands::{backup, check, restore};
-use dedelta_store::format::config::RepoConfig;
-use dedelta_store::progress::NoProgress;
-use dedelta_store::repository::lock::LockInfo;
-use dedelta_store::Repository;
+use crate::support::{
+    backup_dir, config, init_repo, me, restore_to, restored_root, run_check, walk, xorshift,
+};
+use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use proptest::prelude::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -49,10 +48,7 @@ fn content(len: usize, seed: u8) -> Vec<u8> {
             if (i / 4096) % 2 == 0 {
                 (i % 251) as u8 ^ seed
             } else {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
+                xorshift(&mut x) as u8
             }
         })
         .collect()
@@ -102,18 +98,6 @@ fn listing(root: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
-fn walk(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in fs::read_dir(root).unwrap() {
-        let p = e.unwrap().path();
-        out.push(p.clone());
-        if fs::symlink_metadata(&p).unwrap().is_dir() {
-            out.extend(walk(&p));
-        }
-    }
-    out
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
@@ -125,36 +109,20 @@ proptest! {
         for e in &entries {
             build(&src, e);
         }
-        let mut cfg = RepoConfig::new("test".into());
-        cfg.chunker.params.min_size = 512;
-        cfg.chunker.params.avg_size = 2048;
-        cfg.chunker.params.max_size = 8192;
-        cfg.region_size = 16 * 1024;
-        cfg.container_size = 64 * 1024;
-        let repo = Repository::init_local(&tmp.path().join("repo"), cfg).unwrap().open_index().unwrap();
-        let me = LockInfo { pid: std::process::id(), host: "t".into(), time: "t".into(), command: "test".into() };
-        for _round in 0..2 {
-            let lock = repo.lock(&me).unwrap();
-            let opts = backup::BackupOptions {
-                paths: vec![src.clone()],
-                excludes: vec![],
-                tags: vec![],
-                stdin: None,
-                host: "t".into(),
-                time: format!("2026-01-01T00:00:0{_round}Z"),
-                delta: None,
-                cache_dir: None,
-            };
-            let res = backup::backup(&repo, &lock, opts, &backup::Workers::new(2).unwrap(), &NoProgress).unwrap();
+        let cfg = RepoConfig {
+            container_size: 64 * 1024,
+            ..config(1, DeltaConfig::default())
+        };
+        let repo = init_repo(&tmp.path().join("repo"), cfg);
+        for round in 0..2 {
+            let res = backup_dir(&repo, &src, round, &me()).unwrap();
             prop_assert!(res.warnings.is_empty(), "{:?}", res.warnings);
-            drop(lock);
         }
         let (_, snap) = repo.find_snapshot("latest").unwrap();
         let target = tmp.path().join("out");
-        restore::restore(&repo, &snap, &restore::RestoreOptions { target: target.clone(), include: vec![], cache_bytes: 1 << 20 }, &NoProgress).unwrap();
-        let restored_root = target.join(src.strip_prefix("/").unwrap());
-        prop_assert_eq!(listing(&src), listing(&restored_root));
-        let report = check::check(&repo, &repo.lock(&me).unwrap(), true, "now", &NoProgress).unwrap();
+        restore_to(&repo, &snap, &target).unwrap();
+        prop_assert_eq!(listing(&src), listing(&restored_root(&target, &src)));
+        let report = run_check(&repo, true).unwrap();
         prop_assert!(report.problems.is_empty(), "{:?}", report.problems);
     }
 }

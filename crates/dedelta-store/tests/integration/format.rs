@@ -6,6 +6,7 @@
 //! (the worked example, the byte tables), so that editing either side alone fails here, and
 //! check a real repository against the rules the document states.
 
+use crate::support::{backup_options, backup_with, config, init_repo, locked, me, noise, text};
 use dedelta_core::delta::{self, DeltaKind};
 use dedelta_core::ChunkId;
 use dedelta_store::commands::backup::{self, StdinSource};
@@ -13,13 +14,11 @@ use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use dedelta_store::format::container::{self, ContainerId};
 use dedelta_store::format::envelope;
 use dedelta_store::format::tree::NodeKind;
-use dedelta_store::progress::NoProgress;
 use dedelta_store::read::walk_tree;
-use dedelta_store::repository::lock::LockInfo;
-use dedelta_store::{IndexedRepository, Repository};
+use dedelta_store::IndexedRepository;
 use std::path::{Path, PathBuf};
 
-const DOC: &str = include_str!("../../../docs/format.md");
+const DOC: &str = include_str!("../../../../docs/format.md");
 
 /// The rows of the first Markdown table after the first line that starts with `heading` (or of
 /// the table whose header row it is), without its header and separator rows, split into
@@ -268,24 +267,12 @@ fn crc32c_is_the_documented_one() {
     assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
 }
 
-fn me() -> LockInfo {
-    LockInfo {
-        pid: std::process::id(),
-        host: "format-test".into(),
-        time: "t".into(),
-        command: "test".into(),
-    }
-}
-
 fn small_config() -> RepoConfig {
-    let mut cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
-    cfg.chunker.params.min_size = 512;
-    cfg.chunker.params.avg_size = 2048;
-    cfg.chunker.params.max_size = 8192;
-    cfg.region_size = 16 * 1024;
-    cfg.container_size = 64 * 1024;
-    cfg.delta = DeltaConfig::recommended();
-    cfg
+    RepoConfig {
+        id: "0123456789abcdef0123456789abcdef".into(),
+        container_size: 64 * 1024,
+        ..config(1, DeltaConfig::recommended())
+    }
 }
 
 fn backup_opts(
@@ -294,54 +281,14 @@ fn backup_opts(
     time: &str,
 ) -> backup::BackupOptions {
     backup::BackupOptions {
-        paths,
-        excludes: vec![],
-        tags: vec![],
         stdin,
-        host: "format-test".into(),
-        time: time.into(),
-        delta: None,
-        cache_dir: None,
+        ..backup_options(paths, time.into())
     }
 }
 
 fn run(repo: &IndexedRepository, opts: backup::BackupOptions) -> String {
-    let lock = repo.lock(&me()).unwrap();
-    let res = backup::backup(
-        repo,
-        &lock,
-        opts,
-        &backup::Workers::new(2).unwrap(),
-        &NoProgress,
-    )
-    .unwrap();
-    lock.release().unwrap();
+    let res = locked(repo, &me(), |lock| backup_with(repo, lock, opts)).unwrap();
     res.snapshot_id.to_hex()
-}
-
-/// Pseudo-random bytes: incompressible, so zstd regions fall back to raw.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-/// Text that compresses well.
-fn text(len: usize, seed: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut i = seed;
-    while out.len() < len {
-        out.extend_from_slice(format!("line {i:08} of a compressible file\n").as_bytes());
-        i += 1;
-    }
-    out.truncate(len);
-    out
 }
 
 fn is_lower_hex64(s: &str) -> bool {
@@ -377,10 +324,7 @@ fn a_backup_is_laid_out_as_documented() {
     let cfg = small_config();
     let (region_size, max_size) = (cfg.region_size, cfg.chunker.params.max_size);
     let repo_dir = tmp.path().join("repo");
-    let repo = Repository::init_local(&repo_dir, cfg.clone())
-        .unwrap()
-        .open_index()
-        .unwrap();
+    let repo = init_repo(&repo_dir, cfg.clone());
 
     // A source two levels below the temp dir, so that its parents exist but are not sources.
     let src = tmp.path().join("data").join("src");
@@ -522,10 +466,7 @@ fn a_backup_is_laid_out_as_documented() {
 #[test]
 fn stdin_records_and_latest() {
     let tmp = tempfile::tempdir().unwrap();
-    let repo = Repository::init_local(&tmp.path().join("repo"), small_config())
-        .unwrap()
-        .open_index()
-        .unwrap();
+    let repo = init_repo(&tmp.path().join("repo"), small_config());
     let stdin = |data: Vec<u8>, name: &str| StdinSource {
         reader: Box::new(std::io::Cursor::new(data)),
         name: name.into(),

@@ -2,44 +2,23 @@
 //! deltas cross containers, restore works with a cold cache, and a damaged base is traced to
 //! every file that needs it; the local base cache changes speed, never what is stored.
 
+use crate::support::{
+    backup_options, backup_with, config, files, forget_ids, init_repo, locked, me, prune_with,
+    restore_to, restored_root, run_check, stored_bytes, text, time_of, write_files, Files,
+};
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKind, SketchParams};
 use dedelta_store::backend::FileKind;
-use dedelta_store::commands::forget::{self, KeepPolicy};
-use dedelta_store::commands::{backup, check, prune, restore};
-use dedelta_store::format::config::{DeltaConfig, RepoConfig, SketchIndexKind};
+use dedelta_store::commands::{backup, restore};
+use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
 use dedelta_store::format::container::{ContainerId, EntryKind};
 use dedelta_store::format::snapshot::BackupSummary;
 use dedelta_store::progress::NoProgress;
-use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::repository::read_container_meta;
 use dedelta_store::{IndexedRepository, Repository};
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-
-/// Text-like content, deterministic from `seed`.
-fn text(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 64);
-    let mut line = 0u64;
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(
-            format!(
-                "{line:06} record {} value {} status ok\n",
-                x % 100_000,
-                (x >> 20) % 997
-            )
-            .as_bytes(),
-        );
-        line += 1;
-    }
-    out.truncate(len);
-    out
-}
+use std::path::Path;
 
 /// Version `v` of a file: the base text with a few scattered edits per version.
 fn version(base: &[u8], v: u64) -> Vec<u8> {
@@ -55,36 +34,13 @@ fn version(base: &[u8], v: u64) -> Vec<u8> {
 }
 
 /// Writes version `v` of the test tree to `root`; returns each file's name and content.
-fn write_versions(root: &Path, v: u64) -> Vec<(String, Vec<u8>)> {
-    fs::create_dir_all(root).unwrap();
-    let files = vec![
-        ("a.txt".to_string(), version(&text(300_000, 1), v)),
-        ("b.txt".to_string(), version(&text(200_000, 2), v)),
-    ];
-    for (name, data) in &files {
-        fs::write(root.join(name), data).unwrap();
-    }
+fn write_versions(root: &Path, v: u64) -> Files {
+    let files = files([
+        ("a.txt", version(&text(300_000, 1), v)),
+        ("b.txt", version(&text(200_000, 2), v)),
+    ]);
+    write_files(root, &files);
     files
-}
-
-fn me() -> LockInfo {
-    LockInfo {
-        pid: std::process::id(),
-        host: "t".into(),
-        time: "t".into(),
-        command: "test".into(),
-    }
-}
-
-fn small_config(delta: DeltaConfig) -> RepoConfig {
-    let mut cfg = RepoConfig::new("test".into());
-    cfg.chunker.params.min_size = 1024;
-    cfg.chunker.params.avg_size = 4096;
-    cfg.chunker.params.max_size = 16384;
-    cfg.region_size = 32 * 1024;
-    cfg.container_size = 96 * 1024;
-    cfg.delta = delta;
-    cfg
 }
 
 fn run_backup(repo: &IndexedRepository, src: &Path, n: u64) -> BackupSummary {
@@ -97,39 +53,23 @@ fn run_backup_cached(
     n: u64,
     cache_dir: Option<&Path>,
 ) -> backup::BackupResult {
-    let lock = repo.lock(&me()).unwrap();
-    let opts = backup::BackupOptions {
-        paths: vec![src.to_path_buf()],
-        excludes: vec![],
-        tags: vec![],
-        stdin: None,
-        host: "t".into(),
-        time: format!("2026-01-01T00:00:{n:02}Z"),
-        delta: None,
-        cache_dir: cache_dir.map(Path::to_path_buf),
-    };
-    backup::backup(
-        repo,
-        &lock,
-        opts,
-        &backup::Workers::new(2).unwrap(),
-        &NoProgress,
-    )
+    locked(repo, &me(), |lock| {
+        let mut opts = backup_options(vec![src.to_path_buf()], time_of(n));
+        opts.cache_dir = cache_dir.map(Path::to_path_buf);
+        backup_with(repo, lock, opts)
+    })
     .unwrap()
 }
 
 /// Per version, each file's name and content.
-type Contents = Vec<Vec<(String, Vec<u8>)>>;
+type Contents = Vec<Files>;
 
 /// Backs up three versions; returns the repository and the source snapshots' contents.
 fn three_versions(
     dir: &Path,
     delta: DeltaConfig,
 ) -> (IndexedRepository, Contents, Vec<BackupSummary>) {
-    let repo = Repository::init_local(&dir.join("repo"), small_config(delta))
-        .unwrap()
-        .open_index()
-        .unwrap();
+    let repo = init_repo(&dir.join("repo"), config(2, delta));
     let src = dir.join("src");
     let mut contents = Vec::new();
     let mut sums = Vec::new();
@@ -140,12 +80,7 @@ fn three_versions(
     (repo, contents, sums)
 }
 
-fn restore_all(
-    repo: &IndexedRepository,
-    dir: &Path,
-    contents: &[Vec<(String, Vec<u8>)>],
-    cache_bytes: usize,
-) {
+fn restore_all(repo: &IndexedRepository, dir: &Path, contents: &[Files], cache_bytes: usize) {
     let snaps = repo.snapshots().unwrap().snapshots;
     assert_eq!(snaps.len(), contents.len());
     let src = dir.join("src");
@@ -157,7 +92,7 @@ fn restore_all(
             cache_bytes,
         };
         restore::restore(repo, snap, &opts, &NoProgress).unwrap();
-        let root: PathBuf = target.join(src.strip_prefix("/").unwrap());
+        let root = restored_root(&target, &src);
         for (name, data) in &contents[i] {
             assert!(
                 fs::read(root.join(name)).unwrap() == *data,
@@ -218,8 +153,7 @@ fn every_sketch_index_codec_combination_round_trips() {
             assert_eq!(deltas, 0, "{label}");
         }
         restore_all(&repo, tmp.path(), &contents, 64 << 20);
-        let report =
-            check::check(&repo, &repo.lock(&me()).unwrap(), true, "now", &NoProgress).unwrap();
+        let report = run_check(&repo, true).unwrap();
         assert!(report.problems.is_empty(), "{label}: {:?}", report.problems);
     }
 }
@@ -254,19 +188,11 @@ fn deltas_cross_containers_and_restore_with_cold_cache() {
     // And the stored size beats dedup-only.
     let tmp2 = tempfile::tempdir().unwrap();
     let (plain, _, _) = three_versions(tmp2.path(), DeltaConfig::default());
-    let size = |r: &IndexedRepository| -> u64 {
-        r.backend()
-            .list(FileKind::Container)
-            .unwrap()
-            .iter()
-            .map(|(_, s)| s)
-            .sum()
-    };
     assert!(
-        size(&repo) * 3 < size(&plain) * 2,
+        stored_bytes(&repo) * 3 < stored_bytes(&plain) * 2,
         "delta {} vs plain {}",
-        size(&repo),
-        size(&plain)
+        stored_bytes(&repo),
+        stored_bytes(&plain)
     );
 }
 
@@ -303,7 +229,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
         }
     }
     assert_eq!(damaged, 1);
-    let report = check::check(&repo, &repo.lock(&me()).unwrap(), true, "now", &NoProgress).unwrap();
+    let report = run_check(&repo, true).unwrap();
     assert!(!report.problems.is_empty());
     // Every snapshot that has deltas on that base names the file.
     let files: std::collections::HashSet<(String, String)> = report
@@ -334,20 +260,12 @@ fn damaged_base_is_traced_to_every_dependent_file() {
     );
     // Restore refuses to write wrong bytes: the damaged files are listed, not written.
     let target = tmp.path().join("bad");
-    let opts = restore::RestoreOptions {
-        target,
-        include: vec![],
-        cache_bytes: 1 << 20,
-    };
-    let st = restore::restore(&repo, &snaps[1].1, &opts, &NoProgress).unwrap();
+    let st = restore_to(&repo, &snaps[1].1, &target).unwrap();
     assert!(!st.errors.is_empty());
     for e in &st.errors {
         assert!(e.message.contains("corrupt chunk"), "{e:?}");
         assert!(
-            !opts
-                .target
-                .join(e.path_lossy().trim_start_matches('/'))
-                .exists(),
+            !target.join(e.path_lossy().trim_start_matches('/')).exists(),
             "{e:?}"
         );
     }
@@ -362,13 +280,10 @@ fn damaged_base_is_traced_to_every_dependent_file() {
 fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     let tmp = tempfile::tempdir().unwrap();
     let init = |name: &str| {
-        Repository::init_local(
+        init_repo(
             &tmp.path().join(name),
-            small_config(DeltaConfig::recommended()),
+            config(2, DeltaConfig::recommended()),
         )
-        .unwrap()
-        .open_index()
-        .unwrap()
     };
     let (cached, plain) = (init("cached"), init("plain"));
     let cache = tmp.path().join("cache");
@@ -402,20 +317,10 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
         }
     }
     restore_all(&cached, tmp.path(), &contents, 64 << 20);
-    assert!(check::check(
-        &cached,
-        &cached.lock(&me()).unwrap(),
-        true,
-        "now",
-        &NoProgress
-    )
-    .unwrap()
-    .problems
-    .is_empty());
+    assert!(run_check(&cached, true).unwrap().problems.is_empty());
 
     // Forget and prune everything: the cache file still holds the old bases, none of which
     // may become a base again.
-    let lock = cached.lock(&me()).unwrap();
     let ids: Vec<_> = cached
         .snapshots()
         .unwrap()
@@ -423,13 +328,11 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
         .iter()
         .map(|(id, _)| id.to_hex())
         .collect();
-    forget::forget(&cached, &lock, &ids, &KeepPolicy::default(), false).unwrap();
-    let opts = prune::PruneOptions {
-        max_unused: 0.0,
-        dry_run: false,
-    };
-    prune::prune(&cached, &lock, &opts, &NoProgress).unwrap();
-    drop(lock);
+    locked(&cached, &me(), |lock| {
+        forget_ids(&cached, lock, &ids)?;
+        prune_with(&cached, lock, 0.0, false)
+    })
+    .unwrap();
     let cached = Repository::open_local(&tmp.path().join("cached"))
         .unwrap()
         .open_index()
@@ -437,26 +340,12 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     write_versions(&src, 5);
     let after = run_backup_cached(&cached, &src, 5, Some(&cache));
     assert_eq!(after.metrics.bases.local, 0);
-    assert!(check::check(
-        &cached,
-        &cached.lock(&me()).unwrap(),
-        true,
-        "now",
-        &NoProgress
-    )
-    .unwrap()
-    .problems
-    .is_empty());
+    assert!(run_check(&cached, true).unwrap().problems.is_empty());
     let snaps = cached.snapshots().unwrap().snapshots;
     assert_eq!(snaps.len(), 1);
     let target = tmp.path().join("after");
-    let opts = restore::RestoreOptions {
-        target: target.clone(),
-        include: vec![],
-        cache_bytes: 1 << 20,
-    };
-    restore::restore(&cached, &snaps[0].1, &opts, &NoProgress).unwrap();
-    let root = target.join(src.strip_prefix("/").unwrap());
+    restore_to(&cached, &snaps[0].1, &target).unwrap();
+    let root = restored_root(&target, &src);
     for n in ["a.txt", "b.txt"] {
         assert!(fs::read(root.join(n)).unwrap() == fs::read(src.join(n)).unwrap());
     }

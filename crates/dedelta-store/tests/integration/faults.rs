@@ -11,9 +11,13 @@
 //! `check --read-data`, restore every earlier snapshot bit-exact, and take and restore a new
 //! backup.
 //!
-//! Tests marked `#[ignore = "reason: ..."]` reproduce known bugs; they are run with
-//! `cargo test -p dedelta-store --test faults -- --ignored` and un-ignored with the fix.
+//! The regression tests at the end reproduce bugs the campaign and these tests found (each
+//! says which, and docs/reliability.md names the commit that fixed it).
 
+use crate::support::{
+    backup_files, config, container_of_first_chunk, files_restored, forget_ids, gone, locked, me,
+    noise, prune_with, read_files, restore_to, run_check, text, versioned_text, Files,
+};
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
 use dedelta_store::backend::wrap::fault::{
@@ -21,13 +25,11 @@ use dedelta_store::backend::wrap::fault::{
     ALL_KINDS,
 };
 use dedelta_store::backend::{Backend, FileKind};
-use dedelta_store::commands::forget::{self, KeepPolicy};
-use dedelta_store::commands::{backup, check, prune, restore};
-use dedelta_store::format::config::{DeltaConfig, RepoConfig};
-use dedelta_store::format::container::HEADER_LEN;
-use dedelta_store::format::snapshot::SnapshotId;
-use dedelta_store::progress::NoProgress;
-use dedelta_store::repository::lock::{LockInfo, RepoLock};
+use dedelta_store::commands::{prune, restore};
+use dedelta_store::format::config::DeltaConfig;
+use dedelta_store::format::container::{ContainerId, FOOTER_LEN, HEADER_LEN};
+use dedelta_store::repository::damage::DamageSet;
+use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::repository::snapshots;
 use dedelta_store::{Error, IndexedRepository, Repository, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -35,91 +37,21 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// File name -> content.
-type Files = BTreeMap<String, Vec<u8>>;
 /// Snapshot id (hex) -> the files it must restore to.
 type Model = BTreeMap<String, Files>;
-
-fn config() -> RepoConfig {
-    let mut cfg = RepoConfig::new("faults".into());
-    cfg.chunker.params.min_size = 512;
-    cfg.chunker.params.avg_size = 2048;
-    cfg.chunker.params.max_size = 8192;
-    cfg.region_size = 16 * 1024;
-    cfg.container_size = 48 * 1024;
-    cfg.delta = DeltaConfig::recommended();
-    cfg
-}
-
-/// xorshift64: deterministic bytes without a dependency.
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
-/// Text-like rows: compressible, and similar between seeds' edits.
-fn text(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 64);
-    while out.len() < len {
-        let r = xorshift(&mut x);
-        out.extend_from_slice(
-            format!(
-                "row {} value {} flag {}\n",
-                r % 1_000_000,
-                (r >> 24) % 9973,
-                r >> 60
-            )
-            .as_bytes(),
-        );
-    }
-    out.truncate(len);
-    out
-}
-
-/// Incompressible bytes, so that a new file fills several containers.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
-    (0..len).map(|_| xorshift(&mut x) as u8).collect()
-}
 
 /// Version `v` of a small tree: three files edited a little per version (stored as deltas),
 /// and one new incompressible file (new containers).
 fn tree(v: u64) -> Files {
     let mut m = Files::new();
     for f in 0..3u64 {
-        let mut d = text(40_000 + f as usize * 15_000, f);
-        for k in 0..v * 3 {
-            let i = ((k + 1) * 7_919 * (f + 3)) as usize % d.len();
-            d[i] = b'#';
-        }
-        m.insert(format!("f{f}.txt"), d);
+        m.insert(
+            format!("f{f}.txt"),
+            versioned_text(f, 40_000 + f as usize * 15_000, v),
+        );
     }
     m.insert(format!("new{v}.bin"), noise(100_000, 100 + v));
     m
-}
-
-/// The lock of a process that has exited since (a pid that cannot exist): what a crashed
-/// command leaves is stale, and the next command removes it.
-fn gone() -> LockInfo {
-    LockInfo {
-        pid: u32::MAX - 7,
-        host: "faults".into(),
-        time: "t".into(),
-        command: "crashing command".into(),
-    }
-}
-
-/// The lock of this (live) process: a command that failed without crashing must release it.
-fn alive() -> LockInfo {
-    LockInfo {
-        pid: std::process::id(),
-        host: "faults".into(),
-        time: "t".into(),
-        command: "test".into(),
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,7 +82,11 @@ impl Trial {
         match objects {
             Some(from) => copy_objects(from, inner.as_ref()),
             None => inner
-                .put(FileKind::Config, "config", &config().to_bytes())
+                .put(
+                    FileKind::Config,
+                    "config",
+                    &config(1, DeltaConfig::recommended()).to_bytes(),
+                )
                 .unwrap(),
         }
         let index_path = dir.path().join("index").join("chunks.redb");
@@ -228,13 +164,13 @@ fn base(versions: std::ops::Range<u64>, forget: usize) -> Base {
         let repo = trial.open().unwrap();
         for v in versions {
             let files = tree(v);
-            let id = backup_files(&repo, &trial.src(), &files, v as usize, &alive()).unwrap();
+            let id = backup_files(&repo, &trial.src(), &files, v, &me())
+                .map(|r| r.snapshot_id)
+                .unwrap();
             ids.push(id.to_hex());
             model.insert(id.to_hex(), files);
         }
-        let lock = repo.lock(&alive()).unwrap();
-        forget::forget(&repo, &lock, &ids[..forget], &KeepPolicy::default(), false).unwrap();
-        lock.release().unwrap();
+        locked(&repo, &me(), |lock| forget_ids(&repo, lock, &ids[..forget])).unwrap();
         for id in &ids[..forget] {
             model.remove(id);
         }
@@ -247,68 +183,9 @@ fn base(versions: std::ops::Range<u64>, forget: usize) -> Base {
     }
 }
 
-fn write_tree(src: &Path, files: &Files) {
-    let _ = fs::remove_dir_all(src);
-    fs::create_dir_all(src).unwrap();
-    for (name, data) in files {
-        fs::write(src.join(name), data).unwrap();
-    }
-}
-
-/// Runs `f` under the exclusive lock taken as `me`, then releases it; the command's error
-/// comes first.
-fn locked<T>(
-    repo: &IndexedRepository,
-    me: &LockInfo,
-    f: impl FnOnce(&RepoLock) -> Result<T>,
-) -> Result<T> {
-    let lock = repo.lock(me)?;
-    let out = f(&lock);
-    let released = lock.release();
-    let out = out?;
-    released?;
-    Ok(out)
-}
-
-/// Backs up `files` (written to `src`) with snapshot time number `n`.
-fn backup_files(
-    repo: &IndexedRepository,
-    src: &Path,
-    files: &Files,
-    n: usize,
-    me: &LockInfo,
-) -> Result<SnapshotId> {
-    write_tree(src, files);
-    locked(repo, me, |lock| {
-        let opts = backup::BackupOptions {
-            paths: vec![src.to_path_buf()],
-            excludes: vec![],
-            tags: vec![],
-            stdin: None,
-            host: "faults".into(),
-            time: format!("2026-01-01T00:{:02}:{:02}Z", n / 60, n % 60),
-            delta: None,
-            cache_dir: None,
-        };
-        backup::backup(
-            repo,
-            lock,
-            opts,
-            &backup::Workers::new(2).unwrap(),
-            &NoProgress,
-        )
-        .map(|r| r.snapshot_id)
-    })
-}
-
-fn prune_all(repo: &IndexedRepository, me: &LockInfo, dry_run: bool) -> Result<prune::PruneStats> {
-    locked(repo, me, |lock| {
-        let opts = prune::PruneOptions {
-            max_unused: 0.0,
-            dry_run,
-        };
-        prune::prune(repo, lock, &opts, &NoProgress)
-    })
+/// Prune with `max_unused` 0 under the lock taken as `who`.
+fn prune_all(repo: &IndexedRepository, who: &LockInfo, dry_run: bool) -> Result<prune::PruneStats> {
+    locked(repo, who, |lock| prune_with(repo, lock, 0.0, dry_run))
 }
 
 /// Restores snapshot `id` into a fresh `target` and reads back the files under the path it
@@ -325,23 +202,9 @@ fn restore_files(
             .paths
             .first()
             .map(|p| target.join(p.trim_start_matches('/')));
-        let opts = restore::RestoreOptions {
-            target: target.to_path_buf(),
-            include: vec![],
-            cache_bytes: 1 << 20,
-        };
-        restore::restore(repo, &snap, &opts, &NoProgress).and_then(files_restored)
+        restore_to(repo, &snap, target).and_then(files_restored)
     });
-    let mut got = Files::new();
-    if let Some(Ok(rd)) = root.map(fs::read_dir) {
-        for e in rd {
-            let e = e.unwrap();
-            got.insert(
-                e.file_name().to_string_lossy().into_owned(),
-                fs::read(e.path()).unwrap(),
-            );
-        }
-    }
+    let got = root.map(|r| read_files(&r)).unwrap_or_default();
     (result, got)
 }
 
@@ -417,12 +280,7 @@ fn assert_restores_exact(repo: &IndexedRepository, id: &str, expected: &Files, t
 }
 
 fn snapshot_ids(repo: &IndexedRepository) -> BTreeSet<String> {
-    repo.snapshots()
-        .map(|l| l.snapshots)
-        .expect("snapshots readable")
-        .into_iter()
-        .map(|(id, _)| id.to_hex())
-        .collect()
+    crate::support::snapshot_ids(repo).expect("snapshots readable")
 }
 
 /// `check --read-data` finds nothing, the snapshots are exactly the model's, and each
@@ -446,9 +304,10 @@ fn assert_consistent(repo: &IndexedRepository, model: &Model, trial: &Trial, whe
 }
 
 /// After a fault: a new backup works and restores, and check still passes.
-fn assert_takes_new_backups(repo: &IndexedRepository, trial: &Trial, n: usize, when: &str) {
-    let files = tree(n as u64);
-    let id = backup_files(repo, &trial.src(), &files, n, &alive())
+fn assert_takes_new_backups(repo: &IndexedRepository, trial: &Trial, n: u64, when: &str) {
+    let files = tree(n);
+    let id = backup_files(repo, &trial.src(), &files, n, &me())
+        .map(|r| r.snapshot_id)
         .unwrap_or_else(|e| panic!("{when}: backup after the fault failed: {e}"));
     assert_restores_exact(repo, &id.to_hex(), &files, trial);
     let report = run_check(repo, false).unwrap();
@@ -459,18 +318,75 @@ fn kinds(log: &[(FileKind, String)]) -> Vec<&'static str> {
     log.iter().map(|(k, _)| k.noun()).collect()
 }
 
+/// Runs `command` on a copy of `base` once without faults; returns the writes it made, in
+/// order.
+fn writes_of(
+    base: &Base,
+    store: Store,
+    command: impl FnOnce(&IndexedRepository, &Trial),
+) -> WriteLog {
+    let t = Trial::of(base, store);
+    let repo = t.open().unwrap();
+    t.fault.arm(FaultPlan::none());
+    command(&repo, &t);
+    t.fault.write_log()
+}
+
+/// The writes of one command, in order.
+type WriteLog = Vec<(FileKind, String)>;
+
+/// Runs `command` (named `name`; as a process that then dies: its lock is [`gone`]) on a
+/// fresh copy of `base` once per write of `log` and crash effect (lost, durable), with a
+/// crash at that write; then reopens the repository, keeping the index or (when `n % 2 == rebuild_parity`)
+/// deleting it, and hands it to `verify(trial, repository, n, effect, when)`. Returns the
+/// number of crash points.
+fn at_every_crash_point(
+    base: &Base,
+    store: Store,
+    name: &str,
+    log: &WriteLog,
+    rebuild_parity: u64,
+    command: impl Fn(&IndexedRepository, &Trial) -> Result<()>,
+    mut verify: impl FnMut(&Trial, &IndexedRepository, u64, CrashEffect, &str),
+) -> usize {
+    let mut trials = 0;
+    for effect in [CrashEffect::Lost, CrashEffect::Durable] {
+        for n in 0..log.len() as u64 {
+            let when = format!(
+                "{store:?} {name}, crash at write {n} {effect:?} ({:?})",
+                log[n as usize]
+            );
+            let t = Trial::of(base, store);
+            let result = {
+                let repo = t.open().unwrap();
+                t.fault.arm(FaultPlan::crash(n, effect));
+                command(&repo, &t)
+            };
+            let err = result.expect_err(&when);
+            assert!(
+                matches!(
+                    err.io_cause().and_then(FaultBackend::injected),
+                    Some(InjectedFault::Crash { .. })
+                ),
+                "{when}: {err}"
+            );
+            assert!(t.fault.crashed(), "{when}");
+            let repo = t.reopen(n % 2 == rebuild_parity);
+            verify(&t, &repo, n, effect, &when);
+            trials += 1;
+        }
+    }
+    trials
+}
+
 /// Backup crashed at every write, with the write lost or durable, on both backends.
 fn backup_crash_at_every_write(store: Store) {
     let base = base(0..2, 0);
     let next = tree(2);
-    // Dry run: the writes a backup makes.
-    let log = {
-        let t = Trial::of(&base, store);
-        let repo = t.open().unwrap();
-        t.fault.arm(FaultPlan::none());
-        backup_files(&repo, &t.src(), &next, 2, &gone()).unwrap();
-        t.fault.write_log()
+    let backup_next = |repo: &IndexedRepository, t: &Trial| {
+        backup_files(repo, &t.src(), &next, 2, &gone()).map(|_| ())
     };
+    let log = writes_of(&base, store, |repo, t| backup_next(repo, t).unwrap());
     println!("backup writes: {:?}", kinds(&log));
     assert!(
         log.iter()
@@ -482,34 +398,19 @@ fn backup_crash_at_every_write(store: Store) {
         .iter()
         .position(|(k, _)| *k == FileKind::Snapshot)
         .expect("a backup writes its snapshot");
-    let mut trials = 0;
-    for effect in [CrashEffect::Lost, CrashEffect::Durable] {
-        for n in 0..log.len() as u64 {
-            let when = format!(
-                "{store:?} backup, crash at write {n} {effect:?} ({:?})",
-                log[n as usize]
-            );
-            let t = Trial::of(&base, store);
-            let result = {
-                let repo = t.open().unwrap();
-                t.fault.arm(FaultPlan::crash(n, effect));
-                backup_files(&repo, &t.src(), &next, 2, &gone())
-            };
-            let err = result.expect_err(&when);
-            assert!(
-                matches!(
-                    err.io_cause().and_then(FaultBackend::injected),
-                    Some(InjectedFault::Crash { .. })
-                ),
-                "{when}: {err}"
-            );
-            assert!(t.fault.crashed(), "{when}");
-            let repo = t.reopen(n % 2 == 1);
+    let trials = at_every_crash_point(
+        &base,
+        store,
+        "backup",
+        &log,
+        1,
+        backup_next,
+        |t, repo, n, effect, when| {
             // The snapshot exists exactly when its write happened.
             let written = n as usize > snapshot_write
                 || (n as usize == snapshot_write && effect == CrashEffect::Durable);
             let mut model = base.model.clone();
-            let extra: Vec<String> = snapshot_ids(&repo)
+            let extra: Vec<String> = snapshot_ids(repo)
                 .into_iter()
                 .filter(|id| !model.contains_key(id))
                 .collect();
@@ -521,11 +422,10 @@ fn backup_crash_at_every_write(store: Store) {
             for id in extra {
                 model.insert(id, next.clone());
             }
-            assert_consistent(&repo, &model, &t, &when);
-            assert_takes_new_backups(&repo, &t, 3, &when);
-            trials += 1;
-        }
-    }
+            assert_consistent(repo, &model, t, when);
+            assert_takes_new_backups(repo, t, 3, when);
+        },
+    );
     println!("{store:?}: {trials} backup crash points verified");
 }
 
@@ -542,13 +442,11 @@ fn backup_crashed_at_every_write_local() {
 /// Prune (after forget) crashed at every write: nothing is lost, and the next prune finishes.
 fn prune_crash_at_every_write(store: Store) {
     let base = base(0..4, 2);
-    let (log, plan) = {
-        let t = Trial::of(&base, store);
-        let repo = t.open().unwrap();
-        t.fault.arm(FaultPlan::none());
-        let st = prune_all(&repo, &gone(), false).unwrap();
-        (t.fault.write_log(), st.plan)
-    };
+    let mut plan = None;
+    let log = writes_of(&base, store, |repo, _| {
+        plan = Some(prune_all(repo, &gone(), false).unwrap().plan);
+    });
+    let plan = plan.unwrap();
     println!(
         "prune writes: {:?} (rewrite {}, delete {})",
         kinds(&log),
@@ -559,38 +457,28 @@ fn prune_crash_at_every_write(store: Store) {
         !plan.rewrite.is_empty() && !plan.delete.is_empty(),
         "{plan:?}"
     );
-    let mut trials = 0;
-    for effect in [CrashEffect::Lost, CrashEffect::Durable] {
-        for n in 0..log.len() as u64 {
-            let when = format!(
-                "{store:?} prune, crash at write {n} {effect:?} ({:?})",
-                log[n as usize]
-            );
-            let t = Trial::of(&base, store);
-            {
-                let repo = t.open().unwrap();
-                t.fault.arm(FaultPlan::crash(n, effect));
-                let err = prune_all(&repo, &gone(), false).expect_err(&when);
-                assert!(
-                    err.io_cause().and_then(FaultBackend::injected).is_some(),
-                    "{when}: {err}"
-                );
-            }
-            let repo = t.reopen(n % 2 == 0);
-            assert_consistent(&repo, &base.model, &t, &when);
+    let prune = |repo: &IndexedRepository, _: &Trial| prune_all(repo, &gone(), false).map(|_| ());
+    let trials = at_every_crash_point(
+        &base,
+        store,
+        "prune",
+        &log,
+        0,
+        prune,
+        |t, repo, _, _, when| {
+            assert_consistent(repo, &base.model, t, when);
             // The next prune finishes the job: nothing is left to delete or rewrite.
-            prune_all(&repo, &alive(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
-            let again = prune_all(&repo, &alive(), true).unwrap();
+            prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+            let again = prune_all(repo, &me(), true).unwrap();
             assert!(
                 again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
                 "{when}: a prune after the next one still plans {:?}",
                 again.plan
             );
-            assert_consistent(&repo, &base.model, &t, &when);
-            assert_takes_new_backups(&repo, &t, 9, &when);
-            trials += 1;
-        }
-    }
+            assert_consistent(repo, &base.model, t, when);
+            assert_takes_new_backups(repo, t, 9, when);
+        },
+    );
     println!("{store:?}: {trials} prune crash points verified");
 }
 
@@ -611,18 +499,10 @@ fn forget_crashed_at_every_write_deletes_only_named_snapshots() {
     let base = base(0..4, 0);
     let ids: Vec<String> = base.model.keys().cloned().collect();
     let named = &ids[1..3];
-    let forget_named = |repo: &IndexedRepository| {
-        locked(repo, &gone(), |lock| {
-            forget::forget(repo, lock, named, &KeepPolicy::default(), false)
-        })
-    };
-    let writes = {
-        let t = Trial::of(&base, Store::Memory);
-        let repo = t.open().unwrap();
-        t.fault.arm(FaultPlan::none());
-        forget_named(&repo).unwrap();
-        t.fault.counts().total_writes()
-    };
+    let forget_named =
+        |repo: &IndexedRepository| locked(repo, &gone(), |lock| forget_ids(repo, lock, named));
+    let writes =
+        writes_of(&base, Store::Memory, |repo, _| forget_named(repo).unwrap()).len() as u64;
     for n in 0..writes {
         let when = format!("forget, crash at write {n}");
         let t = Trial::of(&base, Store::Memory);
@@ -653,17 +533,11 @@ fn no_space_at_any_write_fails_cleanly() {
     for command in ["backup", "prune"] {
         let run = |repo: &IndexedRepository, t: &Trial| -> Result<()> {
             match command {
-                "backup" => backup_files(repo, &t.src(), &tree(7), 7, &alive()).map(|_| ()),
-                _ => prune_all(repo, &alive(), false).map(|_| ()),
+                "backup" => backup_files(repo, &t.src(), &tree(7), 7, &me()).map(|_| ()),
+                _ => prune_all(repo, &me(), false).map(|_| ()),
             }
         };
-        let log = {
-            let t = Trial::of(&base, Store::Memory);
-            let repo = t.open().unwrap();
-            t.fault.arm(FaultPlan::none());
-            run(&repo, &t).unwrap();
-            t.fault.write_log()
-        };
+        let log = writes_of(&base, Store::Memory, |repo, t| run(repo, t).unwrap());
         for n in 0..log.len() as u64 {
             let when = format!("{command}, no space at write {n} ({:?})", log[n as usize]);
             let t = Trial::of(&base, Store::Memory);
@@ -695,6 +569,30 @@ fn no_space_at_any_write_fails_cleanly() {
             assert_takes_new_backups(&repo, &t, 8, &when);
         }
         println!("{command}: {} disk-full points verified", log.len());
+    }
+}
+
+/// Found by the campaign (seed 9040, step 285; it depends on timing): the fingerprinting jobs
+/// a backup queues on the worker pool (up to 16 blocks of 1 MiB) each hold the index's read
+/// view, and after a failure (here a disk-full at the first container) the backup returns
+/// while they still run. A `check` on the same handle right after then fails with "chunk
+/// index error: A transaction is still in progress" (redb's integrity check needs no live
+/// transaction), although nothing is wrong. Fixed in 0084671 (the backup waits for its jobs).
+#[test]
+fn check_right_after_a_failed_backup_runs() {
+    let t = Trial::new(Store::Memory, None, None);
+    let repo = t.open().unwrap();
+    let files: Files = (0..4)
+        .map(|i| (format!("big{i}.bin"), noise(8 << 20, i)))
+        .collect();
+    for attempt in 0..5 {
+        t.fault.arm(FaultPlan::no_space(1));
+        let err = backup_files(&repo, &t.src(), &files, attempt, &me()).expect_err("disk full");
+        assert!(err.to_string().contains("no space left"), "{err}");
+        t.fault.disarm();
+        run_check(&repo, false).unwrap_or_else(|e| {
+            panic!("attempt {attempt}: check right after the failed backup: {e}")
+        });
     }
 }
 
@@ -788,6 +686,102 @@ fn damaged_reads_in_check_are_reported() {
     println!("damaged check reads: {reported}, all reported");
 }
 
+/// Regression (fixed with the campaign's merge, 0203da4): once check recorded damage, one
+/// flaky read during `check --read-data` recorded intact copies as damaged and took them out
+/// of the index, so that the next backup stored them again and snapshots failed until then.
+/// A failed read is now tried again before anything is recorded: the flaky read is reported
+/// as such, and nothing is recorded.
+#[test]
+fn a_flaky_read_in_check_is_reported_not_recorded() {
+    let base = base(0..2, 0);
+    let t = Trial::of(&base, Store::Memory);
+    let repo = t.open().unwrap();
+    let reads = {
+        t.fault.arm(FaultPlan::none());
+        run_check(&repo, true).unwrap();
+        t.fault.counts().reads(FileKind::Container)
+    };
+    for n in 0..reads {
+        for damage in read_damages(n) {
+            let when = format!("check, container read {n} {damage:?}");
+            t.fault.arm(FaultPlan::none().with_read_fault(ReadFault {
+                kind: FileKind::Container,
+                nth: Some(n),
+                damage,
+            }));
+            let report = run_check(&repo, true).unwrap();
+            t.fault.disarm();
+            assert!(!report.problems.is_empty(), "{when}: not reported");
+            assert!(
+                report.damage_recorded.is_empty(),
+                "{when}: recorded {:?}",
+                report.damage_recorded
+            );
+            let (records, _) = DamageSet::load(repo.backend().as_ref()).unwrap();
+            assert!(records.is_empty(), "{when}: {records:?}");
+        }
+    }
+    assert_consistent(&repo, &base.model, &t, "after the flaky reads");
+}
+
+/// Found by the campaign (seed 50027, step 17): a check that clears damage records (the
+/// damaged container was restored) rebuilds the index after verifying, and the rebuild skips,
+/// without a word, a container whose metadata read fails once: the damaged read goes
+/// unreported, and that container's chunks are left out of the index (a snapshot needing
+/// them fails to restore until the next rebuild, and the next check blames "missing from the
+/// index").
+#[test]
+#[ignore = "bug: check's index rebuild skips a container on one failed read, silently"]
+fn a_flaky_read_in_a_check_that_clears_records_is_reported() {
+    let base = base(0..2, 0);
+    // Damage recorded by a check, then the container restored: the next check clears it (a
+    // container of incompressible data, which is no delta's base).
+    let healed = || {
+        let t = Trial::of(&base, Store::Memory);
+        let repo = t.open().unwrap();
+        let (id, _) = base
+            .model
+            .iter()
+            .find(|(_, files)| files.contains_key("new0.bin"))
+            .unwrap();
+        let name = container_of(&repo, id, "new0.bin");
+        let original = t
+            .fault
+            .damage(FileKind::Container, &name, HEADER_LEN as u64 + 10, 0x04)
+            .unwrap();
+        assert!(!run_check(&repo, true).unwrap().damage_recorded.is_empty());
+        t.fault
+            .inner()
+            .put(FileKind::Container, &name, &original)
+            .unwrap();
+        (t, repo)
+    };
+    let reads = {
+        let (t, repo) = healed();
+        t.fault.arm(FaultPlan::none());
+        let report = run_check(&repo, true).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        t.fault.counts().reads(FileKind::Container)
+    };
+    for n in 0..reads {
+        let (t, repo) = healed();
+        let damage = ReadDamage::Short { missing_bytes: 1 };
+        t.fault.arm(FaultPlan::none().with_read_fault(ReadFault {
+            kind: FileKind::Container,
+            nth: Some(n),
+            damage,
+        }));
+        let report = run_check(&repo, true).unwrap();
+        let log = t.fault.injection_log();
+        t.fault.disarm();
+        assert!(
+            !report.problems.is_empty(),
+            "container read {n} of {reads} ({log:?}) not reported"
+        );
+        assert_consistent(&repo, &base.model, &t, &format!("after read {n}"));
+    }
+}
+
 /// A short or flipped read during a backup (delta bases, the parent snapshot): the backup
 /// fails or makes a snapshot that restores bit-exact; the repository stays consistent.
 #[test]
@@ -798,7 +792,7 @@ fn damaged_reads_in_backup_never_make_a_bad_snapshot() {
         let t = Trial::of(&base, Store::Memory);
         let repo = t.open().unwrap();
         t.fault.arm(FaultPlan::none());
-        backup_files(&repo, &t.src(), &next, 3, &alive()).unwrap();
+        backup_files(&repo, &t.src(), &next, 3, &me()).unwrap();
         t.fault.counts()
     };
     let (mut ok, mut failed) = (0, 0);
@@ -814,7 +808,7 @@ fn damaged_reads_in_backup_never_make_a_bad_snapshot() {
                     damage,
                 }));
                 let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    backup_files(&repo, &t.src(), &next, 3, &alive())
+                    backup_files(&repo, &t.src(), &next, 3, &me()).map(|r| r.snapshot_id)
                 }))
                 .unwrap_or_else(|_| panic!("{when}: panicked"));
                 t.fault.disarm();
@@ -877,41 +871,34 @@ fn damage_at_rest_is_reported_and_never_restored_wrong() {
 }
 
 /// The container holding the first chunk of `file` in snapshot `id`.
-fn container_of_first_chunk(repo: &IndexedRepository, id: &str, file: &str) -> String {
+fn container_of(repo: &IndexedRepository, id: &str, file: &str) -> String {
     let (_, snap) = snapshots::load(repo.backend().as_ref(), id).unwrap();
-    let mut first = None;
-    dedelta_store::read::walk_tree(repo, &snap, |node, chunks| {
-        if node.path.ends_with(file.as_bytes()) && first.is_none() {
-            first = chunks.first().map(|c| c.id);
-        }
-        Ok(())
-    })
-    .unwrap();
-    let loc = repo.index().get(&first.unwrap()).unwrap().unwrap();
-    loc.container.to_hex()
+    container_of_first_chunk(repo, &snap, file).to_hex()
 }
 
-/// Known bug: once damage is found, a new backup of the same data still deduplicates against
-/// the damaged chunks, so the new snapshot cannot be restored either although the source was
-/// at hand.
+/// Regression: once damage was found, a new backup of the same data still deduplicated
+/// against the damaged chunks, so the new snapshot could not be restored either although the
+/// source was at hand.
 #[test]
 fn backup_after_detected_damage_stores_good_copies() {
     let base = base(0..1, 0);
     let t = Trial::of(&base, Store::Memory);
     let repo = t.open().unwrap();
     let (id, files) = base.model.iter().next().unwrap();
-    let name = container_of_first_chunk(&repo, id, "new0.bin");
+    let name = container_of(&repo, id, "new0.bin");
     t.fault
         .damage(FileKind::Container, &name, HEADER_LEN as u64 + 100, 0x04)
         .unwrap();
     let report = run_check(&repo, true).unwrap();
     assert!(!report.problems.is_empty());
-    let new = backup_files(&repo, &t.src(), files, 1, &alive()).unwrap();
+    let new = backup_files(&repo, &t.src(), files, 1, &me())
+        .map(|r| r.snapshot_id)
+        .unwrap();
     assert_restores_exact(&repo, &new.to_hex(), files, &t);
 }
 
-/// Known bug: restore stops at the first damaged chunk, so files after it are not restored
-/// although their data is intact.
+/// Regression: restore stopped at the first damaged chunk, so files after it were not restored
+/// although their data was intact.
 #[test]
 fn restore_goes_on_past_a_damaged_file() {
     let base = base(0..1, 0);
@@ -919,7 +906,7 @@ fn restore_goes_on_past_a_damaged_file() {
     let repo = t.open().unwrap();
     let (id, files) = base.model.iter().next().unwrap();
     // f0.txt sorts first; its first container is damaged.
-    let name = container_of_first_chunk(&repo, id, "f0.txt");
+    let name = container_of(&repo, id, "f0.txt");
     t.fault
         .damage(FileKind::Container, &name, HEADER_LEN as u64 + 10, 0x04)
         .unwrap();
@@ -941,8 +928,8 @@ fn restore_goes_on_past_a_damaged_file() {
     }
 }
 
-/// Known bug: one unreadable snapshot file (damaged, or a stray name) makes commands that
-/// list snapshots fail, so no new backup can be taken.
+/// Regression: one unreadable snapshot file (damaged, or a stray name) made commands that
+/// list snapshots fail, so no new backup could be taken.
 #[test]
 fn damaged_or_stray_snapshot_file_does_not_block_commands() {
     for stray in [false, true] {
@@ -967,14 +954,13 @@ fn damaged_or_stray_snapshot_file_does_not_block_commands() {
             !report.problems.is_empty(),
             "check reports the bad snapshot file"
         );
-        let id = backup_files(&repo, &t.src(), &tree(5), 5, &alive())
+        let id = backup_files(&repo, &t.src(), &tree(5), 5, &me())
+            .map(|r| r.snapshot_id)
             .unwrap_or_else(|e| panic!("stray={stray}: backup blocked: {e}"));
         assert_restores_exact(&repo, &id.to_hex(), &tree(5), &t);
         let keep = model.keys().last().unwrap().clone();
-        locked(&repo, &alive(), |lock| {
-            forget::forget(&repo, lock, &[keep], &KeepPolicy::default(), false)
-        })
-        .unwrap_or_else(|e| panic!("stray={stray}: forget blocked: {e}"));
+        locked(&repo, &me(), |lock| forget_ids(&repo, lock, &[keep]))
+            .unwrap_or_else(|e| panic!("stray={stray}: forget blocked: {e}"));
         for (id, files) in model
             .iter()
             .filter(|(id, _)| snapshot_ids(&repo).contains(*id))
@@ -984,8 +970,8 @@ fn damaged_or_stray_snapshot_file_does_not_block_commands() {
     }
 }
 
-/// Known bug: a lock file left empty by a crash inside `create_new` (a local file created but
-/// not yet written) blocks every later command as "locked by an unreadable lock file".
+/// Regression: a lock file left empty by a crash inside `create_new` (a local file created but
+/// not yet written) blocked every later command as "locked by an unreadable lock file".
 #[test]
 fn torn_lock_file_does_not_block_the_repository() {
     let base = base(0..1, 0);
@@ -993,7 +979,9 @@ fn torn_lock_file_does_not_block_the_repository() {
     {
         let repo = t.open().unwrap();
         t.fault.arm(FaultPlan::crash(0, CrashEffect::Torn));
-        backup_files(&repo, &t.src(), &tree(1), 1, &gone()).expect_err("crashed");
+        backup_files(&repo, &t.src(), &tree(1), 1, &gone())
+            .map(|r| r.snapshot_id)
+            .expect_err("crashed");
     }
     assert_eq!(
         t.fault.inner().get(FileKind::Lock, "exclusive").unwrap(),
@@ -1001,9 +989,52 @@ fn torn_lock_file_does_not_block_the_repository() {
         "the crash left an empty lock file"
     );
     let repo = t.reopen(false);
-    let id = backup_files(&repo, &t.src(), &tree(1), 1, &alive())
+    let id = backup_files(&repo, &t.src(), &tree(1), 1, &me())
+        .map(|r| r.snapshot_id)
         .unwrap_or_else(|e| panic!("the empty lock blocks the repository: {e}"));
     assert_restores_exact(&repo, &id.to_hex(), &tree(1), &t);
+}
+
+/// What the `rebuilt_index_*` regressions start from.
+struct DeadDeltas {
+    /// `data.txt` edited (stored as deltas of the first version) and `keep.bin`.
+    v2: Files,
+    /// `keep.bin` alone.
+    v3: Files,
+    /// The snapshot of `v3`, the only one left.
+    s3: dedelta_store::format::snapshot::SnapshotId,
+}
+
+/// Backs up `data.txt`, then `v2`, then `v3` (`keep.bin` from `keep_seed`), forgets the first
+/// two snapshots and prunes with `max_unused` 1: the dead deltas of `v2` stay in containers
+/// kept for `keep.bin`'s chunks, while the containers of their bases, wholly dead, go.
+fn leave_dead_deltas(t: &Trial, repo: &IndexedRepository, keep_seed: u64) -> DeadDeltas {
+    let original = text(60_000, 1);
+    let mut edited = original.clone();
+    for k in 0..12 {
+        edited[k * 4_999 + 7] = b'#';
+    }
+    let keep = noise(8_000, keep_seed);
+    let v1 = Files::from([("data.txt".to_string(), original)]);
+    let v2 = Files::from([
+        ("data.txt".to_string(), edited.clone()),
+        ("keep.bin".to_string(), keep.clone()),
+    ]);
+    let v3 = Files::from([("keep.bin".to_string(), keep)]);
+    let s1 = backup_files(repo, &t.src(), &v1, 0, &me()).unwrap();
+    let s2 = backup_files(repo, &t.src(), &v2, 1, &me()).unwrap();
+    let s3 = backup_files(repo, &t.src(), &v3, 2, &me()).unwrap();
+    assert!(s2.summary.delta_chunks > 0, "v2 is stored as deltas of v1");
+    let forget = [s1.snapshot_id.to_hex(), s2.snapshot_id.to_hex()];
+    locked(repo, &me(), |lock| forget_ids(repo, lock, &forget)).unwrap();
+    // Keep every partly-live container as it is.
+    let kept = locked(repo, &me(), |lock| prune_with(repo, lock, 1.0, false)).unwrap();
+    assert!(kept.plan.dead_chunks > 0 && kept.plan.keep > 0);
+    DeadDeltas {
+        v2,
+        v3,
+        s3: s3.snapshot_id,
+    }
 }
 
 /// Found by the campaign (seed 25482355066, step 106): a prune that keeps a partly-dead
@@ -1016,44 +1047,13 @@ fn torn_lock_file_does_not_block_the_repository() {
 fn rebuilt_index_does_not_resurrect_dead_deltas() {
     let t = Trial::new(Store::Memory, None, None);
     let repo = t.open().unwrap();
-    let original = text(60_000, 1);
-    let mut edited = original.clone();
-    for k in 0..12 {
-        edited[k * 4_999 + 7] = b'#';
-    }
-    let keep = noise(8_000, 2);
-    let v1 = Files::from([("data.txt".to_string(), original)]);
-    let v2 = Files::from([
-        ("data.txt".to_string(), edited.clone()),
-        ("keep.bin".to_string(), keep.clone()),
-    ]);
-    let v3 = Files::from([("keep.bin".to_string(), keep)]);
-    let s1 = backup_files(&repo, &t.src(), &v1, 0, &alive()).unwrap();
-    let s2 = backup_files(&repo, &t.src(), &v2, 1, &alive()).unwrap();
-    let s3 = backup_files(&repo, &t.src(), &v3, 2, &alive()).unwrap();
-    let (_, snap2) = snapshots::load(repo.backend().as_ref(), &s2.to_hex()).unwrap();
-    assert!(
-        snap2.summary.delta_chunks > 0,
-        "v2 is stored as deltas of v1"
-    );
-    let forget = [s1.to_hex(), s2.to_hex()];
-    locked(&repo, &alive(), |lock| {
-        forget::forget(&repo, lock, &forget, &KeepPolicy::default(), false)
-    })
-    .unwrap();
-    // Keep every partly-live container as it is.
-    locked(&repo, &alive(), |lock| {
-        let opts = prune::PruneOptions {
-            max_unused: 1.0,
-            dry_run: false,
-        };
-        prune::prune(&repo, lock, &opts, &NoProgress)
-    })
-    .unwrap();
+    let DeadDeltas { v2, v3, s3 } = leave_dead_deltas(&t, &repo, 2);
     drop(repo);
     let repo = t.reopen(true);
     // A backup of the forgotten content must not deduplicate against the dead deltas.
-    let s4 = backup_files(&repo, &t.src(), &v2, 3, &alive()).unwrap();
+    let s4 = backup_files(&repo, &t.src(), &v2, 3, &me())
+        .map(|r| r.snapshot_id)
+        .unwrap();
     assert_restores_exact(&repo, &s4.to_hex(), &v2, &t);
     assert_restores_exact(&repo, &s3.to_hex(), &v3, &t);
     let report = run_check(&repo, true).unwrap();
@@ -1086,7 +1086,8 @@ fn backup_works_when_the_parent_tree_is_damaged() {
             0x02,
         )
         .unwrap();
-    let id = backup_files(&repo, &t.src(), &tree(1), 1, &alive())
+    let id = backup_files(&repo, &t.src(), &tree(1), 1, &me())
+        .map(|r| r.snapshot_id)
         .unwrap_or_else(|e| panic!("backup with a damaged parent tree: {e}"));
     assert_restores_exact(&repo, &id.to_hex(), &tree(1), &t);
 }
@@ -1102,37 +1103,11 @@ fn rebuilt_index_keeps_the_live_copy_of_a_stored_again_chunk() {
     for variant in 0..16u64 {
         let t = Trial::new(Store::Memory, None, None);
         let repo = t.open().unwrap();
-        let original = text(60_000, 1);
-        let mut edited = original.clone();
-        for k in 0..12 {
-            edited[k * 4_999 + 7] = b'#';
-        }
-        let keep = noise(8_000, 2 + variant);
-        let v1 = Files::from([("data.txt".to_string(), original)]);
-        let v2 = Files::from([
-            ("data.txt".to_string(), edited.clone()),
-            ("keep.bin".to_string(), keep.clone()),
-        ]);
-        let v3 = Files::from([("keep.bin".to_string(), keep)]);
-        let s1 = backup_files(&repo, &t.src(), &v1, 0, &alive()).unwrap();
-        let s2 = backup_files(&repo, &t.src(), &v2, 1, &alive()).unwrap();
-        backup_files(&repo, &t.src(), &v3, 2, &alive()).unwrap();
-        let forget = [s1.to_hex(), s2.to_hex()];
-        locked(&repo, &alive(), |lock| {
-            forget::forget(&repo, lock, &forget, &KeepPolicy::default(), false)
-        })
-        .unwrap();
-        let kept = locked(&repo, &alive(), |lock| {
-            let opts = prune::PruneOptions {
-                max_unused: 1.0,
-                dry_run: false,
-            };
-            prune::prune(&repo, lock, &opts, &NoProgress)
-        })
-        .unwrap();
-        assert!(kept.plan.dead_chunks > 0 && kept.plan.keep > 0);
+        let DeadDeltas { v2, .. } = leave_dead_deltas(&t, &repo, 2 + variant);
         // The edited file again: its chunks are no longer indexed, so stored anew.
-        let s4 = backup_files(&repo, &t.src(), &v2, 3, &alive()).unwrap();
+        let s4 = backup_files(&repo, &t.src(), &v2, 3, &me())
+            .map(|r| r.snapshot_id)
+            .unwrap();
         assert_restores_exact(&repo, &s4.to_hex(), &v2, &t);
         // Which copy wins a rebuild: the one in the container sorting last. Where each chunk
         // of the new snapshot is now:
@@ -1170,34 +1145,112 @@ fn rebuilt_index_keeps_the_live_copy_of_a_stored_again_chunk() {
         assert_restores_exact(&repo, &s4.to_hex(), &v2, &t);
         let report = run_check(&repo, true).unwrap();
         assert!(report.problems.is_empty(), "{:?}", report.problems.first());
-        prune_all(&repo, &alive(), false).expect("prune after the rebuild");
+        prune_all(&repo, &me(), false).expect("prune after the rebuild");
     }
 }
 
-/// `check`, under the exclusive lock it needs (it records damage).
-fn run_check(
-    repo: &IndexedRepository,
-    read_data: bool,
-) -> dedelta_store::Result<check::CheckReport> {
-    let lock = repo.lock(&LockInfo {
-        pid: std::process::id(),
-        host: "faults".into(),
-        time: "t".into(),
-        command: "check".into(),
-    })?;
-    check::check(repo, &lock, read_data, "2026-01-01T00:00:00Z", &NoProgress)
+/// Found by the campaign (seed 1015, steps 105-118): a container whose metadata was damaged is
+/// recorded whole, and its copies leave the index. When its bytes are restored (from a good
+/// copy), `check --read-data` must clear that record, as it does for copies recorded one by
+/// one. It does not when the container also holds dead deltas (kept by a prune with
+/// `max_unused` > 0) whose bases a prune deleted: those entries cannot verify, so check never
+/// finds the whole container verifying, and the live chunks it holds stay out of the index,
+/// "missing from the index", although every byte is as written (the container's name is its
+/// hash again). Fixed in c16a15c: the whole record becomes records of the entries that still
+/// fail (the dead deltas, which no snapshot needs).
+#[test]
+fn check_clears_the_record_of_a_restored_container_holding_dead_deltas() {
+    let t = Trial::new(Store::Memory, None, None);
+    let repo = t.open().unwrap();
+    let DeadDeltas { v3, s3, .. } = leave_dead_deltas(&t, &repo, 2);
+    let (_, snap) = snapshots::load(repo.backend().as_ref(), &s3.to_hex()).unwrap();
+    // The container kept for keep.bin's chunks, which also holds v2's dead deltas.
+    let name = container_of_first_chunk(&repo, &snap, "keep.bin").to_hex();
+    let bytes = t.fault.inner().get(FileKind::Container, &name).unwrap();
+    let footer = &bytes[bytes.len() - FOOTER_LEN..];
+    let meta_offset = u64::from_le_bytes(footer[..8].try_into().unwrap());
+    t.fault
+        .damage(FileKind::Container, &name, meta_offset + 5, 0x10)
+        .unwrap();
+    let report = run_check(&repo, true).unwrap();
+    assert!(
+        report
+            .damage_recorded
+            .iter()
+            .any(|c| c.container.to_hex() == name && c.chunk.is_none()),
+        "the container is recorded whole: {:?}",
+        report.damage_recorded
+    );
+
+    // The container is as written again.
+    t.fault
+        .inner()
+        .put(FileKind::Container, &name, &bytes)
+        .unwrap();
+    run_check(&repo, true).unwrap();
+    let report = run_check(&repo, true).unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "after the container was restored: {:?}",
+        report.problems
+    );
+    let (records, _) = DamageSet::load(repo.backend().as_ref()).unwrap();
+    let cid = ContainerId::from_hex(&name).unwrap();
+    assert!(!records.container_damaged(&cid), "still recorded whole");
+    let live: BTreeSet<String> = {
+        let mut ids = BTreeSet::new();
+        dedelta_store::read::walk_tree(&repo, &snap, |_, chunks| {
+            ids.extend(chunks.iter().map(|c| c.id.to_hex()));
+            Ok(())
+        })
+        .unwrap();
+        ids
+    };
+    for c in records.chunks_in(&cid) {
+        assert!(
+            !live.contains(&c.to_hex()),
+            "a live chunk stays recorded: {c}"
+        );
+    }
+    assert_restores_exact(&repo, &s3.to_hex(), &v3, &t);
 }
 
-/// A restore that skipped damaged files, as an error naming each of them (restore goes on
-/// past damage and lists it; these tests judge what it left like a failed restore).
-fn files_restored(st: restore::RestoreStats) -> dedelta_store::Result<restore::RestoreStats> {
-    if st.errors.is_empty() {
-        return Ok(st);
+/// Found by the campaign (seed 5046, steps 292-300): a chunk can have several delta copies: a
+/// dead one left by a prune that kept its container (its base deleted since), and a live one
+/// stored again by a later backup against another base. A rebuilt index takes the first
+/// delta copy it meets (containers in name order) and then drops the chunk if that copy's
+/// base has no full copy, without trying its other copies: when the dead copy's container
+/// sorts first, the live chunk is left out of the index ("missing from the index"), and a
+/// snapshot that restored before the rebuild no longer does. Fixed in 0084671.
+#[test]
+fn rebuilt_index_keeps_a_live_delta_copy_of_a_chunk_with_a_dead_one() {
+    // Sixteen variants of keep.bin, so that the dead copies' container sorts first in some.
+    for variant in 0..16u64 {
+        let t = Trial::new(Store::Memory, None, None);
+        let repo = t.open().unwrap();
+        // v2's edited chunks stay as dead deltas whose bases (the original's chunks) are gone.
+        let DeadDeltas { v2, .. } = leave_dead_deltas(&t, &repo, 2 + variant);
+        // Every chunk v2 edits edited otherwise (stored in full: nothing similar is indexed),
+        // so that the original's chunks never come back...
+        let mut other = v2.clone();
+        let data = other.get_mut("data.txt").unwrap();
+        for k in 0..12 {
+            data[k * 4_999 + 8] = b'%';
+        }
+        backup_files(&repo, &t.src(), &other, 3, &me()).unwrap();
+        // ...then v2 again: its edited chunks are stored as deltas of those.
+        let s5 = backup_files(&repo, &t.src(), &v2, 4, &me()).unwrap();
+        assert!(s5.summary.delta_chunks > 0, "{:?}", s5.summary);
+        let s5 = s5.snapshot_id.to_hex();
+        assert_restores_exact(&repo, &s5, &v2, &t);
+        drop(repo);
+        let repo = t.reopen(true);
+        let report = run_check(&repo, false).unwrap();
+        assert!(
+            report.problems.is_empty(),
+            "variant {variant}, after an index rebuild: {:?}",
+            report.problems.first()
+        );
+        assert_restores_exact(&repo, &s5, &v2, &t);
     }
-    let named: Vec<String> = st
-        .errors
-        .iter()
-        .map(|e| format!("{}: {}", e.path_lossy(), e.message))
-        .collect();
-    Err(Error::corrupt("restore", named.join("; ")))
 }

@@ -3,70 +3,43 @@
 //! (healing old snapshots), `repair packs` salvages and removes damaged containers, `repair
 //! snapshots` rewrites what cannot be healed, and a damaged or half-built index is rebuilt.
 
+use crate::support::{
+    config, container_of_first_chunk, files, init_repo, locked, me, noise, read_files, restore_to,
+    restored_root, run_check, text, Files,
+};
 use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
 use dedelta_store::client::index::ChunkIndex;
 use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
-use dedelta_store::commands::{backup, check, prune, repair, repair_packs, restore};
+use dedelta_store::commands::{backup, check, prune, repair, repair_packs};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
-use dedelta_store::format::container::ContainerId;
+use dedelta_store::format::container::{ContainerId, EntryKind};
 use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
 use dedelta_store::progress::NoProgress;
 use dedelta_store::repository::damage::DamageSet;
-use dedelta_store::repository::lock::LockInfo;
+use dedelta_store::repository::read_container_meta;
 use dedelta_store::{Error, IndexedRepository, Repository};
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-
-fn me() -> LockInfo {
-    LockInfo {
-        pid: std::process::id(),
-        host: "t".into(),
-        time: "t".into(),
-        command: "test".into(),
-    }
-}
-
-/// Pseudo-random text: compressible, and different per seed.
-fn text(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 64);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(format!("line {x:x} {}\n", x % 977).as_bytes());
-    }
-    out.truncate(len);
-    out
-}
 
 struct Env {
     _tmp: tempfile::TempDir,
     root: PathBuf,
     src: PathBuf,
     repo: IndexedRepository,
-    n: usize,
+    n: u64,
 }
 
 impl Env {
     fn new(delta: bool) -> Env {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().to_path_buf();
-        let mut cfg = RepoConfig::new("test".into());
-        cfg.chunker.params.min_size = 512;
-        cfg.chunker.params.avg_size = 2048;
-        cfg.chunker.params.max_size = 8192;
-        cfg.region_size = 16 * 1024;
-        cfg.container_size = 48 * 1024;
-        if delta {
-            cfg.delta = DeltaConfig::recommended();
-        }
-        let repo = Repository::init_local(&root.join("repo"), cfg)
-            .unwrap()
-            .open_index()
-            .unwrap();
+        let delta = if delta {
+            DeltaConfig::recommended()
+        } else {
+            DeltaConfig::default()
+        };
+        let repo = init_repo(&root.join("repo"), config(1, delta));
         let src = root.join("src");
         fs::create_dir_all(&src).unwrap();
         Repository::init_local(&root.join("scratch"), RepoConfig::new("x".into())).unwrap();
@@ -98,40 +71,18 @@ impl Env {
         self.root.join("repo/index/chunks.redb")
     }
 
-    fn write(&self, files: &BTreeMap<&str, Vec<u8>>) {
-        let _ = fs::remove_dir_all(&self.src);
-        fs::create_dir_all(&self.src).unwrap();
-        for (name, data) in files {
-            fs::write(self.src.join(name), data).unwrap();
-        }
+    /// Makes the source hold exactly `files`.
+    fn write(&self, files: &Files) {
+        crate::support::write_files(&self.src, files);
     }
 
     fn backup(&mut self) -> backup::BackupResult {
         self.n += 1;
-        let lock = self.repo.lock(&me()).unwrap();
-        let opts = backup::BackupOptions {
-            paths: vec![self.src.clone()],
-            excludes: vec![],
-            tags: vec![],
-            stdin: None,
-            host: "t".into(),
-            time: format!("2026-01-01T00:00:{:02}Z", self.n),
-            delta: None,
-            cache_dir: None,
-        };
-        backup::backup(
-            &self.repo,
-            &lock,
-            opts,
-            &backup::Workers::new(2).unwrap(),
-            &NoProgress,
-        )
-        .unwrap()
+        crate::support::backup_dir(&self.repo, &self.src, self.n, &me()).unwrap()
     }
 
     fn check(&self, read_data: bool) -> check::CheckReport {
-        let lock = self.repo.lock(&me()).unwrap();
-        check::check(&self.repo, &lock, read_data, "now", &NoProgress).unwrap()
+        run_check(&self.repo, read_data).unwrap()
     }
 
     fn snapshot(&self, id: &SnapshotId) -> Snapshot {
@@ -139,61 +90,33 @@ impl Env {
     }
 
     /// Restores `id` and returns its files (by name), or the restore's error.
-    fn restore(&self, id: &SnapshotId) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+    fn restore(&self, id: &SnapshotId) -> Result<Files, Error> {
         let target = self.root.join("out");
         let _ = fs::remove_dir_all(&target);
-        let opts = restore::RestoreOptions {
-            target: target.clone(),
-            include: vec![],
-            cache_bytes: 1 << 20,
-        };
-        let st = restore::restore(&self.repo, &self.snapshot(id), &opts, &NoProgress)?;
+        let st = restore_to(&self.repo, &self.snapshot(id), &target)?;
         if let Some(e) = st.errors.first() {
             return Err(Error::corrupt(e.path_lossy(), e.message.clone()));
         }
-        let dir = target.join(self.src.strip_prefix("/").unwrap());
-        let mut got = BTreeMap::new();
-        for e in fs::read_dir(dir).unwrap() {
-            let e = e.unwrap();
-            got.insert(
-                e.file_name().to_string_lossy().into_owned(),
-                fs::read(e.path()).unwrap(),
-            );
-        }
-        Ok(got)
+        Ok(read_files(&restored_root(&target, &self.src)))
     }
 
     /// The container the index names for the first chunk of file `name` in snapshot `id`.
     fn container_of(&self, id: &SnapshotId, name: &str) -> ContainerId {
-        let want = self.src.join(name);
-        let want = want.to_str().unwrap().trim_start_matches('/');
-        let mut first = None;
-        dedelta_store::read::walk_tree(&self.repo, &self.snapshot(id), |n, c| {
-            if n.path == want.as_bytes() {
-                first = c.first().map(|c| c.id);
-            }
-            Ok(())
-        })
-        .unwrap();
-        self.repo
-            .index()
-            .get(&first.unwrap())
-            .unwrap()
-            .unwrap()
-            .container
+        container_of_first_chunk(&self.repo, &self.snapshot(id), &format!("/{name}"))
     }
 
     fn container_path(&self, c: &ContainerId) -> PathBuf {
         let hex = c.to_hex();
         self.root.join("repo/containers").join(&hex[..2]).join(&hex)
     }
-}
 
-fn expected(files: &BTreeMap<&str, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
-    files
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
+    /// `repair packs` of every container with recorded damage.
+    fn repair_packs(&self) -> repair_packs::RepairPacksStats {
+        locked(&self.repo, &me(), |lock| {
+            repair_packs::repair_packs(&self.repo, lock, &[], "now", &NoProgress)
+        })
+        .unwrap()
+    }
 }
 
 /// Flips a byte inside the first region of a container (its data, not its metadata).
@@ -206,7 +129,7 @@ fn damage_first_region(path: &Path) {
 #[test]
 fn damaged_chunks_are_stored_again_and_heal_old_snapshots() {
     let mut env = Env::new(true);
-    let files = BTreeMap::from([("a.txt", text(150_000, 1)), ("b.txt", text(90_000, 2))]);
+    let files = files([("a.txt", text(150_000, 1)), ("b.txt", text(90_000, 2))]);
     env.write(&files);
     let first = env.backup().snapshot_id;
     let bad = env.container_of(&first, "a.txt");
@@ -225,47 +148,43 @@ fn damaged_chunks_are_stored_again_and_heal_old_snapshots() {
         second.summary.new_chunks > 0,
         "damaged chunks not stored again"
     );
-    assert_eq!(env.restore(&second.snapshot_id).unwrap(), expected(&files));
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
     // The old snapshot is healed by the new copies.
-    assert_eq!(env.restore(&first).unwrap(), expected(&files));
+    assert_eq!(env.restore(&first).unwrap(), files);
     let report = env.check(true);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 
     // `repair index` keeps the damaged copies out.
     repair::rebuild_index(&env.repo, &mut |_| {}).unwrap();
-    assert_eq!(env.restore(&first).unwrap(), expected(&files));
+    assert_eq!(env.restore(&first).unwrap(), files);
 
     // `repair packs` salvages the readable rest, deletes the container and the records.
-    let lock = env.repo.lock(&me()).unwrap();
-    let st = repair_packs::repair_packs(&env.repo, &lock, &[], "now", &NoProgress).unwrap();
-    drop(lock);
+    let st = env.repair_packs();
     assert_eq!(st.containers, vec![bad]);
     assert!(!env.container_path(&bad).exists());
     let (damage, _) = DamageSet::load(env.repo.backend().as_ref()).unwrap();
     assert!(damage.is_empty());
     let report = env.check(true);
     assert!(report.problems.is_empty(), "{:?}", report.problems);
-    assert_eq!(env.restore(&first).unwrap(), expected(&files));
-    assert_eq!(env.restore(&second.snapshot_id).unwrap(), expected(&files));
+    assert_eq!(env.restore(&first).unwrap(), files);
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
 }
 
 #[test]
 fn repair_packs_salvages_intact_entries_of_a_damaged_container() {
     let mut env = Env::new(false);
     // Many small files: the damaged container holds several regions, only one is damaged.
-    let files: BTreeMap<&str, Vec<u8>> = ["a", "b", "c", "d", "e", "f"]
+    let files: Files = ["a", "b", "c", "d", "e", "f"]
         .into_iter()
         .zip(0u64..)
-        .map(|(n, i)| (n, text(12_000, 10 + i)))
+        .map(|(n, i)| (n.to_string(), text(12_000, 10 + i)))
         .collect();
     env.write(&files);
     let id = env.backup().snapshot_id;
     let bad = env.container_of(&id, "a");
     damage_first_region(&env.container_path(&bad));
     env.check(true);
-    let lock = env.repo.lock(&me()).unwrap();
-    let st = repair_packs::repair_packs(&env.repo, &lock, &[], "now", &NoProgress).unwrap();
-    drop(lock);
+    let st = env.repair_packs();
     assert!(st.chunks_salvaged > 0, "{st:?}");
     assert!(!st.chunks_lost.is_empty(), "{st:?}");
     // What was salvaged restores; the rest is reported lost, per file.
@@ -286,7 +205,8 @@ fn repair_packs_salvages_intact_entries_of_a_damaged_container() {
 #[test]
 fn repair_snapshots_keeps_what_is_readable_and_unblocks_prune() {
     let mut env = Env::new(true);
-    let files = BTreeMap::from([("x.txt", text(120_000, 3)), ("y.txt", text(30_000, 4))]);
+    // x.txt incompressible, so that its first container holds nothing else.
+    let files = files([("x.txt", noise(120_000, 3)), ("y.txt", text(30_000, 4))]);
     env.write(&files);
     let id = env.backup().snapshot_id;
     let lost = env.container_of(&id, "x.txt");
@@ -336,12 +256,12 @@ fn repair_snapshots_keeps_what_is_readable_and_unblocks_prune() {
 #[test]
 fn unreadable_parent_tree_does_not_block_backup() {
     let mut env = Env::new(true);
-    env.write(&BTreeMap::from([("a.txt", text(50_000, 5))]));
+    env.write(&files([("a.txt", text(50_000, 5))]));
     let first = env.backup().snapshot_id;
     let tree: std::collections::HashSet<ChunkId> =
         env.snapshot(&first).tree.chunks.into_iter().collect();
     env.repo.index().remove_chunks(&tree).unwrap();
-    env.write(&BTreeMap::from([("a.txt", text(50_000, 6))]));
+    env.write(&files([("a.txt", text(50_000, 6))]));
     let second = env.backup();
     assert!(
         second.notices.iter().any(|n| n.contains("parent snapshot")),
@@ -354,7 +274,7 @@ fn unreadable_parent_tree_does_not_block_backup() {
 #[test]
 fn incomplete_index_is_rebuilt() {
     let mut env = Env::new(false);
-    let files = BTreeMap::from([("a.txt", text(200_000, 7))]);
+    let files = files([("a.txt", text(200_000, 7))]);
     env.write(&files);
     let id = env.backup().snapshot_id;
     let index_path = env.index_path();
@@ -375,13 +295,13 @@ fn incomplete_index_is_rebuilt() {
     }
     env.reopen().unwrap();
     assert!(env.repo.index().is_complete().unwrap());
-    assert_eq!(env.restore(&id).unwrap(), expected(&files));
+    assert_eq!(env.restore(&id).unwrap(), files);
 }
 
 #[test]
 fn damaged_index_is_discarded_and_rebuilt() {
     let mut env = Env::new(true);
-    let files = BTreeMap::from([("a.txt", text(300_000, 8)), ("b.txt", text(40_000, 9))]);
+    let files = files([("a.txt", text(300_000, 8)), ("b.txt", text(40_000, 9))]);
     env.write(&files);
     let id = env.backup().snapshot_id;
     let index_path = env.index_path();
@@ -426,7 +346,7 @@ fn damaged_index_is_discarded_and_rebuilt() {
             }
             match env.restore(&id) {
                 Ok(got) => {
-                    assert_eq!(got, expected(&files), "damage {k}: wrong data");
+                    assert_eq!(got, files, "damage {k}: wrong data");
                     break;
                 }
                 Err(Error::IndexDamaged(_)) => continue,
@@ -448,7 +368,7 @@ fn damaged_index_is_discarded_and_rebuilt() {
 fn unreadable_candidate_base_is_skipped() {
     let mut env = Env::new(true);
     let v1 = text(200_000, 11);
-    env.write(&BTreeMap::from([("a.txt", v1.clone())]));
+    env.write(&files([("a.txt", v1.clone())]));
     let first = env.backup().snapshot_id;
     for c in env.repo.backend().list(FileKind::Container).unwrap() {
         let cid = ContainerId::from_hex(&c.0).unwrap();
@@ -459,7 +379,7 @@ fn unreadable_candidate_base_is_skipped() {
     for i in (0..v2.len()).step_by(400) {
         v2[i] = b'#';
     }
-    let files = BTreeMap::from([("a.txt", v2)]);
+    let files = files([("a.txt", v2)]);
     env.write(&files);
     let second = env.backup();
     assert!(
@@ -470,6 +390,151 @@ fn unreadable_candidate_base_is_skipped() {
         "{:?}",
         second.notices
     );
-    assert_eq!(env.restore(&second.snapshot_id).unwrap(), expected(&files));
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
     let _ = first;
+}
+
+/// Found by the campaign (seed 25482355066, steps 286-287, after the move to one test
+/// binary): a delta whose base is damaged is recorded with it ("its delta base is damaged or
+/// lost") and leaves the index. When the base's container is whole again (restored from a
+/// good copy), one `check --read-data` clears the base's record but not the delta's: the
+/// delta was verified against the index, where its base was still missing, before the base
+/// was cleared. So check reports the delta's file as damaged, and restore fails on it,
+/// although every byte is intact; only a second check clears it. Still open after cf995c4:
+/// its new way to read a recorded base (straight from the recorded container) is taken on
+/// `Error::ChunkMissing`, but the chunk reader reports a base recorded as damaged as
+/// `Error::CorruptChunk { reason: "recorded as damaged by check ..." }`, so it never is.
+#[test]
+#[ignore = "bug: check leaves a delta recorded with its base after the base verifies again"]
+fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
+    let mut env = Env::new(true);
+    let v1 = text(200_000, 12);
+    env.write(&files([("a.txt", v1.clone())]));
+    env.backup();
+    let mut v2 = v1;
+    for i in (0..v2.len()).step_by(1_000) {
+        v2[i] = b'#';
+    }
+    let files = files([("a.txt", v2)]);
+    env.write(&files);
+    let second = env.backup();
+    assert!(second.summary.delta_chunks > 0, "{:?}", second.summary);
+    // A base in another container than its delta, and the region holding it.
+    let backend = env.repo.backend().clone();
+    let mut home = std::collections::HashMap::new();
+    let mut deltas = Vec::new();
+    for (name, _) in backend.list(FileKind::Container).unwrap() {
+        let cid = ContainerId::from_hex(&name).unwrap();
+        let meta = read_container_meta(backend.as_ref(), &name).unwrap();
+        for e in &meta.entries {
+            home.insert(e.id, (cid, meta.regions[e.region as usize].offset));
+            if let EntryKind::Delta { base } = e.kind {
+                deltas.push((cid, base));
+            }
+        }
+    }
+    let (base_container, region) = deltas
+        .iter()
+        .find_map(|(c, b)| home.get(b).filter(|(bc, _)| bc != c).copied())
+        .expect("a delta whose base is in another container");
+    let path = env.container_path(&base_container);
+    let original = fs::read(&path).unwrap();
+    let mut damaged = original.clone();
+    damaged[region as usize + 1] ^= 0x02;
+    fs::write(&path, damaged).unwrap();
+    let report = env.check(true);
+    assert!(
+        report
+            .damage_recorded
+            .iter()
+            .any(|c| c.container != base_container),
+        "a delta elsewhere is recorded with its base: {:?}",
+        report.damage_recorded
+    );
+    assert!(env.restore(&second.snapshot_id).is_err());
+
+    // The container is whole again: one check clears every record and finds nothing.
+    fs::write(&path, original).unwrap();
+    let report = env.check(true);
+    assert!(
+        report.problems.is_empty(),
+        "after the damage was undone: {:?}",
+        report.problems
+    );
+    let (records, _) = DamageSet::load(backend.as_ref()).unwrap();
+    assert!(records.is_empty(), "{records:?}");
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
+}
+
+/// Backs up two text files, then flips a byte in the header of the container holding the
+/// first chunk of `a.txt` (its reserved bytes, which must be 0); returns the files, the
+/// snapshot and that container.
+fn backup_with_a_damaged_header(env: &mut Env) -> (Files, SnapshotId, ContainerId) {
+    let files = files([("a.txt", text(150_000, 13)), ("b.txt", text(90_000, 14))]);
+    env.write(&files);
+    let first = env.backup().snapshot_id;
+    let bad = env.container_of(&first, "a.txt");
+    let path = env.container_path(&bad);
+    let mut b = fs::read(&path).unwrap();
+    b[dedelta_store::format::container::HEADER_RESERVED_OFFSET + 1] ^= 0x40;
+    fs::write(&path, b).unwrap();
+    (files, first, bad)
+}
+
+/// Found by the campaign (seed 30017, steps 5-12): when a container's header (its first 16
+/// bytes, which no read of chunks uses) is damaged too, `check --read-data` reports the
+/// header and stops there: it verifies none of the container's entries, so damage in its
+/// regions is neither traced to files nor recorded. The damaged chunks stay in the index, and
+/// every later backup of the same files deduplicates against them: its snapshot fails to
+/// restore although the source was at hand. Fixed in c620346 (entries located from the
+/// footer).
+#[test]
+fn damaged_chunks_are_recorded_when_the_container_header_is_damaged_too() {
+    let mut env = Env::new(false);
+    let (files, _, bad) = backup_with_a_damaged_header(&mut env);
+    damage_first_region(&env.container_path(&bad));
+    let report = env.check(true);
+    assert!(!report.problems.is_empty());
+    assert!(
+        report.problems.iter().any(|p| p.path.is_some()),
+        "the damaged file is not named: {:?}",
+        report.problems
+    );
+    assert!(
+        report.damage_recorded.iter().any(|c| c.container == bad),
+        "nothing recorded: {:?}",
+        report.problems
+    );
+    let second = env.backup();
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
+}
+
+/// Found with the test above: `repair packs` of a container whose header alone is damaged
+/// (its metadata and regions intact) salvaged nothing and deleted it, losing every chunk in it
+/// (c620346 salvages through the footer). Open: the salvage copy of such a container is
+/// byte for byte the original (every entry full, same regions), so it gets the damaged
+/// container's own name; repair packs then takes the salvaged chunks out of the index as
+/// "still pointing at a damaged container", and keeps the file. Every chunk of it is then
+/// "missing from the index" although the container is whole again (`repair index` gets them
+/// back).
+#[test]
+#[ignore = "bug: a salvage copy identical to the damaged container loses its chunks from the index"]
+fn repair_packs_salvages_a_container_whose_header_alone_is_damaged() {
+    let mut env = Env::new(false);
+    let (files, first, bad) = backup_with_a_damaged_header(&mut env);
+    let report = env.check(true);
+    assert!(
+        !report.problems.is_empty(),
+        "the damaged header is reported"
+    );
+    let st = locked(&env.repo, &me(), |lock| {
+        repair_packs::repair_packs(&env.repo, lock, &[bad.to_hex()], "now", &NoProgress)
+    })
+    .unwrap();
+    assert_eq!(st.containers, vec![bad]);
+    assert!(st.chunks_salvaged > 0, "{st:?}");
+    assert!(st.chunks_lost.is_empty(), "{st:?}");
+    let report = env.check(true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(env.restore(&first).unwrap(), files);
 }

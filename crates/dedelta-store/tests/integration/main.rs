@@ -1,0 +1,33 @@
+//! The store's integration tests, as one binary (one link instead of one per file): a module
+//! per command or concern, and `support` with what they share.
+//!
+//! ```text
+//! cargo test -p dedelta-store --test integration                  # everything
+//! cargo test -p dedelta-store --test integration -- faults::      # one module
+//! ```
+//!
+//! Tests marked `#[ignore = "bug: ..."]` reproduce open bugs: run them with `-- --ignored`,
+//! and un-ignore one with its fix.
+
+/// The reliability campaign: seeded random operations against a model (docs/reliability.md).
+mod campaign;
+/// Damage at rest found by `check`, healed by backups, salvaged by `repair packs`, dropped by
+/// `repair snapshots`; damaged and half-built indexes.
+mod damage;
+/// Delta compression end to end, and the local base cache.
+mod delta;
+/// Every crash point and disk-full of backup, prune and forget; damaged reads; regressions the
+/// campaign found.
+mod faults;
+/// docs/format.md and the code say the same thing.
+mod format;
+/// Retention and garbage collection: forget, prune, and what they must never free.
+mod gc;
+/// Container names for a fixed input series: the stored bytes do not change by accident.
+mod golden;
+/// Restore against hostile snapshots, damaged repositories and concurrent prunes.
+mod restore_safety;
+/// restore(backup(x)) == x on random trees.
+mod roundtrip;
+/// Test data, configs, locks, and commands as the tests run them.
+mod support;

@@ -1,0 +1,345 @@
+//! What several modules need, written once: test data, a small repository config, locks, and
+//! each command run the way the tests run it (under the exclusive lock, with fixed times).
+//!
+//! Data is deterministic (xorshift64 from a seed), so that a failure replays. Times are fixed
+//! strings, so that a test's snapshots and containers are the same bytes on every run.
+
+use dedelta_store::backend::FileKind;
+use dedelta_store::commands::backup::{self, BackupOptions, BackupResult, Workers};
+use dedelta_store::commands::check::{self, CheckReport};
+use dedelta_store::commands::forget::{self, KeepPolicy};
+use dedelta_store::commands::{prune, restore};
+use dedelta_store::format::config::{DeltaConfig, RepoConfig};
+use dedelta_store::format::container::ContainerId;
+use dedelta_store::format::snapshot::Snapshot;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::repository::lock::{LockInfo, RepoLock};
+use dedelta_store::{Error, IndexedRepository, Repository, Result};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+// ---------------------------------------------------------------------------------------
+// Data.
+
+/// File name (relative, '/'-separated) -> content.
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+/// One step of xorshift64: deterministic bits without a dependency. `x` must not be 0.
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// Text-like rows, different per seed, compressible; a few bytes edited (see
+/// [`versioned_text`]) leave most chunks equal and the rest similar, which is what dedup and
+/// delta compression are for.
+pub fn text(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 64);
+    while out.len() < len {
+        let r = xorshift(&mut x);
+        out.extend_from_slice(
+            format!(
+                "row {} value {} flag {}\n",
+                r % 1_000_000,
+                (r >> 24) % 9973,
+                r >> 60
+            )
+            .as_bytes(),
+        );
+    }
+    out.truncate(len);
+    out
+}
+
+/// Incompressible bytes, so that a new file fills containers (and zstd regions stay raw).
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
+    (0..len).map(|_| xorshift(&mut x) as u8).collect()
+}
+
+/// File `f` of version `v`: `text(len, f)` with `3 v` bytes overwritten by `#`, so that each
+/// version is stored mostly as deltas of the one before.
+pub fn versioned_text(f: u64, len: usize, v: u64) -> Vec<u8> {
+    let mut d = text(len, f);
+    for k in 0..v * 3 {
+        let i = ((k + 1) * 7_919 * (f + 3)) as usize % d.len();
+        d[i] = b'#';
+    }
+    d
+}
+
+/// `Files` from (name, content) pairs.
+pub fn files<const N: usize>(pairs: [(&str, Vec<u8>); N]) -> Files {
+    pairs.into_iter().map(|(n, d)| (n.to_string(), d)).collect()
+}
+
+/// Replaces `dir` by a directory holding exactly `files`.
+pub fn write_files(dir: &Path, files: &Files) {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir).unwrap();
+    for (name, data) in files {
+        fs::write(dir.join(name), data).unwrap();
+    }
+}
+
+/// The files directly in `dir` (none if it does not exist).
+pub fn read_files(dir: &Path) -> Files {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Files::new();
+    };
+    rd.map(|e| {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        (name, fs::read(e.path()).unwrap())
+    })
+    .collect()
+}
+
+/// Every path below `dir`, parents before children, not following symlinks.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        out.push(p.clone());
+        if fs::symlink_metadata(&p).unwrap().is_dir() {
+            out.extend(walk(&p));
+        }
+    }
+    out
+}
+
+/// Where `source` (an absolute path that was backed up) lands when restored into `target`.
+pub fn restored_root(target: &Path, source: &Path) -> PathBuf {
+    target.join(source.strip_prefix("/").unwrap())
+}
+
+// ---------------------------------------------------------------------------------------
+// Repositories and locks.
+
+/// A config whose sizes are scaled down so that a few hundred KiB fill several containers:
+/// chunks of 512..8192 bytes (2048 on average), regions of 16 KiB and containers of 48 KiB,
+/// each times `scale`.
+pub fn config(scale: usize, delta: DeltaConfig) -> RepoConfig {
+    let mut cfg = RepoConfig::new("test".into());
+    cfg.chunker.params.min_size = 512 * scale;
+    cfg.chunker.params.avg_size = 2048 * scale;
+    cfg.chunker.params.max_size = 8192 * scale;
+    cfg.region_size = 16 * 1024 * scale;
+    cfg.container_size = 48 * 1024 * scale;
+    cfg.delta = delta;
+    cfg
+}
+
+/// A new repository at `path` (a local directory), opened with its index.
+pub fn init_repo(path: &Path, cfg: RepoConfig) -> IndexedRepository {
+    Repository::init_local(path, cfg)
+        .unwrap()
+        .open_index()
+        .unwrap()
+}
+
+/// The host every test's locks name (a lock is stale only when its host is this one).
+const LOCK_HOST: &str = "test";
+
+/// The lock of this (live) process: a command that fails without crashing must release it.
+pub fn me() -> LockInfo {
+    LockInfo {
+        pid: std::process::id(),
+        host: LOCK_HOST.into(),
+        time: "t".into(),
+        command: "test".into(),
+    }
+}
+
+/// The lock of a process that has exited since (a pid that cannot exist): what a crashed
+/// command leaves is stale, and the next command removes it.
+pub fn gone() -> LockInfo {
+    LockInfo {
+        pid: u32::MAX - 7,
+        host: LOCK_HOST.into(),
+        time: "t".into(),
+        command: "crashed".into(),
+    }
+}
+
+/// Runs `f` under the exclusive lock taken as `who`, then releases it; the command's error
+/// comes first.
+pub fn locked<T>(
+    repo: &IndexedRepository,
+    who: &LockInfo,
+    f: impl FnOnce(&RepoLock) -> Result<T>,
+) -> Result<T> {
+    let lock = repo.lock(who)?;
+    let out = f(&lock);
+    let released = lock.release();
+    let out = out?;
+    released?;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Commands.
+
+/// The snapshot time of backup number `n` (one a second from 2026-01-01T00:00:00Z): fixed,
+/// so that the same backups write the same bytes.
+pub fn time_of(n: u64) -> String {
+    format!(
+        "2026-01-{:02}T{:02}:{:02}:{:02}Z",
+        1 + n / 86_400,
+        n / 3600 % 24,
+        n / 60 % 60,
+        n % 60
+    )
+}
+
+/// A backup of `paths` (host `test`, nothing excluded, no tags, the repository's delta
+/// settings, no local cache) stamped `time`.
+pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
+    BackupOptions {
+        paths,
+        excludes: vec![],
+        tags: vec![],
+        stdin: None,
+        host: "test".into(),
+        time,
+        delta: None,
+        cache_dir: None,
+    }
+}
+
+/// Runs a backup with two worker threads under `lock`.
+pub fn backup_with(
+    repo: &IndexedRepository,
+    lock: &RepoLock,
+    opts: BackupOptions,
+) -> Result<BackupResult> {
+    backup::backup(repo, lock, opts, &Workers::new(2)?, &NoProgress)
+}
+
+/// Backs up `src` as backup number `n`, under the lock taken as `who`.
+pub fn backup_dir(
+    repo: &IndexedRepository,
+    src: &Path,
+    n: u64,
+    who: &LockInfo,
+) -> Result<BackupResult> {
+    locked(repo, who, |lock| {
+        backup_with(
+            repo,
+            lock,
+            backup_options(vec![src.to_path_buf()], time_of(n)),
+        )
+    })
+}
+
+/// Writes `files` to `src` and backs it up as backup number `n`.
+pub fn backup_files(
+    repo: &IndexedRepository,
+    src: &Path,
+    files: &Files,
+    n: u64,
+    who: &LockInfo,
+) -> Result<BackupResult> {
+    write_files(src, files);
+    backup_dir(repo, src, n, who)
+}
+
+/// `forget` of the snapshots named (full hex ids), nothing kept by policy.
+pub fn forget_ids(repo: &IndexedRepository, lock: &RepoLock, ids: &[String]) -> Result<()> {
+    forget::forget(repo, lock, ids, &KeepPolicy::default(), false).map(|_| ())
+}
+
+/// `prune` with `max_unused` (0 rewrites every partly-dead container, 1 keeps them all).
+pub fn prune_with(
+    repo: &IndexedRepository,
+    lock: &RepoLock,
+    max_unused: f64,
+    dry_run: bool,
+) -> Result<prune::PruneStats> {
+    let opts = prune::PruneOptions {
+        max_unused,
+        dry_run,
+    };
+    prune::prune(repo, lock, &opts, &NoProgress)
+}
+
+/// `check`, under the exclusive lock it needs (it records damage).
+pub fn run_check(repo: &IndexedRepository, read_data: bool) -> Result<CheckReport> {
+    let lock = repo.lock(&me())?;
+    check::check(repo, &lock, read_data, "2026-01-01T00:00:00Z", &NoProgress)
+}
+
+/// Restores all of `snap` into `target` (created if missing) with a 1 MiB region cache.
+pub fn restore_to(
+    repo: &IndexedRepository,
+    snap: &Snapshot,
+    target: &Path,
+) -> Result<restore::RestoreStats> {
+    let opts = restore::RestoreOptions {
+        target: target.to_path_buf(),
+        include: vec![],
+        cache_bytes: 1 << 20,
+    };
+    restore::restore(repo, snap, &opts, &NoProgress)
+}
+
+/// A restore that skipped damaged files, as an error naming each of them (restore goes on
+/// past damage and lists it; these tests judge what it left like a failed restore).
+pub fn files_restored(st: restore::RestoreStats) -> Result<restore::RestoreStats> {
+    if st.errors.is_empty() {
+        return Ok(st);
+    }
+    let named: Vec<String> = st
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.path_lossy(), e.message))
+        .collect();
+    Err(Error::corrupt("restore", named.join("; ")))
+}
+
+/// The snapshot ids (full hex) the repository lists.
+pub fn snapshot_ids(repo: &IndexedRepository) -> Result<BTreeSet<String>> {
+    Ok(repo
+        .snapshots()?
+        .snapshots
+        .into_iter()
+        .map(|(id, _)| id.to_hex())
+        .collect())
+}
+
+/// The bytes of every container: what the repository stores.
+pub fn stored_bytes(repo: &IndexedRepository) -> u64 {
+    let containers = repo.backend().list(FileKind::Container).unwrap();
+    containers.iter().map(|(_, size)| size).sum()
+}
+
+/// The container the index names for the first chunk of the first file of `snap` whose path
+/// ends with `suffix`.
+pub fn container_of_first_chunk(
+    repo: &IndexedRepository,
+    snap: &Snapshot,
+    suffix: &str,
+) -> ContainerId {
+    let mut first = None;
+    dedelta_store::read::walk_tree(repo, snap, |node, chunks| {
+        if first.is_none() && node.path.ends_with(suffix.as_bytes()) {
+            first = chunks.first().map(|c| c.id);
+        }
+        Ok(())
+    })
+    .unwrap();
+    let chunk = first.unwrap_or_else(|| panic!("no file ending with {suffix:?}"));
+    repo.index().get(&chunk).unwrap().unwrap().container
+}
+
+/// The message of a caught panic.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "?".into())
+}
