@@ -731,7 +731,6 @@ fn a_flaky_read_in_check_is_reported_not_recorded() {
 /// them fails to restore until the next rebuild, and the next check blames "missing from the
 /// index").
 #[test]
-#[ignore = "bug: check's index rebuild skips a container on one failed read, silently"]
 fn a_flaky_read_in_a_check_that_clears_records_is_reported() {
     let base = base(0..2, 0);
     // Damage recorded by a check, then the container restored: the next check clears it (a
