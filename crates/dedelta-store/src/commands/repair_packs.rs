@@ -135,10 +135,14 @@ pub fn repair_packs(
     stats.chunks_salvaged = salvaged.len() as u64;
     stats.containers_written = writer.written.len() as u64;
     drop(index);
+    // A salvage copy of a container whose damage was outside every entry (say its header
+    // alone) holds the same regions, so it is the original byte for byte and has its name:
+    // it replaced the damaged file and is whole, not damaged.
+    let written: HashSet<ContainerId> = writer.written.iter().copied().collect();
     // 2. What still points at a damaged container is lost.
     let mut out_of_index: HashSet<ChunkId> = HashSet::new();
     repo.index().for_each(|id, loc| {
-        if target_set.contains(&loc.container) {
+        if target_set.contains(&loc.container) && !written.contains(&loc.container) {
             out_of_index.insert(id);
         }
     })?;
@@ -197,8 +201,7 @@ pub fn repair_packs(
     }
     damage.extend(&dependents);
     damage::rewrite(backend.as_ref(), &damage, &old_names, time.to_string())?;
-    // 5. Delete. A salvage copy never has a damaged container's name (its content differs).
-    let written: HashSet<ContainerId> = writer.written.iter().copied().collect();
+    // 5. Delete, but not a salvage copy that took its damaged container's name (above).
     for cid in &targets {
         if !written.contains(cid) && !left.contains(cid) {
             backend.delete(FileKind::Container, &cid.to_hex())?;

@@ -400,12 +400,9 @@ fn unreadable_candidate_base_is_skipped() {
 /// good copy), one `check --read-data` clears the base's record but not the delta's: the
 /// delta was verified against the index, where its base was still missing, before the base
 /// was cleared. So check reports the delta's file as damaged, and restore fails on it,
-/// although every byte is intact; only a second check clears it. Still open after cf995c4:
-/// its new way to read a recorded base (straight from the recorded container) is taken on
-/// `Error::ChunkMissing`, but the chunk reader reports a base recorded as damaged as
-/// `Error::CorruptChunk { reason: "recorded as damaged by check ..." }`, so it never is.
+/// although every byte is intact; only a second check cleared it. Check now reads a base
+/// recorded as damaged straight from its recorded container when the index cannot give it.
 #[test]
-#[ignore = "bug: check leaves a delta recorded with its base after the base verifies again"]
 fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
     let mut env = Env::new(true);
     let v1 = text(200_000, 12);
@@ -511,14 +508,12 @@ fn damaged_chunks_are_recorded_when_the_container_header_is_damaged_too() {
 
 /// Found with the test above: `repair packs` of a container whose header alone is damaged
 /// (its metadata and regions intact) salvaged nothing and deleted it, losing every chunk in it
-/// (c620346 salvages through the footer). Open: the salvage copy of such a container is
-/// byte for byte the original (every entry full, same regions), so it gets the damaged
-/// container's own name; repair packs then takes the salvaged chunks out of the index as
-/// "still pointing at a damaged container", and keeps the file. Every chunk of it is then
-/// "missing from the index" although the container is whole again (`repair index` gets them
-/// back).
+/// (c620346 salvages through the footer). Then the salvage copy of such a container, byte for
+/// byte the original (every entry full, same regions), got the damaged container's own name,
+/// and repair packs took the salvaged chunks out of the index as "still pointing at a damaged
+/// container": every chunk of it was "missing from the index" although the container was
+/// whole again.
 #[test]
-#[ignore = "bug: a salvage copy identical to the damaged container loses its chunks from the index"]
 fn repair_packs_salvages_a_container_whose_header_alone_is_damaged() {
     let mut env = Env::new(false);
     let (files, first, bad) = backup_with_a_damaged_header(&mut env);

@@ -234,13 +234,15 @@ pub fn check(
             let mut flaky: Vec<String> = Vec::new();
             let mut base = |b: &ChunkId| match reader.read_chunk(b) {
                 Ok(bytes) => Ok(bytes),
-                // A base recorded as damaged is out of the index; if its recorded copy reads
-                // whole now, the delta verifies too (and both records are cleared).
-                Err(Error::ChunkMissing(_)) if damage.chunk_damage(b).is_some() => {
-                    let (c, _) = damage.chunk_damage(b).expect("checked just above");
-                    recorded_full_copy(backend.as_ref(), &c, b)
-                }
+                // A base recorded as damaged is out of the index (the reader says so, as
+                // corruption naming the record); if its recorded copy reads whole now, the
+                // delta verifies too (and both records are cleared).
                 Err(first) => {
+                    if let Some((c, _)) = damage.chunk_damage(b) {
+                        if let Ok(bytes) = recorded_full_copy(backend.as_ref(), &c, b) {
+                            return Ok(bytes);
+                        }
+                    }
                     let again = reader.read_chunk(b);
                     if again.is_ok() {
                         flaky.push(format!(
