@@ -13,7 +13,7 @@ use dedelta_store::client::index::ChunkIndex;
 use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
 use dedelta_store::commands::{backup, check, prune, repair, repair_packs};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
-use dedelta_store::format::container::{ContainerId, EntryKind};
+use dedelta_store::format::container::{ContainerId, EntryKind, FOOTER_LEN};
 use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
 use dedelta_store::progress::NoProgress;
 use dedelta_store::repository::damage::DamageSet;
@@ -404,6 +404,23 @@ fn unreadable_candidate_base_is_skipped() {
 /// recorded as damaged straight from its recorded container when the index cannot give it.
 #[test]
 fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
+    delta_record_cleared_with_its_base(|region, _| region + 1);
+}
+
+/// Found by the campaign (seed 1864696646, steps 38-39) once the test above passed: when the
+/// base's container was recorded *whole* (its metadata damaged), the record names no chunk,
+/// so check did not know where to read the base from, and the delta stayed recorded after the
+/// container was whole again.
+#[test]
+fn check_clears_a_delta_recorded_with_its_base_when_the_base_container_was_recorded_whole() {
+    // The last byte of the metadata, just before the footer.
+    delta_record_cleared_with_its_base(|_, len| len - FOOTER_LEN - 1);
+}
+
+/// Stores a delta whose base lies in another container, damages that container at
+/// `at(offset of the base's region, container length)`, checks (the delta is recorded with
+/// its base), undoes the damage, and checks once: every record must be cleared.
+fn delta_record_cleared_with_its_base(at: impl Fn(usize, usize) -> usize) {
     let mut env = Env::new(true);
     let v1 = text(200_000, 12);
     env.write(&files([("a.txt", v1.clone())]));
@@ -437,7 +454,7 @@ fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
     let path = env.container_path(&base_container);
     let original = fs::read(&path).unwrap();
     let mut damaged = original.clone();
-    damaged[region as usize + 1] ^= 0x02;
+    damaged[at(region as usize, original.len())] ^= 0x02;
     fs::write(&path, damaged).unwrap();
     let report = env.check(true);
     assert!(

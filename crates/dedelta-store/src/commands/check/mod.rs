@@ -183,6 +183,25 @@ pub fn check(
         progress.set_total(total);
         let mut reader = crate::read::ChunkReader::new(repo, 64 << 20)?;
         let index = repo.index().reader()?;
+        // Where a base recorded as damaged may be read straight from (the index does not name
+        // recorded copies): its recorded copy, or a full copy in a container recorded whole
+        // whose metadata reads again.
+        let mut in_recorded_whole: HashMap<ChunkId, ContainerId> = HashMap::new();
+        for (cid, entries) in &entry_ids {
+            if damage.container_damaged(cid) {
+                for (id, base) in entries {
+                    if base.is_none() {
+                        in_recorded_whole.insert(*id, *cid);
+                    }
+                }
+            }
+        }
+        let recorded_copy = |b: &ChunkId| {
+            damage
+                .chunk_damage(b)
+                .map(|(c, _)| c)
+                .or_else(|| in_recorded_whole.get(b).copied())
+        };
         for (name, size) in &containers {
             let Some(cid) = ContainerId::from_hex(name) else {
                 continue;
@@ -238,7 +257,7 @@ pub fn check(
                 // corruption naming the record); if its recorded copy reads whole now, the
                 // delta verifies too (and both records are cleared).
                 Err(first) => {
-                    if let Some((c, _)) = damage.chunk_damage(b) {
+                    if let Some(c) = recorded_copy(b) {
                         if let Ok(bytes) = recorded_full_copy(backend.as_ref(), &c, b) {
                             return Ok(bytes);
                         }
