@@ -184,6 +184,12 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
         s.delta_chunks
     );
     outln!("containers:         {}", s.containers);
+    outln!("repository bytes:   {}", bytes(s.repository_bytes));
+    outln!(
+        "client cache bytes: {} (index {})",
+        bytes(s.cache_bytes),
+        mb(s.index_bytes)
+    );
     outln!("dedup factor:       {:.2}", s.dedup_factor);
     outln!("delta factor (DCR): {:.2}", s.delta_factor);
     outln!("DCE:                {:.2}", s.dce);

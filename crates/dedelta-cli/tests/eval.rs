@@ -30,6 +30,8 @@ fn stats_json(repo: &Path) -> serde_json::Value {
         .unwrap()
         .args(["stats", "--json", "-r"])
         .arg(repo)
+        .arg("--cache-dir")
+        .arg(repo.with_extension("cache"))
         .output()
         .unwrap();
     assert!(

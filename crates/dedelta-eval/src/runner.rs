@@ -208,7 +208,7 @@ pub fn run_config(
     let ctx = |what: &str| format!("{} ({what})", config.name);
     let mut repo_config = RepoConfig::new(format!("{:032x}", hash_name(&config.name)));
     repo_config.delta = config.delta.clone();
-    let repo = Repository::init_local(&repo_dir, repo_config)
+    let repo = Repository::init_local_with_cache(&repo_dir, repo_config, &cache_dir)
         .store_ctx(|| ctx("init"))?
         .open_index()
         .store_ctx(|| ctx("opening the index"))?;
@@ -348,9 +348,7 @@ pub fn run_config(
         restore_mb_s: Some(restored as f64 / 1e6 / f64::max(restore_s, 1e-9)),
         restore_speed_factor: Some(rsf(restored, containers)),
         restore_read_amplification: Some(read_bytes as f64 / restored.max(1) as f64),
-        index_bytes: std::fs::metadata(repo_dir.join("index").join("chunks.redb"))
-            .ok()
-            .map(|m| m.len()),
+        index_bytes: std::fs::metadata(repo.index_path()).ok().map(|m| m.len()),
         base_cache_bytes: config
             .delta
             .enabled()

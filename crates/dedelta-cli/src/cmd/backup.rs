@@ -36,10 +36,6 @@ pub struct BackupArgs {
     threads: Option<usize>,
     #[command(flatten)]
     delta: DeltaArgs,
-    /// Directory of local caches (default: $DEDELTA_CACHE_DIR, else
-    /// $XDG_CACHE_HOME/dedelta, else ~/.cache/dedelta).
-    #[arg(long, conflicts_with = "no_cache")]
-    cache_dir: Option<PathBuf>,
     /// Keep no local base cache (every base is read back from the repository).
     #[arg(long)]
     no_cache: bool,
@@ -81,7 +77,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         cache_dir: if args.no_cache {
             None
         } else {
-            args.cache_dir.or_else(default_cache_dir)
+            Some(args.repo.cache_root())
         },
     };
     let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {
@@ -98,20 +94,6 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     } else {
         EXIT_PARTIAL
     })
-}
-
-/// Where local caches live unless `--cache-dir` says otherwise: `$DEDELTA_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/dedelta`, else `~/.cache/dedelta` (an empty variable counts as unset);
-/// `None` without a home.
-fn default_cache_dir() -> Option<PathBuf> {
-    let var = |name| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    var("DEDELTA_CACHE_DIR")
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("dedelta")))
-        .or_else(|| var("HOME").map(|d| d.join(".cache").join("dedelta")))
 }
 
 /// Total size of the regular files under `p`, without following symlinks (only for the

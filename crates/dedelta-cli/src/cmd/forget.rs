@@ -10,7 +10,7 @@ use crate::render::{self, outln, print_json};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::{forget, prune};
-use dedelta_store::{Error, Repository};
+use dedelta_store::Error;
 use serde_json::json;
 
 /// Arguments of `dedelta forget`.
@@ -78,7 +78,7 @@ pub fn run(args: ForgetArgs) -> Result<u8> {
         )
         .into());
     }
-    let r = Repository::open_local(&args.repo.repo)?;
+    let r = args.repo.open_repository()?;
     let lock = r.lock(&lock_info("forget"))?;
     let decisions = forget::forget(&r, &lock, &args.snapshots, &policy, args.dry_run)?;
     print_decisions(&decisions, args.dry_run, args.json)?;

@@ -37,6 +37,28 @@ pub struct RepoArg {
     /// Repository path.
     #[arg(short = 'r', long = "repo", env = "DEDELTA_REPO")]
     pub repo: PathBuf,
+    /// Directory of the client caches: the chunk index and the local base cache, in
+    /// <DIR>/<repository id>/ (default: $DEDELTA_CACHE_DIR, else $XDG_CACHE_HOME/dedelta,
+    /// else ~/.cache/dedelta).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl RepoArg {
+    /// The cache root: `--cache-dir`, else the default from the environment.
+    pub fn cache_root(&self) -> PathBuf {
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(dedelta_store::client::cache::root_or_temp)
+    }
+
+    /// Opens the repository (config only), its index to be kept under [`Self::cache_root`].
+    pub fn open_repository(&self) -> Result<Repository> {
+        Ok(Repository::open_local_with_cache(
+            &self.repo,
+            &self.cache_root(),
+        )?)
+    }
 }
 
 /// Resemblance detection and delta compression options (for `init`: the repository
@@ -141,7 +163,7 @@ pub fn lock_info(command: &str) -> LockInfo {
 /// Opens the repository and its index without a lock, printing on stderr what the user
 /// should know (an index that had to be rebuilt).
 pub fn open(repo: &RepoArg) -> Result<IndexedRepository> {
-    with_index(Repository::open_local(&repo.repo)?)
+    with_index(repo.open_repository()?)
 }
 
 /// Opens the index of an open repository (after the lock, for commands that take it),
@@ -155,8 +177,11 @@ pub fn with_index(r: Repository) -> Result<IndexedRepository> {
 /// Opens the repository, takes its exclusive lock for `command`, then opens the index (in
 /// that order, so that no other process changes the containers while the index is read).
 pub fn open_locked(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
-    let r = Repository::open_local(&repo.repo)?;
+    let r = repo.open_repository()?;
     let lock = r.lock(&lock_info(command))?;
+    if let Some(n) = r.remove_legacy_index(&lock)? {
+        print_notices(&[n]);
+    }
     let r = with_index(r)?;
     Ok((r, lock))
 }

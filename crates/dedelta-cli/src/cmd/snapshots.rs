@@ -8,7 +8,6 @@ use super::RepoArg;
 use crate::render::{mb, outln, print_json, print_warnings};
 use anyhow::Result;
 use clap::Args;
-use dedelta_store::Repository;
 use serde_json::json;
 
 /// Arguments of `dedelta snapshots`.
@@ -23,7 +22,7 @@ pub struct SnapshotsArgs {
 
 /// Lists the snapshots.
 pub fn run(args: SnapshotsArgs) -> Result<u8> {
-    let r = Repository::open_local(&args.repo.repo)?;
+    let r = args.repo.open_repository()?;
     let listed = r.snapshots()?;
     print_warnings(&listed.warnings());
     let all = listed.snapshots;

@@ -112,18 +112,35 @@ fn stats_json_and_repair_index() {
         "containers",
         "dedup_factor",
         "compression_factor",
+        "repository_bytes",
+        "cache_bytes",
+        "index_bytes",
     ] {
         assert!(s.get(key).is_some(), "missing {key}");
     }
     assert!(s["dedup_factor"].as_f64().unwrap() > 1.9);
+    // The repository's files: containers, two snapshots, the config; the index is in the
+    // client cache, counted apart.
+    let (repo_bytes, stored) = (
+        s["repository_bytes"].as_u64().unwrap(),
+        s["stored_bytes"].as_u64().unwrap(),
+    );
+    assert!(repo_bytes > stored, "{s}");
+    assert_eq!(
+        s["index_bytes"].as_u64().unwrap(),
+        fs::metadata(f.index_file()).unwrap().len()
+    );
+    assert!(s["cache_bytes"].as_u64().unwrap() >= s["index_bytes"].as_u64().unwrap());
     let stored: u64 = f
         .containers()
         .iter()
         .map(|p| fs::metadata(p).unwrap().len())
         .sum();
     assert_eq!(s["stored_bytes"].as_u64().unwrap(), stored);
-    // The index is a cache: remove it, rebuild it, everything still checks.
-    fs::remove_dir_all(f.repo().join("index")).unwrap();
+    // The index is a client cache, outside the repository: remove it, rebuild it,
+    // everything still checks.
+    assert!(!f.repo().join("index").exists());
+    fs::remove_file(f.index_file()).unwrap();
     f.ok(&["repair", "index"]);
     f.ok(&["check", "--read-data"]);
     let target = f.path("out");
@@ -140,4 +157,26 @@ fn env_var_names_the_repository() {
         .output()
         .unwrap();
     assert!(out.status.success());
+}
+
+/// Versions before the index moved to the client cache kept it in `<repo>/index/`: the first
+/// command that takes the lock removes it, and says so.
+#[test]
+fn a_legacy_index_in_the_repository_is_removed() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    make_tree(&src, 4);
+    f.backup(&[&src]);
+    let legacy = f.repo().join("index");
+    fs::create_dir_all(&legacy).unwrap();
+    fs::write(legacy.join("chunks.redb"), vec![7u8; 4096]).unwrap();
+    // Readers leave it alone.
+    f.ok(&["snapshots"]);
+    assert!(legacy.exists());
+    let out = f.cmd(&["backup", src.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("client cache"), "{err}");
+    assert!(!legacy.exists());
+    f.ok(&["check", "--read-data"]);
 }

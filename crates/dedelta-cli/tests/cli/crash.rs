@@ -70,6 +70,7 @@ fn killed_prune_loses_nothing_and_the_next_prune_finishes() {
         let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
             .args(["prune", "--max-unused", "0", "-r"])
             .arg(f.repo())
+            .env("DEDELTA_CACHE_DIR", f.path("cache"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()

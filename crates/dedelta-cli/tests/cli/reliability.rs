@@ -183,6 +183,7 @@ fn closed_stdout_exits_quietly() {
             .args(args)
             .arg("-r")
             .arg(f.repo())
+            .env("DEDELTA_CACHE_DIR", f.path("cache"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -223,7 +224,7 @@ fn damaged_index_is_rebuilt_not_a_panic() {
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("a"), text(300_000, 4)).unwrap();
     f.backup(&[&src]);
-    let index = f.repo().join("index/chunks.redb");
+    let index = f.index_file();
     let mut b = fs::read(&index).unwrap();
     let mid = b.len() / 2;
     b[mid..].fill(0xff);

@@ -78,6 +78,13 @@ impl Fixture {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// The chunk index: a client cache, in `<cache>/<repository id>/chunks.redb`.
+    pub fn index_file(&self) -> PathBuf {
+        let bytes = fs::read(self.repo().join("config")).unwrap();
+        let config = dedelta_store::format::config::RepoConfig::from_bytes(&bytes).unwrap();
+        self.path("cache").join(&config.id).join("chunks.redb")
+    }
+
     /// Paths of the container files.
     pub fn containers(&self) -> Vec<PathBuf> {
         let mut v = Vec::new();

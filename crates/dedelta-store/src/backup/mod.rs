@@ -237,21 +237,10 @@ pub fn backup(
             times.clone(),
             workers.delta.as_ref(),
         )?;
-        if let Some(dir) = &opts.cache_dir {
-            // The id names a directory: anything but a plain name (a crafted config) is
-            // refused rather than joined.
-            let id = &config.id;
-            if !id.is_empty()
-                && id.len() <= 64
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            {
-                notices.extend(stage.use_local_cache(dir.join(id)));
-            } else {
-                notices.push(format!(
-                    "repository id {id:?} is not a plain name; no local base cache"
-                ));
+        if let Some(root) = &opts.cache_dir {
+            match crate::client::cache::repo_dir(root, &config.id) {
+                Ok(dir) => notices.extend(stage.use_local_cache(dir)),
+                Err(e) => notices.push(format!("{e}; no local base cache")),
             }
         }
         Some(stage)

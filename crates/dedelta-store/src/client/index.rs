@@ -24,10 +24,20 @@ const CHUNKS: TableDefinition<&[u8; 32], &[u8; 36]> = TableDefinition::new("chun
 /// (super-feature position u8, super-feature u64 LE) -> the first full chunk that had it:
 /// the persistent `full` sketch index (FirstFit keeps the oldest chunk).
 const SKETCHES: TableDefinition<&[u8; 9], &[u8; 32]> = TableDefinition::new("sketches");
-/// Facts about the index itself; `complete` = 1 once it holds every container's entries.
+/// Facts about the index itself; `complete` = [`SCHEMA`] once it holds every container's
+/// entries.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// The key of the completeness marker in [`META`].
 const COMPLETE: &str = "complete";
+/// The completeness marker's value for this layout of the tables (1 was the index kept in the
+/// repository, without [`CONTAINERS`]); an index with another value is rebuilt.
+const SCHEMA: u64 = 2;
+/// The key in [`META`] of a digest of the damage records already applied (see
+/// [`ChunkIndex::damage_digest`]).
+const DAMAGE_DIGEST: &str = "damage_digest";
+/// The containers whose metadata the index has taken in (container id -> entry count), so
+/// that a client sees which containers other clients added or deleted since.
+const CONTAINERS: TableDefinition<&[u8; 32], u32> = TableDefinition::new("containers");
 
 /// The key of one super-feature in the sketch table.
 pub fn sketch_key(position: usize, sf: u64) -> [u8; 9] {
@@ -36,6 +46,9 @@ pub fn sketch_key(position: usize, sf: u64) -> [u8; 9] {
     k[1..].copy_from_slice(&sf.to_le_bytes());
     k
 }
+
+/// Which indexed entries [`ChunkIndex::sync`] drops besides those in deleted containers.
+pub type DropEntry<'a> = dyn Fn(&ChunkId, &ChunkLocation) -> bool + 'a;
 
 /// Where a chunk is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,7 +158,7 @@ impl ChunkIndex {
         guarded(&self.path, || {
             let txn = self.db().begin_read().map_err(db_err)?;
             let meta = txn.open_table(META).map_err(db_err)?;
-            Ok(meta.get(COMPLETE).map_err(db_err)?.map(|v| v.value()) == Some(1))
+            Ok(meta.get(COMPLETE).map_err(db_err)?.map(|v| v.value()) == Some(SCHEMA))
         })
     }
 
@@ -181,6 +194,7 @@ impl ChunkIndex {
         guarded(&self.path, || {
             let txn = self.db().begin_write().map_err(db_err)?;
             insert_entries(&txn, id, meta, |_, _| true)?;
+            mark_known(&txn, [(id, meta.entries.len())])?;
             txn.commit().map_err(db_err)
         })
     }
@@ -188,23 +202,35 @@ impl ChunkIndex {
     /// Replaces the whole index with the entries of `containers` that `keep` accepts and
     /// marks it complete, in one durable transaction: a rebuild killed before the commit
     /// leaves the previous index as it was.
+    ///
+    /// `known` are the containers the index has taken in: those of `containers`, and those
+    /// deliberately left out (recorded as damaged whole), so that [`Self::sync`] does not take
+    /// them in again.
     pub fn rebuild<'m>(
         &self,
         containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
         keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+        known: impl IntoIterator<Item = (ContainerId, usize)>,
+        damage_digest: u64,
     ) -> Result<()> {
         guarded(&self.path, || {
             let txn = self.db().begin_write().map_err(db_err)?;
             txn.delete_table(CHUNKS).map_err(db_err)?;
             txn.delete_table(SKETCHES).map_err(db_err)?;
+            txn.delete_table(CONTAINERS).map_err(db_err)?;
             for (id, meta) in containers {
                 insert_entries(&txn, id, meta, |i, e| keep(&id, i, e))?;
             }
+            mark_known(&txn, known)?;
             txn.open_table(CHUNKS).map_err(db_err)?;
             txn.open_table(SKETCHES).map_err(db_err)?;
             txn.open_table(META)
                 .map_err(db_err)?
-                .insert(COMPLETE, 1)
+                .insert(DAMAGE_DIGEST, damage_digest)
+                .map_err(db_err)?;
+            txn.open_table(META)
+                .map_err(db_err)?
+                .insert(COMPLETE, SCHEMA)
                 .map_err(db_err)?;
             txn.commit().map_err(db_err)
         })
@@ -219,15 +245,99 @@ impl ChunkIndex {
         }
         guarded(&self.path, || {
             let txn = self.db().begin_write().map_err(db_err)?;
-            {
-                let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
-                for id in dead {
-                    table.remove(id.as_bytes()).map_err(db_err)?;
+            remove_in(&txn, dead)?;
+            txn.commit().map_err(db_err)
+        })
+    }
+
+    /// The containers the index has taken in (see [`CONTAINERS`]).
+    pub fn known_containers(&self) -> Result<std::collections::HashSet<ContainerId>> {
+        guarded(&self.path, || {
+            let txn = self.db().begin_read().map_err(db_err)?;
+            let table = txn.open_table(CONTAINERS).map_err(db_err)?;
+            let mut out = std::collections::HashSet::new();
+            for item in table.iter().map_err(db_err)? {
+                let (k, _) = item.map_err(db_err)?;
+                out.insert(ContainerId(*k.value()));
+            }
+            Ok(out)
+        })
+    }
+
+    /// The digest of the damage records this index has applied (0 if none was stored).
+    pub fn damage_digest(&self) -> Result<u64> {
+        guarded(&self.path, || {
+            let txn = self.db().begin_read().map_err(db_err)?;
+            let meta = txn.open_table(META).map_err(db_err)?;
+            Ok(meta
+                .get(DAMAGE_DIGEST)
+                .map_err(db_err)?
+                .map(|v| v.value())
+                .unwrap_or(0))
+        })
+    }
+
+    /// Catches the index up with the repository, in one durable transaction: takes in the
+    /// entries of `added` containers that `keep` accepts, drops every entry in a `gone`
+    /// container or for which `drop` (if given) is true, with the super-features naming them,
+    /// and stores `damage_digest`. Every entry is looked at only when something may leave. Returns the number of entries dropped.
+    pub fn sync<'m>(
+        &self,
+        added: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+        keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+        known: impl IntoIterator<Item = (ContainerId, usize)>,
+        gone: &std::collections::HashSet<ContainerId>,
+        drop: Option<&DropEntry<'_>>,
+        damage_digest: u64,
+    ) -> Result<u64> {
+        guarded(&self.path, || {
+            let txn = self.db().begin_write().map_err(db_err)?;
+            let mut dropped = std::collections::HashSet::new();
+            if drop.is_some() || !gone.is_empty() {
+                let table = txn.open_table(CHUNKS).map_err(db_err)?;
+                for item in table.iter().map_err(db_err)? {
+                    let (k, v) = item.map_err(db_err)?;
+                    let (id, loc) = (ChunkId(*k.value()), ChunkLocation::from_bytes(v.value()));
+                    if gone.contains(&loc.container) || drop.is_some_and(|d| d(&id, &loc)) {
+                        dropped.insert(id);
+                    }
                 }
-                let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
-                sketches
-                    .retain(|_, v| !dead.contains(&ChunkId(*v)))
-                    .map_err(db_err)?;
+            }
+            remove_in(&txn, &dropped)?;
+            {
+                let mut known_table = txn.open_table(CONTAINERS).map_err(db_err)?;
+                for c in gone {
+                    known_table.remove(&c.0).map_err(db_err)?;
+                }
+            }
+            // After the removals: a chunk moved by another client's prune from a gone
+            // container into an added one keeps its new location.
+            for (id, meta) in added {
+                insert_entries(&txn, id, meta, |i, e| keep(&id, i, e))?;
+            }
+            mark_known(&txn, known)?;
+            txn.open_table(META)
+                .map_err(db_err)?
+                .insert(DAMAGE_DIGEST, damage_digest)
+                .map_err(db_err)?;
+            txn.commit().map_err(db_err)?;
+            Ok(dropped.len() as u64)
+        })
+    }
+
+    /// Forgets containers this client deleted (their entries already left the index), so that
+    /// the next [`Self::sync`] need not look for entries in them.
+    pub fn forget_containers(&self, deleted: &[ContainerId]) -> Result<()> {
+        if deleted.is_empty() {
+            return Ok(());
+        }
+        guarded(&self.path, || {
+            let txn = self.db().begin_write().map_err(db_err)?;
+            {
+                let mut table = txn.open_table(CONTAINERS).map_err(db_err)?;
+                for c in deleted {
+                    table.remove(&c.0).map_err(db_err)?;
+                }
             }
             txn.commit().map_err(db_err)
         })
@@ -287,9 +397,43 @@ fn open_db(path: &Arc<PathBuf>) -> Result<Database> {
         txn.open_table(CHUNKS).map_err(db_err)?;
         txn.open_table(SKETCHES).map_err(db_err)?;
         txn.open_table(META).map_err(db_err)?;
+        txn.open_table(CONTAINERS).map_err(db_err)?;
         txn.commit().map_err(db_err)?;
         Ok(db)
     })
+}
+
+/// Removes the entries of `dead` chunks, and every super-feature that names one of them.
+fn remove_in(
+    txn: &redb::WriteTransaction,
+    dead: &std::collections::HashSet<ChunkId>,
+) -> Result<()> {
+    if dead.is_empty() {
+        return Ok(());
+    }
+    let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
+    for id in dead {
+        table.remove(id.as_bytes()).map_err(db_err)?;
+    }
+    let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
+    sketches
+        .retain(|_, v| !dead.contains(&ChunkId(*v)))
+        .map_err(db_err)?;
+    Ok(())
+}
+
+/// Records containers as taken in (id, entry count).
+fn mark_known(
+    txn: &redb::WriteTransaction,
+    known: impl IntoIterator<Item = (ContainerId, usize)>,
+) -> Result<()> {
+    let mut table = txn.open_table(CONTAINERS).map_err(db_err)?;
+    for (id, entries) in known {
+        table
+            .insert(&id.0, u32::try_from(entries).unwrap_or(u32::MAX))
+            .map_err(db_err)?;
+    }
+    Ok(())
 }
 
 /// Inserts the entries of one container that `keep` accepts (entry number, entry), with the

@@ -1,8 +1,10 @@
 //! State a client keeps beside the repository: caches that speed it up and can always be
 //! rebuilt from the repository (deleting them loses nothing).
 //!
+//! - [`cache`]: where they live (one directory per repository under the cache root).
 //! - [`index`]: the chunk index (fingerprint -> container entry, super-feature -> base).
 //! - [`local_cache`]: the local base cache of the last backups' delta bases.
 
+pub mod cache;
 pub mod index;
 pub mod local_cache;

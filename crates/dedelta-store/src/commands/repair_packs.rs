@@ -202,11 +202,14 @@ pub fn repair_packs(
     damage.extend(&dependents);
     damage::rewrite(backend.as_ref(), &damage, &old_names, time.to_string())?;
     // 5. Delete, but not a salvage copy that took its damaged container's name (above).
+    let mut deleted = Vec::new();
     for cid in &targets {
         if !written.contains(cid) && !left.contains(cid) {
             backend.delete(FileKind::Container, &cid.to_hex())?;
+            deleted.push(*cid);
         }
     }
+    repo.index().forget_containers(&deleted)?;
     Ok(stats)
 }
 

@@ -48,6 +48,14 @@ pub struct RepoStats {
     pub delta_bytes: u64,
     /// Snapshots and containers that could not be read (left out of the figures).
     pub warnings: Vec<String>,
+    /// Bytes of every file in the repository (containers, snapshots, damage records, locks,
+    /// config): what the repository costs, without the file system's directory overhead.
+    pub repository_bytes: u64,
+    /// Bytes of this client's cache of the repository (chunk index and local base cache),
+    /// which is not part of the repository.
+    pub cache_bytes: u64,
+    /// Bytes of the chunk index file, part of [`Self::cache_bytes`].
+    pub index_bytes: u64,
 }
 
 /// Computes the statistics.
@@ -83,6 +91,20 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
             }
         }
     }
+    for kind in FileKind::ALL {
+        s.repository_bytes += repo
+            .backend()
+            .list(kind)?
+            .iter()
+            .map(|(_, size)| size)
+            .sum::<u64>();
+    }
+    if let Some(dir) = repo.index_path().parent() {
+        s.cache_bytes = crate::client::cache::dir_bytes(dir);
+    }
+    s.index_bytes = std::fs::metadata(repo.index_path())
+        .map(|m| m.len())
+        .unwrap_or(0);
     s.dedup_factor = ratio(s.logical_bytes, s.unique_bytes);
     s.delta_factor = ratio(s.unique_bytes, s.after_delta_bytes);
     s.compression_factor = ratio(s.after_delta_bytes, s.stored_bytes);

@@ -84,8 +84,10 @@ impl<'a> ChunkLocator<'a> {
         self.stats
     }
 
-    /// Re-reads the index, to see chunks committed since this locator was made.
+    /// Re-reads the index, caught up with the repository (another client's prune may have
+    /// moved chunks), to see chunks committed since this locator was made.
     pub fn refresh_index(&mut self) -> Result<()> {
+        self.repo.sync_index()?;
         self.index = self.repo.index().reader()?;
         Ok(())
     }

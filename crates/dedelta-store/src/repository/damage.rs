@@ -44,6 +44,18 @@ impl DamageSet {
         Ok((set, notices))
     }
 
+    /// A digest of which records this set holds (0 for none), so that a client's index can
+    /// tell whether records appeared or went since it last applied them.
+    pub fn digest(&self) -> u64 {
+        if self.record_names.is_empty() {
+            return 0;
+        }
+        let mut names = self.record_names.clone();
+        names.sort();
+        let hash = ChunkId::of(names.join("\n").as_bytes());
+        u64::from_le_bytes(hash.0[..8].try_into().expect("8 bytes")).max(1)
+    }
+
     fn add_record(&mut self, rec: &DamageRecord) {
         for c in &rec.copies {
             match c.chunk {

@@ -40,6 +40,8 @@ pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Re
         stats.problems.push(n);
     }
     let mut metas: Vec<(ContainerId, ContainerMeta)> = Vec::new();
+    // Containers recorded as damaged whole: left out, but known to the index.
+    let mut whole: Vec<ContainerId> = Vec::new();
     for (name, _) in repo.backend().list(FileKind::Container)? {
         let Some(id) = ContainerId::from_hex(&name) else {
             let msg = format!("ignoring {name}: not a container name");
@@ -49,19 +51,12 @@ pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Re
         };
         if damage.container_damaged(&id) {
             stats.damaged_skipped += 1;
+            whole.push(id);
             continue;
         }
-        // A failed read is tried once more: a container left out of the index by one bad
-        // read would look lost until the next rebuild.
-        let meta = read_container_meta(repo.backend().as_ref(), &name).or_else(|first| {
-            read_container_meta(repo.backend().as_ref(), &name).inspect(|_| {
-                let msg = format!(
-                    "container {name}: a metadata read failed ({first}) and a second read was \
-                     intact: the storage may be unreliable"
-                );
-                warn(&msg);
-                stats.problems.push(msg);
-            })
+        let meta = read_meta_retrying(repo, &name, &mut |msg| {
+            warn(&msg);
+            stats.problems.push(msg);
         });
         match meta {
             Ok(meta) => metas.push((id, meta)),
@@ -73,37 +68,8 @@ pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Re
         }
     }
     // Chunks with a full copy that is not recorded as damaged: the only possible bases.
-    let mut full: HashSet<ChunkId> = HashSet::new();
-    for (id, meta) in &metas {
-        for e in &meta.entries {
-            if e.kind == EntryKind::Full && damage.reason(id, &e.id).is_none() {
-                full.insert(e.id);
-            }
-        }
-    }
-    // Pick one readable copy per chunk (container number, entry number, full): a full copy,
-    // else any delta copy whose base has a full copy.
-    let mut chosen: HashMap<ChunkId, (usize, u32, bool)> = HashMap::new();
-    for (c, (id, meta)) in metas.iter().enumerate() {
-        for (i, e) in meta.entries.iter().enumerate() {
-            if damage.reason(id, &e.id).is_some() {
-                stats.damaged_skipped += 1;
-                continue;
-            }
-            let is_full = match e.kind {
-                EntryKind::Full => true,
-                EntryKind::Delta { base } if full.contains(&base) => false,
-                EntryKind::Delta { .. } => continue, // unreadable: its base is gone
-            };
-            let better = match chosen.get(&e.id) {
-                None => true,
-                Some(&(_, _, chosen_full)) => is_full && !chosen_full,
-            };
-            if better {
-                chosen.insert(e.id, (c, i as u32, is_full));
-            }
-        }
-    }
+    let full = full_copies(&metas, &damage);
+    let chosen = choose_copies(&metas, &damage, |base| full.contains(base), &mut stats);
     stats.containers = metas.len() as u64;
     stats.chunks = chosen.len() as u64;
     let position: HashMap<ContainerId, usize> = metas
@@ -116,7 +82,82 @@ pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Re
             .get(&e.id)
             .is_some_and(|&(c, entry, _)| entry == i && position.get(id) == Some(&c))
     };
-    repo.index()
-        .rebuild(metas.iter().map(|(id, meta)| (*id, meta)), keep)?;
+    let known = metas
+        .iter()
+        .map(|(id, meta)| (*id, meta.entries.len()))
+        .chain(whole.iter().map(|id| (*id, 0)));
+    repo.index().rebuild(
+        metas.iter().map(|(id, meta)| (*id, meta)),
+        keep,
+        known,
+        damage.digest(),
+    )?;
     Ok(stats)
+}
+
+/// Reads a container's metadata; a failed read is tried once more (a container left out of
+/// the index by one bad read would look lost until the next rebuild), and `note` hears of a
+/// read that failed once.
+pub(super) fn read_meta_retrying(
+    repo: &IndexedRepository,
+    name: &str,
+    note: &mut dyn FnMut(String),
+) -> Result<ContainerMeta> {
+    read_container_meta(repo.backend().as_ref(), name).or_else(|first| {
+        read_container_meta(repo.backend().as_ref(), name).inspect(|_| {
+            note(format!(
+                "container {name}: a metadata read failed ({first}) and a second read was \
+                 intact: the storage may be unreliable"
+            ))
+        })
+    })
+}
+
+/// The chunks with a full copy in `metas` that is not recorded as damaged.
+pub(super) fn full_copies(
+    metas: &[(ContainerId, ContainerMeta)],
+    damage: &DamageSet,
+) -> HashSet<ChunkId> {
+    let mut full = HashSet::new();
+    for (id, meta) in metas {
+        for e in &meta.entries {
+            if e.kind == EntryKind::Full && damage.reason(id, &e.id).is_none() {
+                full.insert(e.id);
+            }
+        }
+    }
+    full
+}
+
+/// One readable copy per chunk of `metas` (container number, entry number, full): a full
+/// copy, else any delta copy whose base `base_ok` accepts; never a copy recorded as damaged
+/// (counted in `stats.damaged_skipped`).
+pub(super) fn choose_copies(
+    metas: &[(ContainerId, ContainerMeta)],
+    damage: &DamageSet,
+    base_ok: impl Fn(&ChunkId) -> bool,
+    stats: &mut RepairStats,
+) -> HashMap<ChunkId, (usize, u32, bool)> {
+    let mut chosen: HashMap<ChunkId, (usize, u32, bool)> = HashMap::new();
+    for (c, (id, meta)) in metas.iter().enumerate() {
+        for (i, e) in meta.entries.iter().enumerate() {
+            if damage.reason(id, &e.id).is_some() {
+                stats.damaged_skipped += 1;
+                continue;
+            }
+            let is_full = match e.kind {
+                EntryKind::Full => true,
+                EntryKind::Delta { base } if base_ok(&base) => false,
+                EntryKind::Delta { .. } => continue, // unreadable: its base is gone
+            };
+            let better = match chosen.get(&e.id) {
+                None => true,
+                Some(&(_, _, chosen_full)) => is_full && !chosen_full,
+            };
+            if better {
+                chosen.insert(e.id, (c, i as u32, is_full));
+            }
+        }
+    }
+    chosen
 }

@@ -5,6 +5,7 @@
 
 pub mod damage;
 pub mod index_rebuild;
+pub mod index_sync;
 pub mod lock;
 pub mod snapshots;
 
@@ -24,11 +25,29 @@ pub struct Repository {
     backend: Arc<dyn Backend>,
     config: RepoConfig,
     index_path: PathBuf,
+    /// The directory of a local repository (for removing a legacy in-repository index).
+    local_root: Option<PathBuf>,
+}
+
+/// Reads and parses the repository config.
+fn read_config(backend: &dyn Backend) -> Result<RepoConfig> {
+    RepoConfig::from_bytes(&backend.get(FileKind::Config, "config")?)
 }
 
 impl Repository {
-    /// Creates a repository in a local directory (which must be absent or empty).
+    /// Creates a repository in a local directory (which must be absent or empty), its index
+    /// in the default cache root (see [`Self::open_local`]).
     pub fn init_local(path: &Path, config: RepoConfig) -> Result<Self> {
+        Self::init_local_with_cache(path, config, &crate::client::cache::root_or_temp())
+    }
+
+    /// Creates a repository in a local directory (which must be absent or empty), its index
+    /// under the cache root `cache_root`.
+    pub fn init_local_with_cache(
+        path: &Path,
+        config: RepoConfig,
+        cache_root: &Path,
+    ) -> Result<Self> {
         config.validate()?;
         if path.join("config").exists() {
             return Err(Error::RepoExists(path.to_path_buf()));
@@ -44,11 +63,18 @@ impl Repository {
         let backend = LocalBackend::new(path);
         backend.create_layout()?;
         backend.put(FileKind::Config, "config", &config.to_bytes())?;
-        Self::open_local(path)
+        Self::open_local_with_cache(path, cache_root)
     }
 
-    /// Opens a repository in a local directory.
+    /// Opens a repository in a local directory, with its chunk index in the default cache
+    /// root (see [`crate::client::cache::root_or_temp`]).
     pub fn open_local(path: &Path) -> Result<Self> {
+        Self::open_local_with_cache(path, &crate::client::cache::root_or_temp())
+    }
+
+    /// Opens a repository in a local directory, with its chunk index under the cache root
+    /// `cache_root` (in `<cache_root>/<repository id>/`).
+    pub fn open_local_with_cache(path: &Path, cache_root: &Path) -> Result<Self> {
         let cfg = path.join("config");
         match std::fs::metadata(&cfg) {
             Ok(_) => {}
@@ -58,17 +84,58 @@ impl Repository {
             Err(e) => return Err(Error::io(format!("reading {}", cfg.display()), e)),
         }
         let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(path));
-        Self::open(backend, path.join("index").join("chunks.redb"))
+        let mut repo = Self::open_in_cache(backend, cache_root)?;
+        repo.local_root = Some(path.to_path_buf());
+        Ok(repo)
     }
 
-    /// Opens a repository on any backend, with the chunk index cached at `index_path`.
+    /// Opens a repository on any backend, with the chunk index under the cache root
+    /// `cache_root` (in `<cache_root>/<repository id>/`).
+    pub fn open_in_cache(backend: Arc<dyn Backend>, cache_root: &Path) -> Result<Self> {
+        let config = read_config(backend.as_ref())?;
+        let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
+        Ok(Repository {
+            backend,
+            config,
+            index_path: dir.join(crate::client::cache::INDEX_FILE),
+            local_root: None,
+        })
+    }
+
+    /// Opens a repository on any backend, with the chunk index at `index_path`.
     pub fn open(backend: Arc<dyn Backend>, index_path: PathBuf) -> Result<Self> {
-        let config = RepoConfig::from_bytes(&backend.get(FileKind::Config, "config")?)?;
+        let config = read_config(backend.as_ref())?;
         Ok(Repository {
             backend,
             config,
             index_path,
+            local_root: None,
         })
+    }
+
+    /// Where the chunk index is kept (a client cache, not part of the repository).
+    pub fn index_path(&self) -> &Path {
+        &self.index_path
+    }
+
+    /// Removes `index/`, where versions before the index moved to the client cache kept it
+    /// inside a local repository; it is only a cache, and nothing reads it any more. The
+    /// caller holds the lock (so that no older client is writing it). Returns a notice if
+    /// something was removed.
+    pub fn remove_legacy_index(&self, _lock: &RepoLock) -> Result<Option<String>> {
+        let Some(root) = &self.local_root else {
+            return Ok(None);
+        };
+        let dir = root.join("index");
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(Some(format!(
+                "removed {}: the chunk index now lives in the client cache ({})",
+                dir.display(),
+                self.index_path.display()
+            ))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(format!("removing {}", dir.display()), e)),
+        }
     }
 
     /// The config.
@@ -129,6 +196,8 @@ impl Repository {
             for p in &st.problems {
                 repo.notice(format!("index rebuild: {p}"));
             }
+        } else {
+            repo.sync_index()?;
         }
         Ok(repo)
     }
@@ -162,6 +231,16 @@ impl IndexedRepository {
         self.index.reset()?;
         index_rebuild::rebuild_index(self, &mut |_| {})?;
         Ok(())
+    }
+
+    /// Catches the index up with containers and damage records other clients wrote or
+    /// deleted (see [`index_sync`]); what the user should know becomes a notice.
+    pub fn sync_index(&self) -> Result<index_sync::SyncStats> {
+        let st = index_sync::sync_index(self)?;
+        for n in &st.notices {
+            self.notice(format!("index: {n}"));
+        }
+        Ok(st)
     }
 
     /// Takes the notices gathered so far (an index that was rebuilt, records skipped).

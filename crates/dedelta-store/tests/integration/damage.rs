@@ -42,7 +42,12 @@ impl Env {
         let repo = init_repo(&root.join("repo"), config(1, delta));
         let src = root.join("src");
         fs::create_dir_all(&src).unwrap();
-        Repository::init_local(&root.join("scratch"), RepoConfig::new("x".into())).unwrap();
+        Repository::init_local_with_cache(
+            &root.join("scratch"),
+            RepoConfig::new("x".into()),
+            &crate::support::cache_root_for(&root.join("scratch")),
+        )
+        .unwrap();
         Env {
             _tmp: tmp,
             root,
@@ -54,7 +59,7 @@ impl Env {
 
     /// Closes the repository's index (the handle moves to an unrelated scratch repository).
     fn close(&mut self) {
-        let scratch = Repository::open_local(&self.root.join("scratch"))
+        let scratch = crate::support::open_repo(&self.root.join("scratch"))
             .unwrap()
             .open_index()
             .unwrap();
@@ -63,12 +68,12 @@ impl Env {
 
     /// Opens the repository and its index again.
     fn reopen(&mut self) -> Result<(), Error> {
-        self.repo = Repository::open_local(&self.root.join("repo"))?.open_index()?;
+        self.repo = crate::support::open_repo(&self.root.join("repo"))?.open_index()?;
         Ok(())
     }
 
     fn index_path(&self) -> PathBuf {
-        self.root.join("repo/index/chunks.redb")
+        self.repo.index_path().to_path_buf()
     }
 
     /// Makes the source hold exactly `files`.

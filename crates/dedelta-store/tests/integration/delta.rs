@@ -15,7 +15,7 @@ use dedelta_store::format::container::{ContainerId, EntryKind};
 use dedelta_store::format::snapshot::BackupSummary;
 use dedelta_store::progress::NoProgress;
 use dedelta_store::repository::read_container_meta;
-use dedelta_store::{IndexedRepository, Repository};
+use dedelta_store::IndexedRepository;
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
@@ -333,7 +333,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
         prune_with(&cached, lock, 0.0, false)
     })
     .unwrap();
-    let cached = Repository::open_local(&tmp.path().join("cached"))
+    let cached = crate::support::open_repo(&tmp.path().join("cached"))
         .unwrap()
         .open_index()
         .unwrap();

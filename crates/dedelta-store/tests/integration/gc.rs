@@ -9,7 +9,7 @@ use dedelta_store::backend::FileKind;
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::repository::lock::RepoLock;
-use dedelta_store::{IndexedRepository, Repository};
+use dedelta_store::IndexedRepository;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::fs;
@@ -193,7 +193,7 @@ fn unindexed_copy_from_a_killed_prune_is_not_deleted_after_rewrite() {
     // What a complete prune writes, learned on a copy.
     let twin = tmp.path().join("twin");
     copy_dir(&repo_dir, &twin);
-    let before: std::collections::HashSet<String> = Repository::open_local(&twin)
+    let before: std::collections::HashSet<String> = crate::support::open_repo(&twin)
         .unwrap()
         .backend()
         .list(FileKind::Container)
@@ -202,11 +202,14 @@ fn unindexed_copy_from_a_killed_prune_is_not_deleted_after_rewrite() {
         .map(|c| c.0)
         .collect();
     {
-        let repo = Repository::open_local(&twin).unwrap().open_index().unwrap();
+        let repo = crate::support::open_repo(&twin)
+            .unwrap()
+            .open_index()
+            .unwrap();
         let lock = repo.lock(&me()).unwrap();
         prune_with(&repo, &lock, 0.0, false).unwrap();
     }
-    let twin_repo = Repository::open_local(&twin).unwrap();
+    let twin_repo = crate::support::open_repo(&twin).unwrap();
     let new: Vec<String> = twin_repo
         .backend()
         .list(FileKind::Container)
@@ -222,7 +225,7 @@ fn unindexed_copy_from_a_killed_prune_is_not_deleted_after_rewrite() {
         fs::create_dir_all(repo_dir.join(&rel).parent().unwrap()).unwrap();
         fs::copy(twin.join(&rel), repo_dir.join(&rel)).unwrap();
     }
-    let repo = Repository::open_local(&repo_dir)
+    let repo = crate::support::open_repo(&repo_dir)
         .unwrap()
         .open_index()
         .unwrap();

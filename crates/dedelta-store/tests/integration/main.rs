@@ -11,6 +11,8 @@
 
 /// The reliability campaign: seeded random operations against a model (docs/reliability.md).
 mod campaign;
+/// Several clients, each with its own index, catching up with each other's changes.
+mod clients;
 /// Damage at rest found by `check`, healed by backups, salvaged by `repair packs`, dropped by
 /// `repair snapshots`; damaged and half-built indexes.
 mod damage;

@@ -134,12 +134,27 @@ pub fn config(scale: usize, delta: DeltaConfig) -> RepoConfig {
     cfg
 }
 
-/// A new repository at `path` (a local directory), opened with its index.
+/// A new repository at `path` (a local directory), opened with its index (kept under
+/// [`cache_root_for`]).
 pub fn init_repo(path: &Path, cfg: RepoConfig) -> IndexedRepository {
-    Repository::init_local(path, cfg)
+    Repository::init_local_with_cache(path, cfg, &cache_root_for(path))
         .unwrap()
         .open_index()
         .unwrap()
+}
+
+/// The client cache root the tests use for the repository at `path`: `<path>.cache` beside
+/// it, so that tests never touch the user's cache and copies of a repository (same id) keep
+/// separate indexes.
+pub fn cache_root_for(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".cache");
+    path.with_file_name(name)
+}
+
+/// Opens the repository at `path` with the tests' cache root (see [`cache_root_for`]).
+pub fn open_repo(path: &Path) -> Result<Repository, dedelta_store::Error> {
+    Repository::open_local_with_cache(path, &cache_root_for(path))
 }
 
 /// The host every test's locks name (a lock is stale only when its host is this one).

@@ -79,11 +79,14 @@ pub(super) fn execute(
     // 2. Forget dead chunks in the index before any container disappears.
     repo.index().remove_chunks(&work.dead)?;
     // 3. Delete old containers.
+    let mut deleted = Vec::new();
     for cid in plan.delete.iter().chain(plan.rewrite.iter()) {
         if !written.contains(cid) {
             backend.delete(FileKind::Container, &cid.to_hex())?;
+            deleted.push(*cid);
         }
     }
+    repo.index().forget_containers(&deleted)?;
     stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;
     stats.plan = plan;
     Ok(stats)

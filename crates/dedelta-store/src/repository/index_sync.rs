@@ -1,0 +1,118 @@
+//! Catching a client's chunk index up with the repository.
+//!
+//! The index is a cache in the client's cache directory (see [`crate::client::cache`]), not
+//! in the repository, so other clients change the repository behind it: their backups add
+//! containers, their prunes delete some, their checks record damage. Every open (and every
+//! refresh of a reader that met a vanished container) compares the containers the index has
+//! taken in with the repository's listing, and the damage records it has applied with the
+//! repository's, and catches up in one transaction:
+//! - entries of added containers are taken in by the rules of a rebuild (see
+//!   [`super::index_rebuild`]): never a copy recorded as damaged, never a delta whose base has
+//!   no readable copy (a dead delta a prune left behind), and never over a copy the index
+//!   already names, unless that copy is leaving;
+//! - entries in deleted containers, and copies recorded as damaged, leave the index.
+//!
+//! So a backup never deduplicates against a chunk another client deleted or found damaged.
+
+use super::index_rebuild::{choose_copies, full_copies, read_meta_retrying, RepairStats};
+use super::IndexedRepository;
+use crate::backend::FileKind;
+use crate::error::Result;
+use crate::format::container::{ContainerId, ContainerMeta};
+use crate::repository::damage::DamageSet;
+use std::collections::HashSet;
+
+/// What a catch-up did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    /// Containers taken in.
+    pub added: u64,
+    /// Containers found deleted.
+    pub gone: u64,
+    /// Index entries dropped (in deleted containers, or recorded as damaged).
+    pub dropped: u64,
+    /// What the user should know (unreadable metadata, skipped damage records).
+    pub notices: Vec<String>,
+}
+
+/// Catches the index up with the repository's containers and damage records (see the module
+/// documentation). Cheap when nothing changed: one listing of containers and of damage records.
+pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
+    let mut out = SyncStats::default();
+    let (damage, skipped) = DamageSet::load(repo.backend().as_ref())?;
+    out.notices.extend(skipped);
+    let listed: HashSet<ContainerId> = repo
+        .backend()
+        .list(FileKind::Container)?
+        .iter()
+        .filter_map(|(name, _)| ContainerId::from_hex(name))
+        .collect();
+    let index = repo.index();
+    let known = index.known_containers()?;
+    let gone: HashSet<ContainerId> = known.difference(&listed).copied().collect();
+    let mut added: Vec<ContainerId> = listed.difference(&known).copied().collect();
+    added.sort();
+    let digest = damage.digest();
+    let damage_changed = digest != index.damage_digest()?;
+    if added.is_empty() && gone.is_empty() && !damage_changed {
+        return Ok(out);
+    }
+    let mut metas: Vec<(ContainerId, ContainerMeta)> = Vec::new();
+    let mut whole: Vec<ContainerId> = Vec::new();
+    for id in added {
+        if damage.container_damaged(&id) {
+            whole.push(id);
+            continue;
+        }
+        let name = id.to_hex();
+        match read_meta_retrying(repo, &name, &mut |msg| out.notices.push(msg)) {
+            Ok(meta) => metas.push((id, meta)),
+            // Not marked as taken in: the next open tries again (check reports it).
+            Err(e) => out
+                .notices
+                .push(format!("container {name} left out of the index: {e}")),
+        }
+    }
+    // A delta's base must have a readable copy: a full one among the added containers, or
+    // one the index names outside the deleted containers.
+    let full = full_copies(&metas, &damage);
+    let reader = index.reader()?;
+    let indexed_outside_gone = |c: &dedelta_core::ChunkId| {
+        reader.get(c).ok().flatten().is_some_and(|l| {
+            !gone.contains(&l.container) && damage.reason(&l.container, c).is_none()
+        })
+    };
+    let mut ignored = RepairStats::default();
+    let mut chosen = choose_copies(
+        &metas,
+        &damage,
+        |b| full.contains(b) || indexed_outside_gone(b),
+        &mut ignored,
+    );
+    // Keep what the index already names, unless that copy is leaving.
+    chosen.retain(|id, _| !indexed_outside_gone(id));
+    drop(reader);
+    let keep = |c: &ContainerId, i: u32, e: &crate::format::container::EntryMeta| {
+        chosen
+            .get(&e.id)
+            .is_some_and(|&(n, entry, _)| entry == i && metas.get(n).is_some_and(|(id, _)| id == c))
+    };
+    let known_now = metas
+        .iter()
+        .map(|(id, meta)| (*id, meta.entries.len()))
+        .chain(whole.iter().map(|id| (*id, 0)));
+    let recorded = |id: &dedelta_core::ChunkId, loc: &crate::client::index::ChunkLocation| {
+        damage.reason(&loc.container, id).is_some()
+    };
+    out.added = metas.len() as u64 + whole.len() as u64;
+    out.gone = gone.len() as u64;
+    out.dropped = index.sync(
+        metas.iter().map(|(id, meta)| (*id, meta)),
+        keep,
+        known_now,
+        &gone,
+        damage_changed.then_some(&recorded),
+        digest,
+    )?;
+    Ok(out)
+}

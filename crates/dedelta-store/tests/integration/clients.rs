@@ -1,0 +1,210 @@
+//! Several clients of one repository, each with its own chunk index in its own cache: what
+//! one client adds, deletes or finds damaged, the others' indexes catch up with on open, so
+//! that no backup deduplicates against a chunk that is gone or damaged.
+
+use crate::support::{
+    backup_files, config, files, forget_ids, init_repo, locked, me, prune_with, read_files,
+    restore_to, restored_root, text, Files,
+};
+use dedelta_store::backend::FileKind;
+use dedelta_store::commands::check;
+use dedelta_store::format::config::DeltaConfig;
+use dedelta_store::format::snapshot::Snapshot;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::{IndexedRepository, Repository};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+struct TwoClients {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    repo: PathBuf,
+}
+
+impl TwoClients {
+    fn new() -> TwoClients {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let repo = root.join("repo");
+        // Client "a" creates it; the tests open each client with its own cache root.
+        drop(init_repo(&repo, config(1, DeltaConfig::recommended())));
+        TwoClients {
+            _tmp: tmp,
+            root,
+            repo,
+        }
+    }
+
+    /// Opens the repository as client `who` (its cache in `<root>/cache-<who>`).
+    fn open(&self, who: &str) -> IndexedRepository {
+        Repository::open_local_with_cache(&self.repo, &self.root.join(format!("cache-{who}")))
+            .unwrap()
+            .open_index()
+            .unwrap()
+    }
+
+    /// The source directory every client backs up (so that a snapshot restores to the same
+    /// place whoever made it).
+    fn src(&self) -> PathBuf {
+        self.root.join("src")
+    }
+
+    /// Backs `files` up as client `who` (backup number `n`); returns the snapshot id.
+    fn backup(&self, who: &str, files: &Files, n: u64) -> String {
+        let repo = self.open(who);
+        let src = self.src();
+        if src.exists() {
+            fs::remove_dir_all(&src).unwrap();
+        }
+        let res = backup_files(&repo, &src, files, n, &me()).unwrap();
+        res.snapshot_id.to_hex()
+    }
+
+    /// Restores snapshot `id` as client `who`; returns the files restored.
+    fn restore(&self, who: &str, id: &str) -> Files {
+        let repo = self.open(who);
+        let (_, snap): (_, Snapshot) = repo.find_snapshot(id).unwrap();
+        let target = self.root.join(format!("out-{who}-{id}"));
+        let st = restore_to(&repo, &snap, &target).unwrap();
+        assert!(st.errors.is_empty(), "{:?}", st.errors);
+        read_files(&restored_root(&target, &self.src()))
+    }
+
+    fn check(&self, who: &str) -> check::CheckReport {
+        let repo = self.open(who);
+        locked(&repo, &me(), |lock| {
+            check::check(&repo, lock, true, "2026-01-01T00:00:00Z", &NoProgress)
+        })
+        .unwrap()
+    }
+}
+
+fn index_path_of(repo: &IndexedRepository) -> &Path {
+    repo.index_path()
+}
+
+/// The index is not in the repository: each client keeps its own under its cache root.
+#[test]
+fn the_index_lives_in_the_client_cache_not_in_the_repository() {
+    let t = TwoClients::new();
+    t.backup("a", &files([("f", text(50_000, 1))]), 0);
+    assert!(!t.repo.join("index").exists());
+    let a = t.open("a");
+    assert!(index_path_of(&a).starts_with(t.root.join("cache-a")));
+    assert!(index_path_of(&a).is_file());
+}
+
+/// Client b's index names chunks that client a's prune then deletes. When b opens the
+/// repository again its index drops them, so b's next backup of the same content stores it
+/// again instead of deduplicating against deleted containers, and restores.
+#[test]
+fn an_index_catches_up_with_containers_another_client_deleted() {
+    let t = TwoClients::new();
+    let v1 = files([("f", text(120_000, 2)), ("g", text(60_000, 3))]);
+    let first = t.backup("a", &v1, 0);
+    // b sees everything (a fresh index is rebuilt from the containers).
+    t.backup("b", &files([("h", text(30_000, 4))]), 1);
+    // a forgets the first snapshot and prunes: v1's chunks are deleted.
+    let a = t.open("a");
+    locked(&a, &me(), |lock| {
+        forget_ids(&a, lock, std::slice::from_ref(&first))?;
+        prune_with(&a, lock, 0.0, false)
+    })
+    .unwrap();
+    drop(a);
+    // b backs v1 up again: it must store it again, and restore it.
+    let again = t.backup("b", &v1, 2);
+    assert_eq!(t.restore("b", &again), v1);
+    assert_eq!(t.restore("a", &again), v1);
+    let report = t.check("a");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// Client b's backups land in containers client a's index has never seen: a takes them in
+/// when it opens, deduplicates against them, and restores b's snapshots.
+#[test]
+fn an_index_catches_up_with_containers_another_client_added() {
+    let t = TwoClients::new();
+    t.backup("a", &files([("x", text(10_000, 5))]), 0);
+    let shared = files([("f", text(150_000, 6))]);
+    let by_b = t.backup("b", &shared, 1);
+    let before: u64 = t
+        .open("a")
+        .backend()
+        .list(FileKind::Container)
+        .unwrap()
+        .len() as u64;
+    // a backs up the same content: nothing new to store.
+    t.backup("a", &shared, 2);
+    let after = t
+        .open("a")
+        .backend()
+        .list(FileKind::Container)
+        .unwrap()
+        .len() as u64;
+    // Only the tree of a's snapshot may be new.
+    assert!(after <= before + 1, "{before} -> {after} containers");
+    assert_eq!(t.restore("a", &by_b), shared);
+}
+
+/// Client a's check records damage; client b's index drops the damaged copies when it opens,
+/// so b's next backup of the same files stores good copies and restores.
+#[test]
+fn an_index_drops_copies_another_client_recorded_as_damaged() {
+    let t = TwoClients::new();
+    let v = files([("f", text(200_000, 7))]);
+    t.backup("a", &v, 0);
+    t.backup("b", &files([("y", text(5_000, 8))]), 1);
+    // Damage a region of the biggest container (f's data).
+    let a = t.open("a");
+    let (name, _) = a
+        .backend()
+        .list(FileKind::Container)
+        .unwrap()
+        .into_iter()
+        .max_by_key(|(_, size)| *size)
+        .unwrap();
+    drop(a);
+    let path = t.repo.join("containers").join(&name[..2]).join(&name);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[40] ^= 0x10;
+    fs::write(&path, bytes).unwrap();
+    let report = t.check("a");
+    assert!(!report.damage_recorded.is_empty(), "{:?}", report.problems);
+    // b stores f again instead of deduplicating against the damaged copies.
+    let healed = t.backup("b", &v, 2);
+    assert_eq!(t.restore("b", &healed), v);
+}
+
+/// A container client b has never seen may hold dead deltas: a prune by client a kept the
+/// container for its live chunks and deleted the deltas' bases. b must not take those deltas
+/// in (it would deduplicate against chunks that cannot be read): its backup of that content
+/// stores it again, and restores.
+#[test]
+fn an_index_does_not_take_in_dead_deltas_of_containers_it_never_saw() {
+    let t = TwoClients::new();
+    drop(t.open("b")); // b's index: complete, and empty
+    let original = text(60_000, 1);
+    let mut edited = original.clone();
+    for k in 0..12 {
+        edited[k * 4_999 + 7] = b'#';
+    }
+    let keep = crate::support::noise(8_000, 2);
+    let v2 = files([("data.txt", edited), ("keep.bin", keep.clone())]);
+    let s1 = t.backup("a", &files([("data.txt", original)]), 0);
+    let s2 = t.backup("a", &v2, 1);
+    let s3 = t.backup("a", &files([("keep.bin", keep)]), 2);
+    let a = t.open("a");
+    let kept = locked(&a, &me(), |lock| {
+        forget_ids(&a, lock, &[s1, s2])?;
+        prune_with(&a, lock, 1.0, false)
+    })
+    .unwrap();
+    assert!(kept.plan.dead_chunks > 0 && kept.plan.keep > 0, "{kept:?}");
+    drop(a);
+    let again = t.backup("b", &v2, 3);
+    assert_eq!(t.restore("b", &again), v2);
+    assert_eq!(t.restore("b", &s3).len(), 1);
+    let report = t.check("b");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
