@@ -27,7 +27,7 @@ pub(super) fn run(
     regions: Receiver<Receiver<CompressedRegion>>,
     times: &StageTimes,
 ) -> Result<WriterStats> {
-    let mut writer = ContainerWriter::new(repo);
+    let mut writer = ContainerWriter::new(repo).clearing_healed_records()?;
     for rx in regions {
         let region = rx.recv().map_err(closed)?;
         let t = Instant::now();

@@ -47,9 +47,6 @@ pub fn sketch_key(position: usize, sf: u64) -> [u8; 9] {
     k
 }
 
-/// Which indexed entries [`ChunkIndex::sync`] drops besides those in deleted containers.
-pub type DropEntry<'a> = dyn Fn(&ChunkId, &ChunkLocation) -> bool + 'a;
-
 /// Where a chunk is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkLocation {
@@ -277,51 +274,35 @@ impl ChunkIndex {
         })
     }
 
-    /// Catches the index up with the repository, in one durable transaction: takes in the
-    /// entries of `added` containers that `keep` accepts, drops every entry in a `gone`
-    /// container or for which `drop` (if given) is true, with the super-features naming them,
-    /// and stores `damage_digest`. Every entry is looked at only when something may leave. Returns the number of entries dropped.
-    pub fn sync<'m>(
+    /// Takes in the entries of `added` containers that `keep` accepts and marks `known`
+    /// containers as taken in, in one durable transaction (see
+    /// [`crate::repository::index_sync`]).
+    pub fn take_in<'m>(
         &self,
         added: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
         keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
         known: impl IntoIterator<Item = (ContainerId, usize)>,
-        gone: &std::collections::HashSet<ContainerId>,
-        drop: Option<&DropEntry<'_>>,
-        damage_digest: u64,
-    ) -> Result<u64> {
+    ) -> Result<()> {
         guarded(&self.path, || {
             let txn = self.db().begin_write().map_err(db_err)?;
-            let mut dropped = std::collections::HashSet::new();
-            if drop.is_some() || !gone.is_empty() {
-                let table = txn.open_table(CHUNKS).map_err(db_err)?;
-                for item in table.iter().map_err(db_err)? {
-                    let (k, v) = item.map_err(db_err)?;
-                    let (id, loc) = (ChunkId(*k.value()), ChunkLocation::from_bytes(v.value()));
-                    if gone.contains(&loc.container) || drop.is_some_and(|d| d(&id, &loc)) {
-                        dropped.insert(id);
-                    }
-                }
-            }
-            remove_in(&txn, &dropped)?;
-            {
-                let mut known_table = txn.open_table(CONTAINERS).map_err(db_err)?;
-                for c in gone {
-                    known_table.remove(&c.0).map_err(db_err)?;
-                }
-            }
-            // After the removals: a chunk moved by another client's prune from a gone
-            // container into an added one keeps its new location.
             for (id, meta) in added {
                 insert_entries(&txn, id, meta, |i, e| keep(&id, i, e))?;
             }
             mark_known(&txn, known)?;
+            txn.commit().map_err(db_err)
+        })
+    }
+
+    /// Records that the index reflects the damage records whose digest is `digest` (after a
+    /// command that wrote records has adjusted the index itself).
+    pub fn set_damage_digest(&self, digest: u64) -> Result<()> {
+        guarded(&self.path, || {
+            let txn = self.db().begin_write().map_err(db_err)?;
             txn.open_table(META)
                 .map_err(db_err)?
-                .insert(DAMAGE_DIGEST, damage_digest)
+                .insert(DAMAGE_DIGEST, digest)
                 .map_err(db_err)?;
-            txn.commit().map_err(db_err)?;
-            Ok(dropped.len() as u64)
+            txn.commit().map_err(db_err)
         })
     }
 

@@ -210,6 +210,7 @@ pub fn repair_packs(
         }
     }
     repo.index().forget_containers(&deleted)?;
+    repo.index_applies_damage_records()?;
     Ok(stats)
 }
 

@@ -19,6 +19,9 @@ pub struct DamageSet {
     by_chunk: HashMap<ChunkId, (ContainerId, String)>,
     /// Names of the record files this set was read from.
     pub record_names: Vec<String>,
+    /// The latest `time` of those records (kept when the set is rewritten without a new
+    /// finding).
+    pub latest_time: String,
 }
 
 impl DamageSet {
@@ -37,6 +40,9 @@ impl DamageSet {
                 Ok(rec) => {
                     set.add_record(&rec);
                     set.record_names.push(name);
+                    if rec.time > set.latest_time {
+                        set.latest_time = rec.time.clone();
+                    }
                 }
                 Err(e) => notices.push(format!("{what} skipped: {e}")),
             }

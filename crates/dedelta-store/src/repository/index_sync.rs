@@ -9,8 +9,10 @@
 //! - entries of added containers are taken in by the rules of a rebuild (see
 //!   [`super::index_rebuild`]): never a copy recorded as damaged, never a delta whose base has
 //!   no readable copy (a dead delta a prune left behind), and never over a copy the index
-//!   already names, unless that copy is leaving;
-//! - entries in deleted containers, and copies recorded as damaged, leave the index.
+//!   already names;
+//! - when containers were deleted (another client's prune) or the damage records changed
+//!   (another client's check or repair), the index is rebuilt instead: a prune keeps only the
+//!   copies its own client's index named, and records may drop copies or give them back.
 //!
 //! So a backup never deduplicates against a chunk another client deleted or found damaged.
 
@@ -27,12 +29,12 @@ use std::collections::HashSet;
 pub struct SyncStats {
     /// Containers taken in.
     pub added: u64,
-    /// Containers found deleted.
+    /// Containers found deleted (the index was then rebuilt).
     pub gone: u64,
-    /// Index entries dropped (in deleted containers, or recorded as damaged).
-    pub dropped: u64,
     /// What the user should know (unreadable metadata, skipped damage records).
     pub notices: Vec<String>,
+    /// Whether the index was rebuilt instead (the damage records changed).
+    pub rebuilt: bool,
 }
 
 /// Catches the index up with the repository's containers and damage records (see the module
@@ -52,9 +54,30 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
     let gone: HashSet<ContainerId> = known.difference(&listed).copied().collect();
     let mut added: Vec<ContainerId> = listed.difference(&known).copied().collect();
     added.sort();
-    let digest = damage.digest();
-    let damage_changed = digest != index.damage_digest()?;
-    if added.is_empty() && gone.is_empty() && !damage_changed {
+    let why = if damage.digest() != index.damage_digest()? {
+        // Records appeared (copies to drop) or went (copies dropped earlier that are good
+        // again: a container restored, or written again whole by a backup).
+        Some("the damage records changed")
+    } else if !gone.is_empty() {
+        // Another client's prune deleted containers. It kept only the copies *its* index
+        // named, and this index may name others (when two containers held a chunk, this
+        // client kept the copy it knew): the copies left are found only by reading every
+        // container's metadata again.
+        Some("containers were deleted by another client")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        let st = super::index_rebuild::rebuild_index(repo, &mut |_| {})?;
+        out.notices.push(format!(
+            "{why} since this index was last used; it was rebuilt"
+        ));
+        out.notices.extend(st.problems);
+        out.gone = gone.len() as u64;
+        out.rebuilt = true;
+        return Ok(out);
+    }
+    if added.is_empty() {
         return Ok(out);
     }
     let mut metas: Vec<(ContainerId, ContainerMeta)> = Vec::new();
@@ -74,23 +97,19 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
         }
     }
     // A delta's base must have a readable copy: a full one among the added containers, or
-    // one the index names outside the deleted containers.
+    // one the index names.
     let full = full_copies(&metas, &damage);
     let reader = index.reader()?;
-    let indexed_outside_gone = |c: &dedelta_core::ChunkId| {
-        reader.get(c).ok().flatten().is_some_and(|l| {
-            !gone.contains(&l.container) && damage.reason(&l.container, c).is_none()
-        })
-    };
+    let indexed = |c: &dedelta_core::ChunkId| reader.get(c).ok().flatten().is_some();
     let mut ignored = RepairStats::default();
     let mut chosen = choose_copies(
         &metas,
         &damage,
-        |b| full.contains(b) || indexed_outside_gone(b),
+        |b| full.contains(b) || indexed(b),
         &mut ignored,
     );
-    // Keep what the index already names, unless that copy is leaving.
-    chosen.retain(|id, _| !indexed_outside_gone(id));
+    // Keep the copies the index already names.
+    chosen.retain(|id, _| !indexed(id));
     drop(reader);
     let keep = |c: &ContainerId, i: u32, e: &crate::format::container::EntryMeta| {
         chosen
@@ -101,18 +120,7 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
         .iter()
         .map(|(id, meta)| (*id, meta.entries.len()))
         .chain(whole.iter().map(|id| (*id, 0)));
-    let recorded = |id: &dedelta_core::ChunkId, loc: &crate::client::index::ChunkLocation| {
-        damage.reason(&loc.container, id).is_some()
-    };
     out.added = metas.len() as u64 + whole.len() as u64;
-    out.gone = gone.len() as u64;
-    out.dropped = index.sync(
-        metas.iter().map(|(id, meta)| (*id, meta)),
-        keep,
-        known_now,
-        &gone,
-        damage_changed.then_some(&recorded),
-        digest,
-    )?;
+    index.take_in(metas.iter().map(|(id, meta)| (*id, meta)), keep, known_now)?;
     Ok(out)
 }

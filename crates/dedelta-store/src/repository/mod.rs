@@ -243,6 +243,14 @@ impl IndexedRepository {
         Ok(st)
     }
 
+    /// Records in the index that it reflects the damage records as they are now: for a
+    /// command that wrote records and adjusted the index itself (else the next open, seeing
+    /// records it has not applied, would rebuild the index).
+    pub fn index_applies_damage_records(&self) -> Result<()> {
+        let (set, _) = damage::DamageSet::load(self.backend().as_ref())?;
+        self.index.set_damage_digest(set.digest())
+    }
+
     /// Takes the notices gathered so far (an index that was rebuilt, records skipped).
     pub fn take_notices(&self) -> Vec<String> {
         std::mem::take(&mut *self.lock_notices())
@@ -277,6 +285,11 @@ pub struct ContainerWriter<'a> {
     pub written: Vec<ContainerId>,
     /// Bytes of those containers.
     pub bytes_written: u64,
+    /// With [`Self::clearing_healed_records`]: the containers damage records name.
+    recorded: Option<std::collections::HashSet<ContainerId>>,
+    /// Containers written under the name of a container recorded as damaged, whose records
+    /// were cleared.
+    pub healed: Vec<ContainerId>,
 }
 
 impl<'a> ContainerWriter<'a> {
@@ -289,7 +302,20 @@ impl<'a> ContainerWriter<'a> {
             container_size: repo.config().container_size,
             written: Vec::new(),
             bytes_written: 0,
+            recorded: None,
+            healed: Vec::new(),
         }
+    }
+
+    /// Makes the writer clear the damage records of a container it writes again. Names are
+    /// content hashes, so a container written under the name of one recorded as damaged (a
+    /// backup that stores the damaged chunks again, in the same order, writes the very
+    /// original) has replaced the damaged file with good bytes: its records are void, and
+    /// left in place they would keep its (good, indexed) chunks from being used.
+    pub fn clearing_healed_records(mut self) -> Result<Self> {
+        let (set, _) = damage::DamageSet::load(self.repo.backend().as_ref())?;
+        self.recorded = Some(set.containers());
+        Ok(self)
     }
 
     /// Adds a region, first storing the open container if the region would overflow it.
@@ -344,6 +370,17 @@ impl<'a> ContainerWriter<'a> {
         self.repo.index().insert_container(id, &meta)?;
         self.written.push(id);
         self.bytes_written += bytes.len() as u64;
+        if self.recorded.as_mut().is_some_and(|r| r.remove(&id)) {
+            // The container is durable and indexed before its records go.
+            let backend = self.repo.backend().as_ref();
+            let (mut set, _) = damage::DamageSet::load(backend)?;
+            let old = set.record_names.clone();
+            set.forget_container(&id);
+            let time = set.latest_time.clone();
+            damage::rewrite(backend, &set, &old, time)?;
+            self.repo.index_applies_damage_records()?;
+            self.healed.push(id);
+        }
         Ok(())
     }
 }

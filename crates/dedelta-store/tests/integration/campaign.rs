@@ -246,6 +246,8 @@ struct Figures {
     crash_points_by_write: BTreeMap<String, u64>,
     crashes_armed_past_the_end: u64,
     index_rebuilds: u64,
+    /// Reopens as the other client, whose index may be many steps behind.
+    client_switches: u64,
     no_space_injected: u64,
     corruptions_injected: u64,
     corruptions_detected: u64,
@@ -281,6 +283,7 @@ impl Figures {
         self.crash_points += o.crash_points;
         self.crashes_armed_past_the_end += o.crashes_armed_past_the_end;
         self.index_rebuilds += o.index_rebuilds;
+        self.client_switches += o.client_switches;
         self.no_space_injected += o.no_space_injected;
         self.corruptions_injected += o.corruptions_injected;
         self.corruptions_detected += o.corruptions_detected;
@@ -310,12 +313,13 @@ impl Figures {
         );
         let _ = writeln!(
             s,
-            "  backups completed {}; crash points hit {} {:?} (+{} armed past the end); index rebuilds {}",
+            "  backups completed {}; crash points hit {} {:?} (+{} armed past the end); index rebuilds {}; client switches {}",
             self.backups,
             self.crash_points,
             self.crash_points_by_write,
             self.crashes_armed_past_the_end,
-            self.index_rebuilds
+            self.index_rebuilds,
+            self.client_switches
         );
         let _ = writeln!(s, "  disk-fulls injected {}", self.no_space_injected);
         let _ = writeln!(
@@ -432,7 +436,11 @@ struct World {
     /// path (and fixed mtimes) make a replay with the same seed write the same bytes.
     dir: PathBuf,
     src: PathBuf,
+    /// The chunk index of the client running the commands.
     index: PathBuf,
+    /// The other client's index: each client keeps its own, and catches up with what the
+    /// other did when it opens the repository (see `step_reopen`).
+    other_index: PathBuf,
     fault: Arc<FaultBackend>,
     repo: Option<IndexedRepository>,
     model: BTreeMap<String, Expected>,
@@ -474,13 +482,15 @@ impl World {
             .unwrap();
         let src = dir.join("src");
         fs::create_dir_all(&src).unwrap();
-        let index = dir.join("index").join("chunks.redb");
+        let index = dir.join("client-a").join("chunks.redb");
+        let other_index = dir.join("client-b").join("chunks.redb");
         let fault = Arc::new(FaultBackend::new(inner));
         let mut w = World {
             rng: Rng(seed),
             dir,
             src,
             index,
+            other_index,
             fault,
             repo: None,
             model: BTreeMap::new(),
@@ -1697,11 +1707,61 @@ fn step_repair_snapshots(w: &mut World) -> Outcome {
     w.verify_all()
 }
 
+/// Reopens the repository, half the time as the other client, whose index has not seen
+/// anything since it last ran (backups, prunes, damage records of this client).
 fn step_reopen(w: &mut World) -> Outcome {
     let rebuild = w.rng.chance(50);
-    w.note(format!("  reopen (rebuild index: {rebuild})"));
+    let switch = w.rng.chance(50);
+    w.note(format!(
+        "  reopen (rebuild index: {rebuild}, as the other client: {switch})"
+    ));
+    if switch {
+        std::mem::swap(&mut w.index, &mut w.other_index);
+        w.figures.client_switches += 1;
+    }
+    // A fresh client has no index yet.
+    let rebuild = rebuild && w.index.exists();
     w.restart(rebuild)?;
+    // Before any check (which would rebuild an index that does not match): the index the
+    // open caught up names only containers that exist, and no copy recorded as damaged.
+    index_caught_up(w.repo())?;
     w.verify_check(false)
+}
+
+/// Every indexed copy is in a listed container and not recorded as damaged.
+fn index_caught_up(repo: &IndexedRepository) -> Outcome {
+    let listed: BTreeSet<String> = repo
+        .backend()
+        .list(FileKind::Container)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let (damage, _) = dedelta_store::repository::damage::DamageSet::load(repo.backend().as_ref())
+        .map_err(|e| e.to_string())?;
+    let mut wrong = Vec::new();
+    repo.index()
+        .for_each(|id, loc| {
+            let name = loc.container.to_hex();
+            if !listed.contains(&name) {
+                wrong.push(format!(
+                    "chunk {id} indexed in deleted container {}",
+                    &name[..8]
+                ));
+            } else if let Some(why) = damage.reason(&loc.container, &id) {
+                wrong.push(format!(
+                    "chunk {id} indexed although recorded as damaged: {why}"
+                ));
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    match wrong.first() {
+        None => Ok(()),
+        Some(first) => Err(format!(
+            "the index did not catch up ({} wrong entries), first: {first}",
+            wrong.len()
+        )),
+    }
 }
 
 /// Draws a step kind by weight; nudges toward forget when snapshots pile up.

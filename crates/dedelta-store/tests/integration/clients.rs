@@ -112,6 +112,18 @@ fn an_index_catches_up_with_containers_another_client_deleted() {
     })
     .unwrap();
     drop(a);
+    // b's index is rebuilt: a's prune kept only the copies a's index named (campaign seed
+    // 1522224658, step 106: with b's index caught up by dropping entries of deleted
+    // containers alone, chunks b knew elsewhere went missing).
+    let b = t.open("b");
+    let notices = b.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("deleted by another client")),
+        "{notices:?}"
+    );
+    drop(b);
     // b backs v1 up again: it must store it again, and restore it.
     let again = t.backup("b", &v1, 2);
     assert_eq!(t.restore("b", &again), v1);
@@ -207,4 +219,53 @@ fn an_index_does_not_take_in_dead_deltas_of_containers_it_never_saw() {
     assert_eq!(t.restore("b", &s3).len(), 1);
     let report = t.check("b");
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// Client b catches up while a container is recorded as damaged (its copies leave b's index);
+/// the container is then restored and a's check clears the records. When b opens again its
+/// index must name those copies again, or b could not restore snapshots that need them.
+#[test]
+fn an_index_takes_back_copies_whose_damage_records_were_cleared() {
+    let t = TwoClients::new();
+    let v = files([("f", text(200_000, 9))]);
+    let first = t.backup("a", &v, 0);
+    let a = t.open("a");
+    let (name, size) = a
+        .backend()
+        .list(FileKind::Container)
+        .unwrap()
+        .into_iter()
+        .max_by_key(|(_, size)| *size)
+        .unwrap();
+    drop(a);
+    let path = t.repo.join("containers").join(&name[..2]).join(&name);
+    let original = fs::read(&path).unwrap();
+    let mut bytes = original.clone();
+    // The metadata, just before the footer: the container is recorded whole.
+    bytes[size as usize - dedelta_store::format::container::FOOTER_LEN - 1] ^= 0x04;
+    fs::write(&path, bytes).unwrap();
+    assert!(!t.check("a").damage_recorded.is_empty());
+    let b = t.open("b");
+    assert!(b.restore_fails_for(&first));
+    drop(b);
+    fs::write(&path, original).unwrap();
+    let report = t.check("a");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(t.restore("b", &first), v);
+}
+
+trait RestoreFails {
+    fn restore_fails_for(&self, id: &str) -> bool;
+}
+
+impl RestoreFails for IndexedRepository {
+    /// Whether restoring snapshot `id` fails on some file (into a scratch directory).
+    fn restore_fails_for(&self, id: &str) -> bool {
+        let (_, snap): (_, Snapshot) = self.find_snapshot(id).unwrap();
+        let target = tempfile::tempdir().unwrap();
+        match restore_to(self, &snap, target.path()) {
+            Ok(st) => !st.errors.is_empty(),
+            Err(_) => true,
+        }
+    }
 }

@@ -555,3 +555,48 @@ fn repair_packs_salvages_a_container_whose_header_alone_is_damaged() {
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_eq!(env.restore(&first).unwrap(), files);
 }
+
+/// Found by the campaign (seed 3518320964, step 244, with the index in the client cache): a
+/// backup that stores the chunks of a container recorded as damaged again, in the same order,
+/// writes the very original container (names are content hashes) over the damaged file. Its
+/// records were left in place, void, so that the next client to catch up dropped the good
+/// copies from its index. The writer now clears them.
+#[test]
+fn a_backup_that_writes_a_damaged_container_again_clears_its_records() {
+    let mut env = Env::new(false);
+    // Incompressible data filling several containers: only data chunks, no tree, in the
+    // first ones.
+    let files = files([("a.bin", noise(400_000, 21))]);
+    env.write(&files);
+    env.backup();
+    let backend = env.repo.backend().clone();
+    let mut names: Vec<(String, u64)> = backend.list(FileKind::Container).unwrap();
+    names.sort_by_key(|(_, size)| std::cmp::Reverse(*size));
+    let cid = ContainerId::from_hex(&names[0].0).unwrap();
+    let path = env.container_path(&cid);
+    let original = fs::read(&path).unwrap();
+    let mut damaged = original.clone();
+    let at = damaged.len() - FOOTER_LEN - 1;
+    damaged[at] ^= 0x08;
+    fs::write(&path, damaged).unwrap();
+    let report = env.check(true);
+    assert!(
+        report.damage_recorded.iter().any(|c| c.container == cid),
+        "{:?}",
+        report.problems
+    );
+    let second = env.backup();
+    assert!(
+        fs::read(&path).unwrap() == original,
+        "the backup wrote the same container again, over the damaged file"
+    );
+    let (records, _) = DamageSet::load(backend.as_ref()).unwrap();
+    assert!(records.is_empty(), "{records:?}");
+    let report = env.check(true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
+    env.close();
+    env.reopen().unwrap();
+    assert!(env.repo.take_notices().is_empty());
+    assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
+}

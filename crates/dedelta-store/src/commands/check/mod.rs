@@ -424,6 +424,7 @@ pub fn check(
             })?;
         }
         repo.index().remove_chunks(&out_of_index)?;
+        repo.index_applies_damage_records()?;
     }
     if found.is_empty() && !damage.is_empty() {
         report.notices.push(format!(
