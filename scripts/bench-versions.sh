@@ -3,12 +3,15 @@
 # under one name) into a fresh repository per configuration, then restores every snapshot and
 # compares it bit-exact. Prints one JSON line per configuration.
 # Usage: scripts/bench-versions.sh WORKDIR "INIT-FLAGS" FILE...
+# The client cache goes to WORKDIR/cache. Prints the repository's du -sb (repo_du_mb) and the cache's.
 # BACKUP_FLAGS (environment) is passed to every backup, e.g. BACKUP_FLAGS=--no-cache.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DEDELTA_BIN:-$here/target/release/dedelta}
 work=$1; flags=$2; shift 2
-repo="$work/repo"; rm -rf "$repo"; mkdir -p "$work"
+repo="$work/repo"; rm -rf "$repo" "$work/cache"; mkdir -p "$work"
+# The client cache (chunk index, base cache) of this fresh repository, beside it.
+export DEDELTA_CACHE_DIR="$work/cache"
 # shellcheck disable=SC2086
 "$bin" init -r "$repo" $flags >/dev/null
 cat "$@" > /dev/null  # page cache
@@ -33,11 +36,14 @@ for id in $ids; do
 done
 rm -f "$work/restored.tar"
 stats=$("$bin" stats -r "$repo" --json)
-python3 - "$stats" "$flags" "$logical" "$backup_s" "$restore_s" "${BACKUP_FLAGS:-}" <<'PY'
+repo_du=$(du -sb "$repo" | cut -f1); cache_du=$(du -sb "$work/cache" 2>/dev/null | cut -f1 || echo 0)
+python3 - "$stats" "$flags" "$logical" "$backup_s" "$restore_s" "${BACKUP_FLAGS:-}" "$repo_du" "$cache_du" <<'PY'
 import json, sys
 s = json.loads(sys.argv[1]); logical = int(sys.argv[3]); b = float(sys.argv[4]); r = float(sys.argv[5])
+repo_du = int(sys.argv[7]); cache_du = int(sys.argv[8] or 0)
 print(json.dumps({"config": sys.argv[2], "backup_flags": sys.argv[6], "logical_mb": round(logical/1e6, 1), "stored_mb": round(s["stored_bytes"]/1e6, 2),
   "total_factor": round(logical / s["stored_bytes"], 2), "dedup": round(s["dedup_factor"], 2), "dcr": round(s["dcr"], 2),
   "dce": round(s["dce"], 2) if s["dce"] else None, "compression": round(s["compression_factor"], 2), "delta_chunks": s["delta_chunks"],
-  "backup_mb_s": round(logical/1e6/b, 1), "restore_mb_s": round(logical/1e6/r, 1)}))
+  "backup_mb_s": round(logical/1e6/b, 1), "restore_mb_s": round(logical/1e6/r, 1),
+  "repo_du_mb": round(repo_du/1e6, 2), "cache_du_mb": round(cache_du/1e6, 2)}))
 PY
