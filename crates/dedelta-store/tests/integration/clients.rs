@@ -13,7 +13,7 @@ use dedelta_store::format::snapshot::Snapshot;
 use dedelta_store::progress::NoProgress;
 use dedelta_store::{IndexedRepository, Repository};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 struct TwoClients {
     _tmp: tempfile::TempDir,
@@ -70,6 +70,19 @@ impl TwoClients {
         read_files(&restored_root(&target, &self.src()))
     }
 
+    /// The file of the biggest container (data, not a tree).
+    fn biggest_container(&self) -> PathBuf {
+        let (name, _) = self
+            .open("a")
+            .backend()
+            .list(FileKind::Container)
+            .unwrap()
+            .into_iter()
+            .max_by_key(|(_, size)| *size)
+            .unwrap();
+        self.repo.join("containers").join(&name[..2]).join(&name)
+    }
+
     fn check(&self, who: &str) -> check::CheckReport {
         let repo = self.open(who);
         locked(&repo, &me(), |lock| {
@@ -79,10 +92,6 @@ impl TwoClients {
     }
 }
 
-fn index_path_of(repo: &IndexedRepository) -> &Path {
-    repo.index_path()
-}
-
 /// The index is not in the repository: each client keeps its own under its cache root.
 #[test]
 fn the_index_lives_in_the_client_cache_not_in_the_repository() {
@@ -90,8 +99,8 @@ fn the_index_lives_in_the_client_cache_not_in_the_repository() {
     t.backup("a", &files([("f", text(50_000, 1))]), 0);
     assert!(!t.repo.join("index").exists());
     let a = t.open("a");
-    assert!(index_path_of(&a).starts_with(t.root.join("cache-a")));
-    assert!(index_path_of(&a).is_file());
+    assert!(a.index_path().starts_with(t.root.join("cache-a")));
+    assert!(a.index_path().is_file());
 }
 
 /// Client b's index names chunks that client a's prune then deletes. When b opens the
@@ -168,16 +177,7 @@ fn an_index_drops_copies_another_client_recorded_as_damaged() {
     t.backup("a", &v, 0);
     t.backup("b", &files([("y", text(5_000, 8))]), 1);
     // Damage a region of the biggest container (f's data).
-    let a = t.open("a");
-    let (name, _) = a
-        .backend()
-        .list(FileKind::Container)
-        .unwrap()
-        .into_iter()
-        .max_by_key(|(_, size)| *size)
-        .unwrap();
-    drop(a);
-    let path = t.repo.join("containers").join(&name[..2]).join(&name);
+    let path = t.biggest_container();
     let mut bytes = fs::read(&path).unwrap();
     bytes[40] ^= 0x10;
     fs::write(&path, bytes).unwrap();
@@ -229,20 +229,11 @@ fn an_index_takes_back_copies_whose_damage_records_were_cleared() {
     let t = TwoClients::new();
     let v = files([("f", text(200_000, 9))]);
     let first = t.backup("a", &v, 0);
-    let a = t.open("a");
-    let (name, size) = a
-        .backend()
-        .list(FileKind::Container)
-        .unwrap()
-        .into_iter()
-        .max_by_key(|(_, size)| *size)
-        .unwrap();
-    drop(a);
-    let path = t.repo.join("containers").join(&name[..2]).join(&name);
+    let path = t.biggest_container();
     let original = fs::read(&path).unwrap();
     let mut bytes = original.clone();
     // The metadata, just before the footer: the container is recorded whole.
-    bytes[size as usize - dedelta_store::format::container::FOOTER_LEN - 1] ^= 0x04;
+    bytes[original.len() - dedelta_store::format::container::FOOTER_LEN - 1] ^= 0x04;
     fs::write(&path, bytes).unwrap();
     assert!(!t.check("a").damage_recorded.is_empty());
     let b = t.open("b");
