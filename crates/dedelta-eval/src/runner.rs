@@ -348,7 +348,11 @@ pub fn run_config(
         restore_mb_s: Some(restored as f64 / 1e6 / f64::max(restore_s, 1e-9)),
         restore_speed_factor: Some(rsf(restored, containers)),
         restore_read_amplification: Some(read_bytes as f64 / restored.max(1) as f64),
-        index_bytes: std::fs::metadata(repo.index_path()).ok().map(|m| m.len()),
+        index_bytes: {
+            // As the CLI leaves it after a command (compacted when mostly free space).
+            let _ = repo.index().compact_if_worthwhile();
+            std::fs::metadata(repo.index_path()).ok().map(|m| m.len())
+        },
         base_cache_bytes: config
             .delta
             .enabled()

@@ -4,7 +4,7 @@
 //! Exit codes: 0 saved; 3 saved, but some sources could not be read (each named in a
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
-use super::{host, now_rfc3339, open_locked, progress_bar, DeltaArgs, RepoArg};
+use super::{finish, host, now_rfc3339, open_locked, progress_bar, DeltaArgs, RepoArg};
 use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
 use clap::Args;
@@ -87,7 +87,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     }))?;
     let res = backup::backup(&r, &lock, opts, &workers, &progress)?;
     progress.finish();
-    lock.release()?;
+    finish(&r, lock)?;
     render::backup(&res, args.json)?;
     Ok(if res.warnings.is_empty() {
         0

@@ -5,7 +5,7 @@
 //! Exit codes: 0 no errors; 1 errors found (each printed), or the check could not run;
 //! 10 no repository; 11 locked.
 
-use super::{now_rfc3339, open_locked, progress_bar, RepoArg};
+use super::{finish, now_rfc3339, open_locked, progress_bar, RepoArg};
 use crate::render::{self, print_notices};
 use crate::EXIT_ERROR;
 use anyhow::Result;
@@ -31,7 +31,7 @@ pub fn run(args: CheckArgs) -> Result<u8> {
     let progress = progress_bar(args.json);
     let report = check::check(&r, &lock, args.read_data, &now_rfc3339(), &progress)?;
     progress.finish();
-    lock.release()?;
+    finish(&r, lock)?;
     print_notices(&report.notices);
     render::check(&report, args.read_data, args.json)?;
     Ok(if report.problems.is_empty() {

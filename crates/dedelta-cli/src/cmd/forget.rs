@@ -87,6 +87,7 @@ pub fn run(args: ForgetArgs) -> Result<u8> {
         let opts = prune::PruneOptions::default();
         let st = super::prune::execute(&r, &lock, &opts, args.json)?;
         render::prune(&st, args.json)?;
+        return super::finish(&r, lock).map(|()| 0);
     }
     lock.release()?;
     Ok(0)

@@ -186,6 +186,16 @@ pub fn open_locked(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, 
     Ok((r, lock))
 }
 
+/// Ends a command that wrote to the index: compacts the index file if most of it is free
+/// space (a failure to do so is only a notice), then releases the lock.
+pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
+    if let Err(e) = r.index().compact_if_worthwhile() {
+        print_notices(&[format!("the chunk index could not be compacted: {e}")]);
+    }
+    lock.release()?;
+    Ok(())
+}
+
 /// A progress bar on stderr, drawn only when stderr is a terminal and the result is not
 /// JSON (whose reader is a program).
 pub fn progress_bar(json: bool) -> progress::Bar {

@@ -4,7 +4,7 @@
 //!
 //! Exit codes: 0 pruned (or planned); 1 the prune stopped; 10 no repository; 11 locked.
 
-use super::{open_locked, progress_bar, RepoArg};
+use super::{finish, open_locked, progress_bar, RepoArg};
 use crate::render;
 use anyhow::Result;
 use clap::Args;
@@ -36,7 +36,7 @@ pub fn run(args: PruneArgs) -> Result<u8> {
         dry_run: args.dry_run,
     };
     let st = execute(&r, &lock, &opts, args.json)?;
-    lock.release()?;
+    finish(&r, lock)?;
     render::prune(&st, args.json)?;
     Ok(0)
 }

@@ -8,7 +8,7 @@
 //! Exit codes: 0 repaired (or nothing to repair); 1 `repair index` met problems it names,
 //! or a repair stopped; 10 no repository; 11 locked.
 
-use super::{now_rfc3339, open_locked, progress_bar, RepoArg};
+use super::{finish, now_rfc3339, open_locked, progress_bar, RepoArg};
 use crate::render::{self, print_warnings};
 use crate::EXIT_ERROR;
 use anyhow::Result;
@@ -87,7 +87,7 @@ pub fn run(args: RepairArgs) -> Result<u8> {
 fn index(args: IndexArgs) -> Result<u8> {
     let (r, lock) = open_locked(&args.repo, "repair index")?;
     let st = repair::rebuild_index(&r, &mut |w| print_warnings(&[w]))?;
-    lock.release()?;
+    finish(&r, lock)?;
     render::repair_index(&st, args.json)?;
     Ok(if st.problems.is_empty() {
         0
@@ -102,7 +102,7 @@ fn packs(args: PacksArgs) -> Result<u8> {
     let progress = progress_bar(args.json);
     let st = repair_packs::repair_packs(&r, &lock, &args.containers, &now_rfc3339(), &progress)?;
     progress.finish();
-    lock.release()?;
+    finish(&r, lock)?;
     render::repair_packs(&st, args.json)?;
     Ok(0)
 }
@@ -117,7 +117,7 @@ fn snapshots(args: SnapshotsArgs) -> Result<u8> {
     };
     let st = repair_snapshots::repair_snapshots(&r, &lock, &opts, &progress)?;
     progress.finish();
-    lock.release()?;
+    finish(&r, lock)?;
     render::repair_snapshots(&st, &opts, args.json)?;
     Ok(0)
 }

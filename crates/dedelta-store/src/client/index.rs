@@ -39,6 +39,9 @@ const DAMAGE_DIGEST: &str = "damage_digest";
 /// that a client sees which containers other clients added or deleted since.
 const CONTAINERS: TableDefinition<&[u8; 32], u32> = TableDefinition::new("containers");
 
+/// Smaller index files are not worth compacting.
+const COMPACT_MIN_BYTES: u64 = 1 << 20;
+
 /// The key of one super-feature in the sketch table.
 pub fn sketch_key(position: usize, sf: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
@@ -156,6 +159,34 @@ impl ChunkIndex {
             let txn = self.db().begin_read().map_err(db_err)?;
             let meta = txn.open_table(META).map_err(db_err)?;
             Ok(meta.get(COMPLETE).map_err(db_err)?.map(|v| v.value()) == Some(SCHEMA))
+        })
+    }
+
+    /// Compacts the file when most of it is free space (redb never gives pages back to the
+    /// file system by itself: an index grows with every commit, and stays large after a prune
+    /// or a rebuild). Returns the file's sizes before and after, if it compacted. Needs no
+    /// read view to be alive (the caller's command is over).
+    pub fn compact_if_worthwhile(&self) -> Result<Option<(u64, u64)>> {
+        let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let before = len(&self.path);
+        if before < COMPACT_MIN_BYTES {
+            return Ok(None);
+        }
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        guarded(&self.path, || {
+            let live = {
+                let txn = db.begin_write().map_err(db_err)?;
+                let st = txn.stats().map_err(db_err)?;
+                let live = st.stored_bytes() + st.metadata_bytes();
+                txn.abort().map_err(db_err)?;
+                live
+            };
+            // Pages redb holds free (its "fragmented" bytes) are what compaction gives back.
+            if before < 2 * live {
+                return Ok(None);
+            }
+            while db.compact().map_err(db_err)? {}
+            Ok(Some((before, len(&self.path))))
         })
     }
 
@@ -480,5 +511,63 @@ impl IndexReader {
                 .map_err(db_err)?
                 .map(|v| ChunkId(*v.value())))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::container::EntryKind;
+
+    /// A container of `n` full entries with three super-features each.
+    fn container(seed: u64, n: u32) -> (ContainerId, ContainerMeta) {
+        let entries = (0..n)
+            .map(|i| EntryMeta {
+                id: ChunkId::of(&[seed.to_le_bytes(), u64::from(i).to_le_bytes()].concat()),
+                kind: EntryKind::Full,
+                region: 0,
+                offset: i * 100,
+                stored_len: 100,
+                original_len: 100,
+                super_features: vec![seed * 1_000_003 + u64::from(i), 1, 2],
+            })
+            .collect();
+        let id = ContainerId(ChunkId::of(&seed.to_le_bytes()).0);
+        (
+            id,
+            ContainerMeta {
+                regions: vec![],
+                entries,
+            },
+        )
+    }
+
+    /// One durable commit per container, as a backup makes them, leaves most of the file
+    /// free; compaction gives it back, and every entry is still found.
+    #[test]
+    fn compaction_shrinks_a_grown_index_and_keeps_every_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = ChunkIndex::open(&dir.path().join("chunks.redb")).unwrap();
+        let mut all = Vec::new();
+        for seed in 0..200 {
+            let (id, meta) = container(seed, 100);
+            index.insert_container(id, &meta).unwrap();
+            all.push((id, meta));
+        }
+        let (before, after) = index
+            .compact_if_worthwhile()
+            .unwrap()
+            .expect("a grown index is compacted");
+        assert!(after * 2 < before, "{before} -> {after}");
+        let r = index.reader().unwrap();
+        for (id, meta) in &all {
+            for (i, e) in meta.entries.iter().enumerate() {
+                let loc = r.get(&e.id).unwrap().unwrap();
+                assert_eq!((loc.container, loc.entry), (*id, i as u32));
+            }
+        }
+        drop(r);
+        // Compacted already: nothing more to gain.
+        assert_eq!(index.compact_if_worthwhile().unwrap(), None);
     }
 }
