@@ -185,6 +185,16 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
     );
     outln!("containers:         {}", s.containers);
     outln!("repository bytes:   {}", bytes(s.repository_bytes));
+    let b = &s.breakdown;
+    outln!(
+        "  full chunks {}, deltas {}, trees {}, container metadata {}, snapshots {}, other {}",
+        mb(b.full_chunks),
+        mb(b.deltas),
+        mb(b.trees),
+        mb(b.container_metadata),
+        mb(b.snapshots),
+        mb(b.other)
+    );
     outln!(
         "client cache bytes: {} (index {})",
         bytes(s.cache_bytes),

@@ -246,8 +246,9 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     let _ = writeln!(
         s,
         "- What is measured. *stored MB*: for dedelta the bytes of all containers (`stats` \
-         `stored_bytes`; snapshots and the local index not included, `repo_bytes` in \
-         results.csv has the whole directory); for restic and borg the repository \
+         `stored_bytes`; snapshots not included, `repo_bytes` in results.csv has the \
+         whole directory, and `index_bytes` the client's chunk index, which is kept in \
+         its cache and not in the repository); for restic and borg the repository \
          directory; for zstd and xdelta3 the output files. *Factors, DCR, DCE*: from \
          `dedelta stats` of each repository. *SF, delta encode/decode MB/s*: single thread, \
          fastest of 3 runs, on the non-duplicate chunks (SF) and the {} Finesse-similar \

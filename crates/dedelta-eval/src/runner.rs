@@ -85,7 +85,8 @@ pub struct ConfigResult {
     /// Bytes stored: for dedelta the containers (`stats` `stored_bytes`), for peers the
     /// repository directory or output files.
     pub stored_bytes: u64,
-    /// Bytes of the whole repository directory (containers, snapshots, index, locks).
+    /// Bytes of the whole repository directory (containers, snapshots, locks; the chunk
+    /// index is a client cache, in `index_bytes`).
     pub repo_bytes: u64,
     /// logical / stored.
     pub total_factor: f64,
@@ -127,7 +128,7 @@ pub struct ConfigResult {
     pub restore_speed_factor: Option<f64>,
     /// Stored bytes read / bytes restored.
     pub restore_read_amplification: Option<f64>,
-    /// Bytes of the redb chunk index file.
+    /// Bytes of the client's redb chunk index file (in its cache, not in the repository).
     pub index_bytes: Option<u64>,
     /// Configured base cache of the backup (bytes).
     pub base_cache_bytes: Option<u64>,

@@ -131,6 +131,30 @@ fn stats_json_and_repair_index() {
         fs::metadata(f.index_file()).unwrap().len()
     );
     assert!(s["cache_bytes"].as_u64().unwrap() >= s["index_bytes"].as_u64().unwrap());
+    // Where the bytes go: the parts add up to the repository, and this tree has all kinds.
+    let b = &s["breakdown"];
+    let part = |k: &str| {
+        b[k].as_u64()
+            .unwrap_or_else(|| panic!("breakdown.{k}: {s}"))
+    };
+    let keys = [
+        "full_chunks",
+        "deltas",
+        "trees",
+        "container_metadata",
+        "snapshots",
+        "other",
+    ];
+    assert_eq!(keys.iter().map(|k| part(k)).sum::<u64>(), repo_bytes, "{s}");
+    for k in [
+        "full_chunks",
+        "trees",
+        "container_metadata",
+        "snapshots",
+        "other",
+    ] {
+        assert!(part(k) > 0, "{k}: {s}");
+    }
     let stored: u64 = f
         .containers()
         .iter()

@@ -56,6 +56,27 @@ pub struct RepoStats {
     pub cache_bytes: u64,
     /// Bytes of the chunk index file, part of [`Self::cache_bytes`].
     pub index_bytes: u64,
+    /// Where the repository's bytes go.
+    pub breakdown: BytesBreakdown,
+}
+
+/// Where the repository's bytes go; the parts add up to [`RepoStats::repository_bytes`]. A
+/// region is compressed whole, so its stored bytes are shared among its entries by their raw
+/// lengths.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct BytesBreakdown {
+    /// Full chunks of file data.
+    pub full_chunks: u64,
+    /// Delta payloads.
+    pub deltas: u64,
+    /// Chunks of the snapshots' tree streams (directory entries and file recipes).
+    pub trees: u64,
+    /// Container headers, metadata sections (entry records, sketches) and footers.
+    pub container_metadata: u64,
+    /// Snapshot files.
+    pub snapshots: u64,
+    /// The config, locks and damage records.
+    pub other: u64,
 }
 
 /// Computes the statistics.
@@ -63,10 +84,13 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     let mut s = RepoStats::default();
     let snapshots = list(repo.backend().as_ref())?;
     s.warnings = snapshots.warnings();
+    let mut tree_chunks = std::collections::HashSet::new();
     for (_, snap) in snapshots.snapshots {
         s.snapshots += 1;
         s.logical_bytes += snap.summary.bytes_read;
+        tree_chunks.extend(snap.tree.chunks);
     }
+    let b = &mut s.breakdown;
     for (name, size) in repo.backend().list(FileKind::Container)? {
         let meta = match read_container_meta(repo.backend().as_ref(), &name) {
             Ok(m) => m,
@@ -77,7 +101,17 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
         };
         s.containers += 1;
         s.stored_bytes += size;
+        let regions: u64 = meta.regions.iter().map(|r| u64::from(r.stored_len)).sum();
+        b.container_metadata += size.saturating_sub(regions);
         for e in &meta.entries {
+            let share = meta.regions.get(e.region as usize).map_or(0, |r| {
+                u64::from(r.stored_len) * u64::from(e.stored_len) / u64::from(r.raw_len).max(1)
+            });
+            match e.kind {
+                _ if tree_chunks.contains(&e.id) => b.trees += share,
+                EntryKind::Full => b.full_chunks += share,
+                EntryKind::Delta { .. } => b.deltas += share,
+            }
             s.chunks += 1;
             s.unique_bytes += u64::from(e.original_len);
             s.after_delta_bytes += u64::from(e.stored_len);
@@ -92,13 +126,23 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
         }
     }
     for kind in FileKind::ALL {
-        s.repository_bytes += repo
+        let bytes: u64 = repo
             .backend()
             .list(kind)?
             .iter()
             .map(|(_, size)| size)
-            .sum::<u64>();
+            .sum();
+        s.repository_bytes += bytes;
+        match kind {
+            FileKind::Container => {}
+            FileKind::Snapshot => s.breakdown.snapshots += bytes,
+            _ => s.breakdown.other += bytes,
+        }
     }
+    // What rounding in the shares left out of the entries goes to the metadata.
+    let b = &mut s.breakdown;
+    let parts = b.full_chunks + b.deltas + b.trees + b.container_metadata;
+    b.container_metadata += s.stored_bytes.saturating_sub(parts);
     if let Some(dir) = repo.index_path().parent() {
         s.cache_bytes = crate::client::cache::dir_bytes(dir);
     }
