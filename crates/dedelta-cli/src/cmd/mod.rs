@@ -89,6 +89,10 @@ pub struct DeltaArgs {
     /// Minimum saving for a delta to be kept, in percent of the chunk's compressed size.
     #[arg(long)]
     min_saving_percent: Option<f64>,
+    /// Candidate bases tried per chunk from the sketch index (1 = the papers' FirstFit; more
+    /// keeps the smallest delta of FirstFit's further matches too; at most 8).
+    #[arg(long)]
+    candidates: Option<usize>,
 }
 
 impl DeltaArgs {
@@ -132,6 +136,9 @@ impl DeltaArgs {
         }
         if let Some(p) = self.min_saving_percent {
             cfg.min_saving = p / 100.0;
+        }
+        if let Some(n) = self.candidates {
+            cfg.candidates = n;
         }
         cfg.validate()?;
         Ok(())

@@ -59,7 +59,10 @@ impl<Id: Clone> FirstFitIndex<Id> {
 
     /// The FirstFit base for `sfs`: the id stored under the first position whose value is
     /// known (the first id inserted with it), or `None` when no super-feature is known.
-    pub fn lookup(&self, sfs: &SuperFeatures) -> Option<Id> {
+    pub fn lookup(&self, sfs: &SuperFeatures) -> Option<Id>
+    where
+        Id: PartialEq,
+    {
         let never = |_, _| Ok::<_, Infallible>(None);
         match self.lookup_with_backing(sfs, never) {
             Ok(found) => found,
@@ -77,17 +80,48 @@ impl<Id: Clone> FirstFitIndex<Id> {
     pub fn lookup_with_backing<E>(
         &self,
         sfs: &SuperFeatures,
+        backing: impl FnMut(usize, u64) -> Result<Option<Id>, E>,
+    ) -> Result<Option<Id>, E>
+    where
+        Id: PartialEq,
+    {
+        Ok(self.matches_with_backing(sfs, 1, backing)?.pop())
+    }
+
+    /// Up to `limit` distinct candidates, in FirstFit order: at each position in order, the
+    /// id this index holds, else `backing(position, value)`'s. The first is
+    /// [`Self::lookup_with_backing`]'s answer; the others are what a best-of-N base choice
+    /// (beyond the papers) also tries. `backing` is not called for a position this index
+    /// answers, nor once `limit` ids are found.
+    ///
+    /// # Errors
+    ///
+    /// The first error `backing` returns, as is (the lookup stops there).
+    pub fn matches_with_backing<E>(
+        &self,
+        sfs: &SuperFeatures,
+        limit: usize,
         mut backing: impl FnMut(usize, u64) -> Result<Option<Id>, E>,
-    ) -> Result<Option<Id>, E> {
+    ) -> Result<Vec<Id>, E>
+    where
+        Id: PartialEq,
+    {
+        let mut out: Vec<Id> = Vec::new();
         for (position, sf) in sfs.0.iter().enumerate() {
-            if let Some(id) = self.first.get(&(position, *sf)) {
-                return Ok(Some(id.clone()));
+            if out.len() >= limit {
+                break;
             }
-            if let Some(id) = backing(position, *sf)? {
-                return Ok(Some(id));
+            let found = match self.first.get(&(position, *sf)) {
+                Some(id) => Some(id.clone()),
+                None => backing(position, *sf)?,
+            };
+            if let Some(id) = found {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
             }
         }
-        Ok(None)
+        Ok(out)
     }
 
     /// Distinct (position, value) keys held.
@@ -253,5 +287,26 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn matches_are_distinct_in_position_order_up_to_the_limit() {
+        let index: FirstFitIndex<&str> = [("a", sf(&[1, 2, 3])), ("b", sf(&[4, 5, 6]))]
+            .into_iter()
+            .collect();
+        // Position 0 -> a, 1 -> b (from the backing table), 2 -> a again (counted once).
+        let backing = |p: usize, v: u64| Ok::<_, ()>(((p, v) == (1, 9)).then_some("b"));
+        let all = index
+            .matches_with_backing(&sf(&[1, 9, 3]), 8, backing)
+            .unwrap();
+        assert_eq!(all, vec!["a", "b"]);
+        let first = index
+            .matches_with_backing(&sf(&[1, 9, 3]), 1, backing)
+            .unwrap();
+        assert_eq!(first, vec!["a"]);
+        assert_eq!(
+            index.lookup_with_backing(&sf(&[1, 9, 3]), backing),
+            Ok(Some("a"))
+        );
     }
 }

@@ -169,7 +169,12 @@ impl<'a> DeltaStage<'a> {
                 });
                 delta.len() as f64 <= cost as f64 * keep
             };
-            if keep_it {
+            // A later candidate (best-of-N) replaces a kept delta only when smaller.
+            let better = match &c.stored {
+                Stored::Delta { delta: kept, .. } => delta.len() < kept.len(),
+                Stored::Full => true,
+            };
+            if keep_it && better {
                 c.stored = Stored::Delta { base, delta };
                 c.source = Some(source);
             }
@@ -190,16 +195,18 @@ impl<'a> DeltaStage<'a> {
         // 1. Candidates, in order: DupAdj's first, then the sketch index's.
         let t = Instant::now();
         for (c, hint) in batch.iter_mut().zip(hints) {
-            c.candidates = self.search.candidates(hint, &c.sfs)?;
+            c.candidates = self.search.candidates(hint, &c.sfs, self.cfg.candidates)?;
         }
         StageTimes::add(&self.times.base_read, t);
         // 2. Bases and delta encoding, one round per candidate rank.
+        let best_of = self.cfg.candidates;
         let rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
         for round in 0..rounds {
             let t = Instant::now();
             let mut any = false;
             for c in batch.iter_mut() {
-                if matches!(c.stored, Stored::Delta { .. }) {
+                // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
+                if best_of == 1 && matches!(c.stored, Stored::Delta { .. }) {
                     continue;
                 }
                 let Some(&(candidate, source)) = c.candidates.get(round) else {

@@ -89,6 +89,9 @@ impl SketchIndexKind {
     }
 }
 
+/// Most candidate bases tried per chunk ([`DeltaConfig::candidates`]).
+pub const MAX_CANDIDATES: usize = 8;
+
 /// Resemblance detection and delta compression settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeltaConfig {
@@ -110,6 +113,19 @@ pub struct DeltaConfig {
     pub base_cache_bytes: usize,
     /// Containers whose sketches the stream-informed index keeps.
     pub stream_cache_containers: usize,
+    /// Candidate bases tried per chunk from the sketch index: 1 is the papers' FirstFit (the
+    /// first delta that saves enough is kept); more tries FirstFit's further matches too and
+    /// keeps the smallest delta (beyond the papers). Absent means 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub candidates: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl Default for DeltaConfig {
@@ -124,6 +140,7 @@ impl Default for DeltaConfig {
             min_saving: 0.1,
             base_cache_bytes: 256 << 20,
             stream_cache_containers: 64,
+            candidates: 1,
         }
     }
 }
@@ -152,6 +169,11 @@ impl DeltaConfig {
         }
         if !(0.0..1.0).contains(&self.min_saving) {
             return Err(Error::InvalidOption("min_saving must be in [0, 1)".into()));
+        }
+        if !(1..=MAX_CANDIDATES).contains(&self.candidates) {
+            return Err(Error::InvalidOption(format!(
+                "candidates must be 1 to {MAX_CANDIDATES}"
+            )));
         }
         if self.stream_cache_containers == 0 {
             return Err(Error::InvalidOption(
@@ -299,6 +321,30 @@ mod tests {
         assert_eq!(v, expected);
         let bytes = cfg.to_bytes();
         assert_eq!(RepoConfig::from_bytes(&bytes).unwrap(), cfg);
+    }
+
+    /// `delta.candidates`: absent means 1, written only when not 1, 1 ..= 8.
+    #[test]
+    fn candidates_key() {
+        let cfg = DeltaConfig::recommended();
+        assert!(serde_json::to_value(&cfg)
+            .unwrap()
+            .get("candidates")
+            .is_none());
+        let four = DeltaConfig {
+            candidates: 4,
+            ..cfg.clone()
+        };
+        let v = serde_json::to_value(&four).unwrap();
+        assert_eq!(v["candidates"], 4);
+        assert_eq!(serde_json::from_value::<DeltaConfig>(v).unwrap(), four);
+        for bad in [0, MAX_CANDIDATES + 1] {
+            let c = DeltaConfig {
+                candidates: bad,
+                ..cfg.clone()
+            };
+            assert!(c.validate().is_err(), "{bad} accepted");
+        }
     }
 
     /// Unknown keys are ignored; a missing `delta` means delta compression off; the payload's

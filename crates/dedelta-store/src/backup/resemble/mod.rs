@@ -64,18 +64,20 @@ impl<'a> CandidateSearch<'a> {
     }
 
     /// The candidates of a new chunk, in the order to try them: its DupAdj hint, then the
-    /// sketch index's FirstFit match (if different).
+    /// sketch index's FirstFit match and, up to `sketch_limit`, its further matches (each
+    /// once).
     pub fn candidates(
         &mut self,
         dupadj_hint: Option<ChunkId>,
         sfs: &SuperFeatures,
+        sketch_limit: usize,
     ) -> Result<Vec<(ChunkId, CandidateSource)>> {
-        let mut out = Vec::with_capacity(2);
+        let mut out = Vec::with_capacity(1 + sketch_limit);
         if let Some(a) = dupadj_hint {
             out.push((a, CandidateSource::DupAdj));
         }
         if let Some(s) = self.sketches.as_mut() {
-            if let Some(c) = s.lookup(sfs)? {
+            for c in s.lookup(sfs, sketch_limit)? {
                 if !out.iter().any(|(w, _)| *w == c) {
                     out.push((c, CandidateSource::Sketch));
                 }

@@ -26,8 +26,10 @@ use std::sync::Arc;
 
 /// Finds candidate bases by super-feature.
 pub trait SketchIndex: Send {
-    /// FirstFit: the chunk of the first super-feature of `sfs` that is known.
-    fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>>;
+    /// Up to `limit` distinct candidates in FirstFit order (see
+    /// [`dedelta_core::sketch::first_fit::FirstFitIndex::matches_with_backing`]); the first is
+    /// FirstFit's choice.
+    fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>>;
     /// Records a full chunk stored by the running backup.
     fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures);
     /// Deduplication found a duplicate stored in `container` (the stream-locality signal).
@@ -57,10 +59,10 @@ impl FullSketchIndex {
 }
 
 impl SketchIndex for FullSketchIndex {
-    fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
+    fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>> {
         let reader = &self.reader;
         self.overlay
-            .lookup_with_backing(sfs, |i, sf| reader.sketch(i, sf))
+            .matches_with_backing(sfs, limit, |i, sf| reader.sketch(i, sf))
     }
 
     fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
@@ -102,9 +104,9 @@ impl StreamSketchIndex {
 }
 
 impl SketchIndex for StreamSketchIndex {
-    fn lookup(&mut self, sfs: &SuperFeatures) -> Result<Option<ChunkId>> {
+    fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>> {
         let (map, containers) = (&self.map, &mut self.containers);
-        self.overlay.lookup_with_backing(sfs, |i, sf| {
+        self.overlay.matches_with_backing(sfs, limit, |i, sf| {
             Ok(map.get(&(i as u8, sf)).map(|(id, c)| {
                 containers.get(c); // a hit refreshes its container
                 *id
