@@ -2,7 +2,8 @@
 //!
 //! Appends the compressed regions, in stream order, to containers; each full container is
 //! stored durably and then indexed ([`ContainerWriter`]): data before index, the crash-safety
-//! order.
+//! order. Containers are indexed in batches, the last before the snapshot is written (a crash
+//! before leaves durable containers that the next open takes into the index).
 
 use super::closed;
 use super::metrics::StageTimes;
@@ -27,7 +28,9 @@ pub(super) fn run(
     regions: Receiver<Receiver<CompressedRegion>>,
     times: &StageTimes,
 ) -> Result<WriterStats> {
-    let mut writer = ContainerWriter::new(repo).clearing_healed_records()?;
+    let mut writer = ContainerWriter::new(repo)
+        .clearing_healed_records()?
+        .indexing_in_batches();
     for rx in regions {
         let region = rx.recv().map_err(closed)?;
         let t = Instant::now();
@@ -36,6 +39,9 @@ pub(super) fn run(
     }
     let t = Instant::now();
     writer.seal()?;
+    // The snapshot is written after this returns: its containers are durable, and now
+    // indexed.
+    writer.index_pending()?;
     StageTimes::add(&times.write, t);
     Ok(WriterStats {
         containers: writer.written.len() as u64,

@@ -84,10 +84,8 @@ impl<'a> ChunkLocator<'a> {
         self.stats
     }
 
-    /// Re-reads the index, caught up with the repository (another client's prune may have
-    /// moved chunks), to see chunks committed since this locator was made.
+    /// Re-reads the index, to see chunks committed since this locator was made.
     pub fn refresh_index(&mut self) -> Result<()> {
-        self.repo.sync_index()?;
         self.index = self.repo.index().reader()?;
         Ok(())
     }
@@ -182,6 +180,9 @@ impl<'a> ChunkLocator<'a> {
     pub fn locate(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
         match self.locate_once(id) {
             Err(Located::Gone(first)) => {
+                // Caught up with the repository first: another client's prune may have moved
+                // the chunk, and only this client's own commands update its index.
+                self.repo.sync_index()?;
                 self.refresh_index()?;
                 match self.locate_once(id) {
                     Ok(c) => Ok(c),

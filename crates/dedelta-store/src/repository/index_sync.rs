@@ -33,7 +33,8 @@ pub struct SyncStats {
     pub gone: u64,
     /// What the user should know (unreadable metadata, skipped damage records).
     pub notices: Vec<String>,
-    /// Whether the index was rebuilt instead (the damage records changed).
+    /// Whether the index was rebuilt instead (containers deleted, or the damage records
+    /// changed).
     pub rebuilt: bool,
 }
 
