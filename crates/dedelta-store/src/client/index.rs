@@ -43,6 +43,13 @@ const CONTAINERS: TableDefinition<&[u8; 32], u32> = TableDefinition::new("contai
 /// memory grow with the repository: 1.46 GB after 4 GB of unique data).
 const INDEX_CACHE_BYTES: usize = 64 << 20;
 
+/// The key in [`META`] of the file length when [`ChunkIndex::compact_if_worthwhile`] last
+/// measured what the file holds.
+const MEASURED_LEN: &str = "measured_len";
+
+/// Up to this size, measuring what the file holds is cheap enough to do after every command.
+const ALWAYS_MEASURE_BYTES: u64 = 64 << 20;
+
 /// Smaller index files are not worth compacting.
 const COMPACT_MIN_BYTES: u64 = 1 << 20;
 
@@ -170,6 +177,10 @@ impl ChunkIndex {
     /// file system by itself: an index grows with every commit, and stays large after a prune
     /// or a rebuild). Returns the file's sizes before and after, if it compacted. Needs no
     /// read view to be alive (the caller's command is over).
+    ///
+    /// Measuring what the file holds walks the whole tree, so above
+    /// [`ALWAYS_MEASURE_BYTES`] it is done only when the file has grown by half since it was
+    /// last measured (the length then is kept in [`META`]).
     pub fn compact_if_worthwhile(&self) -> Result<Option<(u64, u64)>> {
         let len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let before = len(&self.path);
@@ -178,15 +189,29 @@ impl ChunkIndex {
         }
         let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
         guarded(&self.path, || {
-            let live = {
-                let txn = db.begin_write().map_err(db_err)?;
-                let st = txn.stats().map_err(db_err)?;
-                let live = st.stored_bytes() + st.metadata_bytes();
-                txn.abort().map_err(db_err)?;
-                live
+            let txn = db.begin_write().map_err(db_err)?;
+            let measured = {
+                let meta = txn.open_table(META).map_err(db_err)?;
+                let v = meta.get(MEASURED_LEN).map_err(db_err)?.map(|v| v.value());
+                v.unwrap_or(0)
             };
+            if before > ALWAYS_MEASURE_BYTES && before < measured + measured / 2 {
+                txn.abort().map_err(db_err)?;
+                return Ok(None);
+            }
+            let st = txn.stats().map_err(db_err)?;
+            let live = st.stored_bytes() + st.metadata_bytes();
             // Pages redb holds free (its "fragmented" bytes) are what compaction gives back.
-            if before < 2 * live {
+            let worthwhile = before >= 2 * live;
+            // Recorded before compacting (a commit after it would grow the file again): when
+            // compacting, the length at which it would be worth it.
+            let mark = if worthwhile { 2 * live } else { before };
+            txn.open_table(META)
+                .map_err(db_err)?
+                .insert(MEASURED_LEN, mark)
+                .map_err(db_err)?;
+            txn.commit().map_err(db_err)?;
+            if !worthwhile {
                 return Ok(None);
             }
             while db.compact().map_err(db_err)? {}
