@@ -10,6 +10,8 @@ work=${1:-$(mktemp -d)}
 [ -n "${1:-}" ] || trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"
 repo="$work/repo"; data="$work/data"; out="$work/restore"
+# The client cache (chunk index, base cache) beside the repository, not in ~/.cache.
+export DEDELTA_CACHE_DIR="$work/cache"
 rm -rf "$repo" "$data" "$out"
 
 # Version 1: 40 text files of ~250 KiB; each later version edits ~0.3% of lines, deletes one
