@@ -12,7 +12,7 @@ mkdir -p "$work"
 repo="$work/repo"; data="$work/data"; out="$work/restore"
 # The client cache (chunk index, base cache) beside the repository, not in ~/.cache.
 export DEDELTA_CACHE_DIR="$work/cache"
-rm -rf "$repo" "$data" "$out"
+rm -rf "$repo" "$data" "$out" "$work/cache"
 
 # Version 1: 40 text files of ~250 KiB; each later version edits ~0.3% of lines, deletes one
 # file and adds one, as a software project does between releases.
