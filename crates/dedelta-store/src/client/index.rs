@@ -11,6 +11,10 @@
 //! [`Error::IndexDamaged`]. The repository then discards the file and rebuilds it. A rebuild
 //! is one write transaction that also sets the `complete` marker, so a rebuild killed half-way
 //! leaves the previous index (or none), never a partial one that looks whole.
+//!
+//! (Over 600 lines with its tests: one responsibility, the redb tables and every transaction
+//! on them, kept together so that the damage guard wraps each; issue 14's compact index is to
+//! replace it whole.)
 
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, ContainerMeta, EntryMeta};
