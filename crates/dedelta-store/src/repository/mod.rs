@@ -388,8 +388,8 @@ impl<'a> ContainerWriter<'a> {
         self.add_region(region)
     }
 
-    /// Stores and indexes the open container (with the region being filled), if it holds
-    /// anything.
+    /// Stores the open container (with the region being filled), if it holds anything, and
+    /// indexes it (with [`Self::indexing_in_batches`], once its batch is full).
     pub fn seal(&mut self) -> Result<()> {
         self.flush_region()?;
         if self.builder.is_empty() {
