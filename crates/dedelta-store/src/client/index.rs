@@ -318,7 +318,16 @@ impl ChunkIndex {
         }
         guarded(&self.path, || {
             let txn = self.db().begin_write().map_err(db_err)?;
-            remove_in(&txn, dead)?;
+            {
+                let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
+                for id in dead {
+                    table.remove(id.as_bytes()).map_err(db_err)?;
+                }
+                let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
+                sketches
+                    .retain(|_, v| !dead.contains(&ChunkId(*v)))
+                    .map_err(db_err)?;
+            }
             txn.commit().map_err(db_err)
         })
     }
@@ -459,25 +468,6 @@ fn open_db(path: &Arc<PathBuf>) -> Result<Database> {
         txn.commit().map_err(db_err)?;
         Ok(db)
     })
-}
-
-/// Removes the entries of `dead` chunks, and every super-feature that names one of them.
-fn remove_in(
-    txn: &redb::WriteTransaction,
-    dead: &std::collections::HashSet<ChunkId>,
-) -> Result<()> {
-    if dead.is_empty() {
-        return Ok(());
-    }
-    let mut table = txn.open_table(CHUNKS).map_err(db_err)?;
-    for id in dead {
-        table.remove(id.as_bytes()).map_err(db_err)?;
-    }
-    let mut sketches = txn.open_table(SKETCHES).map_err(db_err)?;
-    sketches
-        .retain(|_, v| !dead.contains(&ChunkId(*v)))
-        .map_err(db_err)?;
-    Ok(())
 }
 
 /// Records containers as taken in (id, entry count).

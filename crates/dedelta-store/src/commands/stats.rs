@@ -92,6 +92,7 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     }
     let b = &mut s.breakdown;
     for (name, size) in repo.backend().list(FileKind::Container)? {
+        s.repository_bytes += size;
         let meta = match read_container_meta(repo.backend().as_ref(), &name) {
             Ok(m) => m,
             Err(e) => {
@@ -125,7 +126,11 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
             }
         }
     }
-    for kind in FileKind::ALL {
+    // Containers were listed above.
+    for kind in FileKind::ALL
+        .into_iter()
+        .filter(|k| *k != FileKind::Container)
+    {
         let bytes: u64 = repo
             .backend()
             .list(kind)?
@@ -134,7 +139,6 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
             .sum();
         s.repository_bytes += bytes;
         match kind {
-            FileKind::Container => {}
             FileKind::Snapshot => s.breakdown.snapshots += bytes,
             _ => s.breakdown.other += bytes,
         }
