@@ -4,7 +4,7 @@
 //! (the field names of [`ConfigResult`]); empty cells are values that do not apply.
 
 use crate::error::{IoContext, Result};
-use crate::runner::{ConfigResult, VersionRow};
+use crate::runner::{ratio, ConfigResult, VersionRow};
 use crate::{EvalOptions, EvalReport};
 use std::fmt::Write as _;
 
@@ -157,17 +157,22 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     let _ = writeln!(s, "## Storage\n");
     let _ = writeln!(
         s,
-        "| configuration | stored MB | total factor | dedup | delta | compression | DCR | DCE | delta chunks |"
+        "| configuration | repository MB | containers MB | total factor | dedup | delta | compression | DCR | DCE | delta chunks |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &report.results {
         let _ = writeln!(
             s,
-            "| {}{} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
             if r.kind == "peer" { "peer: " } else { "" },
             r.name,
-            mb(r.stored_bytes),
-            r.total_factor,
+            mb(r.repo_bytes),
+            if r.kind == "peer" {
+                "–".into()
+            } else {
+                mb(r.stored_bytes)
+            },
+            ratio(r.logical_bytes, r.repo_bytes),
             f(r.dedup_factor, 2),
             f(r.delta_factor, 2),
             f(r.compression_factor, 2),
@@ -175,6 +180,9 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
             f(r.dce, 2),
             r.delta_chunks.map_or("–".into(), |v| v.to_string())
         );
+    }
+    if let Some(line) = smallest_line(&report.results) {
+        let _ = writeln!(s, "\n{line}");
     }
     let _ = writeln!(s, "\n## Speed\n");
     let _ = writeln!(
@@ -245,11 +253,13 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     }
     let _ = writeln!(
         s,
-        "- What is measured. *stored MB*: for dedelta the bytes of all containers (`stats` \
-         `stored_bytes`; snapshots not included, `repo_bytes` in results.csv has the \
-         whole directory, and `index_bytes` the client's chunk index, which is kept in \
-         its cache and not in the repository); for restic and borg the repository \
-         directory; for zstd and xdelta3 the output files. *Factors, DCR, DCE*: from \
+        "- What is measured. *repository MB*: everything under the repository path \
+         (`du -sb`: containers, snapshots, config, locks), the same measure for dedelta, \
+         restic and borg; for zstd and xdelta3 the output files. The client's chunk index \
+         is a cache outside the repository (`index_bytes` in results.csv, and the Memory \
+         table). *containers MB*: dedelta's containers alone (`stats` `stored_bytes`). \
+         *Total factor*: logical bytes / repository bytes. *Dedup, delta, compression \
+         factors, DCR, DCE*: from \
          `dedelta stats` of each repository. *SF, delta encode/decode MB/s*: single thread, \
          fastest of 3 runs, on the non-duplicate chunks (SF) and the {} Finesse-similar \
          chunk pairs (codecs) of the first 16 MiB of the last two versions. *Sketch / \
@@ -273,6 +283,39 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     s
 }
 
+/// The report's sentence naming what stores least: the smallest result of all, and dedelta's
+/// smallest configuration as a ratio to it.
+fn smallest_line(results: &[ConfigResult]) -> Option<String> {
+    let least = results.iter().min_by_key(|r| r.repo_bytes)?;
+    let ours = results
+        .iter()
+        .filter(|r| r.kind == "dedelta")
+        .min_by_key(|r| r.repo_bytes)?;
+    let who = |r: &ConfigResult| {
+        if r.kind == "peer" {
+            format!("peer {}", r.name)
+        } else {
+            format!("dedelta `{}`", r.name)
+        }
+    };
+    Some(if std::ptr::eq(least, ours) {
+        format!(
+            "Stores least: {} ({} MB on disk).",
+            who(least),
+            mb(least.repo_bytes)
+        )
+    } else {
+        format!(
+            "Stores least: {} ({} MB on disk); dedelta's smallest, `{}`, is {} MB, {:.2}x that.",
+            who(least),
+            mb(least.repo_bytes),
+            ours.name,
+            mb(ours.repo_bytes),
+            ours.repo_bytes as f64 / least.repo_bytes.max(1) as f64
+        )
+    })
+}
+
 /// Writes report.md, results.csv and versions.csv into the output directory.
 ///
 /// # Errors
@@ -288,4 +331,45 @@ pub fn write_all(opts: &EvalOptions, report: &EvalReport) -> Result<()> {
         std::fs::write(&p, text).ctx(|| format!("writing {}", p.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(name: &str, kind: &str, repo_bytes: u64) -> ConfigResult {
+        ConfigResult {
+            name: name.into(),
+            kind: kind.into(),
+            repo_bytes,
+            ..ConfigResult::default()
+        }
+    }
+
+    #[test]
+    fn smallest_names_the_peer_and_our_ratio_to_it() {
+        let rs = [
+            result("recommended", "dedelta", 15_000_000),
+            result("dedup", "dedelta", 60_000_000),
+            result("zstd-long", "peer", 10_000_000),
+            result("restic", "peer", 190_000_000),
+        ];
+        assert_eq!(
+            smallest_line(&rs).unwrap(),
+            "Stores least: peer zstd-long (10.00 MB on disk); dedelta's smallest, \
+             `recommended`, is 15.00 MB, 1.50x that."
+        );
+    }
+
+    #[test]
+    fn smallest_when_dedelta_wins() {
+        let rs = [
+            result("recommended", "dedelta", 9_000_000),
+            result("zstd-long", "peer", 10_000_000),
+        ];
+        assert_eq!(
+            smallest_line(&rs).unwrap(),
+            "Stores least: dedelta `recommended` (9.00 MB on disk)."
+        );
+    }
 }
