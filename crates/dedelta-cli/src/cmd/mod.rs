@@ -74,7 +74,7 @@ pub struct DeltaArgs {
     /// Features per super-feature (K).
     #[arg(long)]
     features_per_sf: Option<usize>,
-    /// Delta codec: ddelta, edelta or xdelta.
+    /// Delta codec: ddelta, edelta, xdelta or zstd (zstd with the base as reference prefix).
     #[arg(long)]
     delta: Option<String>,
     /// Sketch index: full or stream.

@@ -20,7 +20,10 @@
 //! continues the previous one in both target and base is merged into it, and a Copy shorter
 //! than [`MIN_COPY_LEN`] that cannot be merged is written as literal bytes.
 //!
-//! Decoder rules: the version must be [`FORMAT_VERSION`]; the declared target length must be at
+//! A delta whose first byte is [`ZSTD_FORMAT_VERSION`] (2) is instead a zstd frame with the
+//! base as prefix ([`super::zstd_ref`]); [`decode`] reads both.
+//!
+//! Decoder rules: the version must be [`FORMAT_VERSION`] (or 2, above); the declared target length must be at
 //! most [`MAX_TARGET_LEN`]; every instruction has `len >= 1`, fits the declared length and, for
 //! a Copy, lies inside the base; the instructions must produce exactly the declared length and
 //! end exactly at the end of the delta. Anything else is a [`DeltaError`]: the decoder never
@@ -30,6 +33,7 @@
 //! docs/format.md ("Delta instructions") describes the same format with byte tables and a worked example; the
 //! test `doc_example_bytes` below pins that example.
 
+use super::zstd_ref::ZSTD_FORMAT_VERSION;
 use super::DeltaError;
 use crate::varint;
 
@@ -96,7 +100,7 @@ fn out_of_base(at: usize, offset: Option<i64>, len: usize, base_len: usize) -> D
 /// instruction.
 fn read_header(delta: &[u8]) -> Result<(usize, usize), DeltaError> {
     let version = *delta.first().ok_or(DeltaError::Malformed("empty delta"))?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != ZSTD_FORMAT_VERSION {
         return Err(DeltaError::UnsupportedVersion { version });
     }
     let mut pos = 1;
@@ -139,6 +143,9 @@ pub fn decode(base: &[u8], delta: &[u8], out: &mut Vec<u8>) -> Result<(), DeltaE
 
 fn decode_into(base: &[u8], delta: &[u8], out: &mut Vec<u8>) -> Result<(), DeltaError> {
     let (target_len, mut pos) = read_header(delta)?;
+    if delta[0] == ZSTD_FORMAT_VERSION {
+        return super::zstd_ref::decode_frame(base, target_len, &delta[pos..], out);
+    }
     // An Insert yields at most the bytes it carries and a Copy (two bytes at least) at most
     // the whole base, so the rest of the delta bounds the output whatever the header claims.
     let rest = delta.len() - pos;
@@ -200,6 +207,11 @@ fn decode_into(base: &[u8], delta: &[u8], out: &mut Vec<u8>) -> Result<(), Delta
 /// base's content (it does check offsets against `base_len`).
 pub fn instructions(base_len: usize, delta: &[u8]) -> Result<Vec<Instruction<'_>>, DeltaError> {
     let (target_len, mut pos) = read_header(delta)?;
+    if delta[0] == ZSTD_FORMAT_VERSION {
+        return Err(DeltaError::UnsupportedVersion {
+            version: ZSTD_FORMAT_VERSION,
+        });
+    }
     let mut remaining = target_len;
     let mut prev_copy_end: usize = 0;
     let mut list = Vec::new();
@@ -258,6 +270,25 @@ pub(crate) struct Writer<'a> {
     cursor: usize,
     pending: Pending,
     prev_copy_end: usize,
+}
+
+/// Writes a delta of one Insert carrying the whole target: valid for any base, the fallback of
+/// a codec that cannot encode.
+///
+/// # Panics
+/// If `target` is longer than [`MAX_TARGET_LEN`].
+pub(crate) fn write_literal(target: &[u8], out: &mut Vec<u8>) {
+    Writer::new(out, target).finish();
+}
+
+/// Writes a delta of one Copy: `target` is the first `target.len()` bytes of the base.
+///
+/// # Panics
+/// If `target` is longer than [`MAX_TARGET_LEN`].
+pub(crate) fn write_copy_of_prefix(target: &[u8], out: &mut Vec<u8>) {
+    let mut w = Writer::new(out, target);
+    w.copy(0, 0, target.len());
+    w.finish();
 }
 
 impl<'a> Writer<'a> {
@@ -433,7 +464,13 @@ mod tests {
         let base = b"0123456789";
         let cases: &[(&[u8], &str)] = &[
             (&[], "empty"),
-            (&[2, 0], "version"),
+            (&[3, 0], "version"),
+            (&[2, 5], "zstd: no frame"),
+            (&[2, 5, 1, 2, 3, 4, 5, 6, 7, 8], "zstd: not a frame"),
+            (
+                &[2, 0xff, 0xff, 0xff, 0x0f, 0x28, 0xb5],
+                "zstd: more than the frame can produce",
+            ),
             (&[1], "no length"),
             (&[1, 0x80], "truncated length"),
             (&[1, 1], "short output"),

@@ -9,6 +9,9 @@
 //!   greedy prefix/suffix and duplicate-adjacent scans).
 //! - [`edelta::EdeltaCodec`]: Edelta (Ddelta plus word-by-word enlargement of confirmed
 //!   matches, skipping the chunking and fingerprinting of what they cover).
+//! - [`zstd_ref::ZstdRefCodec`]: zstd with the base as reference prefix, zdelta's modern
+//!   equivalent; its deltas are zstd frames (delta format version 2), which the same
+//!   [`format::decode`] reads.
 //!
 //! The choice made: instructions copy only from the base, never from the target already
 //! written. The alternative rejected, LZ-style self-references (xdelta3, zdelta), compresses
@@ -21,6 +24,7 @@ pub mod format;
 mod scan;
 mod strings;
 pub mod xdelta;
+pub mod zstd_ref;
 
 #[cfg(test)]
 mod tests;
@@ -109,11 +113,18 @@ pub enum DeltaKind {
     Ddelta,
     /// Edelta.
     Edelta,
+    /// Zstd with the base as reference prefix (zdelta's modern equivalent).
+    Zstd,
 }
 
 impl DeltaKind {
     /// All kinds.
-    pub const ALL: [DeltaKind; 3] = [DeltaKind::Xdelta, DeltaKind::Ddelta, DeltaKind::Edelta];
+    pub const ALL: [DeltaKind; 4] = [
+        DeltaKind::Xdelta,
+        DeltaKind::Ddelta,
+        DeltaKind::Edelta,
+        DeltaKind::Zstd,
+    ];
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -121,6 +132,7 @@ impl DeltaKind {
             DeltaKind::Xdelta => "xdelta",
             DeltaKind::Ddelta => "ddelta",
             DeltaKind::Edelta => "edelta",
+            DeltaKind::Zstd => "zstd",
         }
     }
 
@@ -136,5 +148,6 @@ pub fn new_codec(kind: DeltaKind) -> Box<dyn DeltaCodec> {
         DeltaKind::Xdelta => Box::new(xdelta::XdeltaCodec::default()),
         DeltaKind::Ddelta => Box::new(ddelta::DdeltaCodec::default()),
         DeltaKind::Edelta => Box::new(edelta::EdeltaCodec::default()),
+        DeltaKind::Zstd => Box::new(zstd_ref::ZstdRefCodec::default()),
     }
 }
