@@ -517,3 +517,111 @@ fn stdin_records_and_latest() {
     assert_eq!(order, sorted);
     assert_eq!(order[0].0, early);
 }
+
+/// The container version in the header of every container of the repository at `repo_dir`,
+/// counted: (version 1, version 2). Header and footer agree (the decoder checks it).
+fn container_versions(repo_dir: &Path) -> (usize, usize) {
+    let mut count = (0, 0);
+    for (_, name, bytes) in container_files(repo_dir) {
+        container::decode_container_meta(&bytes, &name).unwrap();
+        match &bytes[container::HEADER_VERSION_OFFSET..][..2] {
+            [1, 0] => count.0 += 1,
+            [2, 0] => count.1 += 1,
+            v => panic!("container version {v:?}"),
+        }
+    }
+    count
+}
+
+/// Every snapshot of `repo` restores to the files `model` holds for it, and `check
+/// --read-data` finds nothing.
+fn verify_snapshots(
+    repo: &IndexedRepository,
+    dir: &Path,
+    src: &Path,
+    model: &std::collections::BTreeMap<String, crate::support::Files>,
+) {
+    use crate::support::{read_files, restore_to, restored_root, run_check};
+    let snaps = repo.snapshots().unwrap().snapshots;
+    assert_eq!(snaps.len(), model.len());
+    for (id, snap) in snaps {
+        let target = dir.join("verify");
+        let _ = std::fs::remove_dir_all(&target);
+        restore_to(repo, &snap, &target).unwrap();
+        assert!(read_files(&restored_root(&target, src)) == model[&id.to_hex()]);
+    }
+    let report = run_check(repo, true).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// A repository of format version 1 (what every build before version 2 wrote) takes backups
+/// and prunes with version-1 containers only, so that older builds still read it. Its config
+/// made version 2 by hand (what a migration would do), it gets version-2 containers beside
+/// the old ones; backup, restore, prune (copying version-1 entries into version-2
+/// containers) and check read both.
+#[test]
+fn version_1_repositories_keep_version_1_containers() {
+    use crate::support::{backup_files, forget_ids, open_repo, prune_with, versioned_text, Files};
+    use std::collections::BTreeMap;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_dir = tmp.path().join("repo");
+    let src = tmp.path().join("src");
+    let cfg = RepoConfig {
+        version: 1,
+        ..small_config()
+    };
+    let mut repo = init_repo(&repo_dir, cfg);
+    let config_bytes = std::fs::read(repo_dir.join("config")).unwrap();
+    assert_eq!(&config_bytes[envelope::VERSION_OFFSET..][..2], &[1, 0]);
+    let mut model = std::collections::BTreeMap::new();
+    // Backs up version `v` of three files; returns the snapshot id.
+    let backup = |repo: &IndexedRepository, model: &mut BTreeMap<String, Files>, v: u64| {
+        let files: Files = (0..3u64)
+            .map(|f| (format!("f{f}.txt"), versioned_text(f, 50_000, v)))
+            .collect();
+        let id = backup_files(repo, &src, &files, v, &me())
+            .unwrap()
+            .snapshot_id;
+        model.insert(id.to_hex(), files);
+        id.to_hex()
+    };
+    let first = backup(&repo, &mut model, 0);
+    backup(&repo, &mut model, 1);
+    let (v1, v2) = container_versions(&repo_dir);
+    assert!(v1 > 0 && v2 == 0, "{v1} version 1, {v2} version 2");
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, std::slice::from_ref(&first))?;
+        prune_with(&repo, lock, 0.0, false)
+    })
+    .unwrap();
+    model.remove(&first);
+    assert_eq!(container_versions(&repo_dir).1, 0);
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+
+    // Made version 2: new containers are version 2, the old ones stay and read.
+    drop(repo);
+    let mut cfg = RepoConfig::from_bytes(&config_bytes).unwrap();
+    cfg.version = 2;
+    std::fs::write(repo_dir.join("config"), cfg.to_bytes()).unwrap();
+    repo = open_repo(&repo_dir).unwrap().open_index().unwrap();
+    assert_eq!(repo.config().container_version(), 2);
+    let second = backup(&repo, &mut model, 2);
+    backup(&repo, &mut model, 3);
+    let (v1, v2) = container_versions(&repo_dir);
+    assert!(v1 > 0 && v2 > 0, "{v1} version 1, {v2} version 2");
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+    // A prune that rewrites everything copies version-1 entries into version-2 containers.
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, std::slice::from_ref(&second))?;
+        prune_with(&repo, lock, 0.0, false)
+    })
+    .unwrap();
+    model.remove(&second);
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+    // An index rebuilt from both versions still finds every chunk.
+    drop(repo);
+    let cache = crate::support::cache_root_for(&repo_dir);
+    std::fs::remove_dir_all(&cache).unwrap();
+    repo = open_repo(&repo_dir).unwrap().open_index().unwrap();
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+}
