@@ -625,3 +625,78 @@ fn version_1_repositories_keep_version_1_containers() {
     repo = open_repo(&repo_dir).unwrap().open_index().unwrap();
     verify_snapshots(&repo, tmp.path(), &src, &model);
 }
+
+/// The version-2 metadata tables and worked example: the head bits the entry table names are
+/// the decoder's constants, and the example's bytes, read out of the document (its `CRC`,
+/// `L`, `id` and `base` filled in from the container, `xx 00 .. 00` as a u64), are exactly
+/// the metadata section the builder writes for the example's entries.
+#[test]
+fn lean_metadata_example_matches_the_doc() {
+    use container::v2::{HEAD_BASE_BACKREF, HEAD_KIND_MASK, HEAD_SF_SHIFT};
+    use container::{ContainerBuilder, EntryKind, RegionBuilder, CONTAINER_V2};
+    use dedelta_core::compress::Compression;
+    assert_eq!(
+        (HEAD_KIND_MASK, HEAD_BASE_BACKREF, HEAD_SF_SHIFT),
+        (3, 4, 3)
+    );
+    let entry = table_after("Version-2 entry record:");
+    assert!(entry[0][2].starts_with(
+        "head: bits 0-1 kind (0 = full, 1 = delta; 2 and 3 are invalid); bit 2 base \
+         back-reference (deltas only); bits 3-7 super-feature count S (0 ..= 16)"
+    ));
+    let region = table_after("Nothing follows the last entry record. Version-2 region record:");
+    let sizes: Vec<&str> = region.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(sizes, ["1", "4", "1..10", "1..10"]);
+
+    let full = b"full chunk bytes".to_vec();
+    let base = ChunkId::of(b"the base");
+    let (t1, t2) = (ChunkId::of(b"target 1"), ChunkId::of(b"target 2"));
+    let mut b = ContainerBuilder::with_version(CONTAINER_V2);
+    let mut r0 = RegionBuilder::default();
+    r0.push(ChunkId::of(&full), EntryKind::Full, &full, 16, vec![11, 12]);
+    b.add_region(r0.compress(Compression::None));
+    let mut r1 = RegionBuilder::default();
+    r1.push(t1, EntryKind::Delta { base }, &[7u8; 4000], 9000, vec![]);
+    r1.push(t2, EntryKind::Delta { base }, &[7u8; 3000], 8000, vec![]);
+    b.add_region(r1.compress(Compression::Zstd { level: 3 }));
+    let (_, file, meta) = b.seal();
+    let f = &file[file.len() - container::FOOTER_LEN..];
+    let start = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;
+    let written = &file[start..file.len() - container::FOOTER_LEN];
+
+    let ids = [ChunkId::of(&full), t1, t2];
+    let mut from_doc = Vec::new();
+    let rows = table_after(
+        "Worked example (the test `layout_matches_the_doc` in `format/container/v2.rs`",
+    );
+    assert_eq!(rows.len(), 6);
+    for (n, row) in rows.iter().enumerate() {
+        for word in row[0].split('`').enumerate() {
+            match word {
+                (i, hex) if i % 2 == 1 && hex.contains("..") => {
+                    let first = u8::from_str_radix(&hex[..2], 16).unwrap();
+                    from_doc.extend_from_slice(&u64::from(first).to_le_bytes());
+                }
+                (i, hex) if i % 2 == 1 => from_doc.extend(
+                    hex.split(' ')
+                        .map(|h| u8::from_str_radix(h, 16).unwrap_or_else(|_| panic!("{h}"))),
+                ),
+                (_, text) => {
+                    for w in text.split_whitespace() {
+                        match w {
+                            "CRC" => {
+                                from_doc.extend_from_slice(&meta.regions[n - 1].crc.to_le_bytes())
+                            }
+                            "L" => from_doc.push(meta.regions[1].stored_len as u8),
+                            "id" => from_doc.extend_from_slice(ids[n - 3].as_bytes()),
+                            "base" => from_doc.extend_from_slice(base.as_bytes()),
+                            w => panic!("unknown word {w:?} in the example"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(from_doc, written);
+    assert_eq!(container::decode_container_meta(&file, "c").unwrap(), meta);
+}
