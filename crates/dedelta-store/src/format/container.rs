@@ -106,6 +106,11 @@ pub const ENTRY_BASE_LEN: usize = 32;
 pub const ENTRY_SF_LEN: usize = 8;
 /// Most super-features an entry may carry.
 pub const MAX_SUPER_FEATURES: usize = 16;
+/// Largest raw length a region may claim: the largest `region_size` (64 MiB) plus the
+/// largest chunk (16 MiB), since a writer closes a region once it reaches `region_size`.
+/// Readers allocate a region's raw length before decompressing it, so a claim beyond what any
+/// writer makes is refused with the metadata, not met with a 4 GiB allocation.
+pub const MAX_REGION_RAW_LEN: u32 = (64 + 16) << 20;
 
 /// Entry kind code: the chunk's bytes as they are.
 pub const KIND_FULL: u8 = 0;
@@ -582,6 +587,12 @@ fn decode_meta_v1(bytes: &[u8], footer: &Footer, what: &str) -> Result<Container
         if u64::from(r.offset) != expect_offset {
             return Err(bad(format!(
                 "region {i} is not where the previous one ends"
+            )));
+        }
+        if r.raw_len > MAX_REGION_RAW_LEN {
+            return Err(bad(format!(
+                "region {i} claims {} raw bytes, more than {MAX_REGION_RAW_LEN}",
+                r.raw_len
             )));
         }
         match r.codec {
@@ -1086,6 +1097,13 @@ mod tests {
         let bad = edit_meta(&file, |m| m[kind_at] = 2);
         let err = decode_container_meta(&bad, "c").unwrap_err().to_string();
         assert!(err.contains("unknown kind"), "{err}");
+        // A raw length beyond any writer's regions (readers allocate it before decompressing).
+        let raw_at = META_COUNT_LEN + REGION_RAW_LEN_OFFSET;
+        let bad = edit_meta(&file, |m| {
+            m[raw_at..raw_at + 4].copy_from_slice(&(MAX_REGION_RAW_LEN + 1).to_le_bytes())
+        });
+        let err = decode_container_meta(&bad, "c").unwrap_err().to_string();
+        assert!(err.contains("claims 83886081 raw bytes"), "{err}");
         // More than 16 super-features.
         let sf_at = META_COUNT_LEN + 3 * REGION_RECORD_LEN + META_COUNT_LEN + ENTRY_SF_COUNT_OFFSET;
         let bad = edit_meta(&file, |m| m[sf_at] = 17);

@@ -28,7 +28,7 @@
 
 use super::{
     ContainerMeta, Cursor, EntryKind, EntryMeta, Footer, RegionMeta, HEADER_LEN, KIND_DELTA,
-    KIND_FULL, MAX_SUPER_FEATURES,
+    KIND_FULL, MAX_REGION_RAW_LEN, MAX_SUPER_FEATURES,
 };
 use crate::error::{Error, Result};
 use dedelta_core::compress;
@@ -104,7 +104,7 @@ pub(super) fn encode(meta: &ContainerMeta) -> Vec<u8> {
 /// version-1 checks: every count and length a varint of at most 10 bytes that fits its field
 /// (u32), at least one entry per region, no entry of 0 bytes, a back-reference that names an
 /// earlier delta entry, no back-reference bit on a full entry, a region's implied raw length
-/// within u32, and nothing after the last entry.
+/// at most [`MAX_REGION_RAW_LEN`], and nothing after the last entry.
 pub(super) fn decode(bytes: &[u8], footer: &Footer, what: &str) -> Result<ContainerMeta> {
     let bad = |r: String| Error::corrupt(what, r);
     let short = || bad("metadata truncated".into());
@@ -212,7 +212,12 @@ pub(super) fn decode(bytes: &[u8], footer: &Footer, what: &str) -> Result<Contai
             });
             raw_len = raw_len
                 .checked_add(len)
-                .ok_or_else(|| bad(format!("region {region} is larger than 4 GiB raw")))?;
+                .filter(|&n| n <= MAX_REGION_RAW_LEN)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "region {region} is larger than {MAX_REGION_RAW_LEN} bytes raw"
+                    ))
+                })?;
         }
         if codec == compress::CODEC_NONE && stored_len != raw_len {
             return Err(bad(format!(
@@ -495,7 +500,11 @@ mod tests {
                     full(1, 0xffff_ffff),
                     full(2, 1),
                 ]),
-                "larger than 4 GiB raw",
+                "larger than 83886080 bytes raw",
+            ),
+            (
+                section(&[one.to_vec(), region(1, 8, 2), full(1, 80 << 20), full(2, 1)]),
+                "larger than 83886080 bytes raw",
             ),
             (
                 section(&[one.to_vec(), region(0, 1 << 32, 1), full(1, 8)]),
