@@ -1,20 +1,57 @@
-//! Container files from disk: the footer and metadata decoders and region opening must reject
-//! any damage with an error, never panic or read out of bounds.
+//! Container files from disk: the footer and metadata decoders (versions 1 and 2) and region
+//! opening must reject any damage with an error, never panic or read out of bounds.
+//!
+//! The input is tried twice: as a whole container file, and as the parts of a container whose
+//! framing (header, footer, metadata length and checksum) is made right, so that the fuzzer
+//! reaches the metadata decoders of both versions past the checksum: byte 0 picks the version
+//! (0: 1, 1: 2, else itself, which must be refused), bytes 1-2 the length of the region bytes
+//! that follow (little-endian, cut to what there is), and the rest is the metadata section.
 #![no_main]
 
-use dedelta_store::format::container::{decode_container_meta, open_region};
+use dedelta_store::format::container::{
+    decode_container_meta, open_region, CONTAINER_MAGIC, CONTAINER_V1, CONTAINER_V2, HEADER_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(meta) = decode_container_meta(data, "fuzz") {
-        for r in &meta.regions {
+    read_all(data);
+    if data.len() >= 3 {
+        let version = match data[0] {
+            0 => CONTAINER_V1,
+            1 => CONTAINER_V2,
+            v => u16::from(v),
+        };
+        let rest = &data[3..];
+        let (regions, meta) = rest.split_at(usize::from(u16::from_le_bytes([data[1], data[2]])).min(rest.len()));
+        let mut file = Vec::with_capacity(HEADER_LEN + rest.len() + 24);
+        file.extend_from_slice(CONTAINER_MAGIC);
+        file.extend_from_slice(&version.to_le_bytes());
+        file.extend_from_slice(&[0; 10]); // flags, reserved
+        file.extend_from_slice(regions);
+        file.extend_from_slice(meta);
+        file.extend_from_slice(&((HEADER_LEN + regions.len()) as u64).to_le_bytes());
+        file.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        file.extend_from_slice(&crc32c::crc32c(meta).to_le_bytes());
+        file.extend_from_slice(CONTAINER_MAGIC);
+        file.extend_from_slice(&version.to_le_bytes());
+        file.extend_from_slice(&[0; 2]);
+        read_all(&file);
+    }
+});
+
+/// Decodes the metadata and reads every region and entry it describes.
+fn read_all(file: &[u8]) {
+    if let Ok(meta) = decode_container_meta(file, "fuzz") {
+        for (i, r) in meta.regions.iter().enumerate() {
             // decode_meta guarantees every region lies inside the file.
-            let stored = &data[r.offset as usize..(r.offset + r.stored_len) as usize];
+            let stored = &file[r.offset as usize..(r.offset + r.stored_len) as usize];
+            // ... and every entry inside its region's raw length.
+            for e in meta.entries.iter().filter(|e| e.region as usize == i) {
+                assert!(u64::from(e.offset) + u64::from(e.stored_len) <= u64::from(r.raw_len));
+            }
             if let Ok(raw) = open_region(stored, r, "fuzz") {
-                for e in meta.entries.iter().filter(|e| meta.regions[e.region as usize] == *r) {
-                    let _ = &raw[e.offset as usize..(e.offset + e.stored_len) as usize];
-                }
+                assert_eq!(raw.len(), r.raw_len as usize);
             }
         }
     }
-});
+}

@@ -4,11 +4,16 @@
 //! compression, region and container sizes and the delta settings are fixed here, so every
 //! client that opens the repository stores data the same way.
 //!
-//! The envelope version and the payload's `version` key are both [`FORMAT_VERSION`], and
-//! this build refuses any other: the config version is the repository's version, the one
-//! number that covers every container and the tree stream. Unknown JSON keys are ignored (a
-//! newer client may add a writing parameter that old clients need not know); an addition that
-//! changes how stored data *reads* must raise the version instead. Key table in docs/format.md.
+//! The envelope version and the payload's `version` key are equal, 1 or 2, and this build
+//! refuses any other: the config version is the repository's version, the one number that
+//! covers every container and the tree stream. Version 2 repositories hold containers of
+//! version 2 (lean metadata), which a build that knows only version 1 must not meet: it would
+//! leave them out of its index and store their chunks again, or report them missing, so the
+//! config version, which such a build refuses at open, is what keeps it out. `init` writes
+//! version 2; a version-1 repository keeps writing version-1 containers, so that older builds
+//! still read it. Unknown JSON keys are ignored (a newer client may add a writing parameter
+//! that old clients need not know); an addition that changes how stored data *reads* must
+//! raise the version instead. Key table in docs/format.md.
 
 use crate::error::{Error, Result};
 use crate::format::envelope;
@@ -20,8 +25,10 @@ use serde::{Deserialize, Serialize};
 
 /// Magic of the config file.
 pub const CONFIG_MAGIC: &[u8; 4] = b"DDCF";
-/// The repository format version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The repository format version `init` writes; this build reads 1 ..= this.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest repository format version this build reads (and writes into).
+pub const MIN_FORMAT_VERSION: u16 = 1;
 /// The only fingerprint hash.
 pub const HASH_BLAKE3: &str = "blake3-256";
 /// Default compression region size (raw bytes): see docs/format.md for the measurement.
@@ -42,7 +49,8 @@ pub struct ChunkerConfig {
 /// The repository config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RepoConfig {
-    /// Format version (also in the envelope).
+    /// Format version (also in the envelope): 1 or 2. It decides the container version
+    /// writers use ([`Self::container_version`]).
     pub version: u32,
     /// Random repository id (32 hex chars), chosen by the caller of `init`.
     pub id: String,
@@ -202,8 +210,25 @@ impl RepoConfig {
         }
     }
 
+    /// The container version writers use in this repository: 1 in a version-1 repository
+    /// (which builds that know only version 1 read), else the lean version 2.
+    pub fn container_version(&self) -> u16 {
+        if self.version == u32::from(MIN_FORMAT_VERSION) {
+            crate::format::container::CONTAINER_V1
+        } else {
+            crate::format::container::CONTAINER_V2
+        }
+    }
+
     /// Checks the parameters before anything is written with them.
     pub fn validate(&self) -> Result<()> {
+        if !(u32::from(MIN_FORMAT_VERSION)..=u32::from(FORMAT_VERSION)).contains(&self.version) {
+            return Err(Error::UnsupportedVersion {
+                what: "config".into(),
+                found: self.version,
+                supported: FORMAT_VERSION.into(),
+            });
+        }
         self.chunker
             .params
             .validate(self.chunker.kind)
@@ -235,26 +260,34 @@ impl RepoConfig {
         Ok(())
     }
 
-    /// Serializes into the enveloped form.
+    /// Serializes into the enveloped form, under the config's own version.
     pub fn to_bytes(&self) -> Vec<u8> {
         // Serializing a plain struct of strings and numbers cannot fail.
         let json = serde_json::to_vec_pretty(self).expect("config serializes");
-        envelope::seal(CONFIG_MAGIC, FORMAT_VERSION, &json)
+        let version = u16::try_from(self.version).unwrap_or(u16::MAX);
+        envelope::seal(CONFIG_MAGIC, version, &json)
     }
 
-    /// Parses and checks the enveloped form.
+    /// Parses and checks the enveloped form: envelope version 1 ..= [`FORMAT_VERSION`], equal
+    /// to the payload's `version`.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let payload = envelope::open(bytes, CONFIG_MAGIC, FORMAT_VERSION, "config")?;
+        let envelope_version = u16::from_le_bytes([
+            bytes[envelope::VERSION_OFFSET],
+            bytes[envelope::VERSION_OFFSET + 1],
+        ]);
         let cfg: RepoConfig =
             serde_json::from_slice(payload).map_err(|e| Error::corrupt("config", e.to_string()))?;
-        if cfg.version != u32::from(FORMAT_VERSION) {
-            return Err(Error::UnsupportedVersion {
-                what: "config".into(),
-                found: cfg.version,
-                supported: FORMAT_VERSION.into(),
-            });
-        }
         cfg.validate()?;
+        if cfg.version != u32::from(envelope_version) {
+            return Err(Error::corrupt(
+                "config",
+                format!(
+                    "version {} differs from the envelope's version {envelope_version}",
+                    cfg.version
+                ),
+            ));
+        }
         Ok(cfg)
     }
 }
@@ -309,7 +342,7 @@ mod tests {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
         let v = serde_json::to_value(&cfg).unwrap();
         let expected = serde_json::json!({
-            "version": 1, "id": "0123456789abcdef0123456789abcdef",
+            "version": 2, "id": "0123456789abcdef0123456789abcdef",
             "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
             "hash": "blake3-256",
             "compression": { "codec": "zstd", "level": 3 },
@@ -348,7 +381,7 @@ mod tests {
     }
 
     /// Unknown keys are ignored; a missing `delta` means delta compression off; the payload's
-    /// `version` must be 1 like the envelope's.
+    /// `version` must be 1 or 2, like the envelope's.
     #[test]
     fn keys_and_versions() {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
@@ -358,7 +391,7 @@ mod tests {
         let seal = |v: &serde_json::Value, version: u16| {
             envelope::seal(CONFIG_MAGIC, version, &serde_json::to_vec(v).unwrap())
         };
-        let read = RepoConfig::from_bytes(&seal(&v, 1)).unwrap();
+        let read = RepoConfig::from_bytes(&seal(&v, 2)).unwrap();
         assert_eq!(read.delta, DeltaConfig::default());
         assert!(!read.delta.enabled());
         // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
@@ -368,14 +401,32 @@ mod tests {
         assert_eq!(parsed.sketch, None);
         d.as_object_mut().unwrap().remove("min_saving");
         assert!(serde_json::from_value::<DeltaConfig>(d).is_err());
-        assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 2)),
-            Err(Error::UnsupportedVersion { found: 2, .. })
-        ));
-        v["version"] = serde_json::json!(2);
+        assert_eq!(read.container_version(), 2);
+        // Envelope and payload disagree: damage.
         assert!(matches!(
             RepoConfig::from_bytes(&seal(&v, 1)),
-            Err(Error::UnsupportedVersion { found: 2, .. })
+            Err(Error::Corrupt { .. })
+        ));
+        // A version-1 config still opens, and its repository keeps version-1 containers.
+        v["version"] = serde_json::json!(1);
+        let old = RepoConfig::from_bytes(&seal(&v, 1)).unwrap();
+        assert_eq!((old.version, old.container_version()), (1, 1));
+        assert_eq!(RepoConfig::from_bytes(&old.to_bytes()).unwrap(), old);
+        assert_eq!(&old.to_bytes()[envelope::VERSION_OFFSET..][..2], &[1, 0]);
+        // A version this build does not know, in the envelope or in the payload.
+        assert!(matches!(
+            RepoConfig::from_bytes(&seal(&v, 3)),
+            Err(Error::UnsupportedVersion { found: 3, .. })
+        ));
+        v["version"] = serde_json::json!(3);
+        assert!(matches!(
+            RepoConfig::from_bytes(&seal(&v, 2)),
+            Err(Error::UnsupportedVersion { found: 3, .. })
+        ));
+        v["version"] = serde_json::json!(0);
+        assert!(matches!(
+            RepoConfig::from_bytes(&seal(&v, 1)),
+            Err(Error::UnsupportedVersion { found: 0, .. })
         ));
     }
 }

@@ -6,6 +6,10 @@
 //! A container is a header, compression regions back to back, a metadata section describing
 //! every region and every chunk entry, and a fixed-size footer that locates the metadata (so a
 //! reader fetches the footer and the metadata with two ranged reads, without the data).
+//! Two metadata layouts exist, named by the container version in the header and the footer:
+//! version 1, fixed-size records (this file), and version 2, the lean layout (module [`v2`]:
+//! varint lengths, offsets and region numbers implied, no super-features on deltas), which
+//! writers use in repositories of format version 2. Readers read both.
 //! The container id is the BLAKE3 hash of the whole file: unique across clients without
 //! coordination, and verifiable with `b3sum`. Byte tables are in docs/format.md; the constants
 //! here mirror them, each offset built from the one before (the tests check them against the
@@ -24,8 +28,15 @@ use std::fmt;
 
 /// Magic at the start and in the footer of every container.
 pub const CONTAINER_MAGIC: &[u8; 4] = b"DDCT";
-/// Container format version.
-pub const CONTAINER_VERSION: u16 = 1;
+/// Container version 1: fixed-size metadata records (repositories of format version 1).
+pub const CONTAINER_V1: u16 = 1;
+/// Container version 2: the lean metadata layout ([`v2`]).
+pub const CONTAINER_V2: u16 = 2;
+/// The newest container version, the one this build writes in a new repository; readers
+/// accept 1 ..= this.
+pub const CONTAINER_VERSION: u16 = CONTAINER_V2;
+
+pub mod v2;
 
 /// Header: offset of the magic.
 pub const HEADER_MAGIC_OFFSET: usize = 0;
@@ -95,6 +106,11 @@ pub const ENTRY_BASE_LEN: usize = 32;
 pub const ENTRY_SF_LEN: usize = 8;
 /// Most super-features an entry may carry.
 pub const MAX_SUPER_FEATURES: usize = 16;
+/// Largest raw length a region may claim: the largest `region_size` (64 MiB) plus the
+/// largest chunk (16 MiB), since a writer closes a region once it reaches `region_size`.
+/// Readers allocate a region's raw length before decompressing it, so a claim beyond what any
+/// writer makes is refused with the metadata, not met with a 4 GiB allocation.
+pub const MAX_REGION_RAW_LEN: u32 = (64 + 16) << 20;
 
 /// Entry kind code: the chunk's bytes as they are.
 pub const KIND_FULL: u8 = 0;
@@ -191,6 +207,8 @@ pub struct ContainerMeta {
 /// Where the metadata sits, from the footer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Footer {
+    /// The container version, which decides the metadata layout.
+    pub version: u16,
     /// Offset of the metadata section.
     pub meta_offset: u64,
     /// Its length.
@@ -266,6 +284,7 @@ pub struct CompressedRegion {
 /// Accumulates compressed regions into one container file.
 #[derive(Debug)]
 pub struct ContainerBuilder {
+    version: u16,
     data: Vec<u8>,
     meta: ContainerMeta,
 }
@@ -277,17 +296,37 @@ impl Default for ContainerBuilder {
 }
 
 impl ContainerBuilder {
-    /// An empty container (header only).
+    /// An empty container (header only) of the newest version, [`CONTAINER_VERSION`].
     pub fn new() -> Self {
+        Self::with_version(CONTAINER_VERSION)
+    }
+
+    /// An empty container of `version`: the repository's config decides it
+    /// (`RepoConfig::container_version`), so that a repository old binaries read gets only
+    /// containers they read.
+    ///
+    /// # Panics
+    /// If `version` is not 1 ..= [`CONTAINER_VERSION`] (a caller bug: configs are validated).
+    pub fn with_version(version: u16) -> Self {
+        assert!(
+            (CONTAINER_V1..=CONTAINER_VERSION).contains(&version),
+            "container version {version}"
+        );
         let mut data = Vec::with_capacity(4 << 20);
         data.extend_from_slice(CONTAINER_MAGIC);
-        data.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
+        data.extend_from_slice(&version.to_le_bytes());
         data.extend_from_slice(&0u16.to_le_bytes()); // flags
         data.extend_from_slice(&0u64.to_le_bytes()); // reserved
         ContainerBuilder {
+            version,
             data,
             meta: ContainerMeta::default(),
         }
+    }
+
+    /// The container version being written.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// Bytes written so far (header and regions).
@@ -300,8 +339,14 @@ impl ContainerBuilder {
         self.meta.regions.is_empty()
     }
 
-    /// Appends a region.
+    /// Appends a region. A region without entries holds nothing and is left out. Version 2
+    /// records super-features of full entries only (a delta is never a base, so nothing reads
+    /// a delta's): they are dropped here, so that the metadata returned by [`Self::seal`] is
+    /// what a reader decodes.
     pub fn add_region(&mut self, region: CompressedRegion) {
+        if region.entries.is_empty() {
+            return;
+        }
         let index = self.meta.regions.len() as u32;
         self.meta.regions.push(RegionMeta {
             offset: self.data.len() as u32,
@@ -313,13 +358,19 @@ impl ContainerBuilder {
         self.data.extend_from_slice(&region.stored);
         for mut e in region.entries {
             e.region = index;
+            if self.version >= CONTAINER_V2 && e.kind != EntryKind::Full {
+                e.super_features = Vec::new();
+            }
             self.meta.entries.push(e);
         }
     }
 
     /// Finishes the file: returns its id, bytes and metadata.
     pub fn seal(mut self) -> (ContainerId, Vec<u8>, ContainerMeta) {
-        let meta_bytes = encode_meta(&self.meta);
+        let meta_bytes = match self.version {
+            CONTAINER_V1 => encode_meta_v1(&self.meta),
+            _ => v2::encode(&self.meta),
+        };
         let meta_offset = self.data.len() as u64;
         self.data.extend_from_slice(&meta_bytes);
         self.data.extend_from_slice(&meta_offset.to_le_bytes());
@@ -328,15 +379,15 @@ impl ContainerBuilder {
         self.data
             .extend_from_slice(&crc32c::crc32c(&meta_bytes).to_le_bytes());
         self.data.extend_from_slice(CONTAINER_MAGIC);
-        self.data
-            .extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
+        self.data.extend_from_slice(&self.version.to_le_bytes());
         self.data.extend_from_slice(&0u16.to_le_bytes()); // reserved
         let id = ContainerId(ChunkId::of(&self.data).0);
         (id, self.data, self.meta)
     }
 }
 
-fn encode_meta(meta: &ContainerMeta) -> Vec<u8> {
+/// The version-1 metadata section: fixed-size records.
+fn encode_meta_v1(meta: &ContainerMeta) -> Vec<u8> {
     let mut out =
         Vec::with_capacity(8 + meta.regions.len() * REGION_RECORD_LEN + meta.entries.len() * 64);
     out.extend_from_slice(&(meta.regions.len() as u32).to_le_bytes());
@@ -393,6 +444,25 @@ impl<'a> Cursor<'a> {
     fn id(&mut self) -> Option<ChunkId> {
         ChunkId::from_slice(self.take(32)?)
     }
+    /// A varint (at most 10 bytes, at most 64 bits; `None` when truncated or overlong).
+    fn varint(&mut self) -> Option<u64> {
+        dedelta_core::varint::get(self.buf, &mut self.pos)
+    }
+    fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+}
+
+/// Checks a container version read from a header or footer.
+fn check_version(version: u16, what: &str) -> Result<()> {
+    if (CONTAINER_V1..=CONTAINER_VERSION).contains(&version) {
+        return Ok(());
+    }
+    Err(Error::UnsupportedVersion {
+        what: what.to_string(),
+        found: version.into(),
+        supported: CONTAINER_VERSION.into(),
+    })
 }
 
 fn u16_at(bytes: &[u8], at: usize) -> u16 {
@@ -403,13 +473,13 @@ fn u16_at(bytes: &[u8], at: usize) -> u16 {
 /// flags and the reserved field are 0. Returns the version.
 ///
 /// Readers that only need the metadata never read the header (the footer carries magic and
-/// version too); readers of the whole file check it. No flag is defined in version 1, and the
-/// header has no checksum of its own, so a set bit there is damage (or a writer bug), never a
-/// feature: a container format change comes with a new container version.
+/// version too); readers of the whole file check it. No flag is defined in versions 1 and 2,
+/// and the header has no checksum of its own, so a set bit there is damage (or a writer bug),
+/// never a feature: a container format change comes with a new container version.
 ///
 /// # Errors
 /// [`Error::Corrupt`] for a wrong length or magic, non-zero flags or reserved bytes;
-/// [`Error::UnsupportedVersion`] for a version other than [`CONTAINER_VERSION`].
+/// [`Error::UnsupportedVersion`] for a version outside 1 ..= [`CONTAINER_VERSION`].
 pub fn decode_header(bytes: &[u8], what: &str) -> Result<u16> {
     let bad = |r: &str| Error::corrupt(what, r.to_string());
     if bytes.len() != HEADER_LEN {
@@ -419,13 +489,7 @@ pub fn decode_header(bytes: &[u8], what: &str) -> Result<u16> {
         return Err(bad("not a container (bad header magic)"));
     }
     let version = u16_at(bytes, HEADER_VERSION_OFFSET);
-    if version != CONTAINER_VERSION {
-        return Err(Error::UnsupportedVersion {
-            what: what.to_string(),
-            found: version.into(),
-            supported: CONTAINER_VERSION.into(),
-        });
-    }
+    check_version(version, what)?;
     let flags = u16_at(bytes, HEADER_FLAGS_OFFSET);
     if flags != 0 {
         return Err(Error::corrupt(
@@ -447,7 +511,7 @@ pub fn decode_header(bytes: &[u8], what: &str) -> Result<u16> {
 /// # Errors
 /// [`Error::Corrupt`] for a wrong length or magic, a non-zero reserved field, or a metadata
 /// section that does not end exactly where the footer begins (or starts inside the header);
-/// [`Error::UnsupportedVersion`] for a version other than [`CONTAINER_VERSION`].
+/// [`Error::UnsupportedVersion`] for a version outside 1 ..= [`CONTAINER_VERSION`].
 pub fn decode_footer(bytes: &[u8], container_len: u64, what: &str) -> Result<Footer> {
     let bad = |r: &str| Error::corrupt(what, r.to_string());
     if bytes.len() != FOOTER_LEN {
@@ -461,13 +525,7 @@ pub fn decode_footer(bytes: &[u8], container_len: u64, what: &str) -> Result<Foo
         return Err(bad("bad footer magic (truncated or not a container)"));
     }
     let version = u16_at(bytes, FOOTER_VERSION_OFFSET);
-    if version != CONTAINER_VERSION {
-        return Err(Error::UnsupportedVersion {
-            what: what.to_string(),
-            found: version.into(),
-            supported: CONTAINER_VERSION.into(),
-        });
-    }
+    check_version(version, what)?;
     if u16_at(bytes, FOOTER_RESERVED_OFFSET) != 0 {
         return Err(bad("footer reserved bytes are not 0"));
     }
@@ -478,23 +536,38 @@ pub fn decode_footer(bytes: &[u8], container_len: u64, what: &str) -> Result<Foo
         return Err(bad("footer points outside the container"));
     }
     Ok(Footer {
+        version,
         meta_offset,
         meta_len,
         meta_crc,
     })
 }
 
-/// Parses and checks a metadata section. Every record is checked, so a hostile container
-/// yields an error, never a panic: the regions must lie back to back from [`HEADER_LEN`] up to
-/// exactly `footer.meta_offset`, with a known codec (a raw region's stored and raw lengths
-/// equal); every entry must lie inside its region's raw bytes, with a known kind, at most
-/// [`MAX_SUPER_FEATURES`] super-features, and (full entries) stored length = original length;
-/// nothing may follow the last entry.
+/// Parses and checks a metadata section, in the layout of `footer.version`. Every record is
+/// checked, so a hostile container yields an error, never a panic: the regions must lie back
+/// to back from [`HEADER_LEN`] up to exactly `footer.meta_offset`, with a known codec (a raw
+/// region's stored and raw lengths equal); every entry must lie inside its region's raw bytes,
+/// with a known kind, at most [`MAX_SUPER_FEATURES`] super-features, and (full entries)
+/// stored length = original length; nothing may follow the last entry. Version 2 checks more,
+/// since its offsets are implied: see [`v2`].
 pub fn decode_meta(bytes: &[u8], footer: &Footer, what: &str) -> Result<ContainerMeta> {
-    let bad = |r: String| Error::corrupt(what, r);
     if crc32c::crc32c(bytes) != footer.meta_crc {
-        return Err(bad("metadata checksum mismatch".into()));
+        return Err(Error::corrupt(what, "metadata checksum mismatch"));
     }
+    match footer.version {
+        CONTAINER_V1 => decode_meta_v1(bytes, footer, what),
+        CONTAINER_V2 => v2::decode(bytes, footer, what),
+        v => Err(Error::UnsupportedVersion {
+            what: what.to_string(),
+            found: v.into(),
+            supported: CONTAINER_VERSION.into(),
+        }),
+    }
+}
+
+/// The version-1 metadata section (checksum already checked).
+fn decode_meta_v1(bytes: &[u8], footer: &Footer, what: &str) -> Result<ContainerMeta> {
+    let bad = |r: String| Error::corrupt(what, r);
     let short = || bad("metadata truncated".into());
     let mut c = Cursor { buf: bytes, pos: 0 };
     let nregions = c.u32().ok_or_else(short)? as usize;
@@ -514,6 +587,12 @@ pub fn decode_meta(bytes: &[u8], footer: &Footer, what: &str) -> Result<Containe
         if u64::from(r.offset) != expect_offset {
             return Err(bad(format!(
                 "region {i} is not where the previous one ends"
+            )));
+        }
+        if r.raw_len > MAX_REGION_RAW_LEN {
+            return Err(bad(format!(
+                "region {i} claims {} raw bytes, more than {MAX_REGION_RAW_LEN}",
+                r.raw_len
             )));
         }
         match r.codec {
@@ -594,12 +673,19 @@ pub fn decode_meta(bytes: &[u8], footer: &Footer, what: &str) -> Result<Containe
 }
 
 /// Parses the metadata of a whole container file held in memory, checking its header too
-/// ([`decode_header`]).
+/// ([`decode_header`]): the header and the footer must name the same version.
 pub fn decode_container_meta(file: &[u8], what: &str) -> Result<ContainerMeta> {
     if file.len() < HEADER_LEN + FOOTER_LEN {
         return Err(Error::corrupt(what, "not a container (too short)"));
     }
-    decode_header(&file[..HEADER_LEN], what)?;
+    let version = decode_header(&file[..HEADER_LEN], what)?;
+    let footer_version = u16_at(file, file.len() - FOOTER_LEN + FOOTER_VERSION_OFFSET);
+    if footer_version != version && check_version(footer_version, what).is_ok() {
+        return Err(Error::corrupt(
+            what,
+            format!("header version {version} differs from footer version {footer_version}"),
+        ));
+    }
     decode_container_body(file, what)
 }
 
@@ -664,8 +750,16 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Both versions, for the tests that hold for each.
+    const VERSIONS: [u16; 2] = [CONTAINER_V1, CONTAINER_V2];
+
+    /// A version-1 container of three zstd regions, four entries each (the last a delta).
     fn sample() -> (ContainerId, Vec<u8>, ContainerMeta) {
-        let mut b = ContainerBuilder::new();
+        sample_of(CONTAINER_V1)
+    }
+
+    fn sample_of(version: u16) -> (ContainerId, Vec<u8>, ContainerMeta) {
+        let mut b = ContainerBuilder::with_version(version);
         for r in 0..3u8 {
             let mut reg = RegionBuilder::default();
             for i in 0..4u8 {
@@ -713,7 +807,13 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let (id, file, meta) = sample();
+        for v in VERSIONS {
+            round_trip_of(v);
+        }
+    }
+
+    fn round_trip_of(version: u16) {
+        let (id, file, meta) = sample_of(version);
         assert_eq!(id.0, ChunkId::of(&file).0);
         let decoded = decode_container_meta(&file, "c").unwrap();
         assert_eq!(decoded, meta);
@@ -729,7 +829,7 @@ mod tests {
 
     #[test]
     fn sizes_match_the_doc() {
-        let mut b = ContainerBuilder::new();
+        let mut b = ContainerBuilder::with_version(CONTAINER_V1);
         assert_eq!(b.len(), HEADER_LEN);
         let mut reg = RegionBuilder::default();
         reg.push(ChunkId::of(b"x"), EntryKind::Full, b"x", 1, vec![]);
@@ -802,7 +902,7 @@ mod tests {
         let full = b"full chunk bytes".to_vec();
         let base = ChunkId::of(b"the base");
         let delta = vec![7u8; 4000];
-        let mut b = ContainerBuilder::new();
+        let mut b = ContainerBuilder::with_version(CONTAINER_V1);
         let mut r0 = RegionBuilder::default();
         r0.push(
             ChunkId::of(&full),
@@ -882,11 +982,18 @@ mod tests {
         assert_eq!(decode_container_meta(&file, "c").unwrap(), meta);
     }
 
-    /// Flags and reserved fields are 0 in version 1 and a reader refuses anything else
-    /// (docs/format.md, "Header" and "Footer"); an unknown version is refused as such.
+    /// Flags and reserved fields are 0 in versions 1 and 2 and a reader refuses anything else
+    /// (docs/format.md, "Header" and "Footer"); an unknown version is refused as such, and the
+    /// header and footer versions must agree.
     #[test]
     fn non_zero_flags_and_reserved_fields_are_refused() {
-        let (_, file, _) = sample();
+        for v in VERSIONS {
+            flags_and_reserved_of(v);
+        }
+    }
+
+    fn flags_and_reserved_of(version: u16) {
+        let (_, file, _) = sample_of(version);
         assert!(decode_header(&file[..HEADER_LEN], "c").is_ok());
         for pos in HEADER_FLAGS_OFFSET..HEADER_LEN {
             let mut bad = file.clone();
@@ -907,26 +1014,50 @@ mod tests {
             let f = &bad[bad.len() - FOOTER_LEN..];
             assert!(decode_footer(f, bad.len() as u64, "c").is_err());
         }
+        let other = if version == CONTAINER_V1 { 2 } else { 1 };
         for (at, what) in [
             (HEADER_VERSION_OFFSET, "header"),
             (file.len() - FOOTER_LEN + FOOTER_VERSION_OFFSET, "footer"),
         ] {
-            let mut v2 = file.clone();
-            v2[at] = 2;
+            for unknown in [0u8, 3, 0xff] {
+                let mut bad = file.clone();
+                bad[at] = unknown;
+                assert!(
+                    matches!(
+                        decode_container_meta(&bad, "c"),
+                        Err(Error::UnsupportedVersion { found, .. }) if found == u32::from(unknown)
+                    ),
+                    "{what} version {unknown} accepted"
+                );
+            }
+            let mut swapped = file.clone();
+            swapped[at] = other;
+            let err = decode_container_meta(&swapped, "c")
+                .unwrap_err()
+                .to_string();
             assert!(
-                matches!(
-                    decode_container_meta(&v2, "c"),
-                    Err(Error::UnsupportedVersion { found: 2, .. })
-                ),
-                "{what} version 2 accepted"
+                err.contains("differs from footer version"),
+                "{what} {other}: {err}"
             );
         }
+        // Read from the footer alone, a version-1 footer on version-2 metadata (or the
+        // reverse) fails the other layout's checks.
+        let mut swapped = file.clone();
+        let at = file.len() - FOOTER_LEN + FOOTER_VERSION_OFFSET;
+        swapped[at] = other;
+        assert!(decode_container_body(&swapped, "c").is_err());
     }
 
     /// The metadata section starts exactly where the last region ends (16 without regions).
     #[test]
     fn metadata_must_follow_the_last_region() {
-        let (_, file, _) = sample();
+        for v in VERSIONS {
+            metadata_must_follow_of(v);
+        }
+    }
+
+    fn metadata_must_follow_of(version: u16) {
+        let (_, file, _) = sample_of(version);
         let f = footer_of(&file);
         let start = f.meta_offset as usize;
         // One stray byte between the last region and the metadata.
@@ -939,7 +1070,7 @@ mod tests {
         assert!(err.contains("not where the last region ends"), "{err}");
 
         // A container without regions: the metadata starts at 16.
-        let (_, empty, _) = ContainerBuilder::new().seal();
+        let (_, empty, _) = ContainerBuilder::with_version(version).seal();
         assert_eq!(footer_of(&empty).meta_offset, HEADER_LEN as u64);
         assert_eq!(
             decode_container_meta(&empty, "c").unwrap(),
@@ -966,6 +1097,13 @@ mod tests {
         let bad = edit_meta(&file, |m| m[kind_at] = 2);
         let err = decode_container_meta(&bad, "c").unwrap_err().to_string();
         assert!(err.contains("unknown kind"), "{err}");
+        // A raw length beyond any writer's regions (readers allocate it before decompressing).
+        let raw_at = META_COUNT_LEN + REGION_RAW_LEN_OFFSET;
+        let bad = edit_meta(&file, |m| {
+            m[raw_at..raw_at + 4].copy_from_slice(&(MAX_REGION_RAW_LEN + 1).to_le_bytes())
+        });
+        let err = decode_container_meta(&bad, "c").unwrap_err().to_string();
+        assert!(err.contains("claims 83886081 raw bytes"), "{err}");
         // More than 16 super-features.
         let sf_at = META_COUNT_LEN + 3 * REGION_RECORD_LEN + META_COUNT_LEN + ENTRY_SF_COUNT_OFFSET;
         let bad = edit_meta(&file, |m| m[sf_at] = 17);
@@ -1023,7 +1161,13 @@ mod tests {
     /// header, footer or metadata checks, or the CRC32C of the region it hits.
     #[test]
     fn flipped_bytes_are_detected() {
-        let (_, file, _) = sample();
+        for v in VERSIONS {
+            flipped_bytes_of(v);
+        }
+    }
+
+    fn flipped_bytes_of(version: u16) {
+        let (_, file, _) = sample_of(version);
         for pos in 0..file.len() {
             let mut bad = file.clone();
             bad[pos] ^= 0x40;
@@ -1042,10 +1186,12 @@ mod tests {
         #[test]
         fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600), cut in 0usize..2000) {
             let _ = decode_container_meta(&bytes, "c");
-            let (_, file, _) = sample();
-            let cut = cut.min(file.len());
-            let _ = decode_container_meta(&file[cut..], "c");
-            let _ = decode_container_meta(&file[..cut], "c");
+            for v in VERSIONS {
+                let (_, file, _) = sample_of(v);
+                let cut = cut.min(file.len());
+                let _ = decode_container_meta(&file[cut..], "c");
+                let _ = decode_container_meta(&file[..cut], "c");
+            }
         }
     }
 }

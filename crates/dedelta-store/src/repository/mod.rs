@@ -14,7 +14,7 @@ use crate::backend::{Backend, FileKind};
 use crate::client::index::ChunkIndex;
 use crate::error::{Error, Result};
 use crate::format::config::RepoConfig;
-use crate::format::container::{self, ContainerId, ContainerMeta, FOOTER_LEN};
+use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMeta, FOOTER_LEN};
 use crate::repository::lock::{LockInfo, RepoLock};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -276,7 +276,7 @@ impl IndexedRepository {
 /// indexes it (data before index: the crash-safety order). Shared by backup and prune.
 pub struct ContainerWriter<'a> {
     repo: &'a IndexedRepository,
-    builder: crate::format::container::ContainerBuilder,
+    builder: ContainerBuilder,
     /// The region being filled by [`Self::push_entry`] (backup fills regions itself, on its
     /// worker pool, and hands them over through [`Self::add_region`]).
     region: crate::format::container::RegionBuilder,
@@ -306,7 +306,7 @@ impl<'a> ContainerWriter<'a> {
     pub fn new(repo: &'a IndexedRepository) -> Self {
         ContainerWriter {
             repo,
-            builder: crate::format::container::ContainerBuilder::new(),
+            builder: ContainerBuilder::with_version(repo.config().container_version()),
             region: crate::format::container::RegionBuilder::default(),
             container_size: repo.config().container_size,
             written: Vec::new(),
@@ -395,7 +395,8 @@ impl<'a> ContainerWriter<'a> {
         if self.builder.is_empty() {
             return Ok(());
         }
-        let (id, bytes, meta) = std::mem::take(&mut self.builder).seal();
+        let next = ContainerBuilder::with_version(self.builder.version());
+        let (id, bytes, meta) = std::mem::replace(&mut self.builder, next).seal();
         self.repo
             .backend()
             .put(FileKind::Container, &id.to_hex(), &bytes)?;

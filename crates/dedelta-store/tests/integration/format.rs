@@ -517,3 +517,186 @@ fn stdin_records_and_latest() {
     assert_eq!(order, sorted);
     assert_eq!(order[0].0, early);
 }
+
+/// The container version in the header of every container of the repository at `repo_dir`,
+/// counted: (version 1, version 2). Header and footer agree (the decoder checks it).
+fn container_versions(repo_dir: &Path) -> (usize, usize) {
+    let mut count = (0, 0);
+    for (_, name, bytes) in container_files(repo_dir) {
+        container::decode_container_meta(&bytes, &name).unwrap();
+        match &bytes[container::HEADER_VERSION_OFFSET..][..2] {
+            [1, 0] => count.0 += 1,
+            [2, 0] => count.1 += 1,
+            v => panic!("container version {v:?}"),
+        }
+    }
+    count
+}
+
+/// Every snapshot of `repo` restores to the files `model` holds for it, and `check
+/// --read-data` finds nothing.
+fn verify_snapshots(
+    repo: &IndexedRepository,
+    dir: &Path,
+    src: &Path,
+    model: &std::collections::BTreeMap<String, crate::support::Files>,
+) {
+    use crate::support::{read_files, restore_to, restored_root, run_check};
+    let snaps = repo.snapshots().unwrap().snapshots;
+    assert_eq!(snaps.len(), model.len());
+    for (id, snap) in snaps {
+        let target = dir.join("verify");
+        let _ = std::fs::remove_dir_all(&target);
+        restore_to(repo, &snap, &target).unwrap();
+        assert!(read_files(&restored_root(&target, src)) == model[&id.to_hex()]);
+    }
+    let report = run_check(repo, true).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// A repository of format version 1 (what every build before version 2 wrote) takes backups
+/// and prunes with version-1 containers only, so that older builds still read it. Its config
+/// made version 2 by hand (what a migration would do), it gets version-2 containers beside
+/// the old ones; backup, restore, prune (copying version-1 entries into version-2
+/// containers) and check read both.
+#[test]
+fn version_1_repositories_keep_version_1_containers() {
+    use crate::support::{backup_files, forget_ids, open_repo, prune_with, versioned_text, Files};
+    use std::collections::BTreeMap;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_dir = tmp.path().join("repo");
+    let src = tmp.path().join("src");
+    let cfg = RepoConfig {
+        version: 1,
+        ..small_config()
+    };
+    let mut repo = init_repo(&repo_dir, cfg);
+    let config_bytes = std::fs::read(repo_dir.join("config")).unwrap();
+    assert_eq!(&config_bytes[envelope::VERSION_OFFSET..][..2], &[1, 0]);
+    let mut model = std::collections::BTreeMap::new();
+    // Backs up version `v` of three files; returns the snapshot id.
+    let backup = |repo: &IndexedRepository, model: &mut BTreeMap<String, Files>, v: u64| {
+        let files: Files = (0..3u64)
+            .map(|f| (format!("f{f}.txt"), versioned_text(f, 50_000, v)))
+            .collect();
+        let id = backup_files(repo, &src, &files, v, &me())
+            .unwrap()
+            .snapshot_id;
+        model.insert(id.to_hex(), files);
+        id.to_hex()
+    };
+    let first = backup(&repo, &mut model, 0);
+    backup(&repo, &mut model, 1);
+    let (v1, v2) = container_versions(&repo_dir);
+    assert!(v1 > 0 && v2 == 0, "{v1} version 1, {v2} version 2");
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, std::slice::from_ref(&first))?;
+        prune_with(&repo, lock, 0.0, false)
+    })
+    .unwrap();
+    model.remove(&first);
+    assert_eq!(container_versions(&repo_dir).1, 0);
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+
+    // Made version 2: new containers are version 2, the old ones stay and read.
+    drop(repo);
+    let mut cfg = RepoConfig::from_bytes(&config_bytes).unwrap();
+    cfg.version = 2;
+    std::fs::write(repo_dir.join("config"), cfg.to_bytes()).unwrap();
+    repo = open_repo(&repo_dir).unwrap().open_index().unwrap();
+    assert_eq!(repo.config().container_version(), 2);
+    let second = backup(&repo, &mut model, 2);
+    backup(&repo, &mut model, 3);
+    let (v1, v2) = container_versions(&repo_dir);
+    assert!(v1 > 0 && v2 > 0, "{v1} version 1, {v2} version 2");
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+    // A prune that rewrites everything copies version-1 entries into version-2 containers.
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, std::slice::from_ref(&second))?;
+        prune_with(&repo, lock, 0.0, false)
+    })
+    .unwrap();
+    model.remove(&second);
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+    // An index rebuilt from both versions still finds every chunk.
+    drop(repo);
+    let cache = crate::support::cache_root_for(&repo_dir);
+    std::fs::remove_dir_all(&cache).unwrap();
+    repo = open_repo(&repo_dir).unwrap().open_index().unwrap();
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+}
+
+/// The version-2 metadata tables and worked example: the head bits the entry table names are
+/// the decoder's constants, and the example's bytes, read out of the document (its `CRC`,
+/// `L`, `id` and `base` filled in from the container, `xx 00 .. 00` as a u64), are exactly
+/// the metadata section the builder writes for the example's entries.
+#[test]
+fn lean_metadata_example_matches_the_doc() {
+    use container::v2::{HEAD_BASE_BACKREF, HEAD_KIND_MASK, HEAD_SF_SHIFT};
+    use container::{ContainerBuilder, EntryKind, RegionBuilder, CONTAINER_V2};
+    use dedelta_core::compress::Compression;
+    assert_eq!(
+        (HEAD_KIND_MASK, HEAD_BASE_BACKREF, HEAD_SF_SHIFT),
+        (3, 4, 3)
+    );
+    let entry = table_after("Version-2 entry record:");
+    assert!(entry[0][2].starts_with(
+        "head: bits 0-1 kind (0 = full, 1 = delta; 2 and 3 are invalid); bit 2 base \
+         back-reference (deltas only); bits 3-7 super-feature count S (0 ..= 16)"
+    ));
+    let region = table_after("Nothing follows the last entry record. Version-2 region record:");
+    let sizes: Vec<&str> = region.iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(sizes, ["1", "4", "1..10", "1..10"]);
+
+    let full = b"full chunk bytes".to_vec();
+    let base = ChunkId::of(b"the base");
+    let (t1, t2) = (ChunkId::of(b"target 1"), ChunkId::of(b"target 2"));
+    let mut b = ContainerBuilder::with_version(CONTAINER_V2);
+    let mut r0 = RegionBuilder::default();
+    r0.push(ChunkId::of(&full), EntryKind::Full, &full, 16, vec![11, 12]);
+    b.add_region(r0.compress(Compression::None));
+    let mut r1 = RegionBuilder::default();
+    r1.push(t1, EntryKind::Delta { base }, &[7u8; 4000], 9000, vec![]);
+    r1.push(t2, EntryKind::Delta { base }, &[7u8; 3000], 8000, vec![]);
+    b.add_region(r1.compress(Compression::Zstd { level: 3 }));
+    let (_, file, meta) = b.seal();
+    let f = &file[file.len() - container::FOOTER_LEN..];
+    let start = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;
+    let written = &file[start..file.len() - container::FOOTER_LEN];
+
+    let ids = [ChunkId::of(&full), t1, t2];
+    let mut from_doc = Vec::new();
+    let rows = table_after(
+        "Worked example (the test `layout_matches_the_doc` in `format/container/v2.rs`",
+    );
+    assert_eq!(rows.len(), 6);
+    for (n, row) in rows.iter().enumerate() {
+        for word in row[0].split('`').enumerate() {
+            match word {
+                (i, hex) if i % 2 == 1 && hex.contains("..") => {
+                    let first = u8::from_str_radix(&hex[..2], 16).unwrap();
+                    from_doc.extend_from_slice(&u64::from(first).to_le_bytes());
+                }
+                (i, hex) if i % 2 == 1 => from_doc.extend(
+                    hex.split(' ')
+                        .map(|h| u8::from_str_radix(h, 16).unwrap_or_else(|_| panic!("{h}"))),
+                ),
+                (_, text) => {
+                    for w in text.split_whitespace() {
+                        match w {
+                            "CRC" => {
+                                from_doc.extend_from_slice(&meta.regions[n - 1].crc.to_le_bytes())
+                            }
+                            "L" => from_doc.push(meta.regions[1].stored_len as u8),
+                            "id" => from_doc.extend_from_slice(ids[n - 3].as_bytes()),
+                            "base" => from_doc.extend_from_slice(base.as_bytes()),
+                            w => panic!("unknown word {w:?} in the example"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(from_doc, written);
+    assert_eq!(container::decode_container_meta(&file, "c").unwrap(), meta);
+}

@@ -5,6 +5,10 @@
 //!
 //! Inputs come through the stdin source (name and time fixed), so that no path or clock of
 //! the machine running the test reaches the tree stream.
+//!
+//! Each repository format version has its table: a version-1 repository still writes
+//! version-1 containers, byte for byte as before version 2 existed (so that builds that know
+//! only version 1 keep reading it), and a version-2 repository the lean version-2 metadata.
 
 use crate::support::{backup_options, config, init_repo, locked, me, time_of, xorshift};
 use dedelta_store::backend::FileKind;
@@ -33,9 +37,10 @@ fn version(v: u64) -> Vec<u8> {
     out
 }
 
-fn container_names(delta: DeltaConfig, threads: usize) -> Vec<String> {
+fn container_names(format_version: u32, delta: DeltaConfig, threads: usize) -> Vec<String> {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = RepoConfig {
+        version: format_version,
         id: "golden".into(),
         container_size: 64 * 1024,
         ..config(1, delta)
@@ -75,16 +80,30 @@ fn prefixes(names: &[String]) -> Vec<&str> {
 
 #[test]
 fn dedup_only_containers_are_unchanged() {
-    let names = container_names(DeltaConfig::default(), 2);
+    let names = container_names(1, DeltaConfig::default(), 2);
     assert_eq!(prefixes(&names), EXPECTED_DEDUP, "{names:#?}");
-    assert_eq!(container_names(DeltaConfig::default(), 1), names);
+    assert_eq!(container_names(1, DeltaConfig::default(), 1), names);
 }
 
 #[test]
 fn delta_containers_are_unchanged() {
-    let names = container_names(DeltaConfig::recommended(), 2);
+    let names = container_names(1, DeltaConfig::recommended(), 2);
     assert_eq!(prefixes(&names), EXPECTED_DELTA, "{names:#?}");
-    assert_eq!(container_names(DeltaConfig::recommended(), 1), names);
+    assert_eq!(container_names(1, DeltaConfig::recommended(), 1), names);
+}
+
+#[test]
+fn dedup_only_containers_are_unchanged_v2() {
+    let names = container_names(2, DeltaConfig::default(), 2);
+    assert_eq!(prefixes(&names), EXPECTED_DEDUP_V2, "{names:#?}");
+    assert_eq!(container_names(2, DeltaConfig::default(), 1), names);
+}
+
+#[test]
+fn delta_containers_are_unchanged_v2() {
+    let names = container_names(2, DeltaConfig::recommended(), 2);
+    assert_eq!(prefixes(&names), EXPECTED_DELTA_V2, "{names:#?}");
+    assert_eq!(container_names(2, DeltaConfig::recommended(), 1), names);
 }
 
 const EXPECTED_DEDUP: &[&str] = &[
@@ -98,4 +117,16 @@ const EXPECTED_DELTA: &[&str] = &[
     "7fadf107c11680c3",
     "9ad07f805edd0e34",
     "adfc243f54058835",
+];
+const EXPECTED_DEDUP_V2: &[&str] = &[
+    "110f0acb54703cc6",
+    "1cf645bb0352d85a",
+    "90d3b78a87a4487b",
+    "da7509ebd6a58462",
+];
+const EXPECTED_DELTA_V2: &[&str] = &[
+    "152c1e3ad3e95e66",
+    "34def0e2cb2c0a75",
+    "4796e00e6681a99d",
+    "dbb9f6a012283796",
 ];
