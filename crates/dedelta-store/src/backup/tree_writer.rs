@@ -378,3 +378,129 @@ impl<'c> TreeWriter<'c> {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dedelta_core::chunker::{new_chunker, ChunkerKind, ChunkerParams};
+
+    fn chunker() -> Box<dyn Chunker> {
+        let params = ChunkerParams {
+            min_size: 512,
+            avg_size: 2048,
+            max_size: 8192,
+        };
+        new_chunker(ChunkerKind::FastCdc, params).unwrap()
+    }
+
+    /// A file record named `name` with `n` references numbered from `seed`.
+    fn file(name: &str, n: u64, seed: u64) -> (Node, Vec<ChunkRef>) {
+        let node = Node {
+            path: name.as_bytes().to_vec(),
+            kind: NodeKind::File,
+            mode: 0o100644,
+            mtime_secs: 0,
+            mtime_nanos: 0,
+            size: 0,
+            target: Vec::new(),
+        };
+        let refs = (0..n)
+            .map(|i| ChunkRef {
+                id: ChunkId::of(&(seed + i).to_le_bytes()),
+                len: 4096 + (i as u32 % 3),
+            })
+            .collect();
+        (node, refs)
+    }
+
+    /// Encodes `files` with `parent` as hints; returns the writer with its stream buffered.
+    fn write<'c>(
+        chunker: &'c dyn Chunker,
+        files: &[(Node, Vec<ChunkRef>)],
+        parent: Option<ParentTree>,
+    ) -> TreeWriter<'c> {
+        let mut w = TreeWriter::new(chunker, parent);
+        for (node, refs) in files {
+            w.file_start(node.clone());
+            for r in refs {
+                w.file_chunk(*r).unwrap();
+            }
+            w.file_end().unwrap();
+        }
+        w.encoder.end(&mut w.buf);
+        w
+    }
+
+    /// The parent's tree as backup learns it: its nodes, and its chunks as cut.
+    fn parent_of(files: &[(Node, Vec<ChunkRef>)], chunker: &dyn Chunker) -> (ParentTree, Vec<u64>) {
+        let w = write(chunker, files, None);
+        let cuts = cut_buffer(chunker, &w.buf, true);
+        let mut b = ParentTreeBuilder::new();
+        for (node, refs) in files {
+            let mut node = node.clone();
+            node.size = refs.iter().map(|c| u64::from(c.len)).sum();
+            b.node(&node, refs);
+        }
+        let ids: Vec<ChunkId> = cuts
+            .ranges
+            .iter()
+            .map(|r| ChunkId::of(&w.buf[r.clone()]))
+            .collect();
+        let lens: Vec<u32> = cuts.ranges.iter().map(|r| r.len() as u32).collect();
+        let ends = cuts.ranges.iter().map(|r| r.end as u64).collect();
+        (b.finish(&ids, &lens).expect("offsets match"), ends)
+    }
+
+    fn ends(w: &TreeWriter<'_>) -> Vec<u64> {
+        w.cut(true).ranges.iter().map(|r| r.end as u64).collect()
+    }
+
+    /// Replaced references leave the cuts where the parent's were; a record inserted in front
+    /// moves them all by its length; each chunk's first hint is the parent chunk it matches.
+    #[test]
+    fn cuts_follow_the_parents_and_hints_name_its_chunks() {
+        let chunker = chunker();
+        let old = vec![file("a", 600, 0), file("b", 400, 10_000)];
+        let (parent, parent_ends) = parent_of(&old, chunker.as_ref());
+        assert!(parent_ends.len() > 8, "{parent_ends:?}");
+        let mut new = old.clone();
+        for i in (0..600).step_by(6) {
+            new[0].1[i].id = ChunkId::of(format!("changed {i}").as_bytes());
+        }
+        let mut w = write(chunker.as_ref(), &new, Some(parent));
+        // The content-defined cuts of the changed stream differ; these follow the parent.
+        assert_ne!(
+            cut_buffer(chunker.as_ref(), &w.buf, true)
+                .ranges
+                .iter()
+                .map(|r| r.end as u64)
+                .collect::<Vec<_>>(),
+            parent_ends
+        );
+        assert_eq!(ends(&w), parent_ends);
+        let parent_ids: Vec<ChunkId> = w
+            .parent
+            .as_ref()
+            .unwrap()
+            .chunks
+            .iter()
+            .map(|c| c.0)
+            .collect();
+        let mut start = 0;
+        for (i, end) in parent_ends.iter().enumerate() {
+            let hints = w.hints(start, end - start);
+            assert_eq!(hints.first(), Some(&parent_ids[i]), "chunk {i}");
+            start = *end;
+        }
+
+        let (parent, parent_ends) = parent_of(&old, chunker.as_ref());
+        let mut inserted = vec![file("0", 50, 90_000)];
+        inserted.extend(new);
+        let w = write(chunker.as_ref(), &inserted, Some(parent));
+        let front = write(chunker.as_ref(), &inserted[..1], None).buf.len() as u64 - 1 - 5;
+        let shifted: Vec<u64> = parent_ends.iter().map(|e| e + front).collect();
+        let got = ends(&w);
+        let kept = shifted.iter().filter(|e| got.contains(e)).count();
+        assert!(kept + 1 >= shifted.len(), "{got:?} against {shifted:?}");
+    }
+}
