@@ -370,7 +370,7 @@ impl<'c> TreeWriter<'c> {
         while self.anchors.len() >= 2 && self.anchors[1].0 < end {
             self.anchors.pop_front();
         }
-        votes.sort_by(|a, b| b.1.cmp(&a.1));
+        votes.sort_by_key(|v| std::cmp::Reverse(v.1));
         votes
             .iter()
             .take(MAX_TREE_HINTS)
