@@ -66,6 +66,20 @@ fn entry_kinds(repo: &IndexedRepository) -> HashMap<ChunkId, EntryKind> {
     kinds
 }
 
+/// The stored bytes `stats` shares out to the chunks `ids` (a region's stored bytes by the
+/// raw lengths of its entries).
+fn shares_of(repo: &IndexedRepository, ids: &[ChunkId]) -> u64 {
+    let mut total = 0;
+    for (name, _) in repo.backend().list(FileKind::Container).unwrap() {
+        let meta = read_container_meta(repo.backend().as_ref(), &name).unwrap();
+        for e in meta.entries.iter().filter(|e| ids.contains(&e.id)) {
+            let r = &meta.regions[e.region as usize];
+            total += u64::from(r.stored_len) * u64::from(e.stored_len) / u64::from(r.raw_len);
+        }
+    }
+    total
+}
+
 fn tree_bytes(repo: &IndexedRepository) -> u64 {
     stats::stats(repo).unwrap().breakdown.trees
 }
@@ -165,6 +179,21 @@ fn delta_trees_survive_forget_and_prune_of_their_parent() {
     for b in &bases {
         assert_eq!(kinds.get(b), Some(&EntryKind::Full), "base {b} was pruned");
     }
+    // `stats` counts the kept bases, which no snapshot's tree names any more, as trees.
+    let mut tree_ids = second.tree.chunks.clone();
+    tree_ids.extend(
+        second
+            .tree
+            .chunks
+            .iter()
+            .filter_map(|id| match kinds.get(id) {
+                Some(EntryKind::Delta { base }) => Some(*base),
+                _ => None,
+            }),
+    );
+    tree_ids.sort();
+    tree_ids.dedup();
+    assert_eq!(tree_bytes(&repo), shares_of(&repo, &tree_ids));
     let report = run_check(&repo, true).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     assert_restores(&repo, &second, &src, &version(1), &dir.path().join("r2"));
