@@ -1,6 +1,7 @@
 //! Tree chunks as deltas: a version that changes references here and there stores its tree
-//! as deltas against the parent's tree chunks, and every command still reads it, also once
-//! the parent snapshot is forgotten and pruned.
+//! as deltas against the parent's tree chunks, and every command (restore, ls, dump, check,
+//! repair snapshots, stats) still reads it, also once the parent snapshot is forgotten and
+//! pruned.
 
 use crate::support::{
     backup_files, config, forget_ids, init_repo, locked, me, noise, prune_with, read_files,
@@ -8,10 +9,12 @@ use crate::support::{
 };
 use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
+use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
 use dedelta_store::commands::{ls, stats};
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::EntryKind;
 use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
+use dedelta_store::progress::NoProgress;
 use dedelta_store::repository::read_container_meta;
 use dedelta_store::IndexedRepository;
 use std::collections::HashMap;
@@ -213,4 +216,15 @@ fn delta_trees_survive_forget_and_prune_of_their_parent() {
     assert_restores(&repo, &third, &src, &version(2), &dir.path().join("r3"));
     let report = run_check(&repo, true).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // `repair snapshots` reads both trees whole: nothing to repair.
+    let repaired = locked(&repo, &me(), |lock| {
+        let opts = RepairSnapshotsOptions {
+            forget: false,
+            dry_run: false,
+        };
+        repair_snapshots::repair_snapshots(&repo, lock, &opts, &NoProgress)
+    })
+    .unwrap();
+    assert_eq!(repaired.intact, 2);
+    assert!(repaired.repaired.is_empty());
 }
