@@ -4,7 +4,8 @@
 //! when the backup started (the pool looked it up, see [`super::fingerprint`]) or if this
 //! backup already stored it. New chunks go to the delta stage (when resemblance detection is
 //! on), which decides per block whether each is stored in full or as a delta, and then to the
-//! region packer. The tree stream's records are written as the items arrive.
+//! region packer. The tree stream's records are written as the items arrive, and its chunks
+//! take the same way (with the parent snapshot's tree chunks as their first candidate bases).
 
 use super::bases::BaseCounts;
 use super::delta::{DeltaStage, Stored};
@@ -21,7 +22,7 @@ use crate::format::tree::ChunkRef;
 use crate::repository::damage::DamageSet;
 use bytes::Bytes;
 use crossbeam_channel::Receiver;
-use dedelta_core::sketch::SuperFeatures;
+use dedelta_core::sketch::{Sketcher, SuperFeatures};
 use dedelta_core::ChunkId;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -68,6 +69,8 @@ pub(super) struct DedupStage<'a> {
     packer: RegionPacker<'a>,
     summary: BackupSummary,
     delta: Option<DeltaStage<'a>>,
+    /// The backup's sketch method, for tree chunks (file data is sketched on the pool).
+    sketcher: Option<Arc<dyn Sketcher>>,
     times: Arc<StageTimes>,
 }
 
@@ -77,6 +80,7 @@ impl<'a> DedupStage<'a> {
         index: DedupIndex,
         packer: RegionPacker<'a>,
         delta: Option<DeltaStage<'a>>,
+        sketcher: Option<Arc<dyn Sketcher>>,
         times: Arc<StageTimes>,
     ) -> Self {
         DedupStage {
@@ -85,6 +89,7 @@ impl<'a> DedupStage<'a> {
             packer,
             summary: BackupSummary::default(),
             delta,
+            sketcher,
             times,
         }
     }
@@ -104,7 +109,7 @@ impl<'a> DedupStage<'a> {
                     } in rx.recv().map_err(closed)?
                     {
                         let len = data.len() as u32;
-                        self.add(id, data, sfs, lookup, true)?;
+                        self.add(id, data, sfs, lookup)?;
                         tree.file_chunk(ChunkRef { id, len })?;
                     }
                     self.end_block()?;
@@ -134,19 +139,47 @@ impl<'a> DedupStage<'a> {
         })
     }
 
-    /// One chunk of the stream; `allow_delta` is false for metadata (tree) chunks.
-    pub fn add(
+    /// One chunk of file data.
+    fn add(
         &mut self,
         id: ChunkId,
         data: Bytes,
         sfs: Option<SuperFeatures>,
         lookup: IndexLookup,
-        allow_delta: bool,
     ) -> Result<()> {
+        if self.is_new(&id, lookup, false)? {
+            self.store_new(id, data, sfs, None)?;
+        }
+        Ok(())
+    }
+
+    /// One chunk of the tree stream, with the parent's tree chunks at its place as candidate
+    /// bases: a tree changes in scattered references, so nearly every chunk is new and
+    /// nearly all of it is in the parent's tree. Tree chunks are sketched here (a tree is
+    /// about 0.4% of the data it describes).
+    pub fn add_tree(&mut self, id: ChunkId, data: Bytes, hints: Vec<ChunkId>) -> Result<()> {
+        if !self.is_new(&id, IndexLookup::NotLookedUp, true)? {
+            return Ok(());
+        }
+        let sfs = match (&self.sketcher, &self.delta) {
+            (Some(sk), Some(_)) => {
+                let t = Instant::now();
+                let sfs = sk.sketch(&data);
+                StageTimes::add(&self.times.sketch, t);
+                Some(sfs)
+            }
+            _ => None,
+        };
+        self.store_new(id, data, sfs, Some(hints))
+    }
+
+    /// Whether chunk `id` is new to the repository (counting it); a duplicate is shown to the
+    /// delta stage's candidate search.
+    fn is_new(&mut self, id: &ChunkId, lookup: IndexLookup, tree: bool) -> Result<bool> {
         self.summary.chunks += 1;
         // Some(container if durable) for a duplicate. The pool's view of the index predates
         // this backup, whose own new chunks are all in `pending`.
-        let known = if self.pending.contains(&id) {
+        let known = if self.pending.contains(id) {
             Some(None)
         } else {
             match lookup {
@@ -154,7 +187,7 @@ impl<'a> DedupStage<'a> {
                 IndexLookup::Absent => None,
                 IndexLookup::NotLookedUp => {
                     let t = Instant::now();
-                    let found = self.index.container_of(&id)?.map(Some);
+                    let found = self.index.container_of(id)?.map(Some);
                     StageTimes::add(&self.times.index, t);
                     found
                 }
@@ -162,16 +195,28 @@ impl<'a> DedupStage<'a> {
         };
         if let Some(container) = known {
             if let Some(d) = self.delta.as_mut() {
-                d.on_duplicate(&id, container)?;
+                d.on_duplicate(id, container, tree)?;
             }
-            return Ok(());
+            return Ok(false);
         }
+        Ok(true)
+    }
+
+    /// Stores a new chunk: through the delta stage when resemblance detection is on, else in
+    /// full. `tree_hints` are set for a tree chunk.
+    fn store_new(
+        &mut self,
+        id: ChunkId,
+        data: Bytes,
+        sfs: Option<SuperFeatures>,
+        tree_hints: Option<Vec<ChunkId>>,
+    ) -> Result<()> {
         self.pending.insert(id);
         self.summary.new_chunks += 1;
         self.summary.bytes_new += data.len() as u64;
         match self.delta.as_mut() {
-            Some(d) if allow_delta => d.push_new(id, data, sfs),
-            _ => {
+            Some(d) => d.push_new(id, data, sfs, tree_hints),
+            None => {
                 self.summary.bytes_after_delta += data.len() as u64;
                 let len = data.len();
                 self.packer
@@ -182,7 +227,7 @@ impl<'a> DedupStage<'a> {
     }
 
     /// Decides the chunks waiting in the delta stage and stores them.
-    fn end_block(&mut self) -> Result<()> {
+    pub fn end_block(&mut self) -> Result<()> {
         let Some(d) = self.delta.as_mut() else {
             return Ok(());
         };

@@ -210,12 +210,14 @@ pub fn backup(
         )),
         None => None,
     };
+    let mut parent_tree = None;
     let delta_stage = if delta_cfg.enabled() {
-        let dupadj = if delta_cfg.dupadj {
-            parent_recipe(repo, &snapshot_paths, &mut notices).map(DupAdj::new)
-        } else {
-            None
-        };
+        let mut parent = parent(repo, &snapshot_paths, delta_cfg.dupadj, &mut notices);
+        let dupadj = parent
+            .as_mut()
+            .and_then(|p| p.recipe.take())
+            .map(DupAdj::new);
+        parent_tree = parent.and_then(|p| p.tree);
         let sketches: Option<Box<dyn SketchIndex>> =
             match (delta_cfg.sketch, delta_cfg.sketch_index) {
                 (None, _) => None,
@@ -256,7 +258,7 @@ pub fn backup(
             reader: repo.index().reader()?,
             damage: damage.clone(),
         }),
-        sketcher,
+        sketcher: sketcher.clone(),
         times: times.clone(),
     };
     let (item_tx, item_rx) = bounded::<Item>(BLOCKS_IN_FLIGHT);
@@ -280,9 +282,10 @@ pub fn backup(
                 times.clone(),
             ),
             delta_stage,
+            sketcher,
             times.clone(),
         );
-        let tree = tree_writer::TreeWriter::new(chunker.as_ref());
+        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
             .map_err(|e| Error::io("starting a thread", e))?;
@@ -356,18 +359,28 @@ pub fn backup(
     })
 }
 
-/// The chunk sequence of the newest snapshot with the same paths (else the newest), for DupAdj.
-/// A parent that cannot be read only costs DupAdj its hints: the backup goes on without one,
-/// with a notice (a damaged tree must not block every later backup of its paths).
-fn parent_recipe(
+/// What the backup learns from its parent snapshot: the newest snapshot with the same paths,
+/// else the newest.
+struct Parent {
+    /// Its chunk sequence, for DupAdj (when asked for).
+    recipe: Option<ParentRecipe>,
+    /// Where its tree's records and references lie, for the tree chunks' delta bases.
+    tree: Option<tree_writer::ParentTree>,
+}
+
+/// Reads the parent snapshot's tree. A parent that cannot be read only costs the backup its
+/// hints: it goes on without one, with a notice (a damaged tree must not block every later
+/// backup of its paths).
+fn parent(
     repo: &IndexedRepository,
     paths: &[String],
+    want_recipe: bool,
     notices: &mut Vec<String>,
-) -> Option<ParentRecipe> {
+) -> Option<Parent> {
     let listed = match repo.snapshots() {
         Ok(l) => l,
         Err(e) => {
-            notices.push(format!("no parent snapshot for DupAdj: {e}"));
+            notices.push(format!("no parent snapshot for delta hints: {e}"));
             return None;
         }
     };
@@ -379,12 +392,19 @@ fn parent_recipe(
         .find(|(_, s)| s.paths == paths)
         .or_else(|| all.last())?;
     let mut ids = Vec::new();
-    let walked = crate::read::walk_tree(repo, snap, |_, chunks| {
-        ids.extend(chunks.iter().map(|c| c.id));
+    let mut tree = tree_writer::ParentTreeBuilder::new();
+    let walked = crate::read::walk_tree_measured(repo, snap, |node, chunks| {
+        tree.node(&node, &chunks);
+        if want_recipe {
+            ids.extend(chunks.iter().map(|c| c.id));
+        }
         Ok(())
     });
     match walked {
-        Ok(()) => Some(ParentRecipe::new(ids)),
+        Ok(lens) => Some(Parent {
+            recipe: want_recipe.then(|| ParentRecipe::new(ids)),
+            tree: tree.finish(&snap.tree.chunks, &lens),
+        }),
         Err(e) => {
             notices.push(format!(
                 "parent snapshot {} is unreadable ({e}); backing up without a parent",

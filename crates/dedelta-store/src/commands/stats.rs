@@ -8,6 +8,8 @@ use crate::format::container::EntryKind;
 use crate::format::snapshot::ratio;
 use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, IndexedRepository};
+use dedelta_core::ChunkId;
+use std::collections::HashSet;
 
 /// Repository statistics (`stats --json` prints these keys).
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -69,7 +71,8 @@ pub struct BytesBreakdown {
     pub full_chunks: u64,
     /// Delta payloads.
     pub deltas: u64,
-    /// Chunks of the snapshots' tree streams (directory entries and file recipes).
+    /// Chunks of the snapshots' tree streams (directory entries and file recipes), deltas
+    /// and the bases of tree deltas included.
     pub trees: u64,
     /// Container headers, metadata sections (entry records, sketches) and footers.
     pub container_metadata: u64,
@@ -84,12 +87,16 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     let mut s = RepoStats::default();
     let snapshots = list(repo.backend().as_ref())?;
     s.warnings = snapshots.warnings();
-    let mut tree_chunks = std::collections::HashSet::new();
+    let mut tree_chunks = HashSet::new();
     for (_, snap) in snapshots.snapshots {
         s.snapshots += 1;
         s.logical_bytes += snap.summary.bytes_read;
         tree_chunks.extend(snap.tree.chunks);
     }
+    // Full chunks are attributed once every tree delta's base is known: a full chunk that
+    // no tree names but a tree delta is based on is a tree chunk of a forgotten snapshot.
+    let mut full_shares: Vec<(ChunkId, u64)> = Vec::new();
+    let mut tree_bases: HashSet<ChunkId> = HashSet::new();
     let b = &mut s.breakdown;
     for (name, size) in repo.backend().list(FileKind::Container)? {
         s.repository_bytes += size;
@@ -109,8 +116,13 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
                 u64::from(r.stored_len) * u64::from(e.stored_len) / u64::from(r.raw_len).max(1)
             });
             match e.kind {
-                _ if tree_chunks.contains(&e.id) => b.trees += share,
-                EntryKind::Full => b.full_chunks += share,
+                _ if tree_chunks.contains(&e.id) => {
+                    b.trees += share;
+                    if let EntryKind::Delta { base } = e.kind {
+                        tree_bases.insert(base);
+                    }
+                }
+                EntryKind::Full => full_shares.push((e.id, share)),
                 EntryKind::Delta { .. } => b.deltas += share,
             }
             s.chunks += 1;
@@ -124,6 +136,13 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
                     s.delta_bytes += u64::from(e.stored_len);
                 }
             }
+        }
+    }
+    for (id, share) in full_shares {
+        if tree_bases.contains(&id) {
+            b.trees += share;
+        } else {
+            b.full_chunks += share;
         }
     }
     // Containers were listed above.

@@ -178,6 +178,11 @@ impl<R: Read> TreeDecoder<R> {
         }
     }
 
+    /// The reader (after the end of the stream: it has been read to its end).
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+
     fn byte(&mut self) -> Result<u8> {
         let mut b = [0u8; 1];
         self.inner

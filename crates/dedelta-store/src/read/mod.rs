@@ -23,7 +23,7 @@ pub use locator::{ChunkLocator, LocatedChunk};
 pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 pub use reader::{verify_chunk, ChunkReader};
 pub use stream::ChunkStreamReader;
-pub use tree::walk_tree;
+pub use tree::{walk_tree, walk_tree_measured};
 
 use crate::error::Error;
 use crate::format::container::ContainerId;

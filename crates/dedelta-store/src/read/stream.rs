@@ -9,6 +9,7 @@ pub struct ChunkStreamReader<'r, 'a> {
     ids: std::vec::IntoIter<ChunkId>,
     current: Vec<u8>,
     pos: usize,
+    lens: Vec<u32>,
 }
 
 impl<'r, 'a> ChunkStreamReader<'r, 'a> {
@@ -19,7 +20,13 @@ impl<'r, 'a> ChunkStreamReader<'r, 'a> {
             ids: ids.into_iter(),
             current: Vec::new(),
             pos: 0,
+            lens: Vec::new(),
         }
+    }
+
+    /// The lengths of the chunks read so far, in order.
+    pub fn chunk_lens(&self) -> &[u32] {
+        &self.lens
     }
 }
 
@@ -34,6 +41,7 @@ impl std::io::Read for ChunkStreamReader<'_, '_> {
                 .read_chunk(&id)
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
             self.pos = 0;
+            self.lens.push(self.current.len() as u32);
         }
         let n = buf.len().min(self.current.len() - self.pos);
         buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);

@@ -14,8 +14,18 @@ const TREE_CACHE_BYTES: usize = 16 << 20;
 pub fn walk_tree(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
-    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+    f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
 ) -> Result<()> {
+    walk_tree_measured(repo, snapshot, f).map(|_| ())
+}
+
+/// [`walk_tree`], returning the lengths of the tree's chunks (where each lies in the stream,
+/// for backup's choice of delta bases for the next tree).
+pub fn walk_tree_measured(
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+) -> Result<Vec<u32>> {
     let mut reader = ChunkReader::new(repo, TREE_CACHE_BYTES)?;
     let ids = snapshot.tree.chunks.clone();
     let mut dec = TreeDecoder::new(BufReader::with_capacity(
@@ -25,5 +35,5 @@ pub fn walk_tree(
     while let Some((node, chunks)) = dec.next_node()? {
         f(node, chunks)?;
     }
-    Ok(())
+    Ok(dec.into_inner().into_inner().chunk_lens().to_vec())
 }

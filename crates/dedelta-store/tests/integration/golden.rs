@@ -113,10 +113,10 @@ const EXPECTED_DEDUP: &[&str] = &[
     "a8e106de45de2535",
 ];
 const EXPECTED_DELTA: &[&str] = &[
-    "0eac32c93c2c5a1f",
-    "7fadf107c11680c3",
-    "9ad07f805edd0e34",
-    "adfc243f54058835",
+    "14fd406d519beee9",
+    "3da5b6aa55842745",
+    "a94403eeb924b09a",
+    "e416658562d0ce17",
 ];
 const EXPECTED_DEDUP_V2: &[&str] = &[
     "110f0acb54703cc6",

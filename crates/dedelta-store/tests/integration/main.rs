@@ -33,3 +33,5 @@ mod restore_safety;
 mod roundtrip;
 /// Test data, configs, locks, and commands as the tests run them.
 mod support;
+/// Snapshot trees stored as deltas of their parent's tree.
+mod trees;

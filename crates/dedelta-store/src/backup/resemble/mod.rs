@@ -22,6 +22,8 @@ pub enum CandidateSource {
     DupAdj,
     /// A shared super-feature.
     Sketch,
+    /// For a tree chunk: the parent snapshot's tree chunk at the same place in its stream.
+    ParentTree,
 }
 
 /// The candidate search of one backup.
@@ -37,12 +39,19 @@ impl<'a> CandidateSearch<'a> {
         CandidateSearch { dupadj, sketches }
     }
 
-    /// A duplicate went by, stored in `container` if that is already durable.
-    pub fn on_duplicate(&mut self, id: &ChunkId, container: Option<ContainerId>) -> Result<()> {
+    /// A duplicate went by, stored in `container` if that is already durable; `in_recipe`
+    /// is false for a tree chunk, which is no position of the parent's recipe and must not
+    /// end DupAdj's walk through it.
+    pub fn on_duplicate(
+        &mut self,
+        id: &ChunkId,
+        container: Option<ContainerId>,
+        in_recipe: bool,
+    ) -> Result<()> {
         if let (Some(c), Some(s)) = (container, self.sketches.as_mut()) {
             s.consulted(c)?;
         }
-        if let Some(d) = self.dupadj.as_mut() {
+        if let (Some(d), true) = (self.dupadj.as_mut(), in_recipe) {
             d.on_duplicate(id);
         }
         Ok(())
@@ -63,19 +72,17 @@ impl<'a> CandidateSearch<'a> {
         }
     }
 
-    /// The candidates of a new chunk, in the order to try them: its DupAdj hint, then the
-    /// sketch index's FirstFit match and, up to `sketch_limit`, its further matches (each
-    /// once).
+    /// The candidates of a new chunk, in the order to try them: its positional hints
+    /// (DupAdj's, or a tree chunk's parent tree chunks), then the sketch index's FirstFit
+    /// match and, up to `sketch_limit`, its further matches (each once).
     pub fn candidates(
         &mut self,
-        dupadj_hint: Option<ChunkId>,
+        hints: Vec<(ChunkId, CandidateSource)>,
         sfs: &SuperFeatures,
         sketch_limit: usize,
     ) -> Result<Vec<(ChunkId, CandidateSource)>> {
-        let mut out = Vec::with_capacity(1 + sketch_limit);
-        if let Some(a) = dupadj_hint {
-            out.push((a, CandidateSource::DupAdj));
-        }
+        let mut out = hints;
+        out.reserve(sketch_limit);
         if let Some(s) = self.sketches.as_mut() {
             for c in s.lookup(sfs, sketch_limit)? {
                 if !out.iter().any(|(w, _)| *w == c) {
