@@ -811,6 +811,42 @@ fn merge_runs(path: &Path, c: &mut Change, from: usize, to: usize) -> Result<()>
     Ok(())
 }
 
+/// Entry points for the fuzz targets: the decoders of the index's files.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Decodes `bytes` as a manifest; one that decodes encodes back to the same bytes.
+    pub fn manifest(bytes: &[u8]) {
+        if let Ok(m) = Manifest::decode(bytes) {
+            assert_eq!(m.encode(), bytes);
+        }
+    }
+
+    /// Opens the file at `path` as a run and, if it opens, reads every entry and looks some
+    /// up: malformed bytes give errors, never a panic.
+    pub fn run(path: &Path) {
+        let Ok(run) = Run::open(path, 0) else { return };
+        let mut ids = Vec::new();
+        let mut c = run.chunk_cursor();
+        while let Ok(Some(run::Entry::Chunk(id, _))) = c.next() {
+            ids.push(id);
+        }
+        let mut s = run.sketch_cursor();
+        let mut keys = Vec::new();
+        while let Ok(Some(run::Entry::Sketch(key, _))) = s.next() {
+            keys.push(key);
+        }
+        for id in ids.iter().take(64) {
+            let _ = run.get(&ChunkId(*id));
+        }
+        let _ = run.get(&ChunkId([0xa5; 32]));
+        for key in keys.iter().take(64).copied().chain([0, u32::MAX]) {
+            let _ = run.sketch(key);
+        }
+    }
+}
+
 /// A read view of the index: the runs of one commit (their files stay readable after a
 /// later merge deletes them, while the view holds them open).
 pub struct IndexReader {

@@ -336,3 +336,36 @@ proptest! {
         prop_assert!(index.check_integrity().unwrap());
     }
 }
+
+/// What the fuzz target does, on every truncation and many single-byte changes of a real
+/// manifest and run: errors, never a panic.
+#[test]
+fn damaged_files_never_panic_the_decoders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let index = ChunkIndex::open(&path).unwrap();
+    for seed in 0..3 {
+        let (id, meta) = container(seed, 200);
+        index.insert_container(id, &meta).unwrap();
+    }
+    index.compact_if_worthwhile().unwrap();
+    let manifest = std::fs::read(&path).unwrap();
+    let run = run_path(&path, index.runs()[0].0);
+    let run_bytes = std::fs::read(&run).unwrap();
+    drop(index);
+    for cut in 0..manifest.len() {
+        fuzzing::manifest(&manifest[..cut]);
+    }
+    let scratch = dir.path().join("scratch.run");
+    let step = (run_bytes.len() / 500).max(1);
+    for at in (0..run_bytes.len()).step_by(step) {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut b = run_bytes.clone();
+            b[at] ^= flip;
+            std::fs::write(&scratch, &b).unwrap();
+            fuzzing::run(&scratch);
+        }
+        std::fs::write(&scratch, &run_bytes[..at]).unwrap();
+        fuzzing::run(&scratch);
+    }
+}
