@@ -710,7 +710,7 @@ pub fn write_batch(
 ) -> Result<Option<Run>> {
     // Stable sorts: among equal ids the last recorded is last, among equal keys the first
     // recorded is first.
-    chunks.sort_by(|a, b| a.0.cmp(&b.0));
+    chunks.sort_by_key(|c| c.0);
     let mut kept: Vec<([u8; 32], u64)> = Vec::with_capacity(chunks.len());
     for c in chunks {
         match kept.last_mut() {
@@ -759,10 +759,7 @@ pub fn merge(
     for c in &mut cursors {
         heads.push(next_chunk(c)?);
     }
-    loop {
-        let Some(min) = heads.iter().flatten().map(|h| h.0).min() else {
-            break;
-        };
+    while let Some(min) = heads.iter().flatten().map(|h| h.0).min() {
         let newest = heads
             .iter()
             .rposition(|h| h.is_some_and(|h| h.0 == min))
@@ -791,10 +788,7 @@ pub fn merge(
     for c in &mut cursors {
         heads.push(next_sketch(c)?);
     }
-    loop {
-        let Some(min) = heads.iter().flatten().map(|h| h.0).min() else {
-            break;
-        };
+    while let Some(min) = heads.iter().flatten().map(|h| h.0).min() {
         let mut chosen = None;
         for r in 0..runs.len() {
             if let Some((key, entry)) = heads[r].filter(|h| h.0 == min) {
