@@ -369,3 +369,49 @@ fn damaged_files_never_panic_the_decoders() {
         fuzzing::run(&scratch);
     }
 }
+
+/// Lookup cost on runs of the sizes a 16 GB index of new data has (1.6 M, 123 k, 55 k, 21 k
+/// chunks, three keys each): `cargo test -p dedelta-store --lib lookup_speed -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn lookup_speed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    let mut next = 0u64;
+    for (seq, n) in [1_633_487u64, 123_183, 55_263, 20_762]
+        .into_iter()
+        .enumerate()
+    {
+        let chunks: Vec<_> = (next..next + n).map(|c| (chunk(c).0, c)).collect();
+        let sketches: Vec<_> = (next..next + n)
+            .flat_map(|c| (0..3).map(move |p| (sketch_key(p, c), chunk(c).0)))
+            .collect();
+        next += n;
+        let path = dir.path().join(format!("{seq}.run"));
+        runs.push(Arc::new(
+            run::write_batch(&path, seq as u64, chunks, sketches)
+                .unwrap()
+                .unwrap(),
+        ));
+    }
+    let view = View {
+        runs,
+        slots: vec![],
+    };
+    let t = std::time::Instant::now();
+    for i in 0..100_000u64 {
+        assert!(view
+            .get(&chunk(u64::MAX - i), &dir.path())
+            .unwrap()
+            .is_none());
+    }
+    eprintln!("100k chunk misses: {:?}", t.elapsed());
+    let t = std::time::Instant::now();
+    for i in 0..100_000u64 {
+        let _ = view
+            .sketch(sketch_key((i % 3) as usize, u64::MAX - i))
+            .unwrap();
+    }
+    eprintln!("100k sketch lookups: {:?}", t.elapsed());
+}
