@@ -18,7 +18,7 @@ for i in $(seq 1 "$n"); do
   cat src/u$i.txt > /dev/null
   dt=$( { /usr/bin/time -f "%e %M" $D backup -r dd src >/dev/null; } 2>&1 | tail -1)
   rt=$( { /usr/bin/time -f "%e %M" restic -r rs backup -q src >/dev/null; } 2>&1 | tail -1)
-  idx=$(stat -c %s dd.cache/*/chunks.redb)
+  idx=$(cat dd.cache/*/chunks.idx dd.cache/*/chunks.idx.*.run | wc -c)
   echo "backup $i: dedelta s,maxrss_kb $dt repo $(du -sb dd | cut -f1) index $idx | restic $rt repo $(du -sb rs | cut -f1)"
 done
 $D stats -r dd --json | python3 -c "import json,sys; s=json.load(sys.stdin); print('chunks', s['chunks'], 'index B/chunk', s['index_bytes']/s['chunks'])"

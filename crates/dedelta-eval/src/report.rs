@@ -269,7 +269,7 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          every chunk verified). *Restore speed factor* (LoopDelta §5.1): MB restored per \
          container read (container metadata sections read by the restore). *Read \
          amplification*: stored bytes read per byte restored. *Index file*: size of the \
-         redb chunk index; *base cache*: the configured delta base cache of the backup; \
+         client's chunk index (manifest and runs); *base cache*: the configured delta base cache of the backup; \
          *peak RSS*: VmHWM of the eval process, reset before each configuration (the whole \
          process: backup pipeline, caches, restore).",
         report.kernel_pairs

@@ -128,7 +128,7 @@ pub struct ConfigResult {
     pub restore_speed_factor: Option<f64>,
     /// Stored bytes read / bytes restored.
     pub restore_read_amplification: Option<f64>,
-    /// Bytes of the client's redb chunk index file (in its cache, not in the repository).
+    /// Bytes of the client's chunk index files (in its cache, not in the repository).
     pub index_bytes: Option<u64>,
     /// Configured base cache of the backup (bytes).
     pub base_cache_bytes: Option<u64>,
@@ -350,9 +350,9 @@ pub fn run_config(
         restore_speed_factor: Some(rsf(restored, containers)),
         restore_read_amplification: Some(read_bytes as f64 / restored.max(1) as f64),
         index_bytes: {
-            // As the CLI leaves it after a command (compacted when mostly free space).
+            // As the CLI leaves it after a command (small indexes merged into one run).
             let _ = repo.index().compact_if_worthwhile();
-            std::fs::metadata(repo.index_path()).ok().map(|m| m.len())
+            Some(dedelta_store::client::index::files_bytes(repo.index_path()))
         },
         base_cache_bytes: config
             .delta

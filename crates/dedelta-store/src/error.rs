@@ -124,7 +124,7 @@ pub enum Error {
     /// A thread of a pipeline panicked (a bug).
     #[error("the {0} thread panicked")]
     ThreadPanicked(String),
-    /// The chunk index (redb) failed.
+    /// The chunk index failed (an I/O error, or in use by another process).
     #[error("chunk index error: {0}")]
     Index(String),
     /// The chunk index file is damaged. It is a cache: the repository discards it, and the next

@@ -20,7 +20,7 @@
 //!   `delete`, numbered from 0 in the order they reach the wrapper since the last
 //!   [`FaultBackend::arm`]. Write N fails and so does every later call of any kind (the
 //!   process does nothing more). [`CrashEffect`] says whether write N itself happened.
-//!   The redb chunk index is not behind the backend: the wrapped command stops at the failed
+//!   The client chunk index is not behind the backend: the wrapped command stops at the failed
 //!   write, so index changes after it do not happen either, as after a real kill.
 //! - **No space at write N** ([`FaultPlan::no_space_at`]): write N fails with
 //!   [`std::io::ErrorKind::StorageFull`] and does nothing; later writes succeed (a transient
@@ -31,7 +31,7 @@
 //!   [`FaultBackend::damage`].
 //!
 //! Not modelled: a disk that loses writes it acknowledged (lying fsync), torn `put`s (the
-//! [`Backend`] contract makes them atomic), and crashes inside redb's own commit.
+//! [`Backend`] contract makes them atomic), and crashes inside the client index's own commit.
 //!
 //! Everything is deterministic: no clock, no global RNG; a seeded byte position is derived
 //! from the seed and the read's number. Counters are atomics and the plan sits behind a

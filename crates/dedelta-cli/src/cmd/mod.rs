@@ -193,8 +193,8 @@ pub fn open_locked(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, 
     Ok((r, lock))
 }
 
-/// Ends a command that wrote to the index: compacts the index file if most of it is free
-/// space (a failure to do so is only a notice), then releases the lock.
+/// Ends a command that wrote to the index: merges a small index into one run (a failure to
+/// do so is only a notice), then releases the lock.
 pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
     if let Err(e) = r.index().compact_if_worthwhile() {
         print_notices(&[format!("the chunk index could not be compacted: {e}")]);

@@ -128,7 +128,10 @@ fn stats_json_and_repair_index() {
     assert!(repo_bytes > stored, "{s}");
     assert_eq!(
         s["index_bytes"].as_u64().unwrap(),
-        fs::metadata(f.index_file()).unwrap().len()
+        std::iter::once(f.index_file())
+            .chain(f.index_runs())
+            .map(|p| fs::metadata(p).unwrap().len())
+            .sum::<u64>()
     );
     assert!(s["cache_bytes"].as_u64().unwrap() >= s["index_bytes"].as_u64().unwrap());
     // Where the bytes go: the parts add up to the repository, and this tree has all kinds.

@@ -78,11 +78,27 @@ impl Fixture {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    /// The chunk index: a client cache, in `<cache>/<repository id>/chunks.redb`.
+    /// The chunk index's manifest: a client cache, in `<cache>/<repository id>/chunks.idx`.
     pub fn index_file(&self) -> PathBuf {
         let bytes = fs::read(self.repo().join("config")).unwrap();
         let config = dedelta_store::format::config::RepoConfig::from_bytes(&bytes).unwrap();
-        self.path("cache").join(&config.id).join("chunks.redb")
+        self.path("cache").join(&config.id).join("chunks.idx")
+    }
+
+    /// The chunk index's run files (`chunks.idx.<number>.run` beside the manifest).
+    pub fn index_runs(&self) -> Vec<PathBuf> {
+        let manifest = self.index_file();
+        let mut v: Vec<PathBuf> = fs::read_dir(manifest.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                n.starts_with("chunks.idx.") && n.ends_with(".run")
+            })
+            .collect();
+        v.sort();
+        v
     }
 
     /// Paths of the container files.

@@ -19,30 +19,27 @@ use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::path::PathBuf;
 
-/// An LRU cache of base chunks bounded by bytes.
-pub struct BaseCache {
+/// The share of the budget that new full chunks not used as a base yet may hold (see
+/// [`BaseCache`]).
+const FRESH_SHARE: usize = 8;
+
+/// One LRU list bounded by bytes.
+struct Lru {
     map: LruCache<ChunkId, Bytes>,
     bytes: usize,
     budget: usize,
 }
 
-impl BaseCache {
-    /// A cache of at most `budget` bytes.
-    pub fn new(budget: usize) -> Self {
-        BaseCache {
+impl Lru {
+    fn new(budget: usize) -> Self {
+        Lru {
             map: LruCache::unbounded(),
             bytes: 0,
             budget,
         }
     }
 
-    /// A cached base.
-    pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {
-        self.map.get(id).cloned()
-    }
-
-    /// Adds a base, evicting the least recently used ones beyond the budget.
-    pub fn put(&mut self, id: ChunkId, data: Bytes) {
+    fn put(&mut self, id: ChunkId, data: Bytes) {
         if self.budget == 0 {
             return;
         }
@@ -58,9 +55,58 @@ impl BaseCache {
         }
     }
 
-    /// The cached bases, most recently used first.
+    fn take(&mut self, id: &ChunkId) -> Option<Bytes> {
+        let data = self.map.pop(id)?;
+        self.bytes -= data.len();
+        Some(data)
+    }
+}
+
+/// An LRU cache of base chunks bounded by bytes, in two parts: bases that were used (read
+/// back, or asked for again) get the whole budget; this backup's new full chunks, which on
+/// new data are never used, get an eighth of it until one is asked for (then it moves to
+/// the first part). So a backup of new data holds 32 MiB of them, not 256 (most of its peak
+/// memory), while a chunk similar to a recent one still finds it in memory.
+pub struct BaseCache {
+    used: Lru,
+    fresh: Lru,
+}
+
+impl BaseCache {
+    /// A cache of at most `budget` bytes of used bases and `budget / 8` of new chunks.
+    pub fn new(budget: usize) -> Self {
+        BaseCache {
+            used: Lru::new(budget),
+            fresh: Lru::new(budget / FRESH_SHARE),
+        }
+    }
+
+    /// A cached base (a new chunk asked for moves to the used bases).
+    pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {
+        if let Some(b) = self.used.map.get(id) {
+            return Some(b.clone());
+        }
+        let b = self.fresh.take(id)?;
+        self.used.put(*id, b.clone());
+        Some(b)
+    }
+
+    /// Adds a base that was used, evicting the least recently used ones beyond the budget.
+    pub fn put(&mut self, id: ChunkId, data: Bytes) {
+        self.used.put(id, data);
+    }
+
+    /// Adds a new full chunk of this backup: a possible base for later chunks.
+    pub fn put_fresh(&mut self, id: ChunkId, data: Bytes) {
+        if !self.used.map.contains(&id) {
+            self.fresh.put(id, data);
+        }
+    }
+
+    /// The cached bases: the used ones, most recently used first, then the new chunks, most
+    /// recent first.
     pub fn iter(&self) -> impl Iterator<Item = (&ChunkId, &Bytes)> {
-        self.map.iter()
+        self.used.map.iter().chain(self.fresh.map.iter())
     }
 }
 
@@ -135,7 +181,7 @@ impl<'a> BaseFetcher<'a> {
 
     /// Keeps a new full chunk of this backup as a possible base for later chunks.
     pub fn remember(&mut self, id: ChunkId, data: Bytes) {
-        self.cache.put(id, data);
+        self.cache.put_fresh(id, data);
     }
 
     /// Why candidates were skipped, for the backup's notices.
@@ -219,5 +265,38 @@ impl<'a> BaseFetcher<'a> {
             }
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(n: u8, len: usize) -> (ChunkId, Bytes) {
+        (ChunkId::of(&[n]), Bytes::from(vec![n; len]))
+    }
+
+    /// New chunks get an eighth of the budget; one asked for moves to the used part and
+    /// stays while later new chunks push the others out.
+    #[test]
+    fn new_chunks_get_a_share_until_used() {
+        let mut c = BaseCache::new(800);
+        let (a, da) = chunk(1, 60);
+        c.put_fresh(a, da);
+        assert!(c.get(&a).is_some());
+        for n in 2..20 {
+            let (id, d) = chunk(n, 60);
+            c.put_fresh(id, d);
+        }
+        // 100 bytes of new chunks: only the last one is left.
+        assert_eq!(c.fresh.map.len(), 1);
+        assert!(c.get(&chunk(19, 60).0).is_some());
+        assert!(c.get(&chunk(18, 60).0).is_none());
+        assert!(c.get(&a).is_some(), "a used base stays");
+        assert_eq!(c.iter().count(), 2);
+        let (b, db) = chunk(30, 700);
+        c.put(b, db);
+        assert!(c.get(&b).is_some());
+        assert!(c.used.bytes <= 800);
     }
 }

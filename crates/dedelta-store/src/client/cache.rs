@@ -1,13 +1,15 @@
 //! Where a client keeps its caches: one directory per repository, named by the repository id,
 //! under a cache root (`$DEDELTA_CACHE_DIR`, else `$XDG_CACHE_HOME/dedelta`, else
-//! `~/.cache/dedelta`). It holds the chunk index ([`INDEX_FILE`]) and the local base cache.
+//! `~/.cache/dedelta`). It holds the chunk index ([`INDEX_FILE`] and its run files) and the
+//! local base cache.
 //! Everything in it can be rebuilt from the repository, so deleting it loses nothing.
 
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// The chunk index's file name in a repository's cache directory.
-pub const INDEX_FILE: &str = "chunks.redb";
+/// The chunk index's manifest file name in a repository's cache directory (its run files are
+/// named after it; see [`crate::client::index`]).
+pub const INDEX_FILE: &str = "chunks.idx";
 
 /// The cache root from the environment: `$DEDELTA_CACHE_DIR`, else `$XDG_CACHE_HOME/dedelta`,
 /// else `~/.cache/dedelta` (an empty variable counts as unset); `None` without a home.

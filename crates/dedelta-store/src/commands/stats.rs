@@ -169,9 +169,7 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     if let Some(dir) = repo.index_path().parent() {
         s.cache_bytes = crate::client::cache::dir_bytes(dir);
     }
-    s.index_bytes = std::fs::metadata(repo.index_path())
-        .map(|m| m.len())
-        .unwrap_or(0);
+    s.index_bytes = crate::client::index::files_bytes(repo.index_path());
     s.dedup_factor = ratio(s.logical_bytes, s.unique_bytes);
     s.delta_factor = ratio(s.unique_bytes, s.after_delta_bytes);
     s.compression_factor = ratio(s.after_delta_bytes, s.stored_bytes);

@@ -294,12 +294,12 @@ pub struct ContainerWriter<'a> {
     pending: Option<Vec<(ContainerId, ContainerMeta)>>,
 }
 
-/// Containers a backup indexes in one transaction. With random fingerprints nearly every
-/// leaf of the index's B-tree changes in a commit, so fewer commits write fewer pages (on
-/// 500 MB of new data into a 5 GB repository, 64 took 4.3-4.5 s where 16 took 5.8 s). 64 of
-/// 4 MiB are 256 MiB of data, which the memory base cache (256 MiB by default) mostly still
-/// holds while their chunks are not indexed.
-const INDEX_BATCH: usize = 64;
+/// Containers a backup indexes in one commit (one run file of the index). A commit costs a
+/// sorted write of the batch's entries and two fsyncs, whatever the index's size; 8 of 4 MiB
+/// are 32 MiB of data, which the memory base cache's share for new chunks (32 MiB by
+/// default) still holds while their chunks are not indexed: a chunk similar to one of them
+/// finds its base in memory or, once indexed, in the repository.
+const INDEX_BATCH: usize = 8;
 
 impl<'a> ContainerWriter<'a> {
     /// A writer sealing containers at about the repository's container size.

@@ -482,8 +482,8 @@ impl World {
             .unwrap();
         let src = dir.join("src");
         fs::create_dir_all(&src).unwrap();
-        let index = dir.join("client-a").join("chunks.redb");
-        let other_index = dir.join("client-b").join("chunks.redb");
+        let index = dir.join("client-a").join("chunks.idx");
+        let other_index = dir.join("client-b").join("chunks.idx");
         let fault = Arc::new(FaultBackend::new(inner));
         let mut w = World {
             rng: Rng(seed),

@@ -322,7 +322,7 @@ fn damaged_index_is_discarded_and_rebuilt() {
         }),
         Box::new(|b| {
             let end = 8192.min(b.len());
-            b[4096..end].fill(0)
+            b[4096.min(end)..end].fill(0)
         }),
         Box::new(|b| {
             for i in (0..b.len()).step_by(997) {
@@ -334,12 +334,38 @@ fn damaged_index_is_discarded_and_rebuilt() {
             b[..end].fill(0x11)
         }),
     ];
-    for (k, damage) in damages.iter().enumerate() {
+    // Each damage to the manifest alone, then to the run files alone.
+    let rounds = damages
+        .iter()
+        .enumerate()
+        .flat_map(|d| [(d, false), (d, true)]);
+    for ((k, damage), runs) in rounds {
         // Close the index, damage it, reopen.
         env.close();
-        let mut bytes = fs::read(&index_path).unwrap();
-        damage(&mut bytes);
-        fs::write(&index_path, bytes).unwrap();
+        let name = index_path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let targets: Vec<PathBuf> = fs::read_dir(index_path.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                if runs {
+                    n.starts_with(&name) && n.ends_with(".run")
+                } else {
+                    n == name
+                }
+            })
+            .collect();
+        assert!(!targets.is_empty());
+        for t in targets {
+            let mut bytes = fs::read(&t).unwrap();
+            damage(&mut bytes);
+            fs::write(&t, bytes).unwrap();
+        }
         let mut attempts = 0;
         loop {
             attempts += 1;

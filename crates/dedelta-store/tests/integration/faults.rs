@@ -7,7 +7,7 @@
 //! killing a process after a sleep (the CLI tests in crates/dedelta-cli/tests/cli/crash.rs,
 //! which stay), each command runs once to count its writes, then once per write index N with
 //! a crash there, so every crash point is reached. After each crash the repository is
-//! reopened, its redb index kept or deleted (forcing a rebuild), and must pass
+//! reopened, its index kept or deleted (forcing a rebuild), and must pass
 //! `check --read-data`, restore every earlier snapshot bit-exact, and take and restore a new
 //! backup.
 //!
@@ -68,8 +68,8 @@ struct Trial {
 }
 
 impl Trial {
-    /// A repository holding `objects` (all kinds) and, if given, a copy of a redb index file.
-    fn new(store: Store, objects: Option<&dyn Backend>, index: Option<&[u8]>) -> Trial {
+    /// A repository holding `objects` (all kinds) and, if given, a copy of an index's files.
+    fn new(store: Store, objects: Option<&dyn Backend>, index: Option<&IndexFiles>) -> Trial {
         let dir = tempfile::tempdir().unwrap();
         let inner: Arc<dyn Backend> = match store {
             Store::Memory => Arc::new(MemoryBackend::default()),
@@ -89,10 +89,12 @@ impl Trial {
                 )
                 .unwrap(),
         }
-        let index_path = dir.path().join("index").join("chunks.redb");
-        if let Some(bytes) = index {
+        let index_path = dir.path().join("index").join("chunks.idx");
+        if let Some(files) = index {
             fs::create_dir_all(index_path.parent().unwrap()).unwrap();
-            fs::write(&index_path, bytes).unwrap();
+            for (name, bytes) in files {
+                fs::write(index_path.with_file_name(name), bytes).unwrap();
+            }
         }
         Trial {
             dir,
@@ -148,10 +150,27 @@ fn copy_objects(from: &dyn Backend, to: &dyn Backend) {
     .unwrap();
 }
 
+/// An index's files (manifest and runs): names and bytes.
+type IndexFiles = Vec<(std::ffi::OsString, Vec<u8>)>;
+
+/// The files of the index whose manifest is `path`.
+fn index_files(path: &Path) -> IndexFiles {
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n == name || (n.starts_with(&name) && n.ends_with(".run"))
+        })
+        .map(|e| (e.file_name(), fs::read(e.path()).unwrap()))
+        .collect()
+}
+
 /// A prepared repository to copy into each trial.
 struct Base {
     trial: Trial,
-    index: Vec<u8>,
+    index: IndexFiles,
     model: Model,
 }
 
@@ -175,7 +194,8 @@ fn base(versions: std::ops::Range<u64>, forget: usize) -> Base {
             model.remove(id);
         }
     }
-    let index = fs::read(&trial.index).unwrap();
+    let index = index_files(&trial.index);
+    assert!(index.len() >= 2, "a manifest and its runs");
     Base {
         trial,
         index,

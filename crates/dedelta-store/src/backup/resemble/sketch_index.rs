@@ -2,7 +2,7 @@
 //!
 //! One trait, [`SketchIndex`], with the strategies the papers compare:
 //! - [`FullSketchIndex`]: every full chunk's super-features (LoopDelta's "Greedy" baseline),
-//!   persisted in the redb index (rebuilt from container metadata by `repair index`) plus an
+//!   persisted in the client's chunk index (rebuilt from container metadata by `repair index`) plus an
 //!   in-memory overlay for the chunks of the running backup.
 //! - [`StreamSketchIndex`]: stream-informed delta (SIDC, Shilane et al. §2.1). Sketches live
 //!   only in container metadata; when deduplication consults a container, its sketches are

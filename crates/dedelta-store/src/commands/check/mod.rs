@@ -1,6 +1,6 @@
 //! `check`: verify that every snapshot can be restored, and record what cannot.
 //!
-//! 1. The index file's own integrity (redb page checksums); a damaged index is discarded and
+//! 1. The index files' own integrity (every bucket's CRC, order); a damaged index is discarded and
 //!    rebuilt, since it is only a cache.
 //! 2. Every container's metadata is read and verified.
 //! 3. The index is compared with the containers: every entry must name an existing container
@@ -93,7 +93,7 @@ pub fn check(
         Ok(true) => {}
         Ok(false) => report
             .notices
-            .push("the chunk index was damaged; the index library repaired it".into()),
+            .push("the chunk index was damaged and repaired".into()),
         Err(Error::IndexDamaged(why)) => {
             repo.reset_index()?;
             report.notices.push(format!(

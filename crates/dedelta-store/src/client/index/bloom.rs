@@ -1,0 +1,142 @@
+//! A Bloom filter per run, so that looking up a chunk or super-feature that a run does not
+//! hold (the common case when backing up new data) costs no read of the run file.
+
+/// A blocked Bloom filter: each key sets and tests `k` bits of one 512-bit block (one cache
+/// line), so a lookup costs one memory access, not `k`. `h1` picks the block, 9-bit slices
+/// of `h2` the bits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bloom {
+    /// Probes per key.
+    k: u8,
+    /// A multiple of [`BLOCK_WORDS`].
+    words: Vec<u64>,
+}
+
+/// Most probes per key (7 slices of 9 bits fit in `h2`).
+const MAX_PROBES: u8 = 7;
+
+/// Words of a block (512 bits).
+const BLOCK_WORDS: usize = 8;
+
+impl Bloom {
+    /// An empty filter sized for `keys` keys at `bits_per_key` bits each, probing `k` bits.
+    pub fn new(keys: u64, bits_per_key: u64, k: u8) -> Self {
+        let bits = keys.saturating_mul(bits_per_key).max(512);
+        let blocks = usize::try_from(bits.div_ceil(512)).unwrap_or(usize::MAX >> 10);
+        Bloom {
+            k: k.clamp(1, MAX_PROBES),
+            words: vec![0; blocks * BLOCK_WORDS],
+        }
+    }
+
+    /// The first word of `h1`'s block.
+    fn block(&self, h1: u64) -> usize {
+        let blocks = (self.words.len() / BLOCK_WORDS) as u128;
+        ((u128::from(h1) * blocks) >> 64) as usize * BLOCK_WORDS
+    }
+
+    /// Adds the key hashed to (`h1`, `h2`).
+    pub fn insert(&mut self, h1: u64, h2: u64) {
+        let b = self.block(h1);
+        for i in 0..u32::from(self.k) {
+            let bit = ((h2 >> (9 * i)) & 511) as usize;
+            self.words[b + bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    /// Whether the key hashed to (`h1`, `h2`) may have been added (never false for one that
+    /// was).
+    pub fn contains(&self, h1: u64, h2: u64) -> bool {
+        let b = self.block(h1);
+        let block = &self.words[b..b + BLOCK_WORDS];
+        (0..u32::from(self.k)).all(|i| {
+            let bit = ((h2 >> (9 * i)) & 511) as usize;
+            block[bit / 64] & (1 << (bit % 64)) != 0
+        })
+    }
+
+    /// Bytes [`Self::encode`] appends.
+    #[cfg(test)]
+    pub fn encoded_len(&self) -> usize {
+        1 + 8 + self.words.len() * 8
+    }
+
+    /// Appends the filter: probes (u8), words (u64 LE), the words.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.k);
+        out.extend_from_slice(&(self.words.len() as u64).to_le_bytes());
+        for w in &self.words {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+
+    /// Decodes a filter from the front of `bytes`; returns it and the bytes it used, or `None`
+    /// if they do not hold one.
+    pub fn decode(bytes: &[u8]) -> Option<(Self, usize)> {
+        let k = *bytes.first()?;
+        if !(1..=MAX_PROBES).contains(&k) {
+            return None;
+        }
+        let n = u64::from_le_bytes(bytes.get(1..9)?.try_into().ok()?);
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n >= 1 && n % BLOCK_WORDS == 0)?;
+        let end = n.checked_mul(8)?.checked_add(9)?;
+        let body = bytes.get(9..end)?;
+        let words = body
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+            .collect();
+        Some((Bloom { k, words }, end))
+    }
+
+    /// Bytes the filter holds in memory.
+    pub fn memory_bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+/// SplitMix64's finaliser: spreads a 64-bit value's bits (for keys that are not already
+/// uniform hashes).
+pub fn mix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_every_key_and_rejects_most_others() {
+        let mut b = Bloom::new(10_000, 8, 5);
+        for i in 0..10_000u64 {
+            b.insert(mix64(i), mix64(i ^ 0xabc));
+        }
+        for i in 0..10_000u64 {
+            assert!(b.contains(mix64(i), mix64(i ^ 0xabc)));
+        }
+        let false_hits = (10_000..110_000u64)
+            .filter(|&i| b.contains(mix64(i), mix64(i ^ 0xabc)))
+            .count();
+        // 8 bits per key, 5 probes in a 512-bit block: about 2.5 %.
+        assert!(false_hits < 4_000, "{false_hits} of 100000");
+        let mut bytes = vec![7];
+        b.encode(&mut bytes);
+        assert_eq!(bytes.len(), 1 + b.encoded_len());
+        assert_eq!(Bloom::decode(&bytes[1..]), Some((b, bytes.len() - 1)));
+    }
+
+    #[test]
+    fn malformed_filters_are_refused() {
+        assert_eq!(Bloom::decode(&[]), None);
+        assert_eq!(Bloom::decode(&[0, 1, 0, 0, 0, 0, 0, 0, 0]), None);
+        let mut b = Vec::new();
+        Bloom::new(1, 8, 5).encode(&mut b);
+        assert!(Bloom::decode(&b[..b.len() - 1]).is_none());
+        b[1] = 0xff; // a word count far past the end
+        assert!(Bloom::decode(&b).is_none());
+    }
+}

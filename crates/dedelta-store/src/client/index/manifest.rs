@@ -1,0 +1,296 @@
+//! The index manifest: which run files make up the index, the containers it has taken in,
+//! and facts about the index itself. Replaced whole (temporary file, fsync, rename, fsync of
+//! the directory) at every change, so a reader sees the old manifest or the new one.
+//!
+//! Layout (little-endian): `DDIXMAN\0`, version u32 = 1; complete u8; damage digest u64;
+//! next run number u64; next global entry number u64; run count u32, then per run: number
+//! u64, chunk entries u64, super-feature keys u64, file length u64, tail CRC-32C u32;
+//! container count u32, then per container: id (32 bytes), first global entry number u64,
+//! entry count u32, known u8; CRC-32C of everything before it (u32).
+
+use crate::error::{Error, Result};
+use crate::format::container::ContainerId;
+use std::io::Write;
+use std::path::Path;
+
+const MAGIC: [u8; 8] = *b"DDIXMAN\0";
+/// The manifest version; an index with another is rebuilt.
+pub const VERSION: u32 = 1;
+
+/// What the manifest records about one run file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunRecord {
+    /// The run's number (its file name).
+    pub seq: u64,
+    /// Chunk entries.
+    pub chunks: u64,
+    /// Super-feature keys.
+    pub sketches: u64,
+    /// File length.
+    pub file_len: u64,
+    /// CRC-32C of its tail.
+    pub tail_crc: u32,
+}
+
+/// A container the index has a range of global entry numbers for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    /// The container.
+    pub id: ContainerId,
+    /// Global entry number of its entry 0.
+    pub first: u64,
+    /// Its entry count.
+    pub entries: u32,
+    /// Whether the index has taken it in (see `ChunkIndex::known_containers`); a container
+    /// forgotten (deleted by this client) keeps its range until the next rebuild.
+    pub known: bool,
+}
+
+/// The manifest's contents.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Manifest {
+    /// The index holds every container's entries (set only by a rebuild).
+    pub complete: bool,
+    /// Digest of the damage records applied.
+    pub damage_digest: u64,
+    /// The number the next run file gets.
+    pub next_seq: u64,
+    /// The first global entry number the next container gets.
+    pub next_entry: u64,
+    /// The runs, oldest first.
+    pub runs: Vec<RunRecord>,
+    /// Containers in order of their global entry numbers.
+    pub slots: Vec<Slot>,
+}
+
+impl Manifest {
+    /// Encodes the manifest.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.runs.len() * 36 + self.slots.len() * 45);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.push(u8::from(self.complete));
+        out.extend_from_slice(&self.damage_digest.to_le_bytes());
+        out.extend_from_slice(&self.next_seq.to_le_bytes());
+        out.extend_from_slice(&self.next_entry.to_le_bytes());
+        out.extend_from_slice(&(self.runs.len() as u32).to_le_bytes());
+        for r in &self.runs {
+            for v in [r.seq, r.chunks, r.sketches, r.file_len] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&r.tail_crc.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.slots.len() as u32).to_le_bytes());
+        for s in &self.slots {
+            out.extend_from_slice(&s.id.0);
+            out.extend_from_slice(&s.first.to_le_bytes());
+            out.extend_from_slice(&s.entries.to_le_bytes());
+            out.push(u8::from(s.known));
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes a manifest; `Err` says why the bytes are not one (torn, damaged, another
+    /// version).
+    pub fn decode(bytes: &[u8]) -> std::result::Result<Manifest, String> {
+        if bytes.len() < 12 || bytes[..8] != MAGIC {
+            return Err("not an index manifest".into());
+        }
+        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        if version != VERSION {
+            return Err(format!(
+                "index manifest version {version}, this build reads {VERSION}"
+            ));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]) {
+            return Err("index manifest checksum mismatch (torn or damaged)".into());
+        }
+        let mut r = Reader { b: body, at: 12 };
+        let bad = || "malformed index manifest".to_string();
+        let complete = match r.take(1).ok_or_else(bad)?[0] {
+            0 => false,
+            1 => true,
+            _ => return Err(bad()),
+        };
+        let damage_digest = r.u64().ok_or_else(bad)?;
+        let next_seq = r.u64().ok_or_else(bad)?;
+        let next_entry = r.u64().ok_or_else(bad)?;
+        let n = r.u32().ok_or_else(bad)? as usize;
+        let mut runs = Vec::with_capacity(n.min(body.len() / 36));
+        for _ in 0..n {
+            runs.push(RunRecord {
+                seq: r.u64().ok_or_else(bad)?,
+                chunks: r.u64().ok_or_else(bad)?,
+                sketches: r.u64().ok_or_else(bad)?,
+                file_len: r.u64().ok_or_else(bad)?,
+                tail_crc: r.u32().ok_or_else(bad)?,
+            });
+        }
+        let n = r.u32().ok_or_else(bad)? as usize;
+        let mut slots = Vec::with_capacity(n.min(body.len() / 45));
+        let mut end = 0u64;
+        for _ in 0..n {
+            let mut id = [0u8; 32];
+            id.copy_from_slice(r.take(32).ok_or_else(bad)?);
+            let first = r.u64().ok_or_else(bad)?;
+            let entries = r.u32().ok_or_else(bad)?;
+            let known = match r.take(1).ok_or_else(bad)?[0] {
+                0 => false,
+                1 => true,
+                _ => return Err(bad()),
+            };
+            // Ranges follow each other: a lookup finds a container by binary search.
+            if first < end {
+                return Err(bad());
+            }
+            end = first.checked_add(u64::from(entries)).ok_or_else(bad)?;
+            slots.push(Slot {
+                id: ContainerId(id),
+                first,
+                entries,
+                known,
+            });
+        }
+        let seqs_ok = runs.iter().all(|run| run.seq < next_seq);
+        if r.at != body.len() || end > next_entry || !seqs_ok {
+            return Err(bad());
+        }
+        Ok(Manifest {
+            complete,
+            damage_digest,
+            next_seq,
+            next_entry,
+            runs,
+            slots,
+        })
+    }
+
+    /// Replaces the manifest at `path` durably: a temporary file, fsync, rename, fsync of the
+    /// directory.
+    pub fn store(&self, path: &Path) -> Result<()> {
+        let tmp = tmp_path(path);
+        let io = |p: &Path| {
+            let p = p.display().to_string();
+            move |e| Error::io(format!("writing index manifest {p}"), e)
+        };
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&self.encode()).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        drop(f);
+        std::fs::rename(&tmp, path).map_err(io(path))?;
+        if let Some(dir) = path.parent() {
+            if let Ok(d) = std::fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The temporary file a new manifest is written to before it replaces `path`.
+pub fn tmp_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            complete: true,
+            damage_digest: 77,
+            next_seq: 9,
+            next_entry: 30,
+            runs: vec![RunRecord {
+                seq: 3,
+                chunks: 10,
+                sketches: 4,
+                file_len: 999,
+                tail_crc: 5,
+            }],
+            slots: vec![
+                Slot {
+                    id: ContainerId([1; 32]),
+                    first: 0,
+                    entries: 10,
+                    known: true,
+                },
+                Slot {
+                    id: ContainerId([2; 32]),
+                    first: 10,
+                    entries: 20,
+                    known: false,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_refuses_every_torn_or_changed_byte() {
+        let m = sample();
+        let bytes = m.encode();
+        assert_eq!(Manifest::decode(&bytes), Ok(m));
+        for cut in 0..bytes.len() {
+            assert!(Manifest::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x04;
+            assert!(Manifest::decode(&bad).is_err(), "byte {at}");
+        }
+    }
+
+    #[test]
+    fn another_version_is_named() {
+        let mut bytes = sample().encode();
+        bytes[8] = 2;
+        let err = Manifest::decode(&bytes).unwrap_err();
+        assert!(err.contains("version 2"), "{err}");
+    }
+
+    #[test]
+    fn overlapping_ranges_are_refused() {
+        let mut m = sample();
+        m.slots[1].first = 5;
+        assert!(Manifest::decode(&m.encode()).is_err());
+    }
+
+    #[test]
+    fn store_replaces_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chunks.idx");
+        sample().store(&path).unwrap();
+        let mut m = sample();
+        m.damage_digest = 1;
+        m.store(&path).unwrap();
+        assert_eq!(Manifest::decode(&std::fs::read(&path).unwrap()), Ok(m));
+        assert!(!tmp_path(&path).exists());
+    }
+}

@@ -1,0 +1,872 @@
+//! The chunk index: fingerprint -> (container, entry number), and super-feature -> a full
+//! chunk that had it. A client-side cache of what container metadata lists, kept as a small
+//! log-structured store of its own (issue 14: the redb index it replaces cost 147-280 bytes
+//! per chunk on disk and a random B-tree rewrite per commit).
+//!
+//! Files, next to the manifest path `P` (`<cache>/<repo id>/chunks.idx`):
+//! - `P`: the [`manifest`]: the run files that make up the index, the containers it has taken
+//!   in (each with a range of *global entry numbers*), the damage digest and the completeness
+//!   marker; replaced whole by temp file + fsync + rename at every change;
+//! - `P.<number>.run`: immutable [`run`] files, one per commit (a batch of containers),
+//!   merged when there are too many and rewritten without dead chunks after a prune;
+//! - `P.lock`: held (flock) while the index is open, so two processes never share it.
+//!
+//! A chunk's location is stored as its global entry number (5 bytes: the container's first
+//! number plus the entry number), a super-feature as a 4-byte key naming a chunk entry of
+//! its run. A key is a truncated hash: two super-features may share one, so a sketch hit is
+//! only a candidate base; the delta stage encodes against it and keeps the delta only if it
+//! saves enough, so a false hit costs a worse delta attempt, never wrong data.
+//!
+//! The index is a cache: containers are the source of truth. Entries are recorded only after
+//! their container is durable (and a run file is durable before the manifest names it). A
+//! manifest or run that is torn, fails a checksum or has another version is damage: every
+//! call that meets it returns [`Error::IndexDamaged`], the manifest is deleted at once (this
+//! process refuses further changes), and the next open starts from an empty, incomplete index
+//! that is rebuilt. A rebuild commits one new manifest, so a rebuild killed half-way leaves the
+//! previous index; run files no manifest names are deleted when the index is opened.
+
+mod bloom;
+mod manifest;
+mod run;
+
+use crate::error::{Error, Result};
+use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
+use bloom::mix64;
+use dedelta_core::ChunkId;
+use manifest::{Manifest, RunRecord, Slot};
+use run::Run;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// The file name the index had when it was a redb database: deleted when the index opens.
+pub const LEGACY_FILE: &str = "chunks.redb";
+
+/// Runs are merged when the newest ones together reach half the size of the one before
+/// (each entry is rewritten about log2(n) times), and always when there are more than this.
+const MAX_RUNS: usize = 12;
+
+/// Runs are not merged past this many entries (4 M chunks, about 32 GB of 8 KiB chunks): a
+/// merge holds 4 bytes per input entry, so this bounds a merge's memory to 16 MiB. Larger
+/// runs stay side by side (each adds one Bloom filter test to a lookup).
+const MAX_MERGE_ENTRIES: u64 = 4 << 20;
+
+/// An index smaller than this is merged into one run after every writing command (cheap, and
+/// it keeps lookups at one run).
+const COMPACT_ALL_BYTES: u64 = 8 << 20;
+
+/// The truncated key of super-feature `sf` at `position` in the sketch table.
+pub fn sketch_key(position: usize, sf: u64) -> u32 {
+    (mix64(sf ^ mix64(position as u64 + 1)) >> 32) as u32
+}
+
+/// Where a chunk is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkLocation {
+    /// The container.
+    pub container: ContainerId,
+    /// The entry's position in the container metadata.
+    pub entry: u32,
+}
+
+/// The path of run `seq` of the index whose manifest is `path`.
+fn run_path(path: &Path, seq: u64) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{seq:016x}.run"));
+    path.with_file_name(name)
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    path.with_file_name(name)
+}
+
+/// Bytes on disk of the index whose manifest is `path`: the manifest and its run files.
+pub fn files_bytes(path: &Path) -> u64 {
+    let Some(dir) = path.parent() else { return 0 };
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return 0;
+    };
+    let prefix = format!("{name}.");
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n == name || (n.starts_with(&prefix) && n.ends_with(".run"))
+                })
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Deletes run files (and a temporary manifest) of the index at `path` that are not in `keep`.
+fn remove_orphans(path: &Path, keep: &HashSet<u64>) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let _ = std::fs::remove_file(manifest::tmp_path(path));
+    let prefix = format!("{name}.");
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let n = e.file_name();
+        let Some(n) = n.to_str() else { continue };
+        let Some(seq) = n
+            .strip_prefix(&prefix)
+            .and_then(|s| s.strip_suffix(".run"))
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+        else {
+            continue;
+        };
+        if !keep.contains(&seq) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// The index lock files this process holds, by path: a second handle on the same index in
+/// one process shares the lock (as a redb database allowed), another process is refused.
+static HELD_LOCKS: Mutex<Vec<(PathBuf, std::sync::Weak<std::fs::File>)>> = Mutex::new(Vec::new());
+
+/// Takes (or shares, within this process) the exclusive lock of the index at `path`.
+fn hold_lock(path: &Path) -> Result<Arc<std::fs::File>> {
+    let lock = lock_path(path);
+    let mut held = HELD_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    held.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(f) = held
+        .iter()
+        .find(|(p, _)| *p == lock)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(f);
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(|e| Error::io(format!("opening {}", lock.display()), e))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+        |_| {
+            Error::Index(format!(
+                "the chunk index {} is in use by another process",
+                path.display()
+            ))
+        },
+    )?;
+    let file = Arc::new(file);
+    held.push((lock, Arc::downgrade(&file)));
+    Ok(file)
+}
+
+/// What the index's users share: where it is and whether damage was found.
+#[derive(Debug)]
+struct Shared {
+    path: PathBuf,
+    /// Set when damage was found: the manifest is gone and this process changes nothing more
+    /// (a commit would name the damaged runs again).
+    damaged: AtomicBool,
+}
+
+impl Shared {
+    /// Passes `r` on; damage deletes the manifest, so the next open rebuilds the index.
+    fn guard<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(Error::IndexDamaged(_)) = &r {
+            self.damaged.store(true, Ordering::SeqCst);
+            // A cache: losing it costs a rebuild, keeping it would fail every command.
+            let _ = std::fs::remove_file(&self.path);
+        }
+        r
+    }
+}
+
+/// The runs and container ranges of one committed manifest: what a reader sees.
+#[derive(Debug, Default)]
+struct View {
+    /// Oldest first.
+    runs: Vec<Arc<Run>>,
+    slots: Vec<Slot>,
+}
+
+impl View {
+    /// The container and entry of global entry number `n`.
+    fn location(&self, n: u64, path: &Path) -> Result<ChunkLocation> {
+        let i = self
+            .slots
+            .partition_point(|s| s.first + u64::from(s.entries) <= n);
+        match self.slots.get(i) {
+            Some(s) if s.first <= n => Ok(ChunkLocation {
+                container: s.id,
+                entry: (n - s.first) as u32,
+            }),
+            _ => Err(Error::IndexDamaged(format!(
+                "{}: an entry names no container",
+                path.display()
+            ))),
+        }
+    }
+
+    fn get(&self, id: &ChunkId, path: &Path) -> Result<Option<ChunkLocation>> {
+        for run in self.runs.iter().rev() {
+            if let Some(n) = run.get(id)? {
+                return self.location(n, path).map(Some);
+            }
+        }
+        Ok(None)
+    }
+
+    fn sketch(&self, key: u32) -> Result<Option<ChunkId>> {
+        for run in &self.runs {
+            if let Some(id) = run.sketch(key)? {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
+    }
+
+    fn has_sketch(&self, key: u32) -> Result<bool> {
+        for run in &self.runs {
+            if run.may_hold_sketch(key) && run.sketch(key)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Calls `f` for every chunk once, with its newest entry, in id order.
+    fn for_each(&self, path: &Path, mut f: impl FnMut(ChunkId, ChunkLocation)) -> Result<()> {
+        let mut cursors: Vec<run::Cursor<'_>> =
+            self.runs.iter().map(|r| r.chunk_cursor()).collect();
+        let mut heads = Vec::with_capacity(cursors.len());
+        for c in &mut cursors {
+            heads.push(next_chunk(c)?);
+        }
+        while let Some(min) = heads.iter().flatten().map(|h: &([u8; 32], u64)| h.0).min() {
+            let newest = heads
+                .iter()
+                .rposition(|h| h.is_some_and(|h| h.0 == min))
+                .unwrap_or(0);
+            let n = heads[newest].map(|h| h.1).unwrap_or(0);
+            f(ChunkId(min), self.location(n, path)?);
+            for (h, c) in heads.iter_mut().zip(cursors.iter_mut()) {
+                if h.is_some_and(|h| h.0 == min) {
+                    *h = next_chunk(c)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn next_chunk(c: &mut run::Cursor<'_>) -> Result<Option<([u8; 32], u64)>> {
+    Ok(match c.next()? {
+        Some(run::Entry::Chunk(id, n)) => Some((id, n)),
+        _ => None,
+    })
+}
+
+fn record_of(r: &Run) -> RunRecord {
+    RunRecord {
+        seq: r.seq,
+        chunks: r.chunks,
+        sketches: r.sketches,
+        file_len: r.file_len,
+        tail_crc: r.tail_crc,
+    }
+}
+
+/// A change being prepared: the next manifest and runs, and the run files it makes obsolete.
+struct Change {
+    manifest: Manifest,
+    runs: Vec<Arc<Run>>,
+    obsolete: Vec<PathBuf>,
+}
+
+/// The persistent chunk index.
+pub struct ChunkIndex {
+    shared: Arc<Shared>,
+    /// The committed manifest; held for the whole of a change (changes are serialised).
+    state: Mutex<Manifest>,
+    /// What new readers see.
+    view: RwLock<Arc<View>>,
+    /// Held open with an exclusive flock while the index is open (shared by the handles of
+    /// one process, see [`hold_lock`]).
+    _lock: Arc<std::fs::File>,
+}
+
+impl std::fmt::Debug for ChunkIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChunkIndex")
+    }
+}
+
+impl ChunkIndex {
+    /// Opens (creating if needed) the index whose manifest is `path`, deleting the redb file
+    /// of earlier versions and run files no manifest names.
+    ///
+    /// # Errors
+    /// [`Error::IndexDamaged`] if the manifest or a run is damaged, torn or of another
+    /// version (the files are removed already: the caller opens again and rebuilds);
+    /// [`Error::Index`] if another process has the index open.
+    pub fn open(path: &Path) -> Result<Self> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let lock_file = hold_lock(path)?;
+        if path.file_name() != Some(std::ffi::OsStr::new(LEGACY_FILE)) {
+            let _ = std::fs::remove_file(dir.join(LEGACY_FILE));
+        }
+        let damaged = |why: String| {
+            let _ = std::fs::remove_file(path);
+            remove_orphans(path, &HashSet::new());
+            Error::IndexDamaged(format!("{}: {why}", path.display()))
+        };
+        let manifest = match std::fs::read(path) {
+            Ok(bytes) => Manifest::decode(&bytes).map_err(damaged)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let m = Manifest::default();
+                m.store(path)?;
+                m
+            }
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        let mut runs = Vec::with_capacity(manifest.runs.len());
+        for rec in &manifest.runs {
+            let run = match Run::open(&run_path(path, rec.seq), rec.seq) {
+                Ok(r) => r,
+                Err(Error::IndexDamaged(why)) => return Err(damaged(why)),
+                Err(e) => return Err(e),
+            };
+            if record_of(&run) != *rec {
+                return Err(damaged(format!("run {} is not the one recorded", rec.seq)));
+            }
+            runs.push(Arc::new(run));
+        }
+        remove_orphans(path, &manifest.runs.iter().map(|r| r.seq).collect());
+        let view = View {
+            runs,
+            slots: manifest.slots.clone(),
+        };
+        Ok(ChunkIndex {
+            shared: Arc::new(Shared {
+                path: path.to_path_buf(),
+                damaged: AtomicBool::new(false),
+            }),
+            state: Mutex::new(manifest),
+            view: RwLock::new(Arc::new(view)),
+            _lock: lock_file,
+        })
+    }
+
+    fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    fn current(&self) -> Arc<View> {
+        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Runs `f` on a copy of the committed state, then commits what it made: the manifest
+    /// replaced durably, then the run files it made obsolete deleted. On an error nothing is
+    /// committed (new run files are orphans, deleted at the next open).
+    fn change(&self, f: impl FnOnce(&mut Change) -> Result<()>) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.shared.damaged.load(Ordering::SeqCst) {
+            return Err(Error::IndexDamaged(
+                "the index was found damaged; it is rebuilt when next opened".into(),
+            ));
+        }
+        let mut change = Change {
+            manifest: state.clone(),
+            runs: self.current().runs.clone(),
+            obsolete: Vec::new(),
+        };
+        let r = f(&mut change);
+        self.shared.guard(r)?;
+        change.manifest.runs = change.runs.iter().map(|r| record_of(r)).collect();
+        change.manifest.store(self.path())?;
+        for p in &change.obsolete {
+            let _ = std::fs::remove_file(p);
+        }
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View {
+            runs: change.runs,
+            slots: change.manifest.slots.clone(),
+        });
+        *state = change.manifest;
+        Ok(())
+    }
+
+    /// Replaces the index with a new, empty one (incomplete: the caller rebuilds it). For an
+    /// index found damaged while open.
+    pub fn reset(&self) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let fresh = Manifest {
+            next_seq: state.next_seq,
+            ..Manifest::default()
+        };
+        fresh.store(self.path())?;
+        remove_orphans(self.path(), &HashSet::new());
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View::default());
+        *state = fresh;
+        self.shared.damaged.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Whether the index holds every container's entries: set by [`Self::rebuild`], which is
+    /// the only way an index becomes complete (a fresh one is not).
+    pub fn is_complete(&self) -> Result<bool> {
+        Ok(self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .complete)
+    }
+
+    /// Merges all runs into one when the index is small (below [`COMPACT_ALL_BYTES`]):
+    /// lookups then test one filter, and keys repeated across runs go. Larger indexes are
+    /// merged as they grow (see [`MAX_RUNS`]). Returns the index's bytes before and after, if
+    /// it merged.
+    pub fn compact_if_worthwhile(&self) -> Result<Option<(u64, u64)>> {
+        let view = self.current();
+        let before = files_bytes(self.path());
+        if view.runs.len() < 2 || before > COMPACT_ALL_BYTES {
+            return Ok(None);
+        }
+        drop(view);
+        self.change(|c| {
+            let n = c.runs.len();
+            merge_runs(self.path(), c, 0, n)
+        })?;
+        Ok(Some((before, files_bytes(self.path()))))
+    }
+
+    /// Reads every run whole, verifying every bucket's checksum, the order of entries, and
+    /// that every entry names a container (slow: reads the whole index). `Ok(true)` if it is
+    /// intact; [`Error::IndexDamaged`] if not (the index is then rebuilt).
+    pub fn check_integrity(&self) -> Result<bool> {
+        let view = self.current();
+        let r = (|| {
+            for run in &view.runs {
+                let mut c = run.chunk_cursor();
+                while let Some(e) = c.next()? {
+                    if let run::Entry::Chunk(_, n) = e {
+                        view.location(n, self.path())?;
+                    }
+                }
+                let mut s = run.sketch_cursor();
+                while s.next()?.is_some() {}
+            }
+            Ok(true)
+        })();
+        self.shared.guard(r)
+    }
+
+    /// Looks up a chunk.
+    pub fn get(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        self.reader()?.get(id)
+    }
+
+    /// A consistent read view (of the index as last committed).
+    pub fn reader(&self) -> Result<IndexReader> {
+        Ok(IndexReader {
+            view: self.current(),
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Records every entry of a durable container, and the super-features of its full
+    /// entries (FirstFit: an existing super-feature keeps its chunk), in one durable commit.
+    pub fn insert_container(&self, id: ContainerId, meta: &ContainerMeta) -> Result<()> {
+        self.insert_containers([(id, meta)])
+    }
+
+    /// [`Self::insert_container`] for several containers in one commit (one run file): a
+    /// backup indexes its containers in batches.
+    pub fn insert_containers<'m>(
+        &self,
+        containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+    ) -> Result<()> {
+        let containers: Vec<(ContainerId, &ContainerMeta)> = containers.into_iter().collect();
+        let known: Vec<(ContainerId, usize)> = containers
+            .iter()
+            .map(|(id, meta)| (*id, meta.entries.len()))
+            .collect();
+        self.take_in(containers, |_, _, _| true, known)
+    }
+
+    /// Replaces the whole index with the entries of `containers` that `keep` accepts and
+    /// marks it complete, in one commit: a rebuild killed before it leaves the previous index
+    /// as it was.
+    ///
+    /// `known` are the containers the index has taken in: those of `containers`, and those
+    /// deliberately left out (recorded as damaged whole), so that a sync does not take them
+    /// in again.
+    pub fn rebuild<'m>(
+        &self,
+        containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+        keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+        known: impl IntoIterator<Item = (ContainerId, usize)>,
+        damage_digest: u64,
+    ) -> Result<()> {
+        self.change(|c| {
+            c.obsolete
+                .extend(c.runs.drain(..).map(|r| r.path().to_path_buf()));
+            c.manifest = Manifest {
+                complete: true,
+                damage_digest,
+                next_seq: c.manifest.next_seq,
+                ..Manifest::default()
+            };
+            let empty = View::default();
+            add_batch(self.path(), c, &empty, containers, keep, known)
+        })
+    }
+
+    /// Removes the entries of `dead` chunks, and every super-feature that names one of them,
+    /// in one commit (every run holding one is rewritten without). Prune calls this before
+    /// deleting any container, so that no later backup deduplicates against a chunk about to
+    /// disappear.
+    pub fn remove_chunks(&self, dead: &HashSet<ChunkId>) -> Result<()> {
+        if dead.is_empty() {
+            return Ok(());
+        }
+        self.change(|c| {
+            let mut i = 0;
+            while i < c.runs.len() {
+                let run = c.runs[i].clone();
+                let mut holds = false;
+                for id in dead {
+                    if run.get(id)?.is_some() {
+                        holds = true;
+                        break;
+                    }
+                }
+                if !holds {
+                    i += 1;
+                    continue;
+                }
+                let seq = new_seq(self.path(), &mut c.manifest);
+                let out = run::merge(&[&run], Some(dead), &run_path(self.path(), seq), seq)?;
+                c.obsolete.push(run.path().to_path_buf());
+                match out {
+                    Some(r) => {
+                        c.runs[i] = Arc::new(r);
+                        i += 1;
+                    }
+                    None => {
+                        c.runs.remove(i);
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The containers the index has taken in.
+    pub fn known_containers(&self) -> Result<HashSet<ContainerId>> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(state
+            .slots
+            .iter()
+            .filter(|s| s.known)
+            .map(|s| s.id)
+            .collect())
+    }
+
+    /// The digest of the damage records this index has applied (0 if none was stored).
+    pub fn damage_digest(&self) -> Result<u64> {
+        Ok(self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .damage_digest)
+    }
+
+    /// Takes in the entries of `added` containers that `keep` accepts and marks `known`
+    /// containers as taken in, in one commit (see [`crate::repository::index_sync`]).
+    pub fn take_in<'m>(
+        &self,
+        added: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+        keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+        known: impl IntoIterator<Item = (ContainerId, usize)>,
+    ) -> Result<()> {
+        let view = self.current();
+        self.change(|c| add_batch(self.path(), c, &view, added, keep, known))
+    }
+
+    /// Records that the index reflects the damage records whose digest is `digest` (after a
+    /// command that wrote records has adjusted the index itself).
+    pub fn set_damage_digest(&self, digest: u64) -> Result<()> {
+        self.change(|c| {
+            c.manifest.damage_digest = digest;
+            Ok(())
+        })
+    }
+
+    /// Forgets containers this client deleted (their entries already left the index), so
+    /// that the next sync need not look for entries in them.
+    pub fn forget_containers(&self, deleted: &[ContainerId]) -> Result<()> {
+        if deleted.is_empty() {
+            return Ok(());
+        }
+        let deleted: HashSet<&ContainerId> = deleted.iter().collect();
+        self.change(|c| {
+            for s in &mut c.manifest.slots {
+                if deleted.contains(&s.id) {
+                    s.known = false;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Number of indexed chunks (reads the whole index).
+    pub fn len(&self) -> Result<u64> {
+        let mut n = 0;
+        self.for_each(|_, _| n += 1)?;
+        Ok(n)
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.current().runs.is_empty())
+    }
+
+    /// Calls `f` for every indexed chunk (in id order, streaming the runs).
+    pub fn for_each(&self, f: impl FnMut(ChunkId, ChunkLocation)) -> Result<()> {
+        let view = self.current();
+        let r = view.for_each(self.path(), f);
+        self.shared.guard(r)
+    }
+
+    /// Bytes the index holds in memory: the runs' filters and bucket directories (what a
+    /// lookup needs without reading a file).
+    pub fn memory_bytes(&self) -> usize {
+        self.current().runs.iter().map(|r| r.memory_bytes()).sum()
+    }
+
+    /// Run files and their chunk entries, oldest first (for tests and measurements).
+    pub fn runs(&self) -> Vec<(u64, u64)> {
+        self.current()
+            .runs
+            .iter()
+            .map(|r| (r.seq, r.chunks))
+            .collect()
+    }
+}
+
+/// Adds the entries of `containers` that `keep` accepts as one new run (FirstFit: a
+/// super-feature `view` holds already is not recorded again), marks `known` as taken in, and
+/// merges runs if there are too many.
+fn add_batch<'m>(
+    path: &Path,
+    c: &mut Change,
+    view: &View,
+    containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+    keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+    known: impl IntoIterator<Item = (ContainerId, usize)>,
+) -> Result<()> {
+    let m = &mut c.manifest;
+    let mut slot_of: HashMap<ContainerId, usize> =
+        m.slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
+    let mut chunks: Vec<([u8; 32], u64)> = Vec::new();
+    let mut sketches: Vec<(u32, [u8; 32])> = Vec::new();
+    for (id, meta) in containers {
+        let first = slot(m, &mut slot_of, id, meta.entries.len())?;
+        for (i, e) in meta.entries.iter().enumerate() {
+            if !keep(&id, i as u32, e) {
+                continue;
+            }
+            chunks.push((e.id.0, first + i as u64));
+            if e.kind != EntryKind::Full {
+                continue;
+            }
+            for (pos, sf) in e.super_features.iter().enumerate() {
+                let key = sketch_key(pos, *sf);
+                if !view.has_sketch(key)? {
+                    sketches.push((key, e.id.0));
+                }
+            }
+        }
+    }
+    for (id, entries) in known {
+        let i = match slot_of.get(&id) {
+            Some(&i) => i,
+            None => {
+                slot(m, &mut slot_of, id, entries)?;
+                m.slots.len() - 1
+            }
+        };
+        m.slots[i].known = true;
+    }
+    if chunks.is_empty() {
+        return Ok(());
+    }
+    let seq = new_seq(path, m);
+    if let Some(run) = run::write_batch(&run_path(path, seq), seq, chunks, sketches)? {
+        c.runs.push(Arc::new(run));
+        merge_as_needed(path, c)?;
+    }
+    Ok(())
+}
+
+/// A number for a new run file: the manifest's next one that names no file (another handle
+/// on the index in this process may have used it).
+fn new_seq(path: &Path, m: &mut Manifest) -> u64 {
+    loop {
+        let seq = m.next_seq;
+        m.next_seq += 1;
+        if !run_path(path, seq).exists() {
+            return seq;
+        }
+    }
+}
+
+/// The first global entry number of container `id` with `entries` entries: its range if it
+/// has one of that size, else a new one.
+fn slot(
+    m: &mut Manifest,
+    slot_of: &mut HashMap<ContainerId, usize>,
+    id: ContainerId,
+    entries: usize,
+) -> Result<u64> {
+    let entries = u32::try_from(entries)
+        .map_err(|_| Error::Index(format!("container {} has too many entries", id.to_hex())))?;
+    if let Some(&i) = slot_of.get(&id) {
+        if m.slots[i].entries == entries {
+            return Ok(m.slots[i].first);
+        }
+    }
+    let first = m.next_entry;
+    let next = first + u64::from(entries);
+    if next > run::MAX_LOC {
+        return Err(Error::Index(
+            "the index has numbered 2^40 entries; `repair index` renumbers them".into(),
+        ));
+    }
+    m.next_entry = next;
+    m.slots.push(Slot {
+        id,
+        first,
+        entries,
+        known: false,
+    });
+    slot_of.insert(id, m.slots.len() - 1);
+    Ok(first)
+}
+
+/// Merges the newest runs while together they reach half the size of the run before them
+/// (a binary counter: each entry is rewritten about log2 of the index's size times), and
+/// the two smallest neighbours while there are more than [`MAX_RUNS`]; never past
+/// [`MAX_MERGE_ENTRIES`].
+fn merge_as_needed(path: &Path, c: &mut Change) -> Result<()> {
+    loop {
+        let n = c.runs.len();
+        if n < 2 {
+            return Ok(());
+        }
+        let mut k = n - 1;
+        let mut acc = c.runs[k].chunks;
+        while k > 0 {
+            let prev = c.runs[k - 1].chunks;
+            if acc * 2 < prev || acc + prev > MAX_MERGE_ENTRIES {
+                break;
+            }
+            acc += prev;
+            k -= 1;
+        }
+        if k < n - 1 {
+            merge_runs(path, c, k, n)?;
+            continue;
+        }
+        if n <= MAX_RUNS {
+            return Ok(());
+        }
+        let sum = |i: usize| c.runs[i - 1].chunks + c.runs[i].chunks;
+        match (1..n)
+            .filter(|&i| sum(i) <= MAX_MERGE_ENTRIES)
+            .min_by_key(|&i| sum(i))
+        {
+            Some(i) => merge_runs(path, c, i - 1, i + 1)?,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Replaces runs `from..to` with their merge.
+fn merge_runs(path: &Path, c: &mut Change, from: usize, to: usize) -> Result<()> {
+    let seq = new_seq(path, &mut c.manifest);
+    let inputs: Vec<&Run> = c.runs[from..to].iter().map(|r| r.as_ref()).collect();
+    let merged = run::merge(&inputs, None, &run_path(path, seq), seq)?;
+    c.obsolete
+        .extend(inputs.iter().map(|r| r.path().to_path_buf()));
+    c.runs.splice(from..to, merged.map(Arc::new));
+    Ok(())
+}
+
+/// Entry points for the fuzz targets: the decoders of the index's files.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Decodes `bytes` as a manifest; one that decodes encodes back to the same bytes.
+    pub fn manifest(bytes: &[u8]) {
+        if let Ok(m) = Manifest::decode(bytes) {
+            assert_eq!(m.encode(), bytes);
+        }
+    }
+
+    /// Opens the file at `path` as a run and, if it opens, reads every entry and looks some
+    /// up: malformed bytes give errors, never a panic.
+    pub fn run(path: &Path) {
+        let Ok(run) = Run::open(path, 0) else { return };
+        let mut ids = Vec::new();
+        let mut c = run.chunk_cursor();
+        while let Ok(Some(run::Entry::Chunk(id, _))) = c.next() {
+            ids.push(id);
+        }
+        let mut s = run.sketch_cursor();
+        let mut keys = Vec::new();
+        while let Ok(Some(run::Entry::Sketch(key, _))) = s.next() {
+            keys.push(key);
+        }
+        for id in ids.iter().take(64) {
+            let _ = run.get(&ChunkId(*id));
+        }
+        let _ = run.get(&ChunkId([0xa5; 32]));
+        for key in keys.iter().take(64).copied().chain([0, u32::MAX]) {
+            let _ = run.sketch(key);
+        }
+    }
+}
+
+/// A read view of the index: the runs of one commit (their files stay readable after a
+/// later merge deletes them, while the view holds them open).
+pub struct IndexReader {
+    view: Arc<View>,
+    shared: Arc<Shared>,
+}
+
+impl IndexReader {
+    /// Looks up a chunk.
+    pub fn get(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        self.shared.guard(self.view.get(id, &self.shared.path))
+    }
+
+    /// The first full chunk recorded with super-feature `sf` at `position` (or, rarely,
+    /// another whose super-feature has the same truncated key: a candidate only).
+    pub fn sketch(&self, position: usize, sf: u64) -> Result<Option<ChunkId>> {
+        self.shared
+            .guard(self.view.sketch(sketch_key(position, sf)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

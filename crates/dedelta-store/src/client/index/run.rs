@@ -1,0 +1,1017 @@
+//! Run files: immutable, sorted tables of chunk entries and super-feature keys.
+//!
+//! Layout (all integers little-endian):
+//! - header: `DDIXRUN\0`, version u32 = 1, 4 zero bytes;
+//! - chunk area: one entry per chunk, sorted by chunk id: id (32 bytes) ++ global entry number
+//!   (u40, see [`super::ChunkLocation`]);
+//! - sketch area: one entry per truncated super-feature key, sorted by key: key (u32) ++ the
+//!   number of the chunk entry in this run it names (u24 or u32, `ref_width`);
+//! - tail: chunk count u64, sketch count u64, chunk bucket bits u8, sketch bucket bits u8,
+//!   ref width u8; the first entry of every chunk bucket (2^bits + 1 u32) and every bucket's
+//!   CRC-32C (2^bits u32); the same for sketch buckets; the chunk Bloom filter; the sketch
+//!   Bloom filter;
+//! - trailer: tail offset u64, tail length u64, tail CRC-32C u32, `DDIXEND\0`.
+//!
+//! Entries are grouped in buckets by the top bits of the id (of the key): a lookup reads one
+//! bucket (about 64 entries) with one `pread`, after the in-memory Bloom filter let it
+//! through, and verifies the bucket's CRC before trusting a byte of it. The tail (buckets'
+//! starts and CRCs, filters: about 1.4 bytes per chunk and 1.2 per super-feature) is read
+//! into memory when the run is opened and verified whole.
+
+use super::bloom::{mix64, Bloom};
+use crate::error::{Error, Result};
+use dedelta_core::ChunkId;
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Bytes of a chunk entry: the id and a u40 entry number.
+pub const CHUNK_ENTRY: usize = 32 + LOC_LEN;
+/// Bytes of a global entry number.
+const LOC_LEN: usize = 5;
+/// The largest global entry number (u40).
+pub const MAX_LOC: u64 = (1 << 40) - 1;
+/// Header: magic and version.
+const HEADER: [u8; 16] = *b"DDIXRUN\0\x01\0\0\0\0\0\0\0";
+/// Trailer magic.
+const END_MAGIC: [u8; 8] = *b"DDIXEND\0";
+/// Trailer: tail offset, tail length, tail CRC, magic.
+const TRAILER_LEN: usize = 8 + 8 + 4 + 8;
+/// Entries per bucket aimed at: one lookup reads about 64 x 37 bytes.
+const BUCKET_ENTRIES: u64 = 64;
+/// Most bucket bits (16 M buckets).
+const MAX_BUCKET_BITS: u8 = 24;
+/// Bloom filter bits per chunk, and probes: about 1.2 % false positives. A false positive
+/// costs a `pread`, which on new data, once the index's pages left the page cache, is a disk
+/// read: 8 bits (2.5 %) made index lookups a third of a backup into a 12 GB repository.
+const CHUNK_BLOOM: (u64, u8) = (10, 7);
+/// Bloom filter bits per super-feature key, and probes: about 1.8 % false positives (three
+/// keys are looked up per new chunk).
+const SKETCH_BLOOM: (u64, u8) = (9, 6);
+/// Bytes a sequential reader reads at a time.
+const READ_AHEAD: usize = 256 << 10;
+
+fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::IndexDamaged(format!("{}: {what}", path.display()))
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::io(format!("index file {}", path.display()), e)
+}
+
+/// Reads `buf.len()` bytes at `offset`; a short file is damage.
+fn read_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+    file.read_exact_at(buf, offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            damaged(path, "shorter than its tail says")
+        } else {
+            io(path)(e)
+        }
+    })
+}
+
+fn bucket_bits(entries: u64) -> u8 {
+    let mut bits = 0;
+    while bits < MAX_BUCKET_BITS && (BUCKET_ENTRIES << bits) < entries {
+        bits += 1;
+    }
+    bits
+}
+
+fn top_bits(prefix: u32, bits: u8) -> usize {
+    if bits == 0 {
+        0
+    } else {
+        (prefix >> (32 - u32::from(bits))) as usize
+    }
+}
+
+fn chunk_bucket(id: &[u8; 32], bits: u8) -> usize {
+    top_bits(u32::from_be_bytes([id[0], id[1], id[2], id[3]]), bits)
+}
+
+/// The Bloom hashes of a chunk id (a BLAKE3 hash: its bytes are uniform already; the bucket
+/// uses the first four).
+fn chunk_hashes(id: &[u8; 32]) -> (u64, u64) {
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&id[i..i + 8]);
+        u64::from_le_bytes(w)
+    };
+    (word(8), word(16))
+}
+
+fn sketch_hashes(key: u32) -> (u64, u64) {
+    let h = mix64(u64::from(key));
+    (h, mix64(h))
+}
+
+fn ref_width(chunks: u64) -> u8 {
+    if chunks <= 1 << 24 {
+        3
+    } else {
+        4
+    }
+}
+
+/// The bucket directory of one area: where each bucket starts and its CRC.
+#[derive(Debug)]
+struct Buckets {
+    bits: u8,
+    /// First entry of each bucket, and the entry count at the end.
+    starts: Vec<u32>,
+    crcs: Vec<u32>,
+}
+
+impl Buckets {
+    fn new(bits: u8) -> Self {
+        let n = 1usize << bits;
+        Buckets {
+            bits,
+            starts: vec![0; n + 1],
+            crcs: vec![0; n],
+        }
+    }
+
+    fn range(&self, b: usize) -> (u64, u64) {
+        (u64::from(self.starts[b]), u64::from(self.starts[b + 1]))
+    }
+
+    /// The bucket holding entry `i` (`i` below the entry count).
+    fn of_entry(&self, i: u64) -> usize {
+        self.starts.partition_point(|&s| u64::from(s) <= i) - 1
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        for s in &self.starts {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        for c in &self.crcs {
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+    }
+
+    fn decode(bytes: &[u8], bits: u8, entries: u64) -> Option<(Self, usize)> {
+        if bits > MAX_BUCKET_BITS {
+            return None;
+        }
+        let n = 1usize << bits;
+        let len = (2 * n + 1) * 4;
+        let body = bytes.get(..len)?;
+        let mut words = body
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+        let starts: Vec<u32> = words.by_ref().take(n + 1).collect();
+        let crcs: Vec<u32> = words.collect();
+        let sorted = starts.first() == Some(&0) && starts.windows(2).all(|w| w[0] <= w[1]);
+        if !sorted || starts.last().map(|&s| u64::from(s)) != Some(entries) {
+            return None;
+        }
+        Some((Buckets { bits, starts, crcs }, len))
+    }
+}
+
+/// Counts entries into buckets as they are written in order, and CRCs each bucket.
+struct BucketWriter {
+    buckets: Buckets,
+    current: usize,
+    crc: u32,
+    count: u64,
+}
+
+impl BucketWriter {
+    fn new(bits: u8) -> Self {
+        BucketWriter {
+            buckets: Buckets::new(bits),
+            current: 0,
+            crc: 0,
+            count: 0,
+        }
+    }
+
+    fn close_until(&mut self, bucket: usize) {
+        while self.current < bucket {
+            self.buckets.crcs[self.current] = self.crc;
+            self.crc = 0;
+            self.current += 1;
+            self.buckets.starts[self.current] = self.count as u32;
+        }
+    }
+
+    fn push(&mut self, bucket: usize, bytes: &[u8]) {
+        self.close_until(bucket);
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.count += 1;
+    }
+
+    fn finish(mut self) -> Buckets {
+        let n = self.buckets.crcs.len();
+        self.close_until(n);
+        self.buckets
+    }
+}
+
+/// Writes a run file from entries given in sorted order. The file is complete (and durable)
+/// only when [`RunWriter::finish`] returns; until a manifest names it, it is an orphan that
+/// the next open deletes.
+pub struct RunWriter {
+    path: PathBuf,
+    out: std::io::BufWriter<File>,
+    chunks: BucketWriter,
+    sketches: Option<BucketWriter>,
+    chunk_bloom: Bloom,
+    sketch_bloom: Bloom,
+    sketch_bits: u8,
+    ref_width: u8,
+    last_id: Option<[u8; 32]>,
+    last_key: Option<u32>,
+    max_chunks: u64,
+}
+
+impl RunWriter {
+    /// Starts a run file at `path` for at most `max_chunks` chunk entries and `max_sketches`
+    /// super-feature keys (the buckets and filters are sized for them).
+    pub fn create(path: &Path, max_chunks: u64, max_sketches: u64) -> Result<Self> {
+        if max_chunks > u64::from(u32::MAX) || max_sketches > u64::from(u32::MAX) {
+            return Err(Error::Index(format!(
+                "an index run of {max_chunks} chunks and {max_sketches} super-features is \
+                 larger than a run can be"
+            )));
+        }
+        // Never over an existing file: another handle on this index may be reading it.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io(path))?;
+        let mut out = std::io::BufWriter::with_capacity(READ_AHEAD, file);
+        out.write_all(&HEADER).map_err(io(path))?;
+        Ok(RunWriter {
+            path: path.to_path_buf(),
+            out,
+            chunks: BucketWriter::new(bucket_bits(max_chunks)),
+            sketches: None,
+            chunk_bloom: Bloom::new(max_chunks, CHUNK_BLOOM.0, CHUNK_BLOOM.1),
+            sketch_bloom: Bloom::new(max_sketches, SKETCH_BLOOM.0, SKETCH_BLOOM.1),
+            sketch_bits: bucket_bits(max_sketches),
+            ref_width: ref_width(max_chunks),
+            last_id: None,
+            last_key: None,
+            max_chunks,
+        })
+    }
+
+    /// Chunk entries written so far.
+    pub fn chunks(&self) -> u64 {
+        self.chunks.count
+    }
+
+    /// Appends a chunk entry (ids strictly increasing, before any sketch); returns its number
+    /// in the run.
+    pub fn push_chunk(&mut self, id: &[u8; 32], loc: u64) -> Result<u32> {
+        let ordered = self.last_id.is_none_or(|last| last < *id);
+        if !ordered || self.sketches.is_some() || self.chunks.count >= self.max_chunks {
+            return Err(Error::Index("index run written out of order".into()));
+        }
+        let mut e = [0u8; CHUNK_ENTRY];
+        e[..32].copy_from_slice(id);
+        e[32..].copy_from_slice(&loc.to_le_bytes()[..LOC_LEN]);
+        self.out.write_all(&e).map_err(io(&self.path))?;
+        self.chunks
+            .push(chunk_bucket(id, self.chunks.buckets.bits), &e);
+        let (h1, h2) = chunk_hashes(id);
+        self.chunk_bloom.insert(h1, h2);
+        self.last_id = Some(*id);
+        Ok((self.chunks.count - 1) as u32)
+    }
+
+    /// Appends a super-feature key (keys strictly increasing, after every chunk) naming the
+    /// chunk entry `entry` of this run.
+    pub fn push_sketch(&mut self, key: u32, entry: u32) -> Result<()> {
+        let ordered = self.last_key.is_none_or(|last| last < key);
+        if !ordered || u64::from(entry) >= self.chunks.count {
+            return Err(Error::Index("index run written out of order".into()));
+        }
+        let bits = self.sketch_bits;
+        let w = usize::from(self.ref_width);
+        let mut e = [0u8; 8];
+        e[..4].copy_from_slice(&key.to_le_bytes());
+        e[4..].copy_from_slice(&entry.to_le_bytes());
+        self.out.write_all(&e[..4 + w]).map_err(io(&self.path))?;
+        let sketches = self.sketches.get_or_insert_with(|| BucketWriter::new(bits));
+        sketches.push(top_bits(key, bits), &e[..4 + w]);
+        let (h1, h2) = sketch_hashes(key);
+        self.sketch_bloom.insert(h1, h2);
+        self.last_key = Some(key);
+        Ok(())
+    }
+
+    /// Writes the tail and trailer, makes the file durable and opens it for reading as run
+    /// `seq`.
+    pub fn finish(self, seq: u64) -> Result<Run> {
+        let RunWriter {
+            path,
+            mut out,
+            chunks,
+            sketches,
+            chunk_bloom,
+            sketch_bloom,
+            sketch_bits,
+            ref_width,
+            ..
+        } = self;
+        let chunk_count = chunks.count;
+        let sketches = sketches.unwrap_or_else(|| BucketWriter::new(sketch_bits));
+        let sketch_count = sketches.count;
+        let (chunks, sketches) = (chunks.finish(), sketches.finish());
+        let mut tail = Vec::new();
+        tail.extend_from_slice(&chunk_count.to_le_bytes());
+        tail.extend_from_slice(&sketch_count.to_le_bytes());
+        tail.extend_from_slice(&[chunks.bits, sketches.bits, ref_width]);
+        chunks.encode(&mut tail);
+        sketches.encode(&mut tail);
+        chunk_bloom.encode(&mut tail);
+        sketch_bloom.encode(&mut tail);
+        let tail_offset = HEADER.len() as u64
+            + chunk_count * CHUNK_ENTRY as u64
+            + sketch_count * (4 + u64::from(ref_width));
+        let tail_crc = crc32c::crc32c(&tail);
+        let mut trailer = Vec::with_capacity(TRAILER_LEN);
+        trailer.extend_from_slice(&tail_offset.to_le_bytes());
+        trailer.extend_from_slice(&(tail.len() as u64).to_le_bytes());
+        trailer.extend_from_slice(&tail_crc.to_le_bytes());
+        trailer.extend_from_slice(&END_MAGIC);
+        out.write_all(&tail).map_err(io(&path))?;
+        out.write_all(&trailer).map_err(io(&path))?;
+        let file = out.into_inner().map_err(|e| io(&path)(e.into_error()))?;
+        file.sync_all().map_err(io(&path))?;
+        drop(file);
+        Run::open(&path, seq)
+    }
+}
+
+/// An open run file: its tail in memory, its entries read on demand.
+#[derive(Debug)]
+pub struct Run {
+    /// The run's sequence number (its file name).
+    pub seq: u64,
+    path: PathBuf,
+    file: File,
+    /// Chunk entries.
+    pub chunks: u64,
+    /// Super-feature keys.
+    pub sketches: u64,
+    /// File length.
+    pub file_len: u64,
+    /// CRC-32C of the tail (the manifest records it: a run file replaced under the same name
+    /// is refused).
+    pub tail_crc: u32,
+    ref_width: u8,
+    chunk_buckets: Buckets,
+    sketch_buckets: Buckets,
+    chunk_bloom: Bloom,
+    sketch_bloom: Bloom,
+}
+
+impl Run {
+    /// Opens run `seq` at `path`, verifying its trailer and tail.
+    ///
+    /// # Errors
+    /// [`Error::IndexDamaged`] if the file is short, or its tail or trailer malformed.
+    pub fn open(path: &Path, seq: u64) -> Result<Run> {
+        let file = File::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                damaged(path, "missing")
+            } else {
+                io(path)(e)
+            }
+        })?;
+        let file_len = file.metadata().map_err(io(path))?.len();
+        if file_len < (HEADER.len() + TRAILER_LEN) as u64 {
+            return Err(damaged(path, "too short"));
+        }
+        let mut header = [0u8; 16];
+        read_at(&file, path, &mut header, 0)?;
+        if header != HEADER {
+            return Err(damaged(path, "not an index run of version 1"));
+        }
+        let mut trailer = [0u8; TRAILER_LEN];
+        read_at(&file, path, &mut trailer, file_len - TRAILER_LEN as u64)?;
+        let u64_at = |b: &[u8], i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        let tail_offset = u64_at(&trailer, 0);
+        let tail_len = u64_at(&trailer, 8);
+        let tail_crc = u32::from_le_bytes([trailer[16], trailer[17], trailer[18], trailer[19]]);
+        if trailer[20..] != END_MAGIC
+            || tail_offset.checked_add(tail_len) != Some(file_len - TRAILER_LEN as u64)
+        {
+            return Err(damaged(path, "torn or malformed trailer"));
+        }
+        let mut tail = vec![0u8; usize::try_from(tail_len).map_err(|_| damaged(path, "tail"))?];
+        read_at(&file, path, &mut tail, tail_offset)?;
+        if crc32c::crc32c(&tail) != tail_crc {
+            return Err(damaged(path, "tail checksum mismatch"));
+        }
+        let bad = || damaged(path, "malformed tail");
+        if tail.len() < 19 {
+            return Err(bad());
+        }
+        let chunks = u64_at(&tail, 0);
+        let sketches = u64_at(&tail, 8);
+        let (cbits, sbits, ref_width) = (tail[16], tail[17], tail[18]);
+        if !(3..=4).contains(&ref_width) || chunks > u64::from(u32::MAX) {
+            return Err(bad());
+        }
+        let mut at = 19;
+        let (chunk_buckets, n) = Buckets::decode(&tail[at..], cbits, chunks).ok_or_else(bad)?;
+        at += n;
+        let (sketch_buckets, n) = Buckets::decode(&tail[at..], sbits, sketches).ok_or_else(bad)?;
+        at += n;
+        let (chunk_bloom, n) = Bloom::decode(&tail[at..]).ok_or_else(bad)?;
+        at += n;
+        let (sketch_bloom, n) = Bloom::decode(&tail[at..]).ok_or_else(bad)?;
+        at += n;
+        let areas = chunks
+            .checked_mul(CHUNK_ENTRY as u64)
+            .and_then(|c| c.checked_add(sketches.checked_mul(4 + u64::from(ref_width))?))
+            .and_then(|a| a.checked_add(HEADER.len() as u64));
+        if at != tail.len() || areas != Some(tail_offset) {
+            return Err(bad());
+        }
+        Ok(Run {
+            seq,
+            path: path.to_path_buf(),
+            file,
+            chunks,
+            sketches,
+            file_len,
+            tail_crc,
+            ref_width,
+            chunk_buckets,
+            sketch_buckets,
+            chunk_bloom,
+            sketch_bloom,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes this run holds in memory (its tail).
+    pub fn memory_bytes(&self) -> usize {
+        self.chunk_bloom.memory_bytes()
+            + self.sketch_bloom.memory_bytes()
+            + (self.chunk_buckets.starts.len() + self.sketch_buckets.starts.len()) * 8
+    }
+
+    fn sketch_entry_len(&self) -> usize {
+        4 + usize::from(self.ref_width)
+    }
+
+    fn sketch_area(&self) -> u64 {
+        HEADER.len() as u64 + self.chunks * CHUNK_ENTRY as u64
+    }
+
+    /// Reads buckets `first..end` of an area, verifying each bucket's CRC.
+    fn read_buckets(
+        &self,
+        sketch: bool,
+        first: usize,
+        end: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        let (buckets, base, len) = if sketch {
+            (
+                &self.sketch_buckets,
+                self.sketch_area(),
+                self.sketch_entry_len(),
+            )
+        } else {
+            (&self.chunk_buckets, HEADER.len() as u64, CHUNK_ENTRY)
+        };
+        let from = u64::from(buckets.starts[first]);
+        let to = u64::from(buckets.starts[end]);
+        buf.clear();
+        buf.resize((to - from) as usize * len, 0);
+        read_at(&self.file, &self.path, buf, base + from * len as u64)?;
+        for b in first..end {
+            let (s, e) = buckets.range(b);
+            let bytes = &buf[(s - from) as usize * len..(e - from) as usize * len];
+            if crc32c::crc32c(bytes) != buckets.crcs[b] {
+                return Err(damaged(&self.path, "bucket checksum mismatch"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The global entry number of chunk `id`, if this run holds it.
+    pub fn get(&self, id: &ChunkId) -> Result<Option<u64>> {
+        let id = id.as_bytes();
+        let (h1, h2) = chunk_hashes(id);
+        if !self.chunk_bloom.contains(h1, h2) {
+            return Ok(None);
+        }
+        let b = chunk_bucket(id, self.chunk_buckets.bits);
+        let (s, e) = self.chunk_buckets.range(b);
+        if s == e {
+            return Ok(None);
+        }
+        let mut buf = Vec::new();
+        self.read_buckets(false, b, b + 1, &mut buf)?;
+        let entries: Vec<&[u8]> = buf.chunks_exact(CHUNK_ENTRY).collect();
+        Ok(entries
+            .binary_search_by(|e| e[..32].cmp(&id[..]))
+            .ok()
+            .map(|i| decode_loc(&entries[i][32..])))
+    }
+
+    /// The chunk entry a super-feature key names, if this run holds the key.
+    pub fn sketch(&self, key: u32) -> Result<Option<ChunkId>> {
+        let (h1, h2) = sketch_hashes(key);
+        if !self.sketch_bloom.contains(h1, h2) {
+            return Ok(None);
+        }
+        let b = top_bits(key, self.sketch_buckets.bits);
+        let (s, e) = self.sketch_buckets.range(b);
+        if s == e {
+            return Ok(None);
+        }
+        let mut buf = Vec::new();
+        self.read_buckets(true, b, b + 1, &mut buf)?;
+        let len = self.sketch_entry_len();
+        let entries: Vec<&[u8]> = buf.chunks_exact(len).collect();
+        let Ok(i) = entries.binary_search_by(|e| decode_key(e).cmp(&key)) else {
+            return Ok(None);
+        };
+        let entry = decode_ref(&entries[i][4..]);
+        self.chunk_at(entry).map(Some)
+    }
+
+    /// The id of chunk entry `i` of this run.
+    fn chunk_at(&self, i: u64) -> Result<ChunkId> {
+        if i >= self.chunks {
+            return Err(damaged(&self.path, "a super-feature names no chunk entry"));
+        }
+        let b = self.chunk_buckets.of_entry(i);
+        let mut buf = Vec::new();
+        self.read_buckets(false, b, b + 1, &mut buf)?;
+        let at = (i - self.chunk_buckets.range(b).0) as usize * CHUNK_ENTRY;
+        let mut id = [0u8; 32];
+        id.copy_from_slice(&buf[at..at + 32]);
+        Ok(ChunkId(id))
+    }
+
+    /// Whether this run may hold the key (its filter's answer).
+    pub fn may_hold_sketch(&self, key: u32) -> bool {
+        let (h1, h2) = sketch_hashes(key);
+        self.sketch_bloom.contains(h1, h2)
+    }
+
+    /// Reads the chunk entries in order.
+    pub fn chunk_cursor(&self) -> Cursor<'_> {
+        Cursor::new(self, false)
+    }
+
+    /// Reads the super-feature keys in order.
+    pub fn sketch_cursor(&self) -> Cursor<'_> {
+        Cursor::new(self, true)
+    }
+}
+
+fn decode_loc(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..LOC_LEN].copy_from_slice(&b[..LOC_LEN]);
+    u64::from_le_bytes(w)
+}
+
+fn decode_key(e: &[u8]) -> u32 {
+    u32::from_le_bytes([e[0], e[1], e[2], e[3]])
+}
+
+fn decode_ref(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..b.len()].copy_from_slice(b);
+    u64::from_le_bytes(w)
+}
+
+/// One entry read by a [`Cursor`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A chunk: id, global entry number.
+    Chunk([u8; 32], u64),
+    /// A super-feature key and the chunk entry of the run it names.
+    Sketch(u32, u64),
+}
+
+/// Reads one area of a run in order, a few hundred KiB at a time, verifying every bucket's
+/// CRC and that entries increase.
+pub struct Cursor<'r> {
+    run: &'r Run,
+    sketch: bool,
+    next_bucket: usize,
+    buf: Vec<u8>,
+    at: usize,
+    last: Option<Entry>,
+}
+
+impl<'r> Cursor<'r> {
+    fn new(run: &'r Run, sketch: bool) -> Self {
+        Cursor {
+            run,
+            sketch,
+            next_bucket: 0,
+            buf: Vec::new(),
+            at: 0,
+            last: None,
+        }
+    }
+
+    fn entry_len(&self) -> usize {
+        if self.sketch {
+            self.run.sketch_entry_len()
+        } else {
+            CHUNK_ENTRY
+        }
+    }
+
+    /// The next entry, or `None` at the end.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Entry>> {
+        let len = self.entry_len();
+        if self.at >= self.buf.len() {
+            let buckets = if self.sketch {
+                &self.run.sketch_buckets
+            } else {
+                &self.run.chunk_buckets
+            };
+            let n = buckets.crcs.len();
+            if self.next_bucket >= n {
+                return Ok(None);
+            }
+            let first = self.next_bucket;
+            let mut end = first + 1;
+            let start = u64::from(buckets.starts[first]);
+            while end < n
+                && (u64::from(buckets.starts[end]) - start) * (len as u64) < READ_AHEAD as u64
+            {
+                end += 1;
+            }
+            let mut buf = std::mem::take(&mut self.buf);
+            self.run.read_buckets(self.sketch, first, end, &mut buf)?;
+            self.buf = buf;
+            self.next_bucket = end;
+            self.at = 0;
+            if self.buf.is_empty() {
+                return self.next();
+            }
+        }
+        let e = &self.buf[self.at..self.at + len];
+        self.at += len;
+        let entry = if self.sketch {
+            let entry = decode_ref(&e[4..]);
+            if entry >= self.run.chunks {
+                return Err(damaged(
+                    &self.run.path,
+                    "a super-feature names no chunk entry",
+                ));
+            }
+            Entry::Sketch(decode_key(e), entry)
+        } else {
+            let mut id = [0u8; 32];
+            id.copy_from_slice(&e[..32]);
+            Entry::Chunk(id, decode_loc(&e[32..]))
+        };
+        let ordered = match (self.last, entry) {
+            (None, _) => true,
+            (Some(Entry::Chunk(a, _)), Entry::Chunk(b, _)) => a < b,
+            (Some(Entry::Sketch(a, _)), Entry::Sketch(b, _)) => a < b,
+            _ => false,
+        };
+        if !ordered {
+            return Err(damaged(&self.run.path, "entries out of order"));
+        }
+        self.last = Some(entry);
+        Ok(Some(entry))
+    }
+}
+
+/// Writes a run of one batch: `chunks` in the order they were recorded (a later entry for the
+/// same id replaces an earlier one) and `sketches` (key, chunk id) in order (the first chunk
+/// recorded with a key keeps it: FirstFit). Returns `None` when there is nothing to write.
+pub fn write_batch(
+    path: &Path,
+    seq: u64,
+    mut chunks: Vec<([u8; 32], u64)>,
+    mut sketches: Vec<(u32, [u8; 32])>,
+) -> Result<Option<Run>> {
+    // Stable sorts: among equal ids the last recorded is last, among equal keys the first
+    // recorded is first.
+    chunks.sort_by_key(|c| c.0);
+    let mut kept: Vec<([u8; 32], u64)> = Vec::with_capacity(chunks.len());
+    for c in chunks {
+        match kept.last_mut() {
+            Some(last) if last.0 == c.0 => *last = c,
+            _ => kept.push(c),
+        }
+    }
+    if kept.is_empty() {
+        return Ok(None);
+    }
+    sketches.sort_by_key(|s| s.0);
+    sketches.dedup_by_key(|s| s.0);
+    let mut w = RunWriter::create(path, kept.len() as u64, sketches.len() as u64)?;
+    for (id, loc) in &kept {
+        w.push_chunk(id, *loc)?;
+    }
+    for (key, id) in &sketches {
+        if let Ok(i) = kept.binary_search_by(|c| c.0.cmp(id)) {
+            w.push_sketch(*key, i as u32)?;
+        }
+    }
+    w.finish(seq).map(Some)
+}
+
+/// Merges `runs` (oldest first) into one run file at `path`: for a chunk in several runs the
+/// newest entry wins, for a super-feature key the oldest whose chunk stays (FirstFit), and
+/// chunks in `dead` are left out with the keys that name them. Holds 4 bytes per input entry
+/// in memory (where each entry went); returns `None` if nothing is left.
+pub fn merge(
+    runs: &[&Run],
+    dead: Option<&HashSet<ChunkId>>,
+    path: &Path,
+    seq: u64,
+) -> Result<Option<Run>> {
+    let max_chunks: u64 = runs.iter().map(|r| r.chunks).sum();
+    let max_sketches: u64 = runs.iter().map(|r| r.sketches).sum();
+    let mut w = RunWriter::create(path, max_chunks, max_sketches)?;
+    // Where each input entry went (u32::MAX: left out).
+    let mut moved: Vec<Vec<u32>> = runs
+        .iter()
+        .map(|r| vec![u32::MAX; r.chunks as usize])
+        .collect();
+    let mut cursors: Vec<Cursor<'_>> = runs.iter().map(|r| r.chunk_cursor()).collect();
+    let mut heads: Vec<Option<([u8; 32], u64)>> = Vec::with_capacity(runs.len());
+    let mut index: Vec<u32> = vec![0; runs.len()];
+    for c in &mut cursors {
+        heads.push(next_chunk(c)?);
+    }
+    while let Some(min) = heads.iter().flatten().map(|h| h.0).min() {
+        let newest = heads
+            .iter()
+            .rposition(|h| h.is_some_and(|h| h.0 == min))
+            .unwrap_or(0);
+        let loc = heads[newest].map(|h| h.1).unwrap_or(0);
+        let to = if dead.is_some_and(|d| d.contains(&ChunkId(min))) {
+            u32::MAX
+        } else {
+            w.push_chunk(&min, loc)?
+        };
+        for r in 0..runs.len() {
+            if heads[r].is_some_and(|h| h.0 == min) {
+                moved[r][index[r] as usize] = to;
+                index[r] += 1;
+                heads[r] = next_chunk(&mut cursors[r])?;
+            }
+        }
+    }
+    if w.chunks() == 0 {
+        drop(w);
+        let _ = std::fs::remove_file(path);
+        return Ok(None);
+    }
+    let mut cursors: Vec<Cursor<'_>> = runs.iter().map(|r| r.sketch_cursor()).collect();
+    let mut heads: Vec<Option<(u32, u64)>> = Vec::with_capacity(runs.len());
+    for c in &mut cursors {
+        heads.push(next_sketch(c)?);
+    }
+    while let Some(min) = heads.iter().flatten().map(|h| h.0).min() {
+        let mut chosen = None;
+        for r in 0..runs.len() {
+            if let Some((key, entry)) = heads[r].filter(|h| h.0 == min) {
+                let to = moved[r][entry as usize];
+                if chosen.is_none() && to != u32::MAX {
+                    chosen = Some(to);
+                }
+                heads[r] = next_sketch(&mut cursors[r])?;
+                debug_assert_eq!(key, min);
+            }
+        }
+        if let Some(to) = chosen {
+            w.push_sketch(min, to)?;
+        }
+    }
+    w.finish(seq).map(Some)
+}
+
+fn next_chunk(c: &mut Cursor<'_>) -> Result<Option<([u8; 32], u64)>> {
+    Ok(match c.next()? {
+        Some(Entry::Chunk(id, loc)) => Some((id, loc)),
+        _ => None,
+    })
+}
+
+fn next_sketch(c: &mut Cursor<'_>) -> Result<Option<(u32, u64)>> {
+    Ok(match c.next()? {
+        Some(Entry::Sketch(key, entry)) => Some((key, entry)),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    fn id(n: u64) -> [u8; 32] {
+        ChunkId::of(&n.to_le_bytes()).0
+    }
+
+    /// The model of a sequence of runs: newest chunk entry wins, oldest live key wins.
+    #[derive(Default)]
+    struct Model {
+        chunks: HashMap<[u8; 32], u64>,
+        sketches: BTreeMap<u32, [u8; 32]>,
+    }
+
+    fn check(model: &Model, runs: &[&Run], probes: &[u64]) {
+        for (id, loc) in &model.chunks {
+            let got = runs
+                .iter()
+                .rev()
+                .find_map(|r| r.get(&ChunkId(*id)).unwrap());
+            assert_eq!(got, Some(*loc));
+        }
+        for p in probes {
+            let i = id(*p);
+            let got = runs.iter().rev().find_map(|r| r.get(&ChunkId(i)).unwrap());
+            assert_eq!(got, model.chunks.get(&i).copied());
+        }
+        for (key, chunk) in &model.sketches {
+            let got = runs.iter().find_map(|r| r.sketch(*key).unwrap());
+            assert_eq!(got, Some(ChunkId(*chunk)), "key {key}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Batches written as runs, then merged (with some chunks dead), answer as a map
+        /// does.
+        #[test]
+        fn runs_and_merges_answer_as_a_map(
+            batches in prop::collection::vec(
+                prop::collection::vec((0u64..400, 0u64..1_000_000, prop::option::of(0u32..300)), 0..200),
+                1..5),
+            dead in prop::collection::hash_set(0u64..400, 0..40),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut model = Model::default();
+            let mut runs = Vec::new();
+            for (n, batch) in batches.iter().enumerate() {
+                let chunks: Vec<_> = batch.iter().map(|(c, loc, _)| (id(*c), *loc)).collect();
+                let sketches: Vec<_> = batch
+                    .iter()
+                    .filter_map(|(c, _, k)| k.map(|k| (k, id(*c))))
+                    .collect();
+                for (c, loc) in &chunks {
+                    model.chunks.insert(*c, *loc);
+                }
+                for (k, c) in &sketches {
+                    model.sketches.entry(*k).or_insert(*c);
+                }
+                let path = dir.path().join(format!("{n}.run"));
+                if let Some(run) = write_batch(&path, n as u64, chunks, sketches).unwrap() {
+                    runs.push(run);
+                }
+            }
+            let probes: Vec<u64> = (0..400).collect();
+            let refs: Vec<&Run> = runs.iter().collect();
+            check(&model, &refs, &probes);
+            // Merging changes no answer.
+            let merged = merge(&refs, None, &dir.path().join("m.run"), 99).unwrap();
+            let merged: Vec<&Run> = merged.iter().collect();
+            check(&model, &merged, &probes);
+            // Dead chunks leave, with the keys naming them.
+            let dead_ids: HashSet<ChunkId> = dead.iter().map(|d| ChunkId(id(*d))).collect();
+            let pruned = merge(&refs, Some(&dead_ids), &dir.path().join("p.run"), 100).unwrap();
+            model.chunks.retain(|c, _| !dead_ids.contains(&ChunkId(*c)));
+            // The oldest key whose chunk stays: recompute from the batches.
+            model.sketches.clear();
+            for batch in &batches {
+                for (c, _, k) in batch {
+                    if let Some(k) = k {
+                        if !dead.contains(c) && !model.sketches.contains_key(k) {
+                            // The model keeps the first recorded live chunk per key, but a
+                            // run keeps only the first of its own batch: a key whose first
+                            // chunk in a batch is dead loses that batch.
+                            let first_in_batch = batch
+                                .iter()
+                                .find(|(_, _, k2)| k2 == &Some(*k))
+                                .map(|(c2, _, _)| *c2);
+                            if first_in_batch == Some(*c) {
+                                model.sketches.insert(*k, id(*c));
+                            }
+                        }
+                    }
+                }
+            }
+            let pruned: Vec<&Run> = pruned.iter().collect();
+            check(&model, &pruned, &probes);
+        }
+    }
+
+    #[test]
+    fn every_torn_or_changed_byte_of_the_tail_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.run");
+        let chunks: Vec<_> = (0..300).map(|n| (id(n), n)).collect();
+        let sketches: Vec<_> = (0..100).map(|n| (n as u32 * 7, id(n))).collect();
+        let run = write_batch(&path, 1, chunks, sketches).unwrap().unwrap();
+        let good = std::fs::read(&path).unwrap();
+        let tail_start = HEADER.len() + 300 * CHUNK_ENTRY + 100 * 7;
+        drop(run);
+        for cut in [0, 10, good.len() / 2, good.len() - 1] {
+            std::fs::write(&path, &good[..cut]).unwrap();
+            assert!(matches!(Run::open(&path, 1), Err(Error::IndexDamaged(_))));
+        }
+        for at in (tail_start..good.len())
+            .step_by(97)
+            .chain([0, good.len() - 1])
+        {
+            let mut bad = good.clone();
+            bad[at] ^= 0x20;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(
+                matches!(Run::open(&path, 1), Err(Error::IndexDamaged(_))),
+                "byte {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_changed_entry_is_refused_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.run");
+        let chunks: Vec<_> = (0..300).map(|n| (id(n), n)).collect();
+        let sketches: Vec<_> = (0..300).map(|n| (n as u32, id(n))).collect();
+        write_batch(&path, 1, chunks, sketches).unwrap().unwrap();
+        let good = std::fs::read(&path).unwrap();
+        for at in [
+            HEADER.len() + 5,
+            HEADER.len() + 200 * CHUNK_ENTRY + 33,
+            HEADER.len() + 300 * CHUNK_ENTRY + 50,
+        ] {
+            let mut bad = good.clone();
+            bad[at] ^= 1;
+            std::fs::write(&path, &bad).unwrap();
+            let run = Run::open(&path, 1).unwrap();
+            let mut any_damage = false;
+            for n in 0..300 {
+                any_damage |= matches!(run.get(&ChunkId(id(n))), Err(Error::IndexDamaged(_)));
+                any_damage |= matches!(run.sketch(n as u32), Err(Error::IndexDamaged(_)));
+                if let Ok(Some(loc)) = run.get(&ChunkId(id(n))) {
+                    assert_eq!(loc, n);
+                }
+            }
+            assert!(any_damage, "byte {at}");
+            let mut c = run.chunk_cursor();
+            let mut s = run.sketch_cursor();
+            let streamed = (|| -> Result<()> {
+                while c.next()?.is_some() {}
+                while s.next()?.is_some() {}
+                Ok(())
+            })();
+            assert!(matches!(streamed, Err(Error::IndexDamaged(_))));
+        }
+    }
+
+    #[test]
+    fn a_large_run_stays_under_64_bytes_per_chunk_with_three_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.run");
+        let n = 100_000u64;
+        let chunks: Vec<_> = (0..n).map(|c| (id(c), c)).collect();
+        let sketches: Vec<_> = (0..3 * n)
+            .map(|s| ((mix64(s) >> 32) as u32, id(s / 3)))
+            .collect();
+        let run = write_batch(&path, 1, chunks, sketches).unwrap().unwrap();
+        let per_chunk = run.file_len as f64 / n as f64;
+        // 37 + 3 x 7 bytes of entries, 4.6 of filters, under 1 of bucket directories.
+        assert!(per_chunk < 64.0, "{per_chunk} bytes per chunk");
+        let misses = (n..n + 100_000)
+            .filter(|c| {
+                let (h1, h2) = chunk_hashes(&id(*c));
+                run.chunk_bloom.contains(h1, h2)
+            })
+            .count();
+        assert!(misses < 2_000, "{misses} false positives in 100000");
+    }
+}

@@ -1,0 +1,417 @@
+use super::*;
+use proptest::prelude::*;
+
+/// A container of `n` full entries with three super-features each; chunk ids from `ids`.
+fn container_of(seed: u64, ids: &[u64]) -> (ContainerId, ContainerMeta) {
+    let entries = ids
+        .iter()
+        .map(|&c| EntryMeta {
+            id: chunk(c),
+            kind: EntryKind::Full,
+            region: 0,
+            offset: 0,
+            stored_len: 100,
+            original_len: 100,
+            super_features: vec![c * 1_000_003, c * 7 + 1, seed],
+        })
+        .collect();
+    let id = ContainerId(ChunkId::of(&seed.to_le_bytes()).0);
+    (
+        id,
+        ContainerMeta {
+            regions: vec![],
+            entries,
+        },
+    )
+}
+
+fn container(seed: u64, n: u64) -> (ContainerId, ContainerMeta) {
+    let ids: Vec<u64> = (0..n).map(|i| seed * 100_000 + i).collect();
+    container_of(seed, &ids)
+}
+
+fn chunk(c: u64) -> ChunkId {
+    ChunkId::of(&c.to_le_bytes())
+}
+
+/// Many small commits (one container each, as prune makes them) stay a few runs, and every
+/// entry is still found; compaction leaves one run of about 40 bytes per chunk plus the
+/// super-features.
+#[test]
+fn many_commits_stay_few_runs_and_compact_to_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let index = ChunkIndex::open(&path).unwrap();
+    let mut all = Vec::new();
+    for seed in 0..200 {
+        let (id, meta) = container(seed, 100);
+        index.insert_container(id, &meta).unwrap();
+        all.push((id, meta));
+        assert!(index.runs().len() <= MAX_RUNS, "{:?}", index.runs());
+    }
+    let check = |index: &ChunkIndex| {
+        let r = index.reader().unwrap();
+        for (id, meta) in &all {
+            for (i, e) in meta.entries.iter().enumerate() {
+                let loc = r.get(&e.id).unwrap().unwrap();
+                assert_eq!((loc.container, loc.entry), (*id, i as u32));
+                assert_eq!(r.sketch(0, e.super_features[0]).unwrap(), Some(e.id));
+            }
+        }
+        assert_eq!(index.len().unwrap(), 20_000);
+    };
+    check(&index);
+    let (before, after) = index
+        .compact_if_worthwhile()
+        .unwrap()
+        .expect("several runs are merged");
+    assert_eq!(index.runs().len(), 1);
+    assert!(after < before + before / 20, "{before} -> {after}");
+    // 20,000 chunks with 2 distinct super-features each (the third is the container's):
+    // 37 + 2 x 7 bytes of entries, and the filters.
+    assert!(after < 20_000 * 56, "{after} bytes");
+    check(&index);
+    assert_eq!(index.compact_if_worthwhile().unwrap(), None);
+    drop(index);
+    check(&ChunkIndex::open(&path).unwrap());
+}
+
+/// A fresh index is incomplete; a rebuild makes it complete and replaces what it held.
+#[test]
+fn rebuild_replaces_everything_and_marks_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let index = ChunkIndex::open(&path).unwrap();
+    assert!(!index.is_complete().unwrap());
+    let (a, ma) = container(1, 50);
+    let (b, mb) = container(2, 50);
+    index.insert_container(a, &ma).unwrap();
+    index
+        .rebuild([(b, &mb)], |_, i, _| i % 2 == 0, [(b, 50), (a, 0)], 1234)
+        .unwrap();
+    assert!(index.is_complete().unwrap());
+    assert_eq!(index.damage_digest().unwrap(), 1234);
+    assert_eq!(index.known_containers().unwrap(), HashSet::from([a, b]));
+    assert_eq!(index.get(&ma.entries[0].id).unwrap(), None);
+    assert_eq!(index.get(&mb.entries[1].id).unwrap(), None);
+    assert_eq!(
+        index.get(&mb.entries[2].id).unwrap(),
+        Some(ChunkLocation {
+            container: b,
+            entry: 2
+        })
+    );
+    drop(index);
+    let index = ChunkIndex::open(&path).unwrap();
+    assert!(index.is_complete().unwrap());
+    assert_eq!(index.len().unwrap(), 25);
+    index.forget_containers(&[a]).unwrap();
+    assert_eq!(index.known_containers().unwrap(), HashSet::from([b]));
+}
+
+/// A torn, damaged or other-version manifest, or a missing or damaged run, is damage: open
+/// fails with `IndexDamaged` having removed the files, and the next open starts empty and
+/// incomplete (the repository then rebuilds it). Never a wrong answer.
+#[test]
+fn damaged_files_mean_rebuild_never_wrong_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let fill = || {
+        let index = ChunkIndex::open(&path).unwrap();
+        for seed in 0..3 {
+            let (id, meta) = container(seed, 300);
+            index.insert_container(id, &meta).unwrap();
+        }
+        index.rebuild([], |_, _, _| true, [], 0).unwrap();
+        for seed in 0..3 {
+            let (id, meta) = container(seed, 300);
+            index.insert_container(id, &meta).unwrap();
+        }
+        assert!(index.is_complete().unwrap());
+    };
+    type Damage = Box<dyn Fn(&Path)>;
+    let runs_of = |path: &Path| -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "run"))
+            .collect();
+        v.sort();
+        v
+    };
+    let damages: Vec<(&str, Damage)> = vec![
+        (
+            "torn manifest",
+            Box::new(|p: &Path| {
+                let b = std::fs::read(p).unwrap();
+                std::fs::write(p, &b[..b.len() - 3]).unwrap();
+            }),
+        ),
+        (
+            "manifest of another version",
+            Box::new(|p: &Path| {
+                let mut b = std::fs::read(p).unwrap();
+                b[8] = 9;
+                std::fs::write(p, b).unwrap();
+            }),
+        ),
+        (
+            "run missing",
+            Box::new(move |p: &Path| std::fs::remove_file(&runs_of(p)[0]).unwrap()),
+        ),
+        (
+            "run torn",
+            Box::new(move |p: &Path| {
+                let r = &runs_of(p)[0];
+                let b = std::fs::read(r).unwrap();
+                std::fs::write(r, &b[..b.len() - 10]).unwrap();
+            }),
+        ),
+    ];
+    for (what, damage) in &damages {
+        fill();
+        damage(&path);
+        match ChunkIndex::open(&path) {
+            Err(Error::IndexDamaged(_)) => {}
+            other => panic!("{what}: {other:?}"),
+        }
+        let index = ChunkIndex::open(&path).unwrap();
+        assert!(!index.is_complete().unwrap(), "{what}");
+        assert!(index.is_empty().unwrap(), "{what}");
+        assert_eq!(runs_of(&path), Vec::<PathBuf>::new(), "{what}");
+        drop(index);
+    }
+    // A damaged bucket is found when read: the lookup fails, the manifest goes, changes
+    // are refused, and the next open starts over.
+    fill();
+    let index = ChunkIndex::open(&path).unwrap();
+    for r in runs_of(&path) {
+        let mut b = std::fs::read(&r).unwrap();
+        for i in (16..b.len() / 2).step_by(37) {
+            b[i] ^= 0x40;
+        }
+        std::fs::write(&r, b).unwrap();
+    }
+    let (_, meta) = container(0, 300);
+    let mut damaged = false;
+    for e in &meta.entries {
+        match index.get(&e.id) {
+            Ok(Some(loc)) => assert_eq!(meta.entries[loc.entry as usize].id, e.id),
+            Ok(None) => {}
+            Err(Error::IndexDamaged(_)) => damaged = true,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(damaged);
+    assert!(!path.exists());
+    assert!(matches!(
+        index.set_damage_digest(5),
+        Err(Error::IndexDamaged(_))
+    ));
+    index.reset().unwrap();
+    index.set_damage_digest(5).unwrap();
+    drop(index);
+    assert!(!ChunkIndex::open(&path).unwrap().is_complete().unwrap());
+}
+
+/// The redb file of earlier versions and run files that no manifest names (a commit or
+/// merge killed before its manifest) are deleted at open; another process cannot open the
+/// index while this one holds it (this one can, twice).
+#[test]
+fn open_cleans_up_and_holds_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    std::fs::write(dir.path().join(LEGACY_FILE), b"old redb").unwrap();
+    let orphan = run_path(&path, 77);
+    std::fs::write(&orphan, b"half a run").unwrap();
+    let index = ChunkIndex::open(&path).unwrap();
+    assert!(!dir.path().join(LEGACY_FILE).exists());
+    assert!(!orphan.exists());
+    assert!(path.is_file());
+    let second = ChunkIndex::open(&path).unwrap();
+    // What another process would meet: the lock file locked.
+    let other = std::fs::File::open(lock_path(&path)).unwrap();
+    assert!(
+        rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err()
+    );
+    drop((index, second));
+    rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+}
+
+/// A reader keeps answering from its runs while a commit merges them away.
+#[test]
+fn a_reader_outlives_a_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
+    let (a, ma) = container(1, 100);
+    index.insert_container(a, &ma).unwrap();
+    let r = index.reader().unwrap();
+    for seed in 2..20 {
+        let (id, meta) = container(seed, 100);
+        index.insert_container(id, &meta).unwrap();
+    }
+    index.compact_if_worthwhile().unwrap();
+    for (i, e) in ma.entries.iter().enumerate() {
+        assert_eq!(r.get(&e.id).unwrap().unwrap().entry, i as u32);
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// A container (seed) with these chunk ids.
+    Insert(u64, Vec<u64>),
+    Remove(Vec<u64>),
+    Forget(u64),
+    Compact,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u64..30, prop::collection::vec(0u64..500, 1..60)).prop_map(|(s, c)| Op::Insert(s, c)),
+        2 => prop::collection::vec(0u64..500, 0..40).prop_map(Op::Remove),
+        1 => (0u64..30).prop_map(Op::Forget),
+        1 => Just(Op::Compact),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// The index answers as a map does (a later insert of a chunk replaces its location, a
+    /// super-feature keeps its first live chunk), through merges, removals and reopens.
+    #[test]
+    fn index_answers_as_a_map(ops in prop::collection::vec(op(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chunks.idx");
+        let mut index = ChunkIndex::open(&path).unwrap();
+        let mut chunks: HashMap<ChunkId, ChunkLocation> = HashMap::new();
+        let mut known: HashSet<ContainerId> = HashSet::new();
+        for op in ops {
+            match op {
+                Op::Insert(seed, ids) => {
+                    let (id, meta) = container_of(seed, &ids);
+                    index.insert_container(id, &meta).unwrap();
+                    for (i, e) in meta.entries.iter().enumerate() {
+                        chunks.insert(e.id, ChunkLocation { container: id, entry: i as u32 });
+                    }
+                    known.insert(id);
+                }
+                Op::Remove(ids) => {
+                    let dead: HashSet<ChunkId> = ids.iter().map(|c| chunk(*c)).collect();
+                    index.remove_chunks(&dead).unwrap();
+                    chunks.retain(|c, _| !dead.contains(c));
+                }
+                Op::Forget(seed) => {
+                    let id = container_of(seed, &[]).0;
+                    index.forget_containers(&[id]).unwrap();
+                    known.remove(&id);
+                }
+                Op::Compact => {
+                    index.compact_if_worthwhile().unwrap();
+                }
+                Op::Reopen => {
+                    drop(index);
+                    index = ChunkIndex::open(&path).unwrap();
+                }
+            }
+            prop_assert!(index.runs().len() <= MAX_RUNS);
+        }
+        let r = index.reader().unwrap();
+        for c in 0..500 {
+            let id = chunk(c);
+            prop_assert_eq!(r.get(&id).unwrap(), chunks.get(&id).copied());
+            // The super-feature unique to chunk c names c while it is indexed (whether a
+            // removed chunk's key stays is not promised: it names a chunk no lookup finds).
+            if chunks.contains_key(&id) {
+                prop_assert_eq!(r.sketch(0, c * 1_000_003).unwrap(), Some(id));
+            }
+        }
+        let mut seen = HashMap::new();
+        index.for_each(|id, loc| { seen.insert(id, loc); }).unwrap();
+        prop_assert_eq!(seen, chunks);
+        prop_assert_eq!(index.known_containers().unwrap(), known);
+        prop_assert!(index.check_integrity().unwrap());
+    }
+}
+
+/// What the fuzz target does, on every truncation and many single-byte changes of a real
+/// manifest and run: errors, never a panic.
+#[test]
+fn damaged_files_never_panic_the_decoders() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let index = ChunkIndex::open(&path).unwrap();
+    for seed in 0..3 {
+        let (id, meta) = container(seed, 200);
+        index.insert_container(id, &meta).unwrap();
+    }
+    index.compact_if_worthwhile().unwrap();
+    let manifest = std::fs::read(&path).unwrap();
+    let run = run_path(&path, index.runs()[0].0);
+    let run_bytes = std::fs::read(&run).unwrap();
+    drop(index);
+    for cut in 0..manifest.len() {
+        fuzzing::manifest(&manifest[..cut]);
+    }
+    let scratch = dir.path().join("scratch.run");
+    let step = (run_bytes.len() / 500).max(1);
+    for at in (0..run_bytes.len()).step_by(step) {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut b = run_bytes.clone();
+            b[at] ^= flip;
+            std::fs::write(&scratch, &b).unwrap();
+            fuzzing::run(&scratch);
+        }
+        std::fs::write(&scratch, &run_bytes[..at]).unwrap();
+        fuzzing::run(&scratch);
+    }
+}
+
+/// Lookup cost on runs of the sizes a 16 GB index of new data has (1.6 M, 123 k, 55 k, 21 k
+/// chunks, three keys each): `cargo test -p dedelta-store --lib lookup_speed -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn lookup_speed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    let mut next = 0u64;
+    for (seq, n) in [1_633_487u64, 123_183, 55_263, 20_762]
+        .into_iter()
+        .enumerate()
+    {
+        let chunks: Vec<_> = (next..next + n).map(|c| (chunk(c).0, c)).collect();
+        let sketches: Vec<_> = (next..next + n)
+            .flat_map(|c| (0..3).map(move |p| (sketch_key(p, c), chunk(c).0)))
+            .collect();
+        next += n;
+        let path = dir.path().join(format!("{seq}.run"));
+        runs.push(Arc::new(
+            run::write_batch(&path, seq as u64, chunks, sketches)
+                .unwrap()
+                .unwrap(),
+        ));
+    }
+    let view = View {
+        runs,
+        slots: vec![],
+    };
+    let t = std::time::Instant::now();
+    for i in 0..100_000u64 {
+        assert!(view
+            .get(&chunk(u64::MAX - i), dir.path())
+            .unwrap()
+            .is_none());
+    }
+    eprintln!("100k chunk misses: {:?}", t.elapsed());
+    let t = std::time::Instant::now();
+    for i in 0..100_000u64 {
+        let _ = view
+            .sketch(sketch_key((i % 3) as usize, u64::MAX - i))
+            .unwrap();
+    }
+    eprintln!("100k sketch lookups: {:?}", t.elapsed());
+}
