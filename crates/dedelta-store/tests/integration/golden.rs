@@ -125,8 +125,8 @@ const EXPECTED_DEDUP_V2: &[&str] = &[
     "da7509ebd6a58462",
 ];
 const EXPECTED_DELTA_V2: &[&str] = &[
-    "152c1e3ad3e95e66",
-    "34def0e2cb2c0a75",
-    "4796e00e6681a99d",
-    "dbb9f6a012283796",
+    "50340cf507e3000f",
+    "55b02b43a87d8698",
+    "824ce9b929c7484b",
+    "bd55294845734fc1",
 ];
