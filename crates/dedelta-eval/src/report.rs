@@ -36,6 +36,11 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "restore_mb_s",
     "restore_speed_factor",
     "restore_read_amplification",
+    "full_chunk_bytes",
+    "delta_bytes",
+    "tree_bytes",
+    "container_metadata_bytes",
+    "snapshot_other_bytes",
     "index_bytes",
     "base_cache_bytes",
     "base_cache_hit_rate",
@@ -184,6 +189,7 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     if let Some(line) = smallest_line(&report.results) {
         let _ = writeln!(s, "\n{line}");
     }
+    s.push_str(&bytes_table(&report.results));
     let _ = writeln!(s, "\n## Speed\n");
     let _ = writeln!(
         s,
@@ -283,6 +289,38 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     s
 }
 
+/// The "Where the bytes go" section: each dedelta configuration's stored bytes by kind.
+fn bytes_table(results: &[ConfigResult]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n## Where the bytes go\n");
+    let _ = writeln!(
+        s,
+        "Stored MB by kind (`dedelta stats` breakdown; a region's compressed bytes are shared \
+         among its entries by raw length). The parts add up to the repository's files; the \
+         client index is outside the repository.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| configuration | full chunks | deltas | trees | container metadata | snapshots, config | client index |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+    for r in results.iter().filter(|r| r.kind == "dedelta") {
+        let o = |v: Option<u64>| v.map_or("–".into(), mb);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.name,
+            o(r.full_chunk_bytes),
+            o(r.delta_bytes),
+            o(r.tree_bytes),
+            o(r.container_metadata_bytes),
+            o(r.snapshot_other_bytes),
+            o(r.index_bytes)
+        );
+    }
+    s
+}
+
 /// The report's sentence naming what stores least: the smallest result of all, and dedelta's
 /// smallest configuration as a ratio to it.
 fn smallest_line(results: &[ConfigResult]) -> Option<String> {
@@ -359,6 +397,20 @@ mod tests {
             "Stores least: peer zstd-long (10.00 MB on disk); dedelta's smallest, \
              `recommended`, is 15.00 MB, 1.50x that."
         );
+    }
+
+    #[test]
+    fn bytes_table_lists_each_kind_of_dedelta_configurations_only() {
+        let mut ours = result("recommended", "dedelta", 15_000_000);
+        ours.full_chunk_bytes = Some(9_000_000);
+        ours.delta_bytes = Some(2_000_000);
+        ours.tree_bytes = Some(1_000_000);
+        ours.container_metadata_bytes = Some(2_500_000);
+        ours.snapshot_other_bytes = Some(500_000);
+        ours.index_bytes = Some(1_250_000);
+        let table = bytes_table(&[ours, result("restic", "peer", 190_000_000)]);
+        assert!(table.contains("| recommended | 9.00 | 2.00 | 1.00 | 2.50 | 0.50 | 1.25 |"));
+        assert!(!table.contains("restic"));
     }
 
     #[test]

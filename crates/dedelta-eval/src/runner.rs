@@ -128,6 +128,16 @@ pub struct ConfigResult {
     pub restore_speed_factor: Option<f64>,
     /// Stored bytes read / bytes restored.
     pub restore_read_amplification: Option<f64>,
+    /// Where the repository's bytes go (`stats` breakdown): full chunks of file data.
+    pub full_chunk_bytes: Option<u64>,
+    /// Delta payloads of file data.
+    pub delta_bytes: Option<u64>,
+    /// Tree streams (directory entries and file recipes), their deltas and bases included.
+    pub tree_bytes: Option<u64>,
+    /// Container headers, metadata sections and footers.
+    pub container_metadata_bytes: Option<u64>,
+    /// Snapshot files, the config, locks and damage records.
+    pub snapshot_other_bytes: Option<u64>,
     /// Bytes of the client's chunk index files (in its cache, not in the repository).
     pub index_bytes: Option<u64>,
     /// Configured base cache of the backup (bytes).
@@ -339,6 +349,11 @@ pub fn run_config(
         dcr: Some(st.dcr),
         dce: Some(st.dce),
         delta_chunks: Some(st.delta_chunks),
+        full_chunk_bytes: Some(st.breakdown.full_chunks),
+        delta_bytes: Some(st.breakdown.deltas),
+        tree_bytes: Some(st.breakdown.trees),
+        container_metadata_bytes: Some(st.breakdown.container_metadata),
+        snapshot_other_bytes: Some(st.breakdown.snapshots + st.breakdown.other),
         pipeline_sketch_mb_s: (sketch_s > 0.0).then(|| new_bytes as f64 / 1e6 / sketch_s),
         pipeline_delta_mb_s: (delta_s > 0.0).then(|| delta_src as f64 / 1e6 / delta_s),
         backup_seconds,
