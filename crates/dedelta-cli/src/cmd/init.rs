@@ -31,8 +31,9 @@ pub struct InitArgs {
     /// Chunking method: fastcdc, gear, rabin or fixed.
     #[arg(long, default_value = "fastcdc")]
     chunker: String,
-    /// Local compression: zstd:N (1..=22) or none.
-    #[arg(long, default_value = "zstd:3")]
+    /// Local compression: zstd:L (one level, 1..=22), zstd:L,T (level T for regions that look
+    /// compressible, such as text; L for the others) or none.
+    #[arg(long, default_value = "zstd:3,6")]
     compression: String,
     /// Raw size of a compression region in bytes.
     #[arg(long, default_value_t = DEFAULT_REGION_SIZE)]
@@ -58,7 +59,7 @@ pub fn run(args: InitArgs) -> Result<u8> {
     let compression = &args.compression;
     cfg.compression = Compression::parse(compression).ok_or_else(|| {
         Error::InvalidOption(format!(
-            "compression must be zstd:N (1..=22) or none, not {compression:?}"
+            "compression must be zstd:L or zstd:L,T (levels 1..=22) or none, not {compression:?}"
         ))
     })?;
     cfg.region_size = args.region_size;

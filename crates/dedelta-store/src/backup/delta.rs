@@ -198,9 +198,9 @@ impl<'a> DeltaStage<'a> {
             // which a single chunk rarely compresses to).
             let keep_it = (!c.tree || delta.len() as f64 <= c.data.len() as f64 * TREE_MAX_DELTA)
                 && (delta.len() * 8 <= c.data.len() || {
-                    let cost = *c.full_cost.get_or_insert_with(|| {
-                        Compression::Zstd { level: 1 }.compress(&c.data).1.len()
-                    });
+                    let cost = *c
+                        .full_cost
+                        .get_or_insert_with(|| Compression::zstd(1).compress(&c.data).1.len());
                     delta.len() as f64 <= cost as f64 * keep
                 });
             // A later candidate (best-of-N) replaces a kept delta only when smaller.

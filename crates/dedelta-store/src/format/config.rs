@@ -244,11 +244,13 @@ impl RepoConfig {
                 "region size must be 4 KiB ..= 64 MiB".into(),
             ));
         }
-        if let Compression::Zstd { level } = self.compression {
-            if !(1..=22).contains(&level) {
-                return Err(Error::InvalidOption(format!(
-                    "zstd level {level} is outside 1 ..= 22"
-                )));
+        if let Compression::Zstd { level, text_level } = self.compression {
+            for level in std::iter::once(level).chain(text_level) {
+                if !(1..=22).contains(&level) {
+                    return Err(Error::InvalidOption(format!(
+                        "zstd level {level} is outside 1 ..= 22"
+                    )));
+                }
             }
         }
         self.delta.validate()?;
@@ -319,11 +321,13 @@ mod tests {
             with_compression(r#"{"codec":"zstd","level":19}"#)
                 .unwrap()
                 .compression,
-            Compression::Zstd { level: 19 }
+            Compression::zstd(19)
         );
         for bad in [
             r#"{"codec":"zstd","level":0}"#,
             r#"{"codec":"zstd","level":23}"#,
+            r#"{"codec":"zstd","level":3,"text_level":0}"#,
+            r#"{"codec":"zstd","level":3,"text_level":"6"}"#,
             r#"{"codec":"zstd"}"#,
             r#"{"codec":"lz4"}"#,
             r#""zstd""#,
@@ -333,7 +337,18 @@ mod tests {
         let written = serde_json::to_value(Compression::None).unwrap();
         assert_eq!(written, serde_json::json!({"codec": "none"}));
         let written = serde_json::to_value(Compression::default()).unwrap();
+        assert_eq!(
+            written,
+            serde_json::json!({"codec": "zstd", "level": 3, "text_level": 6})
+        );
+        let written = serde_json::to_value(Compression::zstd(3)).unwrap();
         assert_eq!(written, serde_json::json!({"codec": "zstd", "level": 3}));
+        assert_eq!(
+            with_compression(r#"{"codec":"zstd","level":3,"text_level":6}"#)
+                .unwrap()
+                .compression,
+            Compression::default()
+        );
     }
 
     /// The example in docs/format.md is what `init` writes by default, key for key.
@@ -345,7 +360,7 @@ mod tests {
             "version": 2, "id": "0123456789abcdef0123456789abcdef",
             "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
             "hash": "blake3-256",
-            "compression": { "codec": "zstd", "level": 3 },
+            "compression": { "codec": "zstd", "level": 3, "text_level": 6 },
             "region_size": 262144, "container_size": 4194304,
             "delta": { "sketch": "odess", "sf_count": 3, "features_per_sf": 4, "codec": "ddelta",
                        "sketch_index": "full", "dupadj": true, "min_saving": 0.1,

@@ -775,7 +775,7 @@ mod tests {
                 let orig = if i == 3 { 5000 } else { data.len() };
                 reg.push(id, kind, &data, orig, vec![1, 2, 3]);
             }
-            b.add_region(reg.compress(Compression::Zstd { level: 3 }));
+            b.add_region(reg.compress(Compression::zstd(3)));
         }
         b.seal()
     }
@@ -920,7 +920,7 @@ mod tests {
             9000,
             vec![],
         );
-        b.add_region(r1.compress(Compression::Zstd { level: 3 }));
+        b.add_region(r1.compress(Compression::zstd(3)));
         let (_, file, meta) = b.seal();
 
         let h = &file[..HEADER_LEN];
@@ -1131,7 +1131,7 @@ mod tests {
             noise.len(),
             vec![],
         );
-        let region = reg.compress(Compression::Zstd { level: 3 });
+        let region = reg.compress(Compression::zstd(3));
         assert_eq!(region.codec, compress::CODEC_NONE);
         assert_eq!(region.stored, noise);
         let mut b = ContainerBuilder::new();

@@ -658,7 +658,7 @@ fn lean_metadata_example_matches_the_doc() {
     let mut r1 = RegionBuilder::default();
     r1.push(t1, EntryKind::Delta { base }, &[7u8; 4000], 9000, vec![]);
     r1.push(t2, EntryKind::Delta { base }, &[7u8; 3000], 8000, vec![]);
-    b.add_region(r1.compress(Compression::Zstd { level: 3 }));
+    b.add_region(r1.compress(Compression::zstd(3)));
     let (_, file, meta) = b.seal();
     let f = &file[file.len() - container::FOOTER_LEN..];
     let start = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;

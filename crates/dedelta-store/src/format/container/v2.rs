@@ -292,7 +292,7 @@ mod tests {
         let mut r1 = RegionBuilder::default();
         r1.push(t1, EntryKind::Delta { base }, &[7u8; 4000], 9000, vec![5]);
         r1.push(t2, EntryKind::Delta { base }, &[7u8; 3000], 8000, vec![6]);
-        b.add_region(r1.compress(Compression::Zstd { level: 3 }));
+        b.add_region(r1.compress(Compression::zstd(3)));
         let (_, file, meta) = b.seal();
         assert_eq!(&file[HEADER_VERSION_OFFSET..][..2], &[2, 0]);
         assert_eq!(
@@ -355,7 +355,7 @@ mod tests {
                     r.push(id, EntryKind::Delta { base }, &data, 8000, vec![1, 2, 3]);
                 }
             }
-            b.add_region(r.compress(Compression::Zstd { level: 3 }));
+            b.add_region(r.compress(Compression::zstd(3)));
             let (_, file, meta) = b.seal();
             assert_eq!(decode_container_meta(&file, "c").unwrap(), meta);
             meta_of(&file).len()
@@ -634,7 +634,7 @@ mod tests {
                     vec![9; usize::from(i)],
                 );
             }
-            b.add_region(reg.compress(Compression::Zstd { level: 3 }));
+            b.add_region(reg.compress(Compression::zstd(3)));
         }
         let (_, file, meta) = b.seal();
         assert_eq!(decode_container_meta(&file, "c").unwrap(), meta);
@@ -666,7 +666,7 @@ mod tests {
     #[test]
     fn empty_regions_are_left_out() {
         let mut b = ContainerBuilder::new();
-        b.add_region(RegionBuilder::default().compress(Compression::Zstd { level: 3 }));
+        b.add_region(RegionBuilder::default().compress(Compression::zstd(3)));
         assert!(b.is_empty());
         let (_, file, meta) = b.seal();
         assert_eq!(meta, ContainerMeta::default());
