@@ -5,6 +5,8 @@
 # Usage: scripts/bench-versions.sh WORKDIR "INIT-FLAGS" FILE...
 # The client cache goes to WORKDIR/cache. Prints the repository's du -sb (repo_du_mb) and the cache's.
 # BACKUP_FLAGS (environment) is passed to every backup, e.g. BACKUP_FLAGS=--no-cache.
+# backup_cpu_s / restore_cpu_s are the user + system CPU seconds of all backups / all dumps: on
+# a machine shared with other work they compare configurations better than wall time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -15,10 +17,13 @@ export DEDELTA_CACHE_DIR="$work/cache"
 # shellcheck disable=SC2086
 "$bin" init -r "$repo" $flags >/dev/null
 cat "$@" > /dev/null  # page cache
-logical=0; backup_s=0
+logical=0; backup_s=0; backup_cpu=0; restore_cpu=0
+TIMEFORMAT='%U %S'
+cpu() { python3 -c "import sys; print(float(sys.argv[1]) + sum(map(float, open(sys.argv[2]).read().split())))" "$1" "$2"; }
 for f in "$@"; do
   # shellcheck disable=SC2086
-  out=$("$bin" backup -r "$repo" --stdin --stdin-name data.tar --json ${BACKUP_FLAGS:-} < "$f")
+  out=$( { time "$bin" backup -r "$repo" --stdin --stdin-name data.tar --json ${BACKUP_FLAGS:-} < "$f"; } 2> "$work/cpu")
+  backup_cpu=$(cpu "$backup_cpu" "$work/cpu")
   backup_s=$(python3 -c "import json,sys; print($backup_s + json.loads(sys.argv[1])['seconds'])" "$out")
   logical=$((logical + $(stat -c %s "$f")))
 done
@@ -28,16 +33,17 @@ files=("$@")
 for id in $ids; do
   rm -f "$work/restored.tar"  # a restore writes a new file; truncating the last one is not timed
   t0=$(date +%s.%N)
-  "$bin" dump -r "$repo" "$id" data.tar > "$work/restored.tar"
+  { time "$bin" dump -r "$repo" "$id" data.tar > "$work/restored.tar"; } 2> "$work/cpu"
   t1=$(date +%s.%N)
+  restore_cpu=$(cpu "$restore_cpu" "$work/cpu")
   restore_s=$(python3 -c "print($restore_s + $t1 - $t0)")
   cmp -s "$work/restored.tar" "${files[$i]}" || { echo "MISMATCH in snapshot $id" >&2; exit 1; }
   i=$((i + 1))
 done
-rm -f "$work/restored.tar"
+rm -f "$work/restored.tar" "$work/cpu"
 stats=$("$bin" stats -r "$repo" --json)
 repo_du=$(du -sb "$repo" | cut -f1); cache_du=$(du -sb "$work/cache" 2>/dev/null | cut -f1 || echo 0)
-python3 - "$stats" "$flags" "$logical" "$backup_s" "$restore_s" "${BACKUP_FLAGS:-}" "$repo_du" "$cache_du" <<'PY'
+python3 - "$stats" "$flags" "$logical" "$backup_s" "$restore_s" "${BACKUP_FLAGS:-}" "$repo_du" "$cache_du" "$backup_cpu" "$restore_cpu" <<'PY'
 import json, sys
 s = json.loads(sys.argv[1]); logical = int(sys.argv[3]); b = float(sys.argv[4]); r = float(sys.argv[5])
 repo_du = int(sys.argv[7]); cache_du = int(sys.argv[8] or 0)
@@ -45,5 +51,6 @@ print(json.dumps({"config": sys.argv[2], "backup_flags": sys.argv[6], "logical_m
   "total_factor": round(logical / s["stored_bytes"], 2), "dedup": round(s["dedup_factor"], 2), "dcr": round(s["dcr"], 2),
   "dce": round(s["dce"], 2) if s["dce"] else None, "compression": round(s["compression_factor"], 2), "delta_chunks": s["delta_chunks"],
   "backup_mb_s": round(logical/1e6/b, 1), "restore_mb_s": round(logical/1e6/r, 1),
-  "repo_du_mb": round(repo_du/1e6, 2), "cache_du_mb": round(cache_du/1e6, 2)}))
+  "repo_du_mb": round(repo_du/1e6, 2), "cache_du_mb": round(cache_du/1e6, 2),
+  "backup_cpu_s": round(float(sys.argv[9]), 2), "restore_cpu_s": round(float(sys.argv[10]), 2)}))
 PY
