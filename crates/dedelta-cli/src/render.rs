@@ -73,6 +73,7 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
         v["dedup_factor"] = json!(s.dedup_factor());
         v["dcr"] = json!(s.dcr());
         v["dce"] = json!(s.dce());
+        v["delta_ratio"] = json!(s.delta_ratio());
         v["mb_per_s"] = json!(mbps);
         v["warning_messages"] = json!(res.warnings);
         v["notices"] = json!(res.notices);
@@ -103,7 +104,7 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
     );
     if s.delta_chunks > 0 {
         outln!(
-            "delta: {} chunks as deltas ({} by DupAdj, {} by sketch), {} after delta, DCR {:.2}, DCE {:.2}",
+            "delta: {} chunks as deltas ({} by DupAdj, {} by sketch), {} after delta, DCR {:.2} (new bytes / after delta), DCE {:.3} (fraction saved on the delta chunks)",
             s.delta_chunks,
             s.dupadj_deltas,
             s.sketch_deltas,
@@ -202,7 +203,14 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
     );
     outln!("dedup factor:       {:.2}", s.dedup_factor);
     outln!("delta factor (DCR): {:.2}", s.delta_factor);
-    outln!("DCE:                {:.2}", s.dce);
+    outln!(
+        "DCE:                {:.3} (fraction of the delta chunks' bytes saved by delta encoding)",
+        s.dce
+    );
+    outln!(
+        "delta ratio:        {:.2} (original / delta bytes of the delta chunks)",
+        s.delta_ratio
+    );
     outln!("compression factor: {:.2}", s.compression_factor);
     outln!("total factor:       {:.2}", s.total_factor);
     Ok(())

@@ -22,6 +22,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "compression_factor",
     "dcr",
     "dce",
+    "delta_ratio",
     "delta_chunks",
     "sf_mb_s",
     "delta_encode_mb_s",
@@ -182,7 +183,7 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
             f(r.delta_factor, 2),
             f(r.compression_factor, 2),
             f(r.dcr, 2),
-            f(r.dce, 2),
+            f(r.dce, 3),
             r.delta_chunks.map_or("–".into(), |v| v.to_string())
         );
     }
@@ -266,7 +267,10 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          table). *containers MB*: dedelta's containers alone (`stats` `stored_bytes`). \
          *Total factor*: logical bytes / repository bytes. *Dedup, delta, compression \
          factors, DCR, DCE*: from \
-         `dedelta stats` of each repository. *SF, delta encode/decode MB/s*: single thread, \
+         `dedelta stats` of each repository; DCR is the new bytes before / after delta \
+         compression (Finesse §5.1), DCE the fraction of the delta chunks' bytes that delta \
+         encoding saved, `1 - delta / original` (LoopDelta §3.1.4; `delta_ratio` in \
+         results.csv is original / delta). *SF, delta encode/decode MB/s*: single thread, \
          fastest of 3 runs, on the non-duplicate chunks (SF) and the {} Finesse-similar \
          chunk pairs (codecs) of the first 16 MiB of the last two versions. *Sketch / \
          delta stage MB/s*: in the backups, new bytes (resp. bytes delta-encoded) per \

@@ -98,8 +98,11 @@ pub struct ConfigResult {
     pub compression_factor: Option<f64>,
     /// Delta compression ratio (`stats`).
     pub dcr: Option<f64>,
-    /// Delta compression efficiency (`stats`).
+    /// Delta compression efficiency (`stats`): `1 - delta / original bytes` of the delta
+    /// chunks (LoopDelta §3.1.4).
     pub dce: Option<f64>,
+    /// Original / delta bytes of the delta chunks (`stats` `delta_ratio`).
+    pub delta_ratio: Option<f64>,
     /// Chunks stored as deltas.
     pub delta_chunks: Option<u64>,
     /// Super-feature computing speed, MB/s, single thread on the kernel sample.
@@ -348,6 +351,7 @@ pub fn run_config(
         compression_factor: Some(st.compression_factor),
         dcr: Some(st.dcr),
         dce: Some(st.dce),
+        delta_ratio: Some(st.delta_ratio),
         delta_chunks: Some(st.delta_chunks),
         full_chunk_bytes: Some(st.breakdown.full_chunks),
         delta_bytes: Some(st.breakdown.deltas),

@@ -49,7 +49,13 @@ fn delta_options_and_statistics() {
     assert!(last["delta_chunks"].as_u64().unwrap() > 0, "{last}");
     assert_eq!(last["dupadj_deltas"], 0);
     assert!(last["dcr"].as_f64().unwrap() > 1.5, "{last}");
-    assert!(last["dce"].as_f64().unwrap() > 2.0, "{last}");
+    // DCE as the papers define it: the fraction saved on the delta chunks; the old figure
+    // (original / delta bytes) is `delta_ratio`, and the two agree.
+    let dce = last["dce"].as_f64().unwrap();
+    let delta_ratio = last["delta_ratio"].as_f64().unwrap();
+    assert!(dce > 0.5 && dce < 1.0, "{last}");
+    assert!(delta_ratio > 2.0, "{last}");
+    assert!((delta_ratio - 1.0 / (1.0 - dce)).abs() < 1e-6, "{last}");
     for stage in [
         "chunk",
         "hash",

@@ -5,7 +5,7 @@
 use crate::backend::FileKind;
 use crate::error::Result;
 use crate::format::container::EntryKind;
-use crate::format::snapshot::ratio;
+use crate::format::snapshot::{dce, ratio};
 use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, IndexedRepository};
 use dedelta_core::ChunkId;
@@ -42,8 +42,12 @@ pub struct RepoStats {
     pub total_factor: f64,
     /// Delta compression ratio (Finesse §5.1): unique / after delta (= `delta_factor`).
     pub dcr: f64,
-    /// Delta compression efficiency: original / stored bytes of the delta chunks.
+    /// Delta compression efficiency (LoopDelta §3.1.4): `1 - delta bytes / original bytes`
+    /// of the chunks stored as deltas, the fraction delta encoding saved on them.
     pub dce: f64,
+    /// Original / delta bytes of the chunks stored as deltas (printed as DCE before the
+    /// papers' definition was adopted).
+    pub delta_ratio: f64,
     /// Original bytes of the chunks stored as deltas.
     pub delta_source_bytes: u64,
     /// Bytes of their deltas.
@@ -175,6 +179,7 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     s.compression_factor = ratio(s.after_delta_bytes, s.stored_bytes);
     s.total_factor = ratio(s.logical_bytes, s.stored_bytes);
     s.dcr = s.delta_factor;
-    s.dce = ratio(s.delta_source_bytes, s.delta_bytes);
+    s.dce = dce(s.delta_source_bytes, s.delta_bytes);
+    s.delta_ratio = ratio(s.delta_source_bytes, s.delta_bytes);
     Ok(s)
 }

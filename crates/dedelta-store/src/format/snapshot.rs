@@ -109,11 +109,27 @@ impl BackupSummary {
         ratio(self.bytes_new, self.bytes_after_delta)
     }
 
-    /// Delta compression efficiency (Finesse §5.1): original / delta bytes of the chunks
-    /// stored as deltas.
+    /// Delta compression efficiency as the papers define it (LoopDelta §3.1.4, Finesse
+    /// Table 3): the fraction of the delta-encoded chunks' bytes that delta encoding saved,
+    /// `1 - delta bytes / original bytes`, over the chunks stored as deltas; 0 without any.
     pub fn dce(&self) -> f64 {
+        dce(self.delta_source_bytes, self.delta_bytes)
+    }
+
+    /// Original / delta bytes of the chunks stored as deltas (what an earlier build printed
+    /// as DCE): `1 / (1 - dce)`.
+    pub fn delta_ratio(&self) -> f64 {
         ratio(self.delta_source_bytes, self.delta_bytes)
     }
+}
+
+/// Delta compression efficiency (see [`BackupSummary::dce`]) of chunks of `source_bytes`
+/// stored as deltas of `delta_bytes`: `1 - delta / source`, 0 when nothing was delta-encoded.
+pub fn dce(source_bytes: u64, delta_bytes: u64) -> f64 {
+    if source_bytes == 0 {
+        return 0.0;
+    }
+    1.0 - delta_bytes as f64 / source_bytes as f64
 }
 
 /// `a / b`; 1 when both are 0; infinite when only `b` is (serialized as JSON `null`).
@@ -165,5 +181,32 @@ impl Snapshot {
     pub fn from_bytes(bytes: &[u8], what: &str) -> Result<Self> {
         let payload = envelope::open(bytes, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, what)?;
         serde_json::from_slice(payload).map_err(|e| Error::corrupt(what, e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::*;
+
+    /// A hand-computed example: 1,000 new bytes, of which 800 in two chunks stored as deltas
+    /// of 100 and 60 bytes, the other 200 stored in full.
+    #[test]
+    fn dcr_and_dce_as_the_papers_define_them() {
+        let s = BackupSummary {
+            bytes_read: 4_000,
+            bytes_new: 1_000,
+            bytes_after_delta: 360,
+            delta_source_bytes: 800,
+            delta_bytes: 160,
+            delta_chunks: 2,
+            ..BackupSummary::default()
+        };
+        assert_eq!(s.dedup_factor(), 4.0);
+        assert!((s.dcr() - 1_000.0 / 360.0).abs() < 1e-12);
+        // 1 - 160 / 800: delta encoding saved 80% of the delta chunks' bytes.
+        assert!((s.dce() - 0.8).abs() < 1e-12);
+        assert_eq!(s.delta_ratio(), 5.0);
+        assert_eq!(BackupSummary::default().dce(), 0.0);
+        assert_eq!(dce(100, 0), 1.0);
     }
 }
