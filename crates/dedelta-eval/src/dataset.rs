@@ -49,38 +49,23 @@ impl Dataset {
     /// # Errors
     /// A file cannot be read.
     pub fn warm_page_cache(&self) -> Result<u64> {
-        fn read_all(path: &Path, buf: &mut [u8]) -> Result<u64> {
-            let meta =
-                std::fs::symlink_metadata(path).ctx(|| format!("reading {}", path.display()))?;
+        fn read_all(path: &Path) -> Result<u64> {
+            let what = || format!("reading {}", path.display());
+            let meta = std::fs::symlink_metadata(path).ctx(what)?;
             if meta.is_dir() {
                 let mut n = 0;
-                let rd = std::fs::read_dir(path).ctx(|| format!("reading {}", path.display()))?;
-                for e in rd {
-                    let e = e.ctx(|| format!("reading {}", path.display()))?;
-                    n += read_all(&e.path(), buf)?;
+                for e in std::fs::read_dir(path).ctx(what)? {
+                    n += read_all(&e.ctx(what)?.path())?;
                 }
-                return Ok(n);
-            }
-            if !meta.is_file() {
-                return Ok(0);
-            }
-            let mut f = std::fs::File::open(path).ctx(|| format!("reading {}", path.display()))?;
-            let mut n = 0;
-            loop {
-                let k = std::io::Read::read(&mut f, buf)
-                    .ctx(|| format!("reading {}", path.display()))?;
-                if k == 0 {
-                    return Ok(n);
-                }
-                n += k as u64;
+                Ok(n)
+            } else if meta.is_file() {
+                let mut f = std::fs::File::open(path).ctx(what)?;
+                std::io::copy(&mut f, &mut std::io::sink()).ctx(what)
+            } else {
+                Ok(0)
             }
         }
-        let mut buf = vec![0u8; 1 << 20];
-        let mut n = 0;
-        for v in &self.versions {
-            n += read_all(&v.path, &mut buf)?;
-        }
-        Ok(n)
+        self.versions.iter().map(|v| read_all(&v.path)).sum()
     }
 
     /// Whether every version is a single file (peers that work on files can run).
