@@ -112,13 +112,13 @@ impl<'a> DedupStage<'a> {
                         self.add(id, data, sfs, lookup)?;
                         tree.file_chunk(ChunkRef { id, len })?;
                     }
-                    self.end_block()?;
+                    self.end_block(true)?;
                 }
                 Item::FileEnd => tree.file_end()?,
             }
             tree.maybe_drain(&mut self)?;
         }
-        self.end_block()?;
+        self.end_block(false)?;
         let mut notices: Vec<String> = Vec::new();
         if let Some(d) = self.delta.as_mut() {
             notices.extend(d.take_notices());
@@ -226,15 +226,16 @@ impl<'a> DedupStage<'a> {
         Ok(())
     }
 
-    /// Decides the chunks waiting in the delta stage and stores them.
-    pub fn end_block(&mut self) -> Result<()> {
+    /// Decides the chunks waiting in the delta stage and stores them; with `hold`, the delta
+    /// stage may keep a few for the next block (see [`super::delta::DeltaStage::process`]).
+    pub fn end_block(&mut self, hold: bool) -> Result<()> {
         let Some(d) = self.delta.as_mut() else {
             return Ok(());
         };
         if !d.has_pending() {
             return Ok(());
         }
-        for c in d.process(&mut self.summary)? {
+        for c in d.process(&mut self.summary, hold)? {
             match c.stored {
                 Stored::Full => {
                     self.packer

@@ -219,11 +219,30 @@ impl<'a> DeltaStage<'a> {
         }
     }
 
-    /// Decides every waiting chunk; returns them in stream order.
-    pub fn process(&mut self, summary: &mut BackupSummary) -> Result<Vec<NewChunk>> {
+    /// Decides the waiting chunks; returns them in stream order, except that with `hold` the
+    /// unpaired new data chunks at the end of the batch (at most
+    /// [`super::resemble::dupadj::MAX_HELD`]) wait for the next call, so that a duplicate
+    /// right after them can still pair them (DupAdj's backward walk across a batch boundary);
+    /// tree chunks behind them do not wait. Without `hold` (end of the stream) every chunk is
+    /// decided.
+    pub fn process(&mut self, summary: &mut BackupSummary, hold: bool) -> Result<Vec<NewChunk>> {
         let mut batch = std::mem::take(&mut self.batch);
-        let data_chunks = batch.iter().filter(|c| c.tree_hints.is_none()).count();
-        let mut dupadj_hints = self.search.take_dupadj_hints(data_chunks).into_iter();
+        let data_chunks = batch.iter().filter(|c| !c.tree).count();
+        let hints = self.search.take_dupadj_hints(data_chunks, hold);
+        if hints.len() < data_chunks {
+            // The held chunks are the batch's last data chunks.
+            let mut data_seen = 0;
+            let (now, held): (Vec<_>, Vec<_>) = batch.into_iter().partition(|c| {
+                if c.tree {
+                    return true;
+                }
+                data_seen += 1;
+                data_seen <= hints.len()
+            });
+            batch = now;
+            self.batch = held;
+        }
+        let mut dupadj_hints = hints.into_iter();
         if batch.is_empty() {
             return Ok(batch);
         }

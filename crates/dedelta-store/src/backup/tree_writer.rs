@@ -247,7 +247,7 @@ impl<'c> TreeWriter<'c> {
             self.chunks.push(id);
         }
         self.buf.drain(..consumed_bytes);
-        dedup.end_block()
+        dedup.end_block(!all)
     }
 
     /// Cuts the buffer as [`cut_buffer`] does, except that where the parent's tree has a

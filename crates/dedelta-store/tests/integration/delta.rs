@@ -6,6 +6,7 @@ use crate::support::{
     backup_options, backup_with, config, files, forget_ids, init_repo, locked, me, prune_with,
     restore_to, restored_root, run_check, stored_bytes, text, time_of, write_files, Files,
 };
+use dedelta_core::chunker::ChunkerKind;
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKind, SketchParams};
 use dedelta_store::backend::FileKind;
@@ -379,4 +380,44 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     for n in ["a.txt", "b.txt"] {
         assert!(fs::read(root.join(n)).unwrap() == fs::read(src.join(n)).unwrap());
     }
+}
+
+/// DupAdj's backward walk crosses a block boundary (issue 15): every chunk of the first MiB
+/// (one block) changes and none is a duplicate, so no forward walk pairs them; the duplicate
+/// that follows comes in the next block. The unpaired chunks at the end of the first block
+/// are held until it is seen, and pair backwards with the parent's chunks at their places.
+#[test]
+fn dupadj_backward_walk_crosses_a_block_boundary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        sketch: None,
+        dupadj: true,
+        ..DeltaConfig::default()
+    };
+    // Fixed-size chunks, so that the edits move no boundary and the walk pairs each changed
+    // chunk with its old version.
+    let mut cfg = config(1, delta);
+    cfg.chunker.kind = ChunkerKind::Fixed;
+    let chunk = cfg.chunker.params.avg_size;
+    let repo = init_repo(&tmp.path().join("repo"), cfg);
+    let changed = text(1 << 20, 7);
+    let tail = text(200_000, 8);
+    let mut edited = changed.clone();
+    for pos in (100..edited.len()).step_by(chunk) {
+        edited[pos] = b'#';
+    }
+    let src = tmp.path().join("src");
+    let mut contents = Vec::new();
+    let mut sums = Vec::new();
+    for (n, head) in [&changed, &edited].into_iter().enumerate() {
+        let files = files([("f", [head.as_slice(), &tail].concat())]);
+        write_files(&src, &files);
+        sums.push(run_backup(&repo, &src, n as u64));
+        contents.push(files);
+    }
+    // Without the hold, only the changed chunks cut in the second block had a pair (3); with
+    // it, also the last MAX_HELD (64) of the first block.
+    let s = &sums[1];
+    assert!((64..64 + 8).contains(&s.dupadj_deltas), "{s:?}");
+    restore_all(&repo, tmp.path(), &contents, 1 << 20);
 }

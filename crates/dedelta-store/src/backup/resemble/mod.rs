@@ -64,10 +64,12 @@ impl<'a> CandidateSearch<'a> {
         }
     }
 
-    /// The DupAdj hints of the gathered batch, one per new chunk in order; starts a new batch.
-    pub fn take_dupadj_hints(&mut self, batch_len: usize) -> Vec<Option<ChunkId>> {
+    /// The DupAdj hints of the gathered batch's `batch_len` new data chunks, in order; with
+    /// `hold`, fewer: the unpaired ones at the end are held for the next batch
+    /// ([`DupAdj::take_hints`]), and the caller keeps those chunks for it.
+    pub fn take_dupadj_hints(&mut self, batch_len: usize, hold: bool) -> Vec<Option<ChunkId>> {
         match self.dupadj.as_mut() {
-            Some(d) => d.take_hints(),
+            Some(d) => d.take_hints(hold),
             None => vec![None; batch_len],
         }
     }
