@@ -160,7 +160,7 @@ impl<'a> DeltaStage<'a> {
         tree_hints: Option<Vec<ChunkId>>,
     ) {
         if tree_hints.is_none() {
-            self.search.on_new();
+            self.search.on_new(id);
         }
         self.batch.push(NewChunk {
             id,

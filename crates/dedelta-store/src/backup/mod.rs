@@ -213,10 +213,15 @@ pub fn backup(
     let mut parent_tree = None;
     let delta_stage = if delta_cfg.enabled() {
         let mut parent = parent(repo, &snapshot_paths, delta_cfg.dupadj, &mut notices);
-        let dupadj = parent
-            .as_mut()
-            .and_then(|p| p.recipe.take())
-            .map(DupAdj::new);
+        // Without a parent, DupAdj still walks this backup's own stored stream.
+        let dupadj = delta_cfg.dupadj.then(|| {
+            DupAdj::new(
+                parent
+                    .as_mut()
+                    .and_then(|p| p.recipe.take())
+                    .unwrap_or_default(),
+            )
+        });
         parent_tree = parent.and_then(|p| p.tree);
         let sketches: Option<Box<dyn SketchIndex>> =
             match (delta_cfg.sketch, delta_cfg.sketch_index) {

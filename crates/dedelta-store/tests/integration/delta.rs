@@ -421,3 +421,34 @@ fn dupadj_backward_walk_crosses_a_block_boundary() {
     assert!((64..64 + 8).contains(&s.dupadj_deltas), "{s:?}");
     restore_all(&repo, tmp.path(), &contents, 1 << 20);
 }
+
+/// DupAdj walks the backup's own stored stream (DARE's list over the whole stored stream),
+/// not only the parent's: in a first backup, without any parent, a second copy of a file with
+/// edits pairs its changed chunks with the first copy's, around the chunks they share.
+#[test]
+fn dupadj_walks_the_own_stream_without_a_parent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        sketch: None,
+        dupadj: true,
+        ..DeltaConfig::default()
+    };
+    let mut cfg = config(1, delta);
+    cfg.chunker.kind = ChunkerKind::Fixed;
+    let chunk = cfg.chunker.params.avg_size;
+    let repo = init_repo(&tmp.path().join("repo"), cfg);
+    // Two megabytes, so that the copy's chunks come in later blocks than the original's.
+    let original = text(2 << 20, 11);
+    let mut copy = original.clone();
+    // Every other chunk edited: the ones between stay duplicates.
+    for pos in (100..copy.len()).step_by(2 * chunk) {
+        copy[pos] = b'#';
+    }
+    let src = tmp.path().join("src");
+    let files = files([("a", original), ("b", copy)]);
+    write_files(&src, &files);
+    let s = run_backup(&repo, &src, 0);
+    let edited = (2 << 20) / (2 * chunk) as u64;
+    assert!(s.dupadj_deltas * 10 >= edited * 9, "{s:?}");
+    restore_all(&repo, tmp.path(), &[files], 1 << 20);
+}

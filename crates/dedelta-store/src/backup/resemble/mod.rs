@@ -57,10 +57,10 @@ impl<'a> CandidateSearch<'a> {
         Ok(())
     }
 
-    /// A new chunk went by (the next one of the batch being gathered).
-    pub fn on_new(&mut self) {
+    /// New chunk `id` went by (the next one of the batch being gathered).
+    pub fn on_new(&mut self, id: ChunkId) {
         if let Some(d) = self.dupadj.as_mut() {
-            d.on_new();
+            d.on_new(id);
         }
     }
 
