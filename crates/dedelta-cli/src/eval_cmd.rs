@@ -12,8 +12,9 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// A directory whose entries are the versions (natural order), a generated series
-    /// (synthetic, synthetic-small, sqlite, sqlite-small) or a directory of --data-dir
-    /// (sqla, prettier: scripts/datasets.sh).
+    /// (synthetic, synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-small:
+    /// the redis series need redis-server) or a directory of --data-dir (sqla, prettier:
+    /// scripts/datasets.sh).
     #[arg(long)]
     dataset: String,
     /// Where report.md, results.csv, versions.csv and the plots go.
