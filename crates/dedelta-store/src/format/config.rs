@@ -126,6 +126,13 @@ pub struct DeltaConfig {
     /// keeps the smallest delta (beyond the papers). Absent means 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub candidates: usize,
+    /// Base re-anchoring of file data (beyond the papers): a data chunk whose best delta is
+    /// larger than this fraction of the chunk is stored in full, so that the next versions
+    /// take it as their base instead of an ever older one. `None` is the papers' rule:
+    /// deltas against the first full copy for as long as they save space. Deltas stay one
+    /// level deep either way. Absent means `None`; in (0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reanchor: Option<f64>,
 }
 
 fn one() -> usize {
@@ -149,6 +156,7 @@ impl Default for DeltaConfig {
             base_cache_bytes: 256 << 20,
             stream_cache_containers: 64,
             candidates: 1,
+            reanchor: None,
         }
     }
 }
@@ -182,6 +190,13 @@ impl DeltaConfig {
             return Err(Error::InvalidOption(format!(
                 "candidates must be 1 to {MAX_CANDIDATES}"
             )));
+        }
+        if let Some(r) = self.reanchor {
+            if !(r > 0.0 && r <= 1.0) {
+                return Err(Error::InvalidOption(
+                    "reanchor must be in (0, 1] (a fraction of the chunk)".into(),
+                ));
+            }
         }
         if self.stream_cache_containers == 0 {
             return Err(Error::InvalidOption(
@@ -375,6 +390,33 @@ mod tests {
             let c = DeltaConfig {
                 candidates: bad,
                 ..cfg.clone()
+            };
+            assert!(c.validate().is_err(), "{bad} accepted");
+        }
+    }
+
+    /// `delta.reanchor`: absent means none (the papers' rule), written only when set,
+    /// in (0, 1]; a config without it (every repository before it) reads as before.
+    #[test]
+    fn reanchor_key() {
+        let none = DeltaConfig::default();
+        let v = serde_json::to_value(&none).unwrap();
+        assert!(v.get("reanchor").is_none());
+        assert_eq!(
+            serde_json::from_value::<DeltaConfig>(v).unwrap().reanchor,
+            None
+        );
+        let half = DeltaConfig {
+            reanchor: Some(0.5),
+            ..DeltaConfig::recommended()
+        };
+        let v = serde_json::to_value(&half).unwrap();
+        assert_eq!(v["reanchor"], 0.5);
+        assert_eq!(serde_json::from_value::<DeltaConfig>(v).unwrap(), half);
+        for bad in [0.0, -0.1, 1.01, f64::NAN] {
+            let c = DeltaConfig {
+                reanchor: Some(bad),
+                ..half.clone()
             };
             assert!(c.validate().is_err(), "{bad} accepted");
         }
