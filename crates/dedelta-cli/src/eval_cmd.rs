@@ -12,8 +12,8 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// A directory whose entries are the versions (natural order), a generated series
-    /// (synthetic, synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-small:
-    /// the redis series need redis-server) or a directory of --data-dir (sqla, prettier:
+    /// (synthetic, synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-long,
+    /// redis-small: the redis series need redis-server) or a directory of --data-dir (sqla, prettier:
     /// scripts/datasets.sh).
     #[arg(long)]
     dataset: String,
@@ -22,7 +22,7 @@ pub struct EvalArgs {
     out: PathBuf,
     /// Comma-separated configurations: all, quick, or names (dedup, ntransform-4f,
     /// ntransform-2f, finesse, odess, dupadj-only, recommended, stream-index,
-    /// stream-nodupadj, xdelta, edelta).
+    /// stream-nodupadj, one-level, reanchor-30, xdelta, edelta).
     #[arg(long, default_value = "all")]
     config: String,
     /// Cache of downloaded and generated datasets.

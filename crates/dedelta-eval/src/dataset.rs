@@ -3,8 +3,9 @@
 //! A dataset is a directory whose entries (files or directories) are the versions, in
 //! natural order of their names (`SQLAlchemy-2.0.9.tar` before `SQLAlchemy-2.0.10.tar`).
 //! Names resolve to generated series (`synthetic`, `synthetic-small`, `sqlite`,
-//! `sqlite-small`, `redis`, `redis-nolzf`, `redis-small`), created on first use in the data
-//! directory and reused after, or to a directory of the data directory (`sqla`, `prettier`, as `scripts/datasets.sh` builds them).
+//! `sqlite-small`, `redis`, `redis-nolzf`, `redis-long`, `redis-small`), created on first use
+//! in the data directory and reused after, or to a directory of the data directory (`sqla`,
+//! `prettier`, as `scripts/datasets.sh` builds them).
 
 use crate::error::{EvalError, IoContext, Result};
 use crate::redis::{self, RedisParams};
@@ -140,6 +141,10 @@ impl Dataset {
                 rdb_compression: false,
                 ..RedisParams::standard(1)
             }),
+            "redis-long" => rdb(RedisParams {
+                versions: 30,
+                ..RedisParams::standard(1)
+            }),
             "redis-small" => rdb(RedisParams::small(1)),
             _ => {
                 let dir = data_dir.join(spec);
@@ -150,7 +155,8 @@ impl Dataset {
                 } else {
                     Err(EvalError::Dataset(format!(
                         "{spec:?} is neither a directory nor a known name (synthetic, \
-                         synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-small, or a \
+                         synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-long, \
+                         redis-small, or a \
                          directory of {}; \
                          scripts/datasets.sh builds sqla and prettier there)",
                         data_dir.display()
