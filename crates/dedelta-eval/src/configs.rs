@@ -71,7 +71,7 @@ pub fn all() -> Vec<EvalConfig> {
         }),
         cfg(
             "recommended",
-            "Odess 3x4 + DupAdj, full sketch index, Ddelta (the default)",
+            "Odess 3x4 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 % (the default)",
             |_| {},
         ),
         cfg(
@@ -92,12 +92,6 @@ pub fn all() -> Vec<EvalConfig> {
             "recommended without base re-anchoring: one-level deltas against the first full \
              copy for as long as they save space (the papers' rule)",
             |d| d.reanchor = None,
-        ),
-        cfg(
-            "reanchor-30",
-            "recommended with base re-anchoring at 30 %: a data chunk whose delta is above \
-             30 % of the chunk is stored in full",
-            |d| d.reanchor = Some(0.3),
         ),
         cfg("xdelta", "recommended with the Xdelta-style codec", |d| {
             d.codec = DeltaKind::Xdelta
