@@ -189,7 +189,11 @@ impl<'a> DeltaStage<'a> {
     fn encode_candidates(&self, batch: &mut [NewChunk]) {
         let codec = self.codec.as_ref();
         let keep = 1.0 - self.cfg.min_saving;
-        let reanchor = self.cfg.reanchor;
+        // Re-anchored bases reach the next versions through DupAdj's positional hint; the
+        // sketch index keeps the oldest chunk per super-feature (FirstFit), so without DupAdj
+        // a drifted chunk would be stored in full in every version (10 Redis dumps, DupAdj
+        // off: 104.41 MB with the bound at 30 %, 102.86 without).
+        let reanchor = self.cfg.reanchor.filter(|_| self.cfg.dupadj);
         let encode = |c: &mut NewChunk| {
             let Some((base, bytes, source)) = c.next_base.take() else {
                 return;

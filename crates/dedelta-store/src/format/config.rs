@@ -139,7 +139,8 @@ pub struct DeltaConfig {
     /// larger than this fraction of the chunk is stored in full, so that the next versions
     /// take it as their base instead of an ever older one. `None` is the papers' rule:
     /// deltas against the first full copy for as long as they save space. Deltas stay one
-    /// level deep either way. Absent means `None`; in (0, 1].
+    /// level deep either way. Applies only with [`Self::dupadj`], whose positional hint is
+    /// how the next version finds the newer copy. Absent means `None`; in (0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reanchor: Option<f64>,
 }

@@ -411,9 +411,10 @@ struct DeltaShape {
 
 /// Backs up 10 drifting versions with `reanchor`; checks every version restores bit-exact and
 /// `check --read-data` is clean, and that deltas stay one level deep.
-fn drifting_series(dir: &Path, reanchor: Option<f64>) -> DeltaShape {
+fn drifting_series(dir: &Path, reanchor: Option<f64>, dupadj: bool) -> DeltaShape {
     let delta = DeltaConfig {
         reanchor,
+        dupadj,
         ..DeltaConfig::recommended()
     };
     let repo = init_repo(&dir.join("repo"), config(1, delta));
@@ -470,17 +471,17 @@ fn drifting_series(dir: &Path, reanchor: Option<f64>) -> DeltaShape {
 }
 
 /// Base re-anchoring (issue 14): on a drifting file, the papers' rule keeps deltas against
-/// the first version's chunks as they grow; with a bound, no data delta passes it, the
-/// chunks whose delta would have are stored in full by a later backup and the next versions'
-/// deltas name them, and every version still restores bit-exact.
+/// the first version's chunks as they grow; with a bound (and DupAdj), no data delta passes
+/// it, the chunks whose delta would have are stored in full by a later backup and the next
+/// versions' deltas name them, and every version still restores bit-exact.
 #[test]
 fn drifting_versions_reanchor_their_bases() {
     let bound = 0.06;
     let tmp = tempfile::tempdir().unwrap();
-    let papers = drifting_series(&tmp.path().join("papers"), None);
+    let papers = drifting_series(&tmp.path().join("papers"), None, true);
     // The drift is enough to matter: without the bound, deltas grew past it.
     assert!(papers.max_fraction > bound, "{}", papers.max_fraction);
-    let reanchored = drifting_series(&tmp.path().join("reanchor"), Some(bound));
+    let reanchored = drifting_series(&tmp.path().join("reanchor"), Some(bound), true);
     assert!(reanchored.deltas > 0);
     assert!(
         reanchored.max_fraction <= bound,
@@ -494,5 +495,12 @@ fn drifting_versions_reanchor_their_bases() {
         "{} vs {}",
         reanchored.on_later_bases,
         papers.on_later_bases
+    );
+    // Without DupAdj the bound is not applied: nothing would find the newer copies.
+    let sketch_only = drifting_series(&tmp.path().join("sketch-only"), Some(bound), false);
+    assert!(
+        sketch_only.max_fraction > bound,
+        "{}",
+        sketch_only.max_fraction
     );
 }
