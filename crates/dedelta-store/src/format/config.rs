@@ -103,10 +103,11 @@ pub const MAX_CANDIDATES: usize = 8;
 /// The re-anchoring bound of new repositories ([`DeltaConfig::reanchor`]): a data chunk whose
 /// best delta is above 30 % of the chunk is stored in full. Measured (docs/benchmarks.md §6,
 /// "Base re-anchoring"): on 30 Redis dumps the repository shrank from 300.4 to 265.2 MB (20 %:
-/// 269.5, 50 %: 287.6), on 10 of them from 92.4 to 89.9 MB, because with one-level deltas a
-/// database file's chunks drift further from their first copy in every version; on series
-/// that do not drift it costs little (10 SQLite copies +0.8 %, 20 SQLAlchemy sdists +0.2 %,
-/// 10 uncompressed Redis dumps +0.5 %), and a series of backups does not end at ten.
+/// 269.5, 25 %: 264.5, 40 %: 274.3, 50 %: 287.6), on 10 of them from 92.4 to 89.9 MB,
+/// because with one-level deltas a database file's chunks drift further from their first copy
+/// in every version; on series that do not drift it costs little (10 SQLite copies +0.8 %, 20
+/// SQLAlchemy sdists +0.2 %, 10 uncompressed Redis dumps +0.5 %), and a series of backups does
+/// not end at ten.
 pub const DEFAULT_REANCHOR: f64 = 0.3;
 
 /// Resemblance detection and delta compression settings.
