@@ -12,8 +12,9 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct EvalArgs {
     /// A directory whose entries are the versions (natural order), a generated series
-    /// (synthetic, synthetic-small, sqlite, sqlite-small) or a directory of --data-dir
-    /// (sqla, prettier: scripts/datasets.sh).
+    /// (synthetic, synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-long,
+    /// redis-small: the redis series need redis-server) or a directory of --data-dir (sqla, prettier:
+    /// scripts/datasets.sh).
     #[arg(long)]
     dataset: String,
     /// Where report.md, results.csv, versions.csv and the plots go.
@@ -21,7 +22,7 @@ pub struct EvalArgs {
     out: PathBuf,
     /// Comma-separated configurations: all, quick, or names (dedup, ntransform-4f,
     /// ntransform-2f, finesse, odess, dupadj-only, recommended, stream-index,
-    /// stream-nodupadj, xdelta, edelta).
+    /// stream-nodupadj, one-level, xdelta, edelta).
     #[arg(long, default_value = "all")]
     config: String,
     /// Cache of downloaded and generated datasets.

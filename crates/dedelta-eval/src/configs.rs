@@ -1,6 +1,6 @@
 //! The configurations an evaluation compares: one fresh repository each.
 //!
-//! Each differs from the recommended one ([`DeltaConfig::recommended`]: Finesse 3x4, DupAdj,
+//! Each differs from the recommended one ([`DeltaConfig::recommended`]: Odess 3x4, DupAdj,
 //! full sketch index, Ddelta) in one dimension, so each row of the report isolates one choice.
 //! Sketch methods are measured with DupAdj off, so the sketch alone finds the bases.
 
@@ -71,7 +71,7 @@ pub fn all() -> Vec<EvalConfig> {
         }),
         cfg(
             "recommended",
-            "Finesse 3x4 + DupAdj, full sketch index, Ddelta (the default)",
+            "Odess 3x4 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 % (the default)",
             |_| {},
         ),
         cfg(
@@ -86,6 +86,12 @@ pub fn all() -> Vec<EvalConfig> {
                 d.sketch_index = SketchIndexKind::Stream;
                 d.dupadj = false;
             },
+        ),
+        cfg(
+            "one-level",
+            "recommended without base re-anchoring: one-level deltas against the first full \
+             copy for as long as they save space (the papers' rule)",
+            |d| d.reanchor = None,
         ),
         cfg("xdelta", "recommended with the Xdelta-style codec", |d| {
             d.codec = DeltaKind::Xdelta

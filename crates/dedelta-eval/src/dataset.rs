@@ -3,10 +3,12 @@
 //! A dataset is a directory whose entries (files or directories) are the versions, in
 //! natural order of their names (`SQLAlchemy-2.0.9.tar` before `SQLAlchemy-2.0.10.tar`).
 //! Names resolve to generated series (`synthetic`, `synthetic-small`, `sqlite`,
-//! `sqlite-small`), created on first use in the data directory and reused after, or to a
-//! directory of the data directory (`sqla`, `prettier`, as `scripts/datasets.sh` builds them).
+//! `sqlite-small`, `redis`, `redis-nolzf`, `redis-long`, `redis-small`), created on first use
+//! in the data directory and reused after, or to a directory of the data directory (`sqla`,
+//! `prettier`, as `scripts/datasets.sh` builds them).
 
 use crate::error::{EvalError, IoContext, Result};
+use crate::redis::{self, RedisParams};
 use crate::sqlite::{self, SqliteParams};
 use crate::synthetic::{self, SyntheticParams};
 use std::cmp::Ordering;
@@ -149,6 +151,8 @@ impl Dataset {
         };
         let db =
             |p: SqliteParams| generated(p.dir_name(), &|dir| sqlite::generate(dir, &p).map(|_| ()));
+        let rdb =
+            |p: RedisParams| generated(p.dir_name(), &|dir| redis::generate(dir, &p).map(|_| ()));
         match spec {
             "synthetic" => synth(SyntheticParams::standard(1)),
             "synthetic-small" => synth(SyntheticParams::small(1)),
@@ -158,6 +162,16 @@ impl Dataset {
                 rows: 5_000,
                 ..SqliteParams::standard(1)
             }),
+            "redis" => rdb(RedisParams::standard(1)),
+            "redis-nolzf" => rdb(RedisParams {
+                rdb_compression: false,
+                ..RedisParams::standard(1)
+            }),
+            "redis-long" => rdb(RedisParams {
+                versions: 30,
+                ..RedisParams::standard(1)
+            }),
+            "redis-small" => rdb(RedisParams::small(1)),
             _ => {
                 let dir = data_dir.join(spec);
                 if dir.is_dir() && !spec.contains("..") {
@@ -167,7 +181,9 @@ impl Dataset {
                 } else {
                     Err(EvalError::Dataset(format!(
                         "{spec:?} is neither a directory nor a known name (synthetic, \
-                         synthetic-small, sqlite, sqlite-small, or a directory of {}; \
+                         synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-long, \
+                         redis-small, or a \
+                         directory of {}; \
                          scripts/datasets.sh builds sqla and prettier there)",
                         data_dir.display()
                     )))

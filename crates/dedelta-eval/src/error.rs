@@ -40,7 +40,7 @@ pub enum EvalError {
         /// The original file.
         path: PathBuf,
     },
-    /// An external tool (peer, sqlite3) failed.
+    /// An external tool (peer, sqlite3, redis-server) failed.
     #[error("{tool} failed: {reason}")]
     Tool {
         /// The program.

@@ -5,8 +5,8 @@
 //! `report.md`, `results.csv`, `versions.csv` and PNG plots.
 //!
 //! - [`dataset`]: versioned datasets (a directory of versions, or a generated series).
-//! - [`synthetic`], [`sqlite`]: the generators (DARE §4.1 file-tree mutations; database
-//!   snapshots).
+//! - [`synthetic`], [`sqlite`], [`redis`]: the generators (DARE §4.1 file-tree mutations;
+//!   database snapshots of SQLite and of a Redis server).
 //! - [`configs`]: the configurations compared.
 //! - [`runner`]: backup, restore and verification per configuration.
 //! - [`kernels`]: single-thread sketch and delta codec speeds on a sample.
@@ -23,6 +23,7 @@ pub mod error;
 pub mod kernels;
 pub mod peers;
 pub mod plot;
+pub mod redis;
 pub mod report;
 pub mod rng;
 pub mod runner;

@@ -143,9 +143,16 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     let _ = writeln!(s, "Produced by:\n\n```sh\n{}\n```\n", opts.command_line);
     let first = d.versions.first().map_or("", |v| v.name.as_str());
     let last = d.versions.last().map_or("", |v| v.name.as_str());
+    // A generated series' directory name holds its parameters (seed, sizes, rates).
+    let dir_name = d
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| *n != d.name)
+        .map_or(String::new(), |n| format!(" (`{n}`)"));
     let _ = writeln!(
         s,
-        "- Dataset: `{}`, {} versions ({first} .. {last}), {} MB in all.\n- Started {}; \
+        "- Dataset: `{}`{dir_name}, {} versions ({first} .. {last}), {} MB in all.\n- Started {}; \
          machine: {}; {} backup threads. Timings are wall clock on a machine shared with \
          other work: compare them within this run only.\n- Each version is one backup into a \
          fresh repository per configuration; {} of {} versions restored per configuration \

@@ -93,6 +93,11 @@ pub struct DeltaArgs {
     /// keeps the smallest delta of FirstFit's further matches too; at most 8).
     #[arg(long)]
     candidates: Option<usize>,
+    /// Base re-anchoring: store a data chunk in full when its best delta is above P percent
+    /// of the chunk, so later versions delta against the newer copy (0: never, the papers'
+    /// one-level deltas against the first full copy).
+    #[arg(long, value_name = "P")]
+    reanchor_percent: Option<f64>,
 }
 
 impl DeltaArgs {
@@ -139,6 +144,9 @@ impl DeltaArgs {
         }
         if let Some(n) = self.candidates {
             cfg.candidates = n;
+        }
+        if let Some(p) = self.reanchor_percent {
+            cfg.reanchor = (p != 0.0).then_some(p / 100.0);
         }
         cfg.validate()?;
         Ok(())

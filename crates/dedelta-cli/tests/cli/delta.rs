@@ -109,6 +109,8 @@ fn bad_delta_options_are_refused() {
         &["--sketch-index", "bloom"],
         &["--dupadj", "maybe"],
         &["--sf", "0"],
+        &["--reanchor-percent", "150"],
+        &["--reanchor-percent=-5"],
     ] {
         let out = dedelta()
             .arg("init")
@@ -121,6 +123,35 @@ fn bad_delta_options_are_refused() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.starts_with("error: "), "{err}");
         assert!(!dir.path().join("r").join("config").exists());
+    }
+}
+
+/// `init` records re-anchoring in the config: 30 % by default, what `--reanchor-percent P`
+/// says, and nothing (the papers' rule) for 0.
+#[test]
+fn reanchor_percent_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (args, want)) in [
+        (&[][..], Some("\"reanchor\": 0.3")),
+        (&["--reanchor-percent", "25"], Some("\"reanchor\": 0.25")),
+        (&["--reanchor-percent", "0"], None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let repo = dir.path().join(format!("r{i}"));
+        dedelta()
+            .arg("init")
+            .args(args)
+            .arg("-r")
+            .arg(&repo)
+            .assert()
+            .success();
+        let config = String::from_utf8_lossy(&fs::read(repo.join("config")).unwrap()).into_owned();
+        match want {
+            Some(w) => assert!(config.contains(w), "{args:?}: {config}"),
+            None => assert!(!config.contains("reanchor"), "{args:?}: {config}"),
+        }
     }
 }
 

@@ -452,3 +452,127 @@ fn dupadj_walks_the_own_stream_without_a_parent() {
     assert!(s.dupadj_deltas * 10 >= edited * 9, "{s:?}");
     restore_all(&repo, tmp.path(), &[files], 1 << 20);
 }
+
+/// Version `v` of a drifting file: version `v - 1` with 1 % of its bytes rewritten in 16-byte
+/// runs at random places, so that each version is further from the first (as a database file
+/// under scattered updates) while its length, and most chunk boundaries, stay.
+fn drifting(v: u64) -> Vec<u8> {
+    let mut out = text(300_000, 9);
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    for _ in 0..v {
+        for _ in 0..out.len() / 100 / 16 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let pos = (x >> 8) as usize % (out.len() - 16);
+            for (k, b) in out[pos..pos + 16].iter_mut().enumerate() {
+                *b = b'a' + ((x >> (k * 3)) % 26) as u8;
+            }
+        }
+    }
+    out
+}
+
+/// What the data deltas of a repository look like: the largest delta as a fraction of its
+/// chunk, and how many deltas name a base that a later backup than the first stored.
+struct DeltaShape {
+    max_fraction: f64,
+    deltas: usize,
+    on_later_bases: usize,
+}
+
+/// Backs up 10 drifting versions with `reanchor`; checks every version restores bit-exact and
+/// `check --read-data` is clean, and that deltas stay one level deep.
+fn drifting_series(dir: &Path, reanchor: Option<f64>, dupadj: bool) -> DeltaShape {
+    let delta = DeltaConfig {
+        reanchor,
+        dupadj,
+        ..DeltaConfig::recommended()
+    };
+    let repo = init_repo(&dir.join("repo"), config(1, delta));
+    let src = dir.join("src");
+    let list = |repo: &IndexedRepository| -> std::collections::HashSet<String> {
+        let names = repo.backend().list(FileKind::Container).unwrap();
+        names.into_iter().map(|(n, _)| n).collect()
+    };
+    let mut contents = Vec::new();
+    let mut first_backup = Default::default();
+    for v in 0..10 {
+        contents.push(files([("db", drifting(v))]));
+        write_files(&src, &contents[v as usize]);
+        run_backup(&repo, &src, v);
+        if v == 0 {
+            first_backup = list(&repo);
+        }
+    }
+    restore_all(&repo, dir, &contents, 64 << 20);
+    let report = run_check(&repo, true).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let trees: std::collections::HashSet<_> = repo
+        .snapshots()
+        .unwrap()
+        .snapshots
+        .iter()
+        .flat_map(|(_, s)| s.tree.chunks.clone())
+        .collect();
+    let (mut full_in, mut deltas) = (HashMap::new(), Vec::new());
+    for name in list(&repo) {
+        for e in read_container_meta(repo.backend().as_ref(), &name)
+            .unwrap()
+            .entries
+        {
+            match e.kind {
+                EntryKind::Full => {
+                    full_in.insert(e.id, first_backup.contains(&name));
+                }
+                EntryKind::Delta { base } if !trees.contains(&e.id) => deltas.push((base, e)),
+                EntryKind::Delta { .. } => {}
+            }
+        }
+    }
+    // One level: every base is stored in full.
+    assert!(deltas.iter().all(|(b, _)| full_in.contains_key(b)));
+    DeltaShape {
+        max_fraction: deltas
+            .iter()
+            .map(|(_, e)| e.stored_len as f64 / e.original_len as f64)
+            .fold(0.0, f64::max),
+        deltas: deltas.len(),
+        on_later_bases: deltas.iter().filter(|(b, _)| !full_in[b]).count(),
+    }
+}
+
+/// Base re-anchoring (issue 14): on a drifting file, the papers' rule keeps deltas against
+/// the first version's chunks as they grow; with a bound (and DupAdj), no data delta passes
+/// it, the chunks whose delta would have are stored in full by a later backup and the next
+/// versions' deltas name them, and every version still restores bit-exact.
+#[test]
+fn drifting_versions_reanchor_their_bases() {
+    let bound = 0.06;
+    let tmp = tempfile::tempdir().unwrap();
+    let papers = drifting_series(&tmp.path().join("papers"), None, true);
+    // The drift is enough to matter: without the bound, deltas grew past it.
+    assert!(papers.max_fraction > bound, "{}", papers.max_fraction);
+    let reanchored = drifting_series(&tmp.path().join("reanchor"), Some(bound), true);
+    assert!(reanchored.deltas > 0);
+    assert!(
+        reanchored.max_fraction <= bound,
+        "{}",
+        reanchored.max_fraction
+    );
+    // Later versions' chunks became bases, and more deltas rest on them than without.
+    assert!(reanchored.on_later_bases > 0);
+    assert!(
+        reanchored.on_later_bases > papers.on_later_bases,
+        "{} vs {}",
+        reanchored.on_later_bases,
+        papers.on_later_bases
+    );
+    // Without DupAdj the bound is not applied: nothing would find the newer copies.
+    let sketch_only = drifting_series(&tmp.path().join("sketch-only"), Some(bound), false);
+    assert!(
+        sketch_only.max_fraction > bound,
+        "{}",
+        sketch_only.max_fraction
+    );
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the evaluation harness, one module per dataset or command.
+
+mod redis;
