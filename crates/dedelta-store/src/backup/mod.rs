@@ -280,6 +280,8 @@ pub fn backup(
     let mut walked = walk::WalkStats::default();
     let jobs_in_flight = WaitGroup::new();
 
+    // Region buffers go round between the dedup thread, the pool and the writer.
+    let region_buffers = crate::buffers::BufferPool::default();
     let (dedup_result, writer_result) = std::thread::scope(|s| {
         let spawn = |name: &str| std::thread::Builder::new().name(format!("dedelta-{name}"));
         let dedup = DedupStage::new(
@@ -293,6 +295,7 @@ pub fn backup(
                 &workers.pool,
                 region_tx,
                 times.clone(),
+                region_buffers.clone(),
             ),
             delta_stage,
             sketcher,
@@ -303,7 +306,9 @@ pub fn backup(
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
             .map_err(|e| Error::io("starting a thread", e))?;
         let writer = spawn("writer")
-            .spawn_scoped(s, || store::run(repo, region_rx, &times))
+            .spawn_scoped(s, || {
+                store::run(repo, region_rx, &times, region_buffers.clone())
+            })
             .map_err(|e| Error::io("starting a thread", e))?;
         let mut walker = walk::Walker {
             chunker: chunker.as_ref(),
@@ -315,6 +320,7 @@ pub fn backup(
             stats: &mut walked,
             job,
             jobs_in_flight: jobs_in_flight.clone(),
+            blocks: chunk::BlockPool::default(),
         };
         let walk_result = match opts.stdin.take() {
             Some(src) => walker.stdin(src),

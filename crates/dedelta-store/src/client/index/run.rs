@@ -343,8 +343,11 @@ impl RunWriter {
         Ok(())
     }
 
-    /// Writes the tail and trailer, makes the file durable and opens it for reading as run
-    /// `seq`.
+    /// Writes the tail and trailer, makes the file durable and returns it as run `seq`.
+    ///
+    /// The tail is written piece by piece and the run keeps the writer's filters and bucket
+    /// directories: encoding the tail whole and reading it back (as [`Run::open`] does) held
+    /// three copies of the filters at once, 35 MB at the end of a merge of 1.5 M chunks.
     pub fn finish(self, seq: u64) -> Result<Run> {
         let RunWriter {
             path,
@@ -361,29 +364,54 @@ impl RunWriter {
         let sketches = sketches.unwrap_or_else(|| BucketWriter::new(sketch_bits));
         let sketch_count = sketches.count;
         let (chunks, sketches) = (chunks.finish(), sketches.finish());
-        let mut tail = Vec::new();
-        tail.extend_from_slice(&chunk_count.to_le_bytes());
-        tail.extend_from_slice(&sketch_count.to_le_bytes());
-        tail.extend_from_slice(&[chunks.bits, sketches.bits, ref_width]);
-        chunks.encode(&mut tail);
-        sketches.encode(&mut tail);
-        chunk_bloom.encode(&mut tail);
-        sketch_bloom.encode(&mut tail);
         let tail_offset = HEADER.len() as u64
             + chunk_count * CHUNK_ENTRY as u64
             + sketch_count * (key_len(sketches.bits) + usize::from(ref_width)) as u64;
-        let tail_crc = crc32c::crc32c(&tail);
+        let mut tail_crc = 0u32;
+        let mut tail_len = 0u64;
+        let mut piece = Vec::new();
+        for part in 0..3 {
+            piece.clear();
+            match part {
+                0 => {
+                    piece.extend_from_slice(&chunk_count.to_le_bytes());
+                    piece.extend_from_slice(&sketch_count.to_le_bytes());
+                    piece.extend_from_slice(&[chunks.bits, sketches.bits, ref_width]);
+                    chunks.encode(&mut piece);
+                    sketches.encode(&mut piece);
+                }
+                1 => chunk_bloom.encode(&mut piece),
+                _ => sketch_bloom.encode(&mut piece),
+            }
+            tail_crc = crc32c::crc32c_append(tail_crc, &piece);
+            tail_len += piece.len() as u64;
+            out.write_all(&piece).map_err(io(&path))?;
+        }
+        drop(piece);
         let mut trailer = Vec::with_capacity(TRAILER_LEN);
         trailer.extend_from_slice(&tail_offset.to_le_bytes());
-        trailer.extend_from_slice(&(tail.len() as u64).to_le_bytes());
+        trailer.extend_from_slice(&tail_len.to_le_bytes());
         trailer.extend_from_slice(&tail_crc.to_le_bytes());
         trailer.extend_from_slice(&END_MAGIC);
-        out.write_all(&tail).map_err(io(&path))?;
         out.write_all(&trailer).map_err(io(&path))?;
         let file = out.into_inner().map_err(|e| io(&path)(e.into_error()))?;
         file.sync_all().map_err(io(&path))?;
         drop(file);
-        Run::open(&path, seq)
+        let file = File::open(&path).map_err(io(&path))?;
+        Ok(Run {
+            seq,
+            path,
+            file,
+            chunks: chunk_count,
+            sketches: sketch_count,
+            file_len: tail_offset + tail_len + TRAILER_LEN as u64,
+            tail_crc,
+            ref_width,
+            chunk_buckets: chunks,
+            sketch_buckets: sketches,
+            chunk_bloom,
+            sketch_bloom,
+        })
     }
 }
 
@@ -854,6 +882,8 @@ pub fn merge(
             w.push_sketch(min, to)?;
         }
     }
+    // Not needed to finish the file: freed before the tail is written.
+    drop(moved);
     w.finish(seq).map(Some)
 }
 
@@ -1051,6 +1081,18 @@ mod tests {
         let run = write_batch(&path, 1, chunks, sketches.clone())
             .unwrap()
             .unwrap();
+        // The run as written is the run as read back.
+        let reopened = Run::open(&path, 1).unwrap();
+        assert_eq!(
+            (run.chunks, run.sketches, run.file_len, run.tail_crc),
+            (
+                reopened.chunks,
+                reopened.sketches,
+                reopened.file_len,
+                reopened.tail_crc
+            )
+        );
+        assert_eq!(run.memory_bytes(), reopened.memory_bytes());
         let per_chunk = run.file_len as f64 / n as f64;
         // 37 + 3 x 7 bytes of entries (a 40-bit key's top 8 bits are its bucket's), 4.6 of
         // filters, under 1 of bucket directories.
