@@ -829,16 +829,6 @@ impl Rebuild<'_> {
         )
     }
 
-    /// Whether a chunk taken in so far has an entry.
-    pub fn holds(&self, id: &ChunkId) -> Result<bool> {
-        for run in self.change.runs.iter().rev() {
-            if run.get(id)?.is_some() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
     /// Sets a delta copy aside (in a file beside the index) for
     /// [`Self::take_in_set_aside`]. Its container must have been passed to [`Self::add`].
     pub fn set_aside(&mut self, copy: &DeltaCopy) -> Result<()> {
