@@ -10,6 +10,7 @@
 //! 10 repository does not exist; 11 repository locked. A closed standard output (`dedelta
 //! snapshots | head`) exits 0, see [`is_broken_pipe`].
 
+mod alloc_tuning;
 mod bench;
 mod bench_delta;
 mod cmd;
@@ -110,6 +111,7 @@ enum BenchWhat {
 }
 
 fn main() -> ExitCode {
+    alloc_tuning::tune();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => ExitCode::from(code),

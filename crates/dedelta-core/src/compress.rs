@@ -144,15 +144,25 @@ impl Compression {
     /// Compresses `raw`; returns the codec code and the stored bytes. Falls back to storing
     /// raw bytes when compression does not shrink them.
     pub fn compress(&self, raw: &[u8]) -> (u8, Vec<u8>) {
+        let mut out = Vec::new();
+        let codec = self.compress_into(raw, &mut out);
+        (codec, out)
+    }
+
+    /// [`Self::compress`] into `out` (cleared first; grown to the bound zstd needs): a caller
+    /// that compresses many regions reuses its buffers instead of allocating each anew.
+    pub fn compress_into(&self, raw: &[u8], out: &mut Vec<u8>) -> u8 {
+        out.clear();
         if let Some(level) = self.level_for(raw) {
+            out.reserve(zstd::zstd_safe::compress_bound(raw.len()));
             // zstd on an in-memory slice only fails on allocation failure.
-            if let Ok(out) = zstd_compress(raw, level) {
-                if out.len() < raw.len() {
-                    return (CODEC_ZSTD, out);
-                }
+            if zstd_compress_into(raw, level, out).is_ok() && out.len() < raw.len() {
+                return CODEC_ZSTD;
             }
+            out.clear();
         }
-        (CODEC_NONE, raw.to_vec())
+        out.extend_from_slice(raw);
+        CODEC_NONE
     }
 }
 
@@ -163,16 +173,17 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-fn zstd_compress(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
+/// Compresses `raw` into the spare capacity of `out` (which must hold zstd's bound).
+fn zstd_compress_into(raw: &[u8], level: i32, out: &mut Vec<u8>) -> std::io::Result<usize> {
     ZSTD_CCTX.with(|cell| {
         let mut slot = cell.borrow_mut();
         match slot.as_mut() {
-            Some((l, c)) if *l == level => c.compress(raw),
+            Some((l, c)) if *l == level => c.compress_to_buffer(raw, out),
             _ => {
                 let mut c = zstd::bulk::Compressor::new(level)?;
-                let out = c.compress(raw);
+                let n = c.compress_to_buffer(raw, out);
                 *slot = Some((level, c));
-                out
+                n
             }
         }
     })
@@ -276,6 +287,34 @@ impl RegionDecompressor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reused buffer (too small, or holding an earlier region) gives the bytes a fresh one
+    /// gives, for compressible and incompressible input.
+    #[test]
+    fn compress_into_a_used_buffer_is_compress() {
+        let text: Vec<u8> = b"abcabcabd".repeat(3000);
+        let mut x = 1u64;
+        let noise: Vec<u8> = (0..20_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut buf = vec![9u8; 10];
+        for c in [
+            Compression::None,
+            Compression::zstd(3),
+            Compression::default(),
+        ] {
+            for raw in [&text, &noise, &text] {
+                let code = c.compress_into(raw, &mut buf);
+                assert_eq!((code, buf.clone()), c.compress(raw));
+                assert_eq!(&decompress(code, &buf, raw.len()).unwrap(), raw);
+            }
+        }
+    }
 
     #[test]
     fn round_trip_and_parse() {

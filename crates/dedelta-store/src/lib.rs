@@ -15,6 +15,7 @@
 
 pub use dedelta_backend as backend;
 pub mod backup;
+pub mod buffers;
 pub mod client;
 pub mod commands;
 pub mod error;

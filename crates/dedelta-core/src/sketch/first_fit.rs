@@ -124,6 +124,11 @@ impl<Id: Clone> FirstFitIndex<Id> {
         Ok(out)
     }
 
+    /// The id recorded first with super-feature `sf` at `position`, if any.
+    pub fn get(&self, position: usize, sf: u64) -> Option<&Id> {
+        self.first.get(&(position, sf))
+    }
+
     /// Distinct (position, value) keys held.
     pub fn len(&self) -> usize {
         self.first.len()

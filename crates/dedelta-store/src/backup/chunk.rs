@@ -4,6 +4,9 @@
 //! the repository's chunker. A block ends at the last chunk boundary the chunker could decide;
 //! the bytes after it are carried over into the next block, so chunk boundaries never depend
 //! on the block size (the chunker sees at least its maximum chunk size, or the end of the file).
+//!
+//! Block buffers are reused ([`crate::buffers`]): a block goes back to the pool when the last
+//! of its chunks is dropped.
 
 use super::metrics::StageTimes;
 use bytes::Bytes;
@@ -25,9 +28,31 @@ pub(super) struct Block {
     pub len: usize,
 }
 
+/// Free block buffers, shared by the readers of one backup and the blocks they made.
+pub(super) type BlockPool = crate::buffers::BufferPool;
+
+/// A block's buffer, back to its pool when the last [`Bytes`] of it is dropped.
+struct Pooled {
+    buf: Vec<u8>,
+    pool: BlockPool,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.pool.give(std::mem::take(&mut self.buf));
+    }
+}
+
 /// Reads one file as blocks of chunks.
 pub(super) struct BlockReader<'c> {
     chunker: &'c dyn Chunker,
+    pool: BlockPool,
     buf: Vec<u8>,
     eof: bool,
     /// The read error that ended the file early, if one did (the file is stored as read).
@@ -35,11 +60,12 @@ pub(super) struct BlockReader<'c> {
 }
 
 impl<'c> BlockReader<'c> {
-    /// A reader cutting with `chunker`.
-    pub fn new(chunker: &'c dyn Chunker) -> Self {
+    /// A reader cutting with `chunker`, its buffers from `pool`.
+    pub fn new(chunker: &'c dyn Chunker, pool: BlockPool) -> Self {
         BlockReader {
             chunker,
-            buf: Vec::with_capacity(BLOCK_SIZE + chunker.max_size()),
+            buf: pool.take(BLOCK_SIZE + chunker.max_size()),
+            pool,
             eof: false,
             error: None,
         }
@@ -75,12 +101,21 @@ impl<'c> BlockReader<'c> {
                 consumed_bytes: len,
             } = cut_buffer(self.chunker, &self.buf, self.eof);
             StageTimes::add(&times.chunk, t);
-            let mut next = Vec::with_capacity(BLOCK_SIZE + max);
+            let mut next = self.pool.take(BLOCK_SIZE + max);
             next.extend_from_slice(&self.buf[len..]);
-            let bytes = Bytes::from(std::mem::replace(&mut self.buf, next));
+            let bytes = Bytes::from_owner(Pooled {
+                buf: std::mem::replace(&mut self.buf, next),
+                pool: self.pool.clone(),
+            });
             if !cuts.is_empty() {
                 return Some(Block { bytes, cuts, len });
             }
         }
+    }
+}
+
+impl Drop for BlockReader<'_> {
+    fn drop(&mut self) {
+        self.pool.give(std::mem::take(&mut self.buf));
     }
 }

@@ -7,6 +7,7 @@
 use super::closed;
 use super::fingerprint::submit;
 use super::metrics::StageTimes;
+use crate::buffers::BufferPool;
 use crate::error::Result;
 use crate::format::container::{CompressedRegion, EntryKind, RegionBuilder};
 use crossbeam_channel::{Receiver, Sender};
@@ -23,16 +24,20 @@ pub(super) struct RegionPacker<'a> {
     pool: &'a rayon::ThreadPool,
     tx: Sender<Receiver<CompressedRegion>>,
     times: Arc<StageTimes>,
+    /// Raw and compressed region buffers: raw ones come back after compression, compressed
+    /// ones from the writer once it copied them into a container (see [`crate::buffers`]).
+    buffers: BufferPool,
 }
 
 impl<'a> RegionPacker<'a> {
-    /// A packer closing regions at `region_size` raw bytes.
+    /// A packer closing regions at `region_size` raw bytes, its buffers from `buffers`.
     pub fn new(
         region_size: usize,
         compression: Compression,
         pool: &'a rayon::ThreadPool,
         tx: Sender<Receiver<CompressedRegion>>,
         times: Arc<StageTimes>,
+        buffers: BufferPool,
     ) -> Self {
         RegionPacker {
             region: RegionBuilder::default(),
@@ -41,6 +46,7 @@ impl<'a> RegionPacker<'a> {
             pool,
             tx,
             times,
+            buffers,
         }
     }
 
@@ -53,6 +59,11 @@ impl<'a> RegionPacker<'a> {
         original_len: usize,
         super_features: Vec<u64>,
     ) -> Result<()> {
+        if self.region.raw.capacity() == 0 {
+            // A region ends with the entry that takes it past the region size: room for
+            // that entry too, most of the time.
+            self.region.raw = self.buffers.take(self.region_size + self.region_size / 2);
+        }
         self.region
             .push(id, kind, bytes, original_len, super_features);
         if self.region.raw.len() >= self.region_size {
@@ -69,9 +80,12 @@ impl<'a> RegionPacker<'a> {
         let region = std::mem::take(&mut self.region);
         let compression = self.compression;
         let times = self.times.clone();
+        let buffers = self.buffers.clone();
         let rx = submit(self.pool, move || {
             let t = Instant::now();
-            let r = region.compress(compression);
+            let out = buffers.take(0);
+            let (r, raw) = region.compress_into(compression, out);
+            buffers.give(raw);
             StageTimes::add(&times.compress, t);
             r
         });

@@ -27,10 +27,12 @@ pub(super) fn run(
     repo: &IndexedRepository,
     regions: Receiver<Receiver<CompressedRegion>>,
     times: &StageTimes,
+    buffers: crate::buffers::BufferPool,
 ) -> Result<WriterStats> {
     let mut writer = ContainerWriter::new(repo)
         .clearing_healed_records()?
-        .indexing_in_batches();
+        .indexing_in_batches()
+        .returning_buffers(buffers);
     for rx in regions {
         let region = rx.recv().map_err(closed)?;
         let t = Instant::now();

@@ -6,7 +6,7 @@
 //! cannot be read, or that changes while it is read, is a warning (exit code 3), not an error:
 //! the backup goes on, and the snapshot records what was read.
 
-use super::chunk::BlockReader;
+use super::chunk::{BlockPool, BlockReader};
 use super::fingerprint::{submit, FingerprintJob};
 use super::{closed, Item, StdinSource};
 use crate::error::{Error, Result};
@@ -43,6 +43,8 @@ pub(super) struct Walker<'a> {
     /// Held by every job in flight, so that the backup can wait for them all before it
     /// returns (they hold the index's read view), also when it fails.
     pub jobs_in_flight: WaitGroup,
+    /// Block buffers, reused from file to file and block to block.
+    pub blocks: BlockPool,
 }
 
 impl Walker<'_> {
@@ -154,7 +156,7 @@ impl Walker<'_> {
         self.stats.files += 1;
         self.tx.send(Item::FileStart(node)).map_err(closed)?;
         let mut total = 0u64;
-        let mut blocks = BlockReader::new(self.chunker);
+        let mut blocks = BlockReader::new(self.chunker, self.blocks.clone());
         loop {
             let Some(block) = blocks.next_block(f, &self.job.times) else {
                 break;

@@ -255,14 +255,27 @@ impl RegionBuilder {
 
     /// Compresses the region; the CPU-heavy step, run on the worker pool.
     pub fn compress(self, compression: Compression) -> CompressedRegion {
-        let (codec, stored) = compression.compress(&self.raw);
-        CompressedRegion {
+        self.compress_into(compression, Vec::new()).0
+    }
+
+    /// [`Self::compress`] into the buffer `out` (its contents are dropped); also returns the
+    /// raw buffer, emptied, for reuse.
+    pub fn compress_into(
+        self,
+        compression: Compression,
+        mut out: Vec<u8>,
+    ) -> (CompressedRegion, Vec<u8>) {
+        let codec = compression.compress_into(&self.raw, &mut out);
+        let region = CompressedRegion {
             codec,
-            crc: crc32c::crc32c(&stored),
+            crc: crc32c::crc32c(&out),
             raw_len: self.raw.len() as u32,
-            stored,
+            stored: out,
             entries: self.entries,
-        }
+        };
+        let mut raw = self.raw;
+        raw.clear();
+        (region, raw)
     }
 }
 
@@ -308,11 +321,20 @@ impl ContainerBuilder {
     /// # Panics
     /// If `version` is not 1 ..= [`CONTAINER_VERSION`] (a caller bug: configs are validated).
     pub fn with_version(version: u16) -> Self {
+        Self::reusing(version, Vec::with_capacity(4 << 20))
+    }
+
+    /// [`Self::with_version`] writing into `data` (its contents are dropped): the buffer of a
+    /// sealed container, reused for the next.
+    ///
+    /// # Panics
+    /// If `version` is not 1 ..= [`CONTAINER_VERSION`] (a caller bug: configs are validated).
+    pub fn reusing(version: u16, mut data: Vec<u8>) -> Self {
         assert!(
             (CONTAINER_V1..=CONTAINER_VERSION).contains(&version),
             "container version {version}"
         );
-        let mut data = Vec::with_capacity(4 << 20);
+        data.clear();
         data.extend_from_slice(CONTAINER_MAGIC);
         data.extend_from_slice(&version.to_le_bytes());
         data.extend_from_slice(&0u16.to_le_bytes()); // flags
@@ -344,8 +366,13 @@ impl ContainerBuilder {
     /// a delta's): they are dropped here, so that the metadata returned by [`Self::seal`] is
     /// what a reader decodes.
     pub fn add_region(&mut self, region: CompressedRegion) {
+        self.add_region_returning(region);
+    }
+
+    /// [`Self::add_region`], returning the region's stored-bytes buffer (emptied) for reuse.
+    pub fn add_region_returning(&mut self, region: CompressedRegion) -> Vec<u8> {
         if region.entries.is_empty() {
-            return;
+            return region.stored;
         }
         let index = self.meta.regions.len() as u32;
         self.meta.regions.push(RegionMeta {
@@ -363,6 +390,9 @@ impl ContainerBuilder {
             }
             self.meta.entries.push(e);
         }
+        let mut stored = region.stored;
+        stored.clear();
+        stored
     }
 
     /// Finishes the file: returns its id, bytes and metadata.

@@ -178,6 +178,11 @@ impl<R: Read> TreeDecoder<R> {
         }
     }
 
+    /// The reader, to ask it why a read failed.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
     /// The reader (after the end of the stream: it has been read to its end).
     pub fn into_inner(self) -> R {
         self.inner

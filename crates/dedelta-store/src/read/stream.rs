@@ -10,6 +10,8 @@ pub struct ChunkStreamReader<'r, 'a> {
     current: Vec<u8>,
     pos: usize,
     lens: Vec<u32>,
+    /// The error that ended the stream, as it was: `Read` can only pass on a string of it.
+    error: Option<crate::Error>,
 }
 
 impl<'r, 'a> ChunkStreamReader<'r, 'a> {
@@ -21,7 +23,15 @@ impl<'r, 'a> ChunkStreamReader<'r, 'a> {
             current: Vec::new(),
             pos: 0,
             lens: Vec::new(),
+            error: None,
         }
+    }
+
+    /// The error a chunk read ended the stream with, if one did: what a decoder that read
+    /// through this reader reports as a truncated stream was really this (an index found
+    /// damaged, a missing container), and the caller should say so.
+    pub fn take_error(&mut self) -> Option<crate::Error> {
+        self.error.take()
     }
 
     /// The lengths of the chunks read so far, in order.
@@ -36,10 +46,14 @@ impl std::io::Read for ChunkStreamReader<'_, '_> {
             let Some(id) = self.ids.next() else {
                 return Ok(0);
             };
-            self.current = self
-                .reader
-                .read_chunk(&id)
-                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            self.current = match self.reader.read_chunk(&id) {
+                Ok(c) => c,
+                Err(e) => {
+                    let io = std::io::Error::other(e.to_string());
+                    self.error = Some(e);
+                    return Err(io);
+                }
+            };
             self.pos = 0;
             self.lens.push(self.current.len() as u32);
         }

@@ -2,7 +2,7 @@
 //! repair and backup's parent recipe).
 
 use super::{ChunkReader, ChunkStreamReader};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, TreeDecoder};
 use crate::repository::IndexedRepository;
@@ -32,8 +32,20 @@ pub fn walk_tree_measured(
         64 * 1024,
         ChunkStreamReader::new(&mut reader, ids),
     ));
-    while let Some((node, chunks)) = dec.next_node()? {
-        f(node, chunks)?;
+    loop {
+        match dec.next_node() {
+            Ok(Some((node, chunks))) => f(node, chunks)?,
+            Ok(None) => break,
+            // An index found damaged while reading a tree chunk must reach the caller as
+            // such (the next command rebuilds it, and callers retry on it), not as a
+            // truncated tree; other read errors stay a corrupt tree.
+            Err(e) => {
+                return Err(match dec.get_mut().get_mut().take_error() {
+                    Some(inner @ Error::IndexDamaged(_)) => inner,
+                    _ => e,
+                })
+            }
+        }
     }
     Ok(dec.into_inner().into_inner().chunk_lens().to_vec())
 }

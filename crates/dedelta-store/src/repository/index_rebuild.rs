@@ -10,6 +10,7 @@
 
 use super::{read_container_meta, IndexedRepository};
 use crate::backend::FileKind;
+use crate::client::index::{ChunkLocation, DeltaCopy, Rebuild};
 use crate::error::Result;
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
 use crate::repository::damage::DamageSet;
@@ -29,70 +30,124 @@ pub struct RepairStats {
     pub problems: Vec<String>,
 }
 
+/// Container metadata a rebuild holds in memory at once, in entries (about 10 MB of them; a
+/// 4 MiB container of 8 KiB chunks has about 500).
+const BATCH_ENTRIES: usize = 1 << 16;
+
 /// Replaces the index with every entry of every readable container, except copies recorded
-/// as damaged (see [`crate::format::damage`]), in one transaction. Calls `warn` for each container it
-/// has to skip.
+/// as damaged (see [`crate::format::damage`]), in one commit. Calls `warn` for each container
+/// it has to skip.
+///
+/// In bounded memory, whatever the repository's size: containers are read in batches of
+/// about [`BATCH_ENTRIES`] entries, and each batch's full copies become a run of the index at
+/// once (merged as the index merges runs), while its delta copies are set aside in a file
+/// beside the index. Once every full copy is known, the delta copies are read back and a
+/// chunk without a full copy gets a delta copy whose base has one. (It read every container's
+/// metadata into memory first: 830 MB of peak memory for a 16 GB repository.)
 pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Result<RepairStats> {
+    rebuild_in_batches(repo, warn, BATCH_ENTRIES)
+}
+
+/// [`rebuild_index`] with batches of `batch_entries` entries.
+fn rebuild_in_batches(
+    repo: &IndexedRepository,
+    warn: &mut dyn FnMut(&str),
+    batch_entries: usize,
+) -> Result<RepairStats> {
     let mut stats = RepairStats::default();
     let (damage, notices) = DamageSet::load(repo.backend().as_ref())?;
     for n in notices {
         warn(&n);
         stats.problems.push(n);
     }
-    let mut metas: Vec<(ContainerId, ContainerMeta)> = Vec::new();
-    // Containers recorded as damaged whole: left out, but known to the index.
-    let mut whole: Vec<ContainerId> = Vec::new();
-    for (name, _) in repo.backend().list(FileKind::Container)? {
-        let Some(id) = ContainerId::from_hex(&name) else {
-            let msg = format!("ignoring {name}: not a container name");
-            warn(&msg);
-            stats.problems.push(msg);
-            continue;
-        };
-        if damage.container_damaged(&id) {
-            stats.damaged_skipped += 1;
-            whole.push(id);
-            continue;
-        }
-        let meta = read_meta_retrying(repo, &name, &mut |msg| {
-            warn(&msg);
-            stats.problems.push(msg);
-        });
-        match meta {
-            Ok(meta) => metas.push((id, meta)),
-            Err(e) => {
-                let msg = format!("skipping container {name}: {e}");
+    let listed = repo.backend().list(FileKind::Container)?;
+    repo.index().rebuild_in_steps(damage.digest(), |r| {
+        let mut batch = Batch::default();
+        for (name, _) in &listed {
+            let Some(id) = ContainerId::from_hex(name) else {
+                let msg = format!("ignoring {name}: not a container name");
                 warn(&msg);
                 stats.problems.push(msg);
+                continue;
+            };
+            if damage.container_damaged(&id) {
+                // Left out, but known to the index.
+                stats.damaged_skipped += 1;
+                batch.whole.push(id);
+                continue;
+            }
+            let meta = read_meta_retrying(repo, name, &mut |msg| {
+                warn(&msg);
+                stats.problems.push(msg);
+            });
+            match meta {
+                Ok(meta) => {
+                    batch.entries += meta.entries.len();
+                    batch.metas.push((id, meta));
+                }
+                Err(e) => {
+                    let msg = format!("skipping container {name}: {e}");
+                    warn(&msg);
+                    stats.problems.push(msg);
+                }
+            }
+            if batch.entries >= batch_entries {
+                std::mem::take(&mut batch).add_to(r, &damage, &mut stats)?;
             }
         }
-    }
-    // Chunks with a full copy that is not recorded as damaged: the only possible bases.
-    let full = full_copies(&metas, &damage);
-    let chosen = choose_copies(&metas, &damage, |base| full.contains(base), &mut stats);
-    stats.containers = metas.len() as u64;
-    stats.chunks = chosen.len() as u64;
-    let position: HashMap<ContainerId, usize> = metas
-        .iter()
-        .enumerate()
-        .map(|(c, (id, _))| (*id, c))
-        .collect();
-    let keep = |id: &ContainerId, i: u32, e: &EntryMeta| {
-        chosen
-            .get(&e.id)
-            .is_some_and(|&(c, entry, _)| entry == i && position.get(id) == Some(&c))
-    };
-    let known = metas
-        .iter()
-        .map(|(id, meta)| (*id, meta.entries.len()))
-        .chain(whole.iter().map(|id| (*id, 0)));
-    repo.index().rebuild(
-        metas.iter().map(|(id, meta)| (*id, meta)),
-        keep,
-        known,
-        damage.digest(),
-    )?;
+        batch.add_to(r, &damage, &mut stats)?;
+        // A chunk without a full copy gets a delta copy whose base has one, if any.
+        r.take_in_set_aside(|copy, full| Ok(!full(&copy.id)? && full(&copy.base)?))
+    })?;
+    stats.chunks = repo.index().len()?;
     Ok(stats)
+}
+
+/// Containers read and not yet added to the rebuilt index.
+#[derive(Default)]
+struct Batch {
+    metas: Vec<(ContainerId, ContainerMeta)>,
+    /// Containers recorded as damaged whole.
+    whole: Vec<ContainerId>,
+    entries: usize,
+}
+
+impl Batch {
+    /// Adds the batch's full copies that are not recorded as damaged to the rebuild (one run)
+    /// and sets its other delta copies aside.
+    fn add_to(
+        self,
+        r: &mut Rebuild<'_>,
+        damage: &DamageSet,
+        stats: &mut RepairStats,
+    ) -> Result<()> {
+        for (id, meta) in &self.metas {
+            for (i, e) in meta.entries.iter().enumerate() {
+                if damage.reason(id, &e.id).is_some() {
+                    stats.damaged_skipped += 1;
+                } else if let EntryKind::Delta { base } = e.kind {
+                    r.set_aside(&DeltaCopy {
+                        id: e.id,
+                        base,
+                        at: ChunkLocation {
+                            container: *id,
+                            entry: i as u32,
+                        },
+                    })?;
+                }
+            }
+        }
+        stats.containers += self.metas.len() as u64;
+        let keep = |id: &ContainerId, _: u32, e: &EntryMeta| {
+            e.kind == EntryKind::Full && damage.reason(id, &e.id).is_none()
+        };
+        let known = self
+            .metas
+            .iter()
+            .map(|(id, meta)| (*id, meta.entries.len()))
+            .chain(self.whole.iter().map(|id| (*id, 0)));
+        r.add(self.metas.iter().map(|(id, meta)| (*id, meta)), keep, known)
+    }
 }
 
 /// Reads a container's metadata; a failed read is tried once more (a container left out of
@@ -160,4 +215,93 @@ pub(super) fn choose_copies(
         }
     }
     chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::config::RepoConfig;
+    use crate::format::damage::{DamageRecord, DamagedCopy};
+    use crate::repository::{ContainerWriter, Repository};
+
+    fn chunk(name: &str) -> ChunkId {
+        ChunkId::of(name.as_bytes())
+    }
+
+    /// The copy rules hold whatever the batches: a full copy if there is one (never a damaged
+    /// one), else a delta copy whose base has an undamaged full copy, else none; batches of
+    /// one container each (deltas whose base is in a later batch, a full copy arriving after
+    /// a delta copy) give the same index as one batch of everything.
+    #[test]
+    fn batches_keep_the_copy_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_local_with_cache(
+            &dir.path().join("repo"),
+            RepoConfig::new("test".into()),
+            &dir.path().join("cache"),
+        )
+        .unwrap()
+        .open_index()
+        .unwrap();
+        let full = |name: &str| (chunk(name), EntryKind::Full);
+        let delta = |name: &str, base: &str| (chunk(name), EntryKind::Delta { base: chunk(base) });
+        let containers = [
+            // d1's base and d3's come in later containers.
+            vec![delta("d1", "f0"), delta("d3", "f5"), delta("f3", "f0")],
+            vec![full("f0"), full("f1"), full("f2"), full("f3"), full("f4")],
+            vec![full("f5"), full("f6"), delta("d2", "gone"), full("d1")],
+            vec![delta("d4", "d3"), full("f6"), full("h"), delta("d5", "h")],
+        ];
+        let mut ids = Vec::new();
+        for entries in &containers {
+            let mut w = ContainerWriter::new(&repo);
+            for (n, (id, kind)) in entries.iter().enumerate() {
+                w.push_entry(*id, *kind, &[n as u8; 10], 10, vec![n as u64, 7])
+                    .unwrap();
+            }
+            w.seal().unwrap();
+            ids.push(*w.written.last().unwrap());
+        }
+        crate::repository::damage::write_record(
+            repo.backend().as_ref(),
+            &DamageRecord {
+                time: "t".into(),
+                copies: vec![DamagedCopy {
+                    container: ids[3],
+                    chunk: Some(chunk("h")),
+                    reason: "test".into(),
+                }],
+            },
+        )
+        .unwrap();
+        let expect = [
+            ("f0", Some(true)),
+            ("f3", Some(true)),
+            ("f6", Some(true)),
+            ("d1", Some(true)),
+            ("d3", Some(false)),
+            ("d2", None),
+            ("d4", None),
+            ("h", None),
+            ("d5", None),
+        ];
+        for batch in [1, 4, 5, usize::MAX] {
+            let st = rebuild_in_batches(&repo, &mut |_| {}, batch).unwrap();
+            assert_eq!((st.containers, st.chunks, st.damaged_skipped), (4, 9, 1));
+            let index = repo.index();
+            assert!(index.is_complete().unwrap());
+            assert_eq!(index.known_containers().unwrap().len(), 4);
+            for (name, want) in expect {
+                let got = index.get(&chunk(name)).unwrap().map(|loc| {
+                    let meta = repo.read_container_meta(&loc.container).unwrap();
+                    let e = &meta.entries[loc.entry as usize];
+                    assert_eq!(e.id, chunk(name));
+                    e.kind == EntryKind::Full
+                });
+                assert_eq!(got, want, "{name}, batches of {batch} entries");
+            }
+            // Super-features of full copies are found again.
+            assert!(index.reader().unwrap().sketch(1, 7).unwrap().is_some());
+        }
+    }
 }

@@ -292,6 +292,8 @@ pub struct ContainerWriter<'a> {
     pub healed: Vec<ContainerId>,
     /// With [`Self::indexing_in_batches`]: containers written, durable, not indexed yet.
     pending: Option<Vec<(ContainerId, ContainerMeta)>>,
+    /// With [`Self::returning_buffers`]: where the buffers of regions added go back.
+    buffers: Option<crate::buffers::BufferPool>,
 }
 
 /// Containers a backup indexes in one commit (one run file of the index). A commit costs a
@@ -314,7 +316,16 @@ impl<'a> ContainerWriter<'a> {
             recorded: None,
             healed: Vec::new(),
             pending: None,
+            buffers: None,
         }
+    }
+
+    /// Makes the writer give the stored-bytes buffer of every region added with
+    /// [`Self::add_region`] back to `pool` (backup's regions are compressed into buffers of
+    /// that pool; see [`crate::buffers`]).
+    pub fn returning_buffers(mut self, pool: crate::buffers::BufferPool) -> Self {
+        self.buffers = Some(pool);
+        self
     }
 
     /// Makes the writer index containers [`INDEX_BATCH`] at a time (each container is still
@@ -357,7 +368,10 @@ impl<'a> ContainerWriter<'a> {
         {
             self.seal()?;
         }
-        self.builder.add_region(region);
+        let stored = self.builder.add_region_returning(region);
+        if let Some(pool) = &self.buffers {
+            pool.give(stored);
+        }
         Ok(())
     }
 
@@ -395,11 +409,18 @@ impl<'a> ContainerWriter<'a> {
         if self.builder.is_empty() {
             return Ok(());
         }
-        let next = ContainerBuilder::with_version(self.builder.version());
-        let (id, bytes, meta) = std::mem::replace(&mut self.builder, next).seal();
+        let version = self.builder.version();
+        let sealed = std::mem::replace(
+            &mut self.builder,
+            ContainerBuilder::reusing(version, Vec::new()),
+        );
+        let (id, bytes, meta) = sealed.seal();
         self.repo
             .backend()
             .put(FileKind::Container, &id.to_hex(), &bytes)?;
+        let len_bytes = bytes.len() as u64;
+        // The next container is written into this one's buffer (see crate::buffers).
+        self.builder = ContainerBuilder::reusing(version, bytes);
         match self.pending.as_mut() {
             Some(pending) => pending.push((id, meta)),
             None => self.repo.index().insert_container(id, &meta)?,
@@ -412,7 +433,7 @@ impl<'a> ContainerWriter<'a> {
             self.index_pending()?;
         }
         self.written.push(id);
-        self.bytes_written += bytes.len() as u64;
+        self.bytes_written += len_bytes;
         if self.recorded.as_mut().is_some_and(|r| r.remove(&id)) {
             // The container is durable and indexed before its records go.
             self.index_pending()?;

@@ -20,7 +20,7 @@ use crate::repository::read_container_meta;
 use dedelta_core::sketch::{FirstFitIndex, SuperFeatures};
 use dedelta_core::ChunkId;
 use lru::LruCache;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
@@ -42,10 +42,43 @@ pub trait SketchIndex: Send {
 /// backing index at each super-feature position.
 type Overlay = FirstFitIndex<ChunkId>;
 
-/// Index of every full chunk's super-features.
+/// New chunks per generation of [`FullSketchIndex`]'s overlay: about 32 MiB of 8 KiB chunks,
+/// so that the overlay holds a few generations (a few MB) while the writer indexes batches of
+/// 32 MiB behind the dedup thread.
+const GENERATION_CHUNKS: usize = 4096;
+
+/// One generation of the overlay: the super-features of consecutive new full chunks.
+struct Generation {
+    overlay: Overlay,
+    /// The last chunk inserted: once the index holds it, it holds the whole generation.
+    last: Option<ChunkId>,
+    chunks: usize,
+}
+
+impl Generation {
+    fn new() -> Self {
+        Generation {
+            overlay: Overlay::default(),
+            last: None,
+            chunks: 0,
+        }
+    }
+}
+
+/// Index of every full chunk's super-features: the persisted index, and in front of it the
+/// super-features of this backup's new full chunks that the index may not hold yet.
+///
+/// The overlay is kept in generations of [`GENERATION_CHUNKS`] chunks and a generation is
+/// dropped once the index holds its last chunk: the writer indexes containers in stream
+/// order, so the index then holds the generation's every chunk and super-feature (or an
+/// older chunk's, which FirstFit prefers anyway). So the overlay holds what the writer has
+/// not indexed yet (tens of MB of data behind), not every new chunk of the backup: one
+/// overlay for the whole backup took 19 MB of a backup of 500 MB of new data, growing with
+/// the backup's size.
 pub struct FullSketchIndex {
     reader: IndexReader,
-    overlay: Overlay,
+    /// Oldest first; the last one is being filled.
+    generations: VecDeque<Generation>,
 }
 
 impl FullSketchIndex {
@@ -53,20 +86,72 @@ impl FullSketchIndex {
     pub fn new(reader: IndexReader) -> Self {
         FullSketchIndex {
             reader,
-            overlay: Overlay::default(),
+            generations: VecDeque::from([Generation::new()]),
         }
+    }
+
+    /// Starts a new generation and drops the old ones the index now holds (refreshing the
+    /// reader to the last commit first).
+    fn rotate(&mut self) -> Result<()> {
+        self.generations.push_back(Generation::new());
+        self.reader.refresh();
+        while self.generations.len() > 1 {
+            let indexed = match self.generations.front().and_then(|g| g.last) {
+                Some(last) => self.reader.get(&last)?.is_some(),
+                None => true,
+            };
+            if !indexed {
+                break;
+            }
+            self.generations.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Generations held (for tests).
+    #[cfg(test)]
+    fn generations(&self) -> usize {
+        self.generations.len()
     }
 }
 
 impl SketchIndex for FullSketchIndex {
     fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>> {
-        let reader = &self.reader;
-        self.overlay
-            .matches_with_backing(sfs, limit, |i, sf| reader.sketch(i, sf))
+        // FirstFit: at each position in order, the oldest overlay generation that has the
+        // super-feature, else the persisted index.
+        let mut out: Vec<ChunkId> = Vec::new();
+        for (position, sf) in sfs.0.iter().enumerate() {
+            if out.len() >= limit {
+                break;
+            }
+            let found = match self
+                .generations
+                .iter()
+                .find_map(|g| g.overlay.get(position, *sf))
+            {
+                Some(id) => Some(*id),
+                None => self.reader.sketch(position, *sf)?,
+            };
+            if let Some(id) = found {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
-        self.overlay.insert(id, sfs);
+        let Some(g) = self.generations.back_mut() else {
+            return;
+        };
+        g.overlay.insert(id, sfs);
+        g.last = Some(id);
+        g.chunks += 1;
+        if g.chunks >= GENERATION_CHUNKS {
+            // A failed lookup here only keeps generations longer: the next rotation retries.
+            let _ = self.rotate();
+        }
     }
 
     fn consulted(&mut self, _container: ContainerId) -> Result<()> {
@@ -151,5 +236,79 @@ impl SketchIndex for StreamSketchIndex {
 
     fn name(&self) -> &'static str {
         "stream"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::index::ChunkIndex;
+    use crate::format::container::{ContainerMeta, EntryMeta};
+
+    fn chunk(n: usize) -> (ChunkId, SuperFeatures) {
+        let id = ChunkId::of(&(n as u64).to_le_bytes());
+        (id, SuperFeatures(vec![n as u64 * 3 + 1, n as u64 * 5 + 2]))
+    }
+
+    fn container(seed: u8, chunks: std::ops::Range<usize>) -> (ContainerId, ContainerMeta) {
+        let entries = chunks
+            .map(|n| {
+                let (id, sfs) = chunk(n);
+                EntryMeta {
+                    id,
+                    kind: EntryKind::Full,
+                    region: 0,
+                    offset: 0,
+                    stored_len: 1,
+                    original_len: 1,
+                    super_features: sfs.0,
+                }
+            })
+            .collect();
+        let meta = ContainerMeta {
+            regions: vec![],
+            entries,
+        };
+        (ContainerId(ChunkId::of(&[seed]).0), meta)
+    }
+
+    /// The overlay drops a generation once the index holds its last chunk, not before, and
+    /// every chunk stays a candidate throughout (from the overlay or from the index).
+    #[test]
+    fn overlay_generations_leave_once_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
+        let mut s = FullSketchIndex::new(index.reader().unwrap());
+        let g = GENERATION_CHUNKS;
+        let found = |s: &mut FullSketchIndex, n: usize| {
+            let (id, sfs) = chunk(n);
+            s.lookup(&sfs, 1).unwrap() == vec![id]
+        };
+        for n in 0..2 * g {
+            let (id, sfs) = chunk(n);
+            s.insert(id, &sfs);
+        }
+        // Nothing indexed yet: both generations stay (and a third was started).
+        assert_eq!(s.generations(), 3);
+        assert!(found(&mut s, 0) && found(&mut s, 2 * g - 1));
+        // The writer indexes the first generation but its last chunk: it stays.
+        let (id, meta) = container(1, 0..g - 1);
+        index.insert_container(id, &meta).unwrap();
+        for n in 2 * g..3 * g {
+            let (id, sfs) = chunk(n);
+            s.insert(id, &sfs);
+        }
+        assert_eq!(s.generations(), 4);
+        // Its last chunk indexed: the first generation leaves at the next rotation.
+        let (id, meta) = container(2, g - 1..g + 5);
+        index.insert_container(id, &meta).unwrap();
+        for n in 3 * g..4 * g {
+            let (id, sfs) = chunk(n);
+            s.insert(id, &sfs);
+        }
+        assert_eq!(s.generations(), 4);
+        for n in [0, g - 1, g, 2 * g, 4 * g - 1] {
+            assert!(found(&mut s, n), "chunk {n}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! and facts about the index itself. Replaced whole (temporary file, fsync, rename, fsync of
 //! the directory) at every change, so a reader sees the old manifest or the new one.
 //!
-//! Layout (little-endian): `DDIXMAN\0`, version u32 = 1; complete u8; damage digest u64;
+//! Layout (little-endian): `DDIXMAN\0`, version u32 = 2; complete u8; damage digest u64;
 //! next run number u64; next global entry number u64; run count u32, then per run: number
 //! u64, chunk entries u64, super-feature keys u64, file length u64, tail CRC-32C u32;
 //! container count u32, then per container: id (32 bytes), first global entry number u64,
@@ -14,8 +14,9 @@ use std::io::Write;
 use std::path::Path;
 
 const MAGIC: [u8; 8] = *b"DDIXMAN\0";
-/// The manifest version; an index with another is rebuilt.
-pub const VERSION: u32 = 1;
+/// The manifest version; an index with another is rebuilt. 2: the runs' super-feature keys
+/// are 40 bits (run version 2); an index of version 1 (32-bit keys) is rebuilt, never read.
+pub const VERSION: u32 = 2;
 
 /// What the manifest records about one run file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,9 +271,9 @@ mod tests {
     #[test]
     fn another_version_is_named() {
         let mut bytes = sample().encode();
-        bytes[8] = 2;
+        bytes[8] = 1;
         let err = Manifest::decode(&bytes).unwrap_err();
-        assert!(err.contains("version 2"), "{err}");
+        assert!(err.contains("version 1"), "{err}");
     }
 
     #[test]

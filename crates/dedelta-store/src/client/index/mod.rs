@@ -12,8 +12,8 @@
 //! - `P.lock`: held (flock) while the index is open, so two processes never share it.
 //!
 //! A chunk's location is stored as its global entry number (5 bytes: the container's first
-//! number plus the entry number), a super-feature as a 4-byte key naming a chunk entry of
-//! its run. A key is a truncated hash: two super-features may share one, so a sketch hit is
+//! number plus the entry number), a super-feature as a 40-bit key (4 bytes in a run of more
+//! than 16,384 keys, see [`run`]) naming a chunk entry of its run. A key is a truncated hash: two super-features may share one, so a sketch hit is
 //! only a candidate base; the delta stage encodes against it and keeps the delta only if it
 //! saves enough, so a false hit costs a worse delta attempt, never wrong data.
 //!
@@ -56,9 +56,16 @@ const MAX_MERGE_ENTRIES: u64 = 4 << 20;
 /// it keeps lookups at one run).
 const COMPACT_ALL_BYTES: u64 = 8 << 20;
 
-/// The truncated key of super-feature `sf` at `position` in the sketch table.
-pub fn sketch_key(position: usize, sf: u64) -> u32 {
-    (mix64(sf ^ mix64(position as u64 + 1)) >> 32) as u32
+/// The truncated key of super-feature `sf` at `position` in the sketch table: 40 bits.
+///
+/// Why 40: with K keys in the index, a new chunk's three lookups meet another chunk's key by
+/// chance with probability about 3K / 2^bits, and each such false candidate costs a base read
+/// from the repository and a delta attempt. At 32 bits that was 171-200 false candidates per
+/// 51,000 new chunks in a 16 GB repository, growing linearly with it (about 7 % of new chunks
+/// at 100 M keys); at 40 bits it is 256 times fewer. The extra byte costs nothing on disk in
+/// runs of more than 16,384 keys, where the bucket number holds the top 8 bits (see [`run`]).
+pub fn sketch_key(position: usize, sf: u64) -> u64 {
+    mix64(sf ^ mix64(position as u64 + 1)) >> (64 - run::KEY_BITS)
 }
 
 /// Where a chunk is stored.
@@ -74,6 +81,13 @@ pub struct ChunkLocation {
 fn run_path(path: &Path, seq: u64) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".{seq:016x}.run"));
+    path.with_file_name(name)
+}
+
+/// Where a rebuild sets delta copies aside (see [`Rebuild::set_aside`]).
+fn spill_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".rebuild.tmp");
     path.with_file_name(name)
 }
 
@@ -111,6 +125,7 @@ fn remove_orphans(path: &Path, keep: &HashSet<u64>) {
         return;
     };
     let _ = std::fs::remove_file(manifest::tmp_path(path));
+    let _ = std::fs::remove_file(spill_path(path));
     let prefix = format!("{name}.");
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -173,9 +188,16 @@ struct Shared {
     /// Set when damage was found: the manifest is gone and this process changes nothing more
     /// (a commit would name the damaged runs again).
     damaged: AtomicBool,
+    /// What new readers see: the last committed view (here rather than in [`ChunkIndex`] so
+    /// that a reader can catch up without a handle on the index, see [`IndexReader::refresh`]).
+    view: RwLock<Arc<View>>,
 }
 
 impl Shared {
+    fn current(&self) -> Arc<View> {
+        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Passes `r` on; damage deletes the manifest, so the next open rebuilds the index.
     fn guard<T>(&self, r: Result<T>) -> Result<T> {
         if let Err(Error::IndexDamaged(_)) = &r {
@@ -222,7 +244,7 @@ impl View {
         Ok(None)
     }
 
-    fn sketch(&self, key: u32) -> Result<Option<ChunkId>> {
+    fn sketch(&self, key: u64) -> Result<Option<ChunkId>> {
         for run in &self.runs {
             if let Some(id) = run.sketch(key)? {
                 return Ok(Some(id));
@@ -231,7 +253,7 @@ impl View {
         Ok(None)
     }
 
-    fn has_sketch(&self, key: u32) -> Result<bool> {
+    fn has_sketch(&self, key: u64) -> Result<bool> {
         for run in &self.runs {
             if run.may_hold_sketch(key) && run.sketch(key)?.is_some() {
                 return Ok(true);
@@ -294,8 +316,6 @@ pub struct ChunkIndex {
     shared: Arc<Shared>,
     /// The committed manifest; held for the whole of a change (changes are serialised).
     state: Mutex<Manifest>,
-    /// What new readers see.
-    view: RwLock<Arc<View>>,
     /// Held open with an exclusive flock while the index is open (shared by the handles of
     /// one process, see [`hold_lock`]).
     _lock: Arc<std::fs::File>,
@@ -358,9 +378,9 @@ impl ChunkIndex {
             shared: Arc::new(Shared {
                 path: path.to_path_buf(),
                 damaged: AtomicBool::new(false),
+                view: RwLock::new(Arc::new(view)),
             }),
             state: Mutex::new(manifest),
-            view: RwLock::new(Arc::new(view)),
             _lock: lock_file,
         })
     }
@@ -370,7 +390,7 @@ impl ChunkIndex {
     }
 
     fn current(&self) -> Arc<View> {
-        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.current()
     }
 
     /// Runs `f` on a copy of the committed state, then commits what it made: the manifest
@@ -395,7 +415,7 @@ impl ChunkIndex {
         for p in &change.obsolete {
             let _ = std::fs::remove_file(p);
         }
-        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View {
+        *self.shared.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View {
             runs: change.runs,
             slots: change.manifest.slots.clone(),
         });
@@ -413,7 +433,7 @@ impl ChunkIndex {
         };
         fresh.store(self.path())?;
         remove_orphans(self.path(), &HashSet::new());
-        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View::default());
+        *self.shared.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View::default());
         *state = fresh;
         self.shared.damaged.store(false, Ordering::SeqCst);
         Ok(())
@@ -515,7 +535,21 @@ impl ChunkIndex {
         known: impl IntoIterator<Item = (ContainerId, usize)>,
         damage_digest: u64,
     ) -> Result<()> {
-        self.change(|c| {
+        self.rebuild_in_steps(damage_digest, |r| r.add(containers, keep, known))
+    }
+
+    /// Replaces the whole index with what `fill` adds to the [`Rebuild`] it is given, a batch
+    /// of containers at a time, and marks it complete, in one commit (a rebuild killed before
+    /// it leaves the previous index as it was). Memory is bounded by the batches `fill` makes
+    /// and the merges of the runs they become (see [`MAX_MERGE_ENTRIES`]), not by the
+    /// repository: each batch is a run file at once.
+    pub fn rebuild_in_steps(
+        &self,
+        damage_digest: u64,
+        fill: impl FnOnce(&mut Rebuild<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let spill = spill_path(self.path());
+        let r = self.change(|c| {
             c.obsolete
                 .extend(c.runs.drain(..).map(|r| r.path().to_path_buf()));
             c.manifest = Manifest {
@@ -524,9 +558,17 @@ impl ChunkIndex {
                 next_seq: c.manifest.next_seq,
                 ..Manifest::default()
             };
-            let empty = View::default();
-            add_batch(self.path(), c, &empty, containers, keep, known)
-        })
+            let mut r = Rebuild {
+                path: self.path(),
+                change: c,
+                slot_of: HashMap::new(),
+                spill: None,
+                spill_path: spill.clone(),
+            };
+            fill(&mut r)
+        });
+        let _ = std::fs::remove_file(&spill);
+        r
     }
 
     /// Removes the entries of `dead` chunks, and every super-feature that names one of them,
@@ -673,13 +715,30 @@ fn add_batch<'m>(
     keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
     known: impl IntoIterator<Item = (ContainerId, usize)>,
 ) -> Result<()> {
+    let mut slot_of = slots_by_id(&c.manifest);
+    add_batch_with(path, c, &mut slot_of, view, containers, keep, known)
+}
+
+/// Where each container's slot is in the manifest.
+fn slots_by_id(m: &Manifest) -> HashMap<ContainerId, usize> {
+    m.slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect()
+}
+
+/// [`add_batch`] with the slots by id kept by the caller (a rebuild adds many batches).
+fn add_batch_with<'m>(
+    path: &Path,
+    c: &mut Change,
+    slot_of: &mut HashMap<ContainerId, usize>,
+    view: &View,
+    containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+    keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+    known: impl IntoIterator<Item = (ContainerId, usize)>,
+) -> Result<()> {
     let m = &mut c.manifest;
-    let mut slot_of: HashMap<ContainerId, usize> =
-        m.slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect();
     let mut chunks: Vec<([u8; 32], u64)> = Vec::new();
-    let mut sketches: Vec<(u32, [u8; 32])> = Vec::new();
+    let mut sketches: Vec<(u64, [u8; 32])> = Vec::new();
     for (id, meta) in containers {
-        let first = slot(m, &mut slot_of, id, meta.entries.len())?;
+        let first = slot(m, slot_of, id, meta.entries.len())?;
         for (i, e) in meta.entries.iter().enumerate() {
             if !keep(&id, i as u32, e) {
                 continue;
@@ -700,7 +759,7 @@ fn add_batch<'m>(
         let i = match slot_of.get(&id) {
             Some(&i) => i,
             None => {
-                slot(m, &mut slot_of, id, entries)?;
+                slot(m, slot_of, id, entries)?;
                 m.slots.len() - 1
             }
         };
@@ -715,6 +774,165 @@ fn add_batch<'m>(
         merge_as_needed(path, c)?;
     }
     Ok(())
+}
+
+/// A delta copy a rebuild sets aside until it knows every full copy (see
+/// [`Rebuild::set_aside`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeltaCopy {
+    /// The chunk.
+    pub id: ChunkId,
+    /// Its base.
+    pub base: ChunkId,
+    /// Where the copy is.
+    pub at: ChunkLocation,
+}
+
+/// Bytes of a delta copy set aside: id, base, container id, entry number.
+const DELTA_COPY_LEN: usize = 32 + 32 + 32 + 4;
+
+/// Delta copies taken in per run by [`Rebuild::take_in_set_aside`]: 40 bytes each in memory.
+const SET_ASIDE_BATCH: usize = 1 << 17;
+
+/// A rebuild in progress (see [`ChunkIndex::rebuild_in_steps`]): batches of containers become
+/// runs at once, and delta copies, which can be chosen only once every full copy is known,
+/// wait in a file beside the index, not in memory.
+pub struct Rebuild<'c> {
+    path: &'c Path,
+    change: &'c mut Change,
+    slot_of: HashMap<ContainerId, usize>,
+    spill: Option<std::io::BufWriter<std::fs::File>>,
+    spill_path: PathBuf,
+}
+
+impl Rebuild<'_> {
+    /// Takes in the entries of `containers` that `keep` accepts (one run; FirstFit: a
+    /// super-feature an earlier batch recorded keeps its chunk) and marks `known` as taken in.
+    pub fn add<'m>(
+        &mut self,
+        containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+        keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+        known: impl IntoIterator<Item = (ContainerId, usize)>,
+    ) -> Result<()> {
+        let view = View {
+            runs: self.change.runs.clone(),
+            slots: Vec::new(),
+        };
+        add_batch_with(
+            self.path,
+            self.change,
+            &mut self.slot_of,
+            &view,
+            containers,
+            keep,
+            known,
+        )
+    }
+
+    /// Sets a delta copy aside (in a file beside the index) for
+    /// [`Self::take_in_set_aside`]. Its container must have been passed to [`Self::add`].
+    pub fn set_aside(&mut self, copy: &DeltaCopy) -> Result<()> {
+        let io = |e| Error::io(format!("writing {}", self.spill_path.display()), e);
+        if self.spill.is_none() {
+            let f = std::fs::File::create(&self.spill_path).map_err(io)?;
+            self.spill = Some(std::io::BufWriter::with_capacity(1 << 20, f));
+        }
+        let Some(w) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        let mut rec = [0u8; DELTA_COPY_LEN];
+        rec[..32].copy_from_slice(copy.id.as_bytes());
+        rec[32..64].copy_from_slice(copy.base.as_bytes());
+        rec[64..96].copy_from_slice(&copy.at.container.0);
+        rec[96..].copy_from_slice(&copy.at.entry.to_le_bytes());
+        std::io::Write::write_all(w, &rec).map_err(io)
+    }
+
+    /// Reads the delta copies set aside back, in the order they were set aside, and takes in
+    /// those `choose` accepts; `choose` is given a lookup of the chunks taken in *before*
+    /// this call (the full copies, when only they were added), which the copies taken in here
+    /// never change.
+    pub fn take_in_set_aside(
+        &mut self,
+        mut choose: impl FnMut(&DeltaCopy, &dyn Fn(&ChunkId) -> Result<bool>) -> Result<bool>,
+    ) -> Result<()> {
+        let Some(w) = self.spill.take() else {
+            return Ok(());
+        };
+        let spill_path = self.spill_path.clone();
+        let io = |e| Error::io(format!("reading {}", spill_path.display()), e);
+        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        drop(file);
+        let mut r = std::io::BufReader::with_capacity(
+            1 << 20,
+            std::fs::File::open(&spill_path).map_err(io)?,
+        );
+        let before: Vec<Arc<Run>> = self.change.runs.clone();
+        let holds_before = |id: &ChunkId| -> Result<bool> {
+            for run in before.iter().rev() {
+                if run.get(id)?.is_some() {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        };
+        let mut chosen: Vec<([u8; 32], u64)> = Vec::new();
+        let mut rec = [0u8; DELTA_COPY_LEN];
+        loop {
+            match std::io::Read::read_exact(&mut r, &mut rec) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(io(e)),
+            }
+            let mut id = [0u8; 32];
+            let mut base = [0u8; 32];
+            let mut container = [0u8; 32];
+            id.copy_from_slice(&rec[..32]);
+            base.copy_from_slice(&rec[32..64]);
+            container.copy_from_slice(&rec[64..96]);
+            let entry = u32::from_le_bytes([rec[96], rec[97], rec[98], rec[99]]);
+            let copy = DeltaCopy {
+                id: ChunkId(id),
+                base: ChunkId(base),
+                at: ChunkLocation {
+                    container: ContainerId(container),
+                    entry,
+                },
+            };
+            if !choose(&copy, &holds_before)? {
+                continue;
+            }
+            let slot = self
+                .slot_of
+                .get(&copy.at.container)
+                .map(|&i| &self.change.manifest.slots[i])
+                .filter(|s| entry < s.entries)
+                .ok_or_else(|| {
+                    Error::Index(format!(
+                        "a delta copy set aside names container {} that the rebuild did not add",
+                        copy.at.container.to_hex()
+                    ))
+                })?;
+            chosen.push((id, slot.first + u64::from(entry)));
+            if chosen.len() >= SET_ASIDE_BATCH {
+                self.write_copies(std::mem::take(&mut chosen))?;
+            }
+        }
+        self.write_copies(chosen)
+    }
+
+    /// Writes chunk entries (no super-features: they are delta copies) as one run.
+    fn write_copies(&mut self, chunks: Vec<([u8; 32], u64)>) -> Result<()> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let seq = new_seq(self.path, &mut self.change.manifest);
+        if let Some(run) = run::write_batch(&run_path(self.path, seq), seq, chunks, Vec::new())? {
+            self.change.runs.push(Arc::new(run));
+            merge_as_needed(self.path, self.change)?;
+        }
+        Ok(())
+    }
 }
 
 /// A number for a new run file: the manifest's next one that names no file (another handle
@@ -841,7 +1059,7 @@ pub mod fuzzing {
             let _ = run.get(&ChunkId(*id));
         }
         let _ = run.get(&ChunkId([0xa5; 32]));
-        for key in keys.iter().take(64).copied().chain([0, u32::MAX]) {
+        for key in keys.iter().take(64).copied().chain([0, run::MAX_KEY]) {
             let _ = run.sketch(key);
         }
     }
@@ -855,6 +1073,12 @@ pub struct IndexReader {
 }
 
 impl IndexReader {
+    /// Moves this reader to the index as last committed (what [`ChunkIndex::reader`] would
+    /// return now): a long-lived reader sees what was indexed since it was made.
+    pub fn refresh(&mut self) {
+        self.view = self.shared.current();
+    }
+
     /// Looks up a chunk.
     pub fn get(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
         self.shared.guard(self.view.get(id, &self.shared.path))

@@ -1,0 +1,75 @@
+//! Reused byte buffers for the backup pipeline's large, short-lived allocations: 1 MiB read
+//! blocks, raw and compressed regions (256 KiB by default), containers (4 MiB).
+//!
+//! Why: allocated afresh each time, on one thread and freed on another, these either came
+//! from glibc's per-thread heaps, which kept the freed space (34 MB of a backup's 144 MB peak
+//! RSS on 500 MB of new data), or, with the mmap threshold fixed below their size (see the
+//! CLI's `alloc_tuning`), were mapped and unmapped each time, whose page faults and zeroing
+//! cost 0.5 s of system time per 500 MB (a quarter of the backup). A pool hands the same
+//! buffers round: they are mapped once, and freed space is never left behind.
+
+use std::sync::{Arc, Mutex};
+
+/// Free buffers a pool keeps at most (more are freed): the buffers in flight come back, and
+/// the pipeline's channels bound how many there are.
+const MAX_FREE: usize = 64;
+
+/// A pool of free byte buffers, shared by the threads of one pipeline (cheap to clone).
+#[derive(Clone, Debug, Default)]
+pub struct BufferPool(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl BufferPool {
+    /// An empty buffer with room for at least `capacity` bytes: a free one if there is one
+    /// large enough, else a new one.
+    pub fn take(&self, capacity: usize) -> Vec<u8> {
+        let free = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match free {
+            Some(mut b) if b.capacity() >= capacity => {
+                b.clear();
+                b
+            }
+            _ => Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Returns a buffer for later use (its contents are dropped when it is taken again).
+    pub fn give(&self, buf: Vec<u8>) {
+        if buf.capacity() == 0 {
+            return;
+        }
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if free.len() < MAX_FREE {
+            free.push(buf);
+        }
+    }
+
+    /// Free buffers held (for tests).
+    pub fn free(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_come_back_empty_and_large_enough() {
+        let pool = BufferPool::default();
+        let mut b = pool.take(100);
+        b.extend_from_slice(&[7; 100]);
+        let ptr = b.as_ptr();
+        pool.give(b);
+        assert_eq!(pool.free(), 1);
+        let again = pool.take(50);
+        assert!(again.is_empty() && again.capacity() >= 100);
+        assert_eq!(again.as_ptr(), ptr, "the same buffer");
+        pool.give(again);
+        // Too small for the request: a new one.
+        assert!(pool.take(1000).capacity() >= 1000);
+        for _ in 0..2 * MAX_FREE {
+            pool.give(vec![0; 1]);
+        }
+        assert_eq!(pool.free(), MAX_FREE);
+    }
+}
