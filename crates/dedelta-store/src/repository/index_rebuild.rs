@@ -15,7 +15,7 @@ use crate::error::Result;
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
 use crate::repository::damage::DamageSet;
 use dedelta_core::ChunkId;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// What a rebuild did.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -32,7 +32,7 @@ pub struct RepairStats {
 
 /// Container metadata a rebuild holds in memory at once, in entries (about 10 MB of them; a
 /// 4 MiB container of 8 KiB chunks has about 500).
-const BATCH_ENTRIES: usize = 1 << 16;
+pub(super) const BATCH_ENTRIES: usize = 1 << 16;
 
 /// Replaces the index with every entry of every readable container, except copies recorded
 /// as damaged (see [`crate::format::damage`]), in one commit. Calls `warn` for each container
@@ -43,7 +43,7 @@ const BATCH_ENTRIES: usize = 1 << 16;
 /// once (merged as the index merges runs), while its delta copies are set aside in a file
 /// beside the index. Once every full copy is known, the delta copies are read back and a
 /// chunk without a full copy gets a delta copy whose base has one. (It read every container's
-/// metadata into memory first: 830 MB of peak memory for a 16 GB repository.)
+/// metadata into memory first.)
 pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Result<RepairStats> {
     rebuild_in_batches(repo, warn, BATCH_ENTRIES)
 }
@@ -92,10 +92,10 @@ fn rebuild_in_batches(
                 }
             }
             if batch.entries >= batch_entries {
-                std::mem::take(&mut batch).add_to(r, &damage, &mut stats)?;
+                std::mem::take(&mut batch).add_to(r, &damage, &mut stats, &|_| Ok(false))?;
             }
         }
-        batch.add_to(r, &damage, &mut stats)?;
+        batch.add_to(r, &damage, &mut stats, &|_| Ok(false))?;
         // A chunk without a full copy gets a delta copy whose base has one, if any.
         r.take_in_set_aside(|copy, full| Ok(!full(&copy.id)? && full(&copy.base)?))
     })?;
@@ -103,28 +103,33 @@ fn rebuild_in_batches(
     Ok(stats)
 }
 
-/// Containers read and not yet added to the rebuilt index.
+/// Containers read and not yet added to the rebuilt (or caught-up) index.
 #[derive(Default)]
-struct Batch {
-    metas: Vec<(ContainerId, ContainerMeta)>,
+pub(super) struct Batch {
+    pub(super) metas: Vec<(ContainerId, ContainerMeta)>,
     /// Containers recorded as damaged whole.
-    whole: Vec<ContainerId>,
-    entries: usize,
+    pub(super) whole: Vec<ContainerId>,
+    pub(super) entries: usize,
 }
 
 impl Batch {
     /// Adds the batch's full copies that are not recorded as damaged to the rebuild (one run)
-    /// and sets its other delta copies aside.
-    fn add_to(
+    /// and sets its other delta copies aside; copies of chunks `indexed` says the index
+    /// already names are left out (a catch-up never replaces a copy the index names).
+    pub(super) fn add_to(
         self,
         r: &mut Rebuild<'_>,
         damage: &DamageSet,
         stats: &mut RepairStats,
+        indexed: &dyn Fn(&ChunkId) -> Result<bool>,
     ) -> Result<()> {
+        let mut named = HashSet::new();
         for (id, meta) in &self.metas {
             for (i, e) in meta.entries.iter().enumerate() {
                 if damage.reason(id, &e.id).is_some() {
                     stats.damaged_skipped += 1;
+                } else if indexed(&e.id)? {
+                    named.insert(e.id);
                 } else if let EntryKind::Delta { base } = e.kind {
                     r.set_aside(&DeltaCopy {
                         id: e.id,
@@ -139,7 +144,9 @@ impl Batch {
         }
         stats.containers += self.metas.len() as u64;
         let keep = |id: &ContainerId, _: u32, e: &EntryMeta| {
-            e.kind == EntryKind::Full && damage.reason(id, &e.id).is_none()
+            e.kind == EntryKind::Full
+                && damage.reason(id, &e.id).is_none()
+                && !named.contains(&e.id)
         };
         let known = self
             .metas
@@ -166,55 +173,6 @@ pub(super) fn read_meta_retrying(
             ))
         })
     })
-}
-
-/// The chunks with a full copy in `metas` that is not recorded as damaged.
-pub(super) fn full_copies(
-    metas: &[(ContainerId, ContainerMeta)],
-    damage: &DamageSet,
-) -> HashSet<ChunkId> {
-    let mut full = HashSet::new();
-    for (id, meta) in metas {
-        for e in &meta.entries {
-            if e.kind == EntryKind::Full && damage.reason(id, &e.id).is_none() {
-                full.insert(e.id);
-            }
-        }
-    }
-    full
-}
-
-/// One readable copy per chunk of `metas` (container number, entry number, full): a full
-/// copy, else any delta copy whose base `base_ok` accepts; never a copy recorded as damaged
-/// (counted in `stats.damaged_skipped`).
-pub(super) fn choose_copies(
-    metas: &[(ContainerId, ContainerMeta)],
-    damage: &DamageSet,
-    base_ok: impl Fn(&ChunkId) -> bool,
-    stats: &mut RepairStats,
-) -> HashMap<ChunkId, (usize, u32, bool)> {
-    let mut chosen: HashMap<ChunkId, (usize, u32, bool)> = HashMap::new();
-    for (c, (id, meta)) in metas.iter().enumerate() {
-        for (i, e) in meta.entries.iter().enumerate() {
-            if damage.reason(id, &e.id).is_some() {
-                stats.damaged_skipped += 1;
-                continue;
-            }
-            let is_full = match e.kind {
-                EntryKind::Full => true,
-                EntryKind::Delta { base } if base_ok(&base) => false,
-                EntryKind::Delta { .. } => continue, // unreadable: its base is gone
-            };
-            let better = match chosen.get(&e.id) {
-                None => true,
-                Some(&(_, _, chosen_full)) => is_full && !chosen_full,
-            };
-            if better {
-                chosen.insert(e.id, (c, i as u32, is_full));
-            }
-        }
-    }
-    chosen
 }
 
 #[cfg(test)]

@@ -16,11 +16,11 @@
 //!
 //! So a backup never deduplicates against a chunk another client deleted or found damaged.
 
-use super::index_rebuild::{choose_copies, full_copies, read_meta_retrying, RepairStats};
+use super::index_rebuild::{read_meta_retrying, Batch, RepairStats, BATCH_ENTRIES};
 use super::IndexedRepository;
 use crate::backend::FileKind;
 use crate::error::Result;
-use crate::format::container::{ContainerId, ContainerMeta};
+use crate::format::container::ContainerId;
 use crate::repository::damage::DamageSet;
 use std::collections::HashSet;
 
@@ -81,47 +81,38 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
     if added.is_empty() {
         return Ok(out);
     }
-    let mut metas: Vec<(ContainerId, ContainerMeta)> = Vec::new();
-    let mut whole: Vec<ContainerId> = Vec::new();
-    for id in added {
-        if damage.container_damaged(&id) {
-            whole.push(id);
-            continue;
-        }
-        let name = id.to_hex();
-        match read_meta_retrying(repo, &name, &mut |msg| out.notices.push(msg)) {
-            Ok(meta) => metas.push((id, meta)),
-            // Not marked as taken in: the next open tries again (check reports it).
-            Err(e) => out
-                .notices
-                .push(format!("container {name} left out of the index: {e}")),
-        }
-    }
-    // A delta's base must have a readable copy: a full one among the added containers, or
-    // one the index names.
-    let full = full_copies(&metas, &damage);
-    let reader = index.reader()?;
-    let indexed = |c: &dedelta_core::ChunkId| reader.get(c).ok().flatten().is_some();
+    // In batches, as a rebuild reads them (bounded memory however many containers another
+    // client added): full copies first, then delta copies whose base has a readable copy (a
+    // full one among the added containers, or one the index names).
+    let before = index.reader()?;
+    let indexed = |c: &dedelta_core::ChunkId| Ok(before.get(c)?.is_some());
     let mut ignored = RepairStats::default();
-    let mut chosen = choose_copies(
-        &metas,
-        &damage,
-        |b| full.contains(b) || indexed(b),
-        &mut ignored,
-    );
-    // Keep the copies the index already names.
-    chosen.retain(|id, _| !indexed(id));
-    drop(reader);
-    let keep = |c: &ContainerId, i: u32, e: &crate::format::container::EntryMeta| {
-        chosen
-            .get(&e.id)
-            .is_some_and(|&(n, entry, _)| entry == i && metas.get(n).is_some_and(|(id, _)| id == c))
-    };
-    let known_now = metas
-        .iter()
-        .map(|(id, meta)| (*id, meta.entries.len()))
-        .chain(whole.iter().map(|id| (*id, 0)));
-    out.added = metas.len() as u64 + whole.len() as u64;
-    index.take_in(metas.iter().map(|(id, meta)| (*id, meta)), keep, known_now)?;
+    index.take_in_steps(|r| {
+        let mut batch = Batch::default();
+        for id in added {
+            if damage.container_damaged(&id) {
+                batch.whole.push(id);
+                out.added += 1;
+                continue;
+            }
+            let name = id.to_hex();
+            match read_meta_retrying(repo, &name, &mut |msg| out.notices.push(msg)) {
+                Ok(meta) => {
+                    batch.entries += meta.entries.len();
+                    batch.metas.push((id, meta));
+                    out.added += 1;
+                }
+                // Not marked as taken in: the next open tries again (check reports it).
+                Err(e) => out
+                    .notices
+                    .push(format!("container {name} left out of the index: {e}")),
+            }
+            if batch.entries >= BATCH_ENTRIES {
+                std::mem::take(&mut batch).add_to(r, &damage, &mut ignored, &indexed)?;
+            }
+        }
+        batch.add_to(r, &damage, &mut ignored, &indexed)?;
+        r.take_in_set_aside(|copy, full| Ok(!full(&copy.id)? && full(&copy.base)?))
+    })?;
     Ok(out)
 }

@@ -571,6 +571,26 @@ impl ChunkIndex {
         r
     }
 
+    /// Adds to the index what `fill` adds to the [`Rebuild`] it is given (a batch of
+    /// containers at a time, as [`Self::rebuild_in_steps`] does, but keeping what the index
+    /// holds), in one commit: a catch-up with many new containers in bounded memory.
+    pub fn take_in_steps(&self, fill: impl FnOnce(&mut Rebuild<'_>) -> Result<()>) -> Result<()> {
+        let spill = spill_path(self.path());
+        let r = self.change(|c| {
+            let slot_of = slots_by_id(&c.manifest);
+            let mut r = Rebuild {
+                path: self.path(),
+                change: c,
+                slot_of,
+                spill: None,
+                spill_path: spill.clone(),
+            };
+            fill(&mut r)
+        });
+        let _ = std::fs::remove_file(&spill);
+        r
+    }
+
     /// Removes the entries of `dead` chunks, and every super-feature that names one of them,
     /// in one commit (every run holding one is rewritten without). Prune calls this before
     /// deleting any container, so that no later backup deduplicates against a chunk about to
