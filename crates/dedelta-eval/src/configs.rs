@@ -1,6 +1,6 @@
 //! The configurations an evaluation compares: one fresh repository each.
 //!
-//! Each differs from the recommended one ([`DeltaConfig::recommended`]: Odess 3x4, DupAdj,
+//! Each differs from the recommended one ([`DeltaConfig::recommended`]: Odess 3x2, DupAdj,
 //! full sketch index, Ddelta, re-anchoring at 30 %) in one dimension, so each row of the
 //! report isolates one choice. Sketch methods are measured with DupAdj off, so the sketch
 //! alone finds the bases. Then the papers' systems by name (`dare`, `sidc`, `greedy`), each
@@ -73,7 +73,7 @@ pub fn all() -> Vec<EvalConfig> {
         }),
         cfg(
             "recommended",
-            "Odess 3x4 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 % (the default)",
+            "Odess 3x2 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 % (the default)",
             |_| {},
         ),
         cfg(
@@ -88,6 +88,11 @@ pub fn all() -> Vec<EvalConfig> {
                 d.sketch_index = SketchIndexKind::Stream;
                 d.dupadj = false;
             },
+        ),
+        cfg(
+            "recommended-4f",
+            "recommended with Odess 3x4 (the default until 2026-11-24)",
+            |d| d.sketch_params.features_per_sf = 4,
         ),
         cfg(
             "one-level",

@@ -9,9 +9,9 @@
 //! Each repository format version has its table: a version-1 repository still writes
 //! version-1 containers, byte for byte as before version 2 existed (so that builds that know
 //! only version 1 keep reading it), and a version-2 repository the lean version-2 metadata.
-//! The version-1 tables are written with zstd level 3 for every region, as every version-1
-//! repository's config says; the version-2 tables with the default compression (level 6 for
-//! regions that look compressible, which these text records do).
+//! The version-1 tables are written with zstd level 3 for every region and Odess 3 x 4, as
+//! every version-1 repository's config says; the version-2 tables with the defaults (level 6
+//! for regions that look compressible, which these text records do; Odess 3 x 2).
 
 use crate::support::{backup_options, config, init_repo, locked, me, time_of, xorshift};
 use dedelta_core::compress::Compression;
@@ -94,11 +94,20 @@ fn dedup_only_containers_are_unchanged() {
     assert_eq!(container_names(1, DeltaConfig::default(), 1), names);
 }
 
+/// The delta settings version-1 repositories were created with (Odess 3 x 4, before the
+/// re-anchoring key existed).
+fn version_1_delta() -> DeltaConfig {
+    let mut d = DeltaConfig::recommended();
+    d.sketch_params.features_per_sf = 4;
+    d.reanchor = None;
+    d
+}
+
 #[test]
 fn delta_containers_are_unchanged() {
-    let names = container_names(1, DeltaConfig::recommended(), 2);
+    let names = container_names(1, version_1_delta(), 2);
     assert_eq!(prefixes(&names), EXPECTED_DELTA, "{names:#?}");
-    assert_eq!(container_names(1, DeltaConfig::recommended(), 1), names);
+    assert_eq!(container_names(1, version_1_delta(), 1), names);
 }
 
 #[test]
@@ -134,8 +143,8 @@ const EXPECTED_DEDUP_V2: &[&str] = &[
     "9644fa96c806a675",
 ];
 const EXPECTED_DELTA_V2: &[&str] = &[
-    "2f0e2d9062784584",
-    "3b493e91f71d7ec3",
-    "4ad93e657f6bb943",
-    "866784fdb25c522e",
+    "0981d5265a1d3728",
+    "33d226beec8b54f1",
+    "4fe9ced17cda0246",
+    "febe5db407828b3e",
 ];
