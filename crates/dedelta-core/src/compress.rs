@@ -288,20 +288,25 @@ impl RegionDecompressor {
 mod tests {
     use super::*;
 
+    /// `n` random-looking bytes (xorshift from `seed`).
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
     /// A reused buffer (too small, or holding an earlier region) gives the bytes a fresh one
     /// gives, for compressible and incompressible input.
     #[test]
     fn compress_into_a_used_buffer_is_compress() {
         let text: Vec<u8> = b"abcabcabd".repeat(3000);
-        let mut x = 1u64;
-        let noise: Vec<u8> = (0..20_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let noise = noise(20_000, 1);
         let mut buf = vec![9u8; 10];
         for c in [
             Compression::None,
@@ -359,15 +364,7 @@ mod tests {
     #[test]
     fn text_level_only_for_regions_that_look_compressible() {
         let text = b"fn main() { println!(\"hello, world\"); }\n".repeat(100);
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let random: Vec<u8> = (0..4096)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect();
+        let random = noise(4096, 0x9E37_79B9_7F4A_7C15);
         const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         let base64: Vec<u8> = random.iter().map(|b| B64[(b & 63) as usize]).collect();
         assert!(looks_compressible(&text));

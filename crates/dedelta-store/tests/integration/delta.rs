@@ -382,6 +382,21 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
     }
 }
 
+/// A repository in `dir` that finds bases by DupAdj alone, with fixed-size chunks (so that
+/// byte edits move no boundary and a walk pairs each changed chunk with its old version);
+/// returns it and the chunk size.
+fn dupadj_only_fixed(dir: &Path) -> (IndexedRepository, usize) {
+    let delta = DeltaConfig {
+        sketch: None,
+        dupadj: true,
+        ..DeltaConfig::default()
+    };
+    let mut cfg = config(1, delta);
+    cfg.chunker.kind = ChunkerKind::Fixed;
+    let chunk = cfg.chunker.params.avg_size;
+    (init_repo(&dir.join("repo"), cfg), chunk)
+}
+
 /// DupAdj's backward walk crosses a block boundary (issue 15): every chunk of the first MiB
 /// (one block) changes and none is a duplicate, so no forward walk pairs them; the duplicate
 /// that follows comes in the next block. The unpaired chunks at the end of the first block
@@ -389,17 +404,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
 #[test]
 fn dupadj_backward_walk_crosses_a_block_boundary() {
     let tmp = tempfile::tempdir().unwrap();
-    let delta = DeltaConfig {
-        sketch: None,
-        dupadj: true,
-        ..DeltaConfig::default()
-    };
-    // Fixed-size chunks, so that the edits move no boundary and the walk pairs each changed
-    // chunk with its old version.
-    let mut cfg = config(1, delta);
-    cfg.chunker.kind = ChunkerKind::Fixed;
-    let chunk = cfg.chunker.params.avg_size;
-    let repo = init_repo(&tmp.path().join("repo"), cfg);
+    let (repo, chunk) = dupadj_only_fixed(tmp.path());
     let changed = text(1 << 20, 7);
     let tail = text(200_000, 8);
     let mut edited = changed.clone();
@@ -428,15 +433,7 @@ fn dupadj_backward_walk_crosses_a_block_boundary() {
 #[test]
 fn dupadj_walks_the_own_stream_without_a_parent() {
     let tmp = tempfile::tempdir().unwrap();
-    let delta = DeltaConfig {
-        sketch: None,
-        dupadj: true,
-        ..DeltaConfig::default()
-    };
-    let mut cfg = config(1, delta);
-    cfg.chunker.kind = ChunkerKind::Fixed;
-    let chunk = cfg.chunker.params.avg_size;
-    let repo = init_repo(&tmp.path().join("repo"), cfg);
+    let (repo, chunk) = dupadj_only_fixed(tmp.path());
     // Two megabytes, so that the copy's chunks come in later blocks than the original's.
     let original = text(2 << 20, 11);
     let mut copy = original.clone();
