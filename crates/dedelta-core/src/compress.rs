@@ -287,19 +287,7 @@ impl RegionDecompressor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `n` random-looking bytes (xorshift from `seed`).
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
+    use crate::chunker::testutil::pseudo_random as noise;
 
     /// A reused buffer (too small, or holding an earlier region) gives the bytes a fresh one
     /// gives, for compressible and incompressible input.
