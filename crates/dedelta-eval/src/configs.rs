@@ -73,7 +73,8 @@ pub fn all() -> Vec<EvalConfig> {
         }),
         cfg(
             "recommended",
-            "Odess 3x2 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 % (the default)",
+            "Odess 3x2 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 %, delta chains \
+             up to 4 deep (the default)",
             |_| {},
         ),
         cfg(
@@ -95,10 +96,19 @@ pub fn all() -> Vec<EvalConfig> {
             |d| d.sketch_params.features_per_sf = 4,
         ),
         cfg(
+            "depth-1",
+            "recommended with one-level deltas (bases stored in full; re-anchoring at 30 %): \
+             the default until 2026-11-25",
+            |d| d.max_depth = 1,
+        ),
+        cfg(
             "one-level",
             "recommended without base re-anchoring: one-level deltas against the first full \
              copy for as long as they save space (the papers' rule)",
-            |d| d.reanchor = None,
+            |d| {
+                d.reanchor = None;
+                d.max_depth = 1;
+            },
         ),
         cfg(
             "dare",
@@ -112,6 +122,7 @@ pub fn all() -> Vec<EvalConfig> {
                     features_per_sf: 2,
                 };
                 d.reanchor = None;
+                d.max_depth = 1;
             },
         ),
         cfg(
@@ -122,6 +133,7 @@ pub fn all() -> Vec<EvalConfig> {
                 sketch_only(d, SketchKind::NTransform, 3, 4);
                 d.sketch_index = SketchIndexKind::Stream;
                 d.reanchor = None;
+                d.max_depth = 1;
             },
         ),
         cfg(
@@ -131,6 +143,7 @@ pub fn all() -> Vec<EvalConfig> {
             |d| {
                 sketch_only(d, SketchKind::NTransform, 3, 4);
                 d.reanchor = None;
+                d.max_depth = 1;
             },
         ),
         cfg("xdelta", "recommended with the Xdelta-style codec", |d| {

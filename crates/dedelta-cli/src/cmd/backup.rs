@@ -49,7 +49,7 @@ pub struct BackupArgs {
 pub fn run(args: BackupArgs) -> Result<u8> {
     // Lock first, then the index: every writer takes them in this order.
     let (r, lock) = open_locked(&args.repo, "backup")?;
-    let mut delta_cfg = r.config().delta.clone();
+    let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
     let progress = progress_bar(args.json);
     let stdin_src = args.stdin.then(|| backup::StdinSource {

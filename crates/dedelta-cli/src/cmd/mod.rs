@@ -98,6 +98,11 @@ pub struct DeltaArgs {
     /// one-level deltas against the first full copy).
     #[arg(long, value_name = "P")]
     reanchor_percent: Option<f64>,
+    /// Longest delta chain: 1 is the papers' one-level deltas (a base is always stored in
+    /// full); D lets a delta's base be a delta of depth up to D - 1 (repositories of format
+    /// version 3; at most 16).
+    #[arg(long, value_name = "D")]
+    max_depth: Option<u8>,
 }
 
 impl DeltaArgs {
@@ -147,6 +152,9 @@ impl DeltaArgs {
         }
         if let Some(p) = self.reanchor_percent {
             cfg.reanchor = (p != 0.0).then_some(p / 100.0);
+        }
+        if let Some(d) = self.max_depth {
+            cfg.max_depth = d;
         }
         cfg.validate()?;
         Ok(())

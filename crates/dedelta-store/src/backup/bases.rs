@@ -5,13 +5,19 @@
 //! read), else from the local base cache of the last backups ([`crate::client::local_cache`]),
 //! else they are read back (and verified) from the repository, which is the stage's main cost.
 //!
-//! One-level deltas (Shilane §2.1): a base is always a chunk stored in full. A candidate that
-//! is itself stored as a delta is replaced by its own base, which is similar too. A candidate
-//! whose data cannot be read (damage `check` has not recorded yet) is skipped, never used, and
-//! reported when the backup ends.
+//! Delta depth: with one-level deltas (Shilane §2.1, `max_depth` 1) a base is always a chunk
+//! stored in full, and a candidate that is itself a delta is replaced by its own base, which
+//! is similar too. With bounded chains (`max_depth` d) a candidate of depth below d is the
+//! base itself, and a deeper one is replaced by the first chunk down its chain that is
+//! shallow enough. A chunk's depth is found by walking the index down its chain (a full chunk
+//! has depth 0), or kept beside its bytes in memory. A candidate whose data cannot be read
+//! (damage `check` has not recorded yet) is skipped, never used, and reported when the backup
+//! ends.
 
 use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
+use crate::format::config::MAX_DELTA_DEPTH;
+use crate::format::container::EntryKind;
 use crate::read::ChunkReader;
 use crate::repository::IndexedRepository;
 use bytes::Bytes;
@@ -23,9 +29,9 @@ use std::path::PathBuf;
 /// [`BaseCache`]).
 const FRESH_SHARE: usize = 8;
 
-/// One LRU list bounded by bytes.
+/// One LRU list bounded by bytes: each chunk's bytes and delta depth.
 struct Lru {
-    map: LruCache<ChunkId, Bytes>,
+    map: LruCache<ChunkId, (Bytes, u8)>,
     bytes: usize,
     budget: usize,
 }
@@ -39,26 +45,26 @@ impl Lru {
         }
     }
 
-    fn put(&mut self, id: ChunkId, data: Bytes) {
+    fn put(&mut self, id: ChunkId, data: Bytes, depth: u8) {
         if self.budget == 0 {
             return;
         }
         self.bytes += data.len();
-        if let Some(old) = self.map.put(id, data) {
+        if let Some((old, _)) = self.map.put(id, (data, depth)) {
             self.bytes -= old.len();
         }
         while self.bytes > self.budget {
             match self.map.pop_lru() {
-                Some((_, old)) => self.bytes -= old.len(),
+                Some((_, (old, _))) => self.bytes -= old.len(),
                 None => break,
             }
         }
     }
 
-    fn take(&mut self, id: &ChunkId) -> Option<Bytes> {
-        let data = self.map.pop(id)?;
+    fn take(&mut self, id: &ChunkId) -> Option<(Bytes, u8)> {
+        let (data, depth) = self.map.pop(id)?;
         self.bytes -= data.len();
-        Some(data)
+        Some((data, depth))
     }
 }
 
@@ -83,30 +89,44 @@ impl BaseCache {
 
     /// A cached base (a new chunk asked for moves to the used bases).
     pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {
-        if let Some(b) = self.used.map.get(id) {
+        if let Some((b, _)) = self.used.map.get(id) {
             return Some(b.clone());
         }
-        let b = self.fresh.take(id)?;
-        self.used.put(*id, b.clone());
+        let (b, depth) = self.fresh.take(id)?;
+        self.used.put(*id, b.clone(), depth);
         Some(b)
     }
 
-    /// Adds a base that was used, evicting the least recently used ones beyond the budget.
-    pub fn put(&mut self, id: ChunkId, data: Bytes) {
-        self.used.put(id, data);
+    /// The delta depth of a cached chunk, without counting as a use.
+    pub fn depth_of(&self, id: &ChunkId) -> Option<u8> {
+        self.used
+            .map
+            .peek(id)
+            .or_else(|| self.fresh.map.peek(id))
+            .map(|(_, d)| *d)
     }
 
-    /// Adds a new full chunk of this backup: a possible base for later chunks.
-    pub fn put_fresh(&mut self, id: ChunkId, data: Bytes) {
+    /// Adds a base that was used, evicting the least recently used ones beyond the budget.
+    pub fn put(&mut self, id: ChunkId, data: Bytes, depth: u8) {
+        self.used.put(id, data, depth);
+    }
+
+    /// Adds a new chunk of this backup (stored in full, or a delta of `depth`): a possible
+    /// base for later chunks.
+    pub fn put_fresh(&mut self, id: ChunkId, data: Bytes, depth: u8) {
         if !self.used.map.contains(&id) {
-            self.fresh.put(id, data);
+            self.fresh.put(id, data, depth);
         }
     }
 
     /// The cached bases: the used ones, most recently used first, then the new chunks, most
     /// recent first.
     pub fn iter(&self) -> impl Iterator<Item = (&ChunkId, &Bytes)> {
-        self.used.map.iter().chain(self.fresh.map.iter())
+        self.used
+            .map
+            .iter()
+            .chain(self.fresh.map.iter())
+            .map(|(id, (b, _))| (id, b))
     }
 }
 
@@ -121,9 +141,21 @@ pub struct BaseCounts {
     pub read_back: u64,
 }
 
+/// A delta base: the chunk, its bytes, and its own delta depth (0 if stored in full).
+pub struct Base {
+    /// The base chunk.
+    pub id: ChunkId,
+    /// Its bytes.
+    pub bytes: Bytes,
+    /// Its depth: a delta against it has depth `depth + 1`.
+    pub depth: u8,
+}
+
 /// Fetches delta bases for one backup.
 pub struct BaseFetcher<'a> {
     cache: BaseCache,
+    /// The deepest a base may be: the backup's `max_depth - 1`.
+    max_base_depth: u8,
     reader: ChunkReader<'a>,
     /// The local base cache read at the start, and where the next one is written.
     local: Option<LocalBaseCache>,
@@ -136,10 +168,12 @@ pub struct BaseFetcher<'a> {
 }
 
 impl<'a> BaseFetcher<'a> {
-    /// A fetcher with `budget` bytes of bases in memory.
-    pub fn new(repo: &'a IndexedRepository, budget: usize) -> Result<Self> {
+    /// A fetcher with `budget` bytes of bases in memory, for deltas at most `max_depth` deep
+    /// (1: bases stored in full).
+    pub fn new(repo: &'a IndexedRepository, budget: usize, max_depth: u8) -> Result<Self> {
         Ok(BaseFetcher {
             cache: BaseCache::new(budget),
+            max_base_depth: max_depth.saturating_sub(1),
             reader: ChunkReader::new(repo, 32 << 20)?,
             local: None,
             local_path: None,
@@ -179,9 +213,12 @@ impl<'a> BaseFetcher<'a> {
             .map(|e| e.to_string())
     }
 
-    /// Keeps a new full chunk of this backup as a possible base for later chunks.
-    pub fn remember(&mut self, id: ChunkId, data: Bytes) {
-        self.cache.put_fresh(id, data);
+    /// Keeps a new chunk of this backup (a delta of `depth`, or 0 if stored in full) as a
+    /// possible base for later chunks; one too deep to be a base is not kept.
+    pub fn remember(&mut self, id: ChunkId, data: Bytes, depth: u8) {
+        if depth <= self.max_base_depth {
+            self.cache.put_fresh(id, data, depth);
+        }
     }
 
     /// Why candidates were skipped, for the backup's notices.
@@ -197,57 +234,98 @@ impl<'a> BaseFetcher<'a> {
         }
     }
 
-    /// The base to try for candidate `id` (`id` itself, or its base if it is a delta) with
-    /// its bytes. `None` if it is not indexed or cannot be read.
-    pub fn fetch(&mut self, id: ChunkId) -> Result<Option<(ChunkId, Bytes)>> {
-        if let Some(b) = self.cache.get(&id) {
-            self.counts.memory += 1;
-            return Ok(Some((id, b)));
-        }
-        let found = self.reader.base_of(&id);
-        let mut base = self.skip_damaged(found)?;
-        if base.is_none() {
-            // Possibly written by this backup after the reader's view was taken.
-            self.reader.refresh_index()?;
-            let found = self.reader.base_of(&id);
-            base = self.skip_damaged(found)?;
-        }
-        let Some(base) = base else {
+    /// The base to try for candidate `id` (`id` itself if shallow enough, else the first
+    /// chunk down its delta chain that is) with its bytes and depth. `None` if it is not
+    /// indexed or cannot be read.
+    pub fn fetch(&mut self, id: ChunkId) -> Result<Option<Base>> {
+        let Some((base, depth)) = self.shallow_enough(id)? else {
             self.counts.read_back += 1;
             return Ok(None);
         };
-        if base != id {
-            if let Some(b) = self.cache.get(&base) {
-                self.counts.memory += 1;
-                return Ok(Some((base, b)));
-            }
+        if let Some(bytes) = self.cache.get(&base) {
+            self.counts.memory += 1;
+            return Ok(Some(Base {
+                id: base,
+                bytes,
+                depth,
+            }));
         }
-        if let Some(bytes) = self.local_base(&base, base == id)? {
+        // The local cache holds bytes only (checked against the fingerprint when read): the
+        // depth comes from the index walk above, so a chunk the repository now stores
+        // otherwise never becomes a base too deep.
+        if let Some(bytes) = self.local.as_mut().and_then(|l| l.get(&base)) {
             self.counts.local += 1;
-            self.cache.put(base, bytes.clone());
-            return Ok(Some((base, bytes)));
+            self.cache.put(base, bytes.clone(), depth);
+            return Ok(Some(Base {
+                id: base,
+                bytes,
+                depth,
+            }));
         }
         self.counts.read_back += 1;
         let read = self.reader.read_base(&base);
         Ok(self.skip_damaged(read)?.map(|bytes| {
             let bytes = Bytes::from(bytes);
-            self.cache.put(base, bytes.clone());
-            (base, bytes)
+            self.cache.put(base, bytes.clone(), depth);
+            Base {
+                id: base,
+                bytes,
+                depth,
+            }
         }))
     }
 
-    /// `base`'s bytes from the local base cache, if it has them and the index holds
-    /// `base` as a full chunk (`known_full` when that is already established): a cached
-    /// chunk that the repository no longer holds in full must never become a delta's base.
-    fn local_base(&mut self, base: &ChunkId, known_full: bool) -> Result<Option<Bytes>> {
-        let Some(local) = self.local.as_mut() else {
-            return Ok(None);
+    /// The chunk to use as a base for candidate `id`, and its depth: walks down `id`'s delta
+    /// chain (memory knows the depth of the chunks it holds; the index the rest) until the
+    /// depth is known, then takes the first chunk from `id` down that is at most
+    /// `max_base_depth` deep. `None` if a chunk on the way is not indexed or unreadable, or
+    /// the chain is longer than readers follow.
+    fn shallow_enough(&mut self, id: ChunkId) -> Result<Option<(ChunkId, u8)>> {
+        let mut chain = Vec::new();
+        let mut at = id;
+        let known = loop {
+            if let Some(d) = self
+                .cache
+                .depth_of(&at)
+                .filter(|&d| d <= self.max_base_depth)
+            {
+                break d;
+            }
+            match self.kind_of(&at)? {
+                None => return Ok(None),
+                Some(EntryKind::Full) => break 0,
+                Some(EntryKind::Delta { base }) => {
+                    chain.push(at);
+                    if chain.len() > usize::from(MAX_DELTA_DEPTH) {
+                        return Ok(None);
+                    }
+                    at = base;
+                }
+            }
         };
-        let Some(bytes) = local.get(base) else {
-            return Ok(None);
-        };
-        let full = known_full || self.reader.base_of(base)? == Some(*base);
-        Ok(full.then_some(bytes))
+        // chain[i] has depth known + (chain.len() - i); `at` has depth `known`.
+        let n = chain.len();
+        Ok(Some(
+            chain
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| (c, known.saturating_add((n - i) as u8)))
+                .find(|&(_, d)| d <= self.max_base_depth)
+                .unwrap_or((at, known)),
+        ))
+    }
+
+    /// How `id` is stored, from the index (refreshed once when it does not hold `id`: the
+    /// chunk may have been written by this backup after the reader's view was taken); `None`
+    /// if it is not indexed or its metadata cannot be read.
+    fn kind_of(&mut self, id: &ChunkId) -> Result<Option<EntryKind>> {
+        let found = self.reader.kind_of(id);
+        if let Some(kind) = self.skip_damaged(found)? {
+            return Ok(Some(kind));
+        }
+        self.reader.refresh_index()?;
+        let found = self.reader.kind_of(id);
+        self.skip_damaged(found)
     }
 
     /// Turns damage met while reading a candidate into "no candidate": a damaged chunk must
@@ -282,11 +360,11 @@ mod tests {
     fn new_chunks_get_a_share_until_used() {
         let mut c = BaseCache::new(800);
         let (a, da) = chunk(1, 60);
-        c.put_fresh(a, da);
+        c.put_fresh(a, da, 0);
         assert!(c.get(&a).is_some());
         for n in 2..20 {
             let (id, d) = chunk(n, 60);
-            c.put_fresh(id, d);
+            c.put_fresh(id, d, 1);
         }
         // 100 bytes of new chunks: only the last one is left.
         assert_eq!(c.fresh.map.len(), 1);
@@ -294,8 +372,12 @@ mod tests {
         assert!(c.get(&chunk(18, 60).0).is_none());
         assert!(c.get(&a).is_some(), "a used base stays");
         assert_eq!(c.iter().count(), 2);
+        assert_eq!(
+            (c.depth_of(&a), c.depth_of(&chunk(19, 60).0)),
+            (Some(0), Some(1))
+        );
         let (b, db) = chunk(30, 700);
-        c.put(b, db);
+        c.put(b, db, 2);
         assert!(c.get(&b).is_some());
         assert!(c.used.bytes <= 800);
     }

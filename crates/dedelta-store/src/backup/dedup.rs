@@ -241,7 +241,7 @@ impl<'a> DedupStage<'a> {
                     self.packer
                         .push(c.id, EntryKind::Full, &c.data, c.data.len(), c.sfs.0)?
                 }
-                Stored::Delta { base, delta } => self.packer.push(
+                Stored::Delta { base, delta, .. } => self.packer.push(
                     c.id,
                     EntryKind::Delta { base },
                     &delta,

@@ -203,7 +203,8 @@ pub fn backup(
     if let Some(n) = workers.capped_from {
         notices.push(format!("--threads {n} capped at {MAX_THREADS}"));
     }
-    let delta_cfg = opts.delta.take().unwrap_or_else(|| config.delta.clone());
+    let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
+    config.check_depth(&delta_cfg)?;
     let times = Arc::new(StageTimes::default());
     let snapshot_paths: Vec<String> = match &opts.stdin {
         Some(src) => vec![src.name.clone()],
@@ -245,7 +246,7 @@ pub fn backup(
                     )))
                 }
             };
-        let bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes)?;
+        let bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),

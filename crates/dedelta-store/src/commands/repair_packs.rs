@@ -156,10 +156,9 @@ pub fn repair_packs(
             }
         }
     }
-    // 3. Deltas whose base is gone are lost too.
+    // 3. Deltas whose base is gone are lost too, and so on down every delta chain.
     let index = repo.index().reader()?;
-    let mut dependents: Vec<DamagedCopy> = Vec::new();
-    let mut dependent_ids: HashSet<ChunkId> = HashSet::new();
+    let mut indexed_deltas: Vec<(ContainerId, ChunkId, ChunkId)> = Vec::new();
     for name in &listed {
         let Some(cid) = ContainerId::from_hex(name) else {
             continue;
@@ -177,14 +176,30 @@ pub fn repair_packs(
             let indexed_here = index
                 .get(&e.id)?
                 .is_some_and(|l| l.container == cid && l.entry as usize == i);
-            if indexed_here && index.get(&base)?.is_none() {
-                dependent_ids.insert(e.id);
+            if indexed_here {
+                indexed_deltas.push((cid, e.id, base));
+            }
+        }
+    }
+    let mut dependents: Vec<DamagedCopy> = Vec::new();
+    let mut dependent_ids: HashSet<ChunkId> = HashSet::new();
+    loop {
+        let before = dependent_ids.len();
+        for (cid, id, base) in &indexed_deltas {
+            if dependent_ids.contains(id) {
+                continue;
+            }
+            if dependent_ids.contains(base) || index.get(base)?.is_none() {
+                dependent_ids.insert(*id);
                 dependents.push(DamagedCopy {
-                    container: cid,
-                    chunk: Some(e.id),
+                    container: *cid,
+                    chunk: Some(*id),
                     reason: format!("its delta base {base} was lost"),
                 });
             }
+        }
+        if dependent_ids.len() == before {
+            break;
         }
     }
     drop(index);

@@ -96,7 +96,7 @@ pub fn repair_snapshots(
     let mut is_usable = |id: &ChunkId| {
         *usable
             .entry(*id)
-            .or_insert_with(|| refs.problem(id, true).is_none())
+            .or_insert_with(|| refs.problem(id).is_none())
     };
     let listed = crate::repository::snapshots::list(backend.as_ref())?;
     for (sid, snap) in &listed.snapshots {

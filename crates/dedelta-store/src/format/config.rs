@@ -26,7 +26,17 @@ use serde::{Deserialize, Serialize};
 /// Magic of the config file.
 pub const CONFIG_MAGIC: &[u8; 4] = b"DDCF";
 /// The repository format version `init` writes; this build reads 1 ..= this.
-pub const FORMAT_VERSION: u16 = 2;
+pub const FORMAT_VERSION: u16 = 3;
+/// The first repository format version whose deltas may name a delta as their base
+/// ([`DeltaConfig::max_depth`] above 1); older builds would refuse such a delta as damage.
+pub const CHAINS_VERSION: u32 = 3;
+/// The longest delta chain a reader follows: a delta at depth `d` needs `d` decodes, and a
+/// chain longer than this (or a cycle, which index rebuilds cannot make but damage could) is
+/// refused as damage rather than followed.
+pub const MAX_DELTA_DEPTH: u8 = 16;
+/// The delta depth bound of new repositories ([`DeltaConfig::max_depth`]); see
+/// docs/benchmarks.md, "Bounded delta chains", for the measurement.
+pub const DEFAULT_MAX_DEPTH: u8 = 4;
 /// The oldest repository format version this build reads (and writes into).
 pub const MIN_FORMAT_VERSION: u16 = 1;
 /// The only fingerprint hash.
@@ -144,10 +154,25 @@ pub struct DeltaConfig {
     /// how the next version finds the newer copy. Absent means `None`; in (0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reanchor: Option<f64>,
+    /// Longest delta chain writers make (beyond the papers): 1 is the papers' one-level rule
+    /// (a delta's base is stored in full); `d` lets a delta's base be a delta of depth up to
+    /// `d - 1`, so a chunk of version `n` deltas against its copy in version `n - 1` rather
+    /// than against the last full copy, several versions older. Above 1 only in repositories
+    /// of version [`CHAINS_VERSION`] or later. Absent means 1; 1 ..= [`MAX_DELTA_DEPTH`].
+    #[serde(default = "one_u8", skip_serializing_if = "is_one_u8")]
+    pub max_depth: u8,
 }
 
 fn one() -> usize {
     1
+}
+
+fn one_u8() -> u8 {
+    1
+}
+
+fn is_one_u8(n: &u8) -> bool {
+    *n == 1
 }
 
 fn is_one(n: &usize) -> bool {
@@ -168,6 +193,7 @@ impl Default for DeltaConfig {
             stream_cache_containers: 64,
             candidates: 1,
             reanchor: None,
+            max_depth: 1,
         }
     }
 }
@@ -189,6 +215,7 @@ impl DeltaConfig {
             },
             dupadj: true,
             reanchor: Some(DEFAULT_REANCHOR),
+            max_depth: DEFAULT_MAX_DEPTH,
             ..DeltaConfig::default()
         }
     }
@@ -224,6 +251,11 @@ impl DeltaConfig {
                 "the stream cache needs at least one container".into(),
             ));
         }
+        if !(1..=MAX_DELTA_DEPTH).contains(&self.max_depth) {
+            return Err(Error::InvalidOption(format!(
+                "the delta depth must be 1 to {MAX_DELTA_DEPTH}"
+            )));
+        }
         Ok(())
     }
 }
@@ -254,6 +286,30 @@ impl RepoConfig {
         } else {
             crate::format::container::CONTAINER_V2
         }
+    }
+
+    /// Refuses delta settings whose chains this repository's version does not allow (a
+    /// backup's overrides are checked too).
+    pub fn check_depth(&self, delta: &DeltaConfig) -> Result<()> {
+        if delta.max_depth > 1 && self.version < CHAINS_VERSION {
+            return Err(Error::InvalidOption(format!(
+                "delta chains (a depth of {}) need a repository of format version \
+                 {CHAINS_VERSION}; this one is version {}, whose readers take one-level deltas \
+                 only",
+                delta.max_depth, self.version
+            )));
+        }
+        Ok(())
+    }
+
+    /// The delta settings a backup uses when it gives none: the repository's, with the depth
+    /// held to 1 in a repository older than [`CHAINS_VERSION`].
+    pub fn default_delta(&self) -> DeltaConfig {
+        let mut d = self.delta.clone();
+        if self.version < CHAINS_VERSION {
+            d.max_depth = 1;
+        }
+        d
     }
 
     /// Checks the parameters before anything is written with them.
@@ -290,6 +346,7 @@ impl RepoConfig {
             }
         }
         self.delta.validate()?;
+        self.check_depth(&self.delta)?;
         if self.container_size < self.region_size || self.container_size > 1 << 30 {
             return Err(Error::InvalidOption(
                 "container size must be >= region size and <= 1 GiB".into(),
@@ -393,7 +450,7 @@ mod tests {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
         let v = serde_json::to_value(&cfg).unwrap();
         let expected = serde_json::json!({
-            "version": 2, "id": "0123456789abcdef0123456789abcdef",
+            "version": 3, "id": "0123456789abcdef0123456789abcdef",
             "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
             "hash": "blake3-256",
             "compression": { "codec": "zstd", "level": 3, "text_level": 6 },
@@ -401,7 +458,7 @@ mod tests {
             "delta": { "sketch": "odess", "sf_count": 3, "features_per_sf": 2, "codec": "ddelta",
                        "sketch_index": "full", "dupadj": true, "min_saving": 0.1,
                        "base_cache_bytes": 268435456, "stream_cache_containers": 64,
-                       "reanchor": 0.3 }
+                       "reanchor": 0.3, "max_depth": 4 }
         });
         assert_eq!(v, expected);
         let bytes = cfg.to_bytes();
@@ -463,7 +520,7 @@ mod tests {
     }
 
     /// Unknown keys are ignored; a missing `delta` means delta compression off; the payload's
-    /// `version` must be 1 or 2, like the envelope's.
+    /// `version` must be 1, 2 or 3, like the envelope's.
     #[test]
     fn keys_and_versions() {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
@@ -473,7 +530,7 @@ mod tests {
         let seal = |v: &serde_json::Value, version: u16| {
             envelope::seal(CONFIG_MAGIC, version, &serde_json::to_vec(v).unwrap())
         };
-        let read = RepoConfig::from_bytes(&seal(&v, 2)).unwrap();
+        let read = RepoConfig::from_bytes(&seal(&v, 3)).unwrap();
         assert_eq!(read.delta, DeltaConfig::default());
         assert!(!read.delta.enabled());
         // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
@@ -486,7 +543,7 @@ mod tests {
         assert_eq!(read.container_version(), 2);
         // Envelope and payload disagree: damage.
         assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 1)),
+            RepoConfig::from_bytes(&seal(&v, 2)),
             Err(Error::Corrupt { .. })
         ));
         // A version-1 config still opens, and its repository keeps version-1 containers.
@@ -497,18 +554,50 @@ mod tests {
         assert_eq!(&old.to_bytes()[envelope::VERSION_OFFSET..][..2], &[1, 0]);
         // A version this build does not know, in the envelope or in the payload.
         assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 3)),
-            Err(Error::UnsupportedVersion { found: 3, .. })
+            RepoConfig::from_bytes(&seal(&v, 4)),
+            Err(Error::UnsupportedVersion { found: 4, .. })
         ));
-        v["version"] = serde_json::json!(3);
+        v["version"] = serde_json::json!(4);
         assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 2)),
-            Err(Error::UnsupportedVersion { found: 3, .. })
+            RepoConfig::from_bytes(&seal(&v, 3)),
+            Err(Error::UnsupportedVersion { found: 4, .. })
         ));
         v["version"] = serde_json::json!(0);
         assert!(matches!(
             RepoConfig::from_bytes(&seal(&v, 1)),
             Err(Error::UnsupportedVersion { found: 0, .. })
         ));
+    }
+
+    /// `delta.max_depth`: absent means 1 (every repository before it: one-level deltas),
+    /// written only when not 1, 1 ..= 16; above 1 only in a repository of version 3, and a
+    /// version-2 repository's backups stay one level deep whatever its config says.
+    #[test]
+    fn max_depth_key() {
+        let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
+        assert_eq!(cfg.delta.max_depth, DEFAULT_MAX_DEPTH);
+        let mut one = cfg.delta.clone();
+        one.max_depth = 1;
+        let v = serde_json::to_value(&one).unwrap();
+        assert!(v.get("max_depth").is_none());
+        assert_eq!(
+            serde_json::from_value::<DeltaConfig>(v).unwrap().max_depth,
+            1
+        );
+        for bad in [0, MAX_DELTA_DEPTH + 1] {
+            let mut d = cfg.delta.clone();
+            d.max_depth = bad;
+            assert!(d.validate().is_err(), "{bad} accepted");
+        }
+        let mut v2 = cfg.clone();
+        v2.version = 2;
+        assert!(v2.validate().is_err(), "chains in a version-2 repository");
+        assert!(v2.check_depth(&cfg.delta).is_err());
+        assert_eq!(v2.default_delta().max_depth, 1);
+        v2.delta.max_depth = 1;
+        v2.validate().unwrap();
+        assert_eq!(v2.container_version(), 2);
+        assert_eq!(cfg.default_delta(), cfg.delta);
+        cfg.validate().unwrap();
     }
 }

@@ -154,7 +154,8 @@ impl fmt::Display for ContainerId {
 pub enum EntryKind {
     /// The chunk's own bytes.
     Full,
-    /// A delta against the full chunk `base` (one level: a base is never a delta).
+    /// A delta against chunk `base` (stored in full, or in a version-3 repository a delta
+    /// itself: a delta chain).
     Delta {
         /// Fingerprint of the base chunk.
         base: ChunkId,

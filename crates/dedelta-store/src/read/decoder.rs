@@ -40,20 +40,47 @@ impl ChunkDecoder {
         b
     }
 
-    /// Checks a located chunk as a delta base (stored in full, bytes matching its
-    /// fingerprint) and caches its bytes.
-    pub(crate) fn accept_base(&mut self, base: &LocatedChunk) -> Result<Arc<Vec<u8>>> {
+    /// Keeps verified bytes of a chunk that deltas may name as their base.
+    pub(crate) fn put_base(&mut self, id: ChunkId, bytes: Arc<Vec<u8>>) -> Arc<Vec<u8>> {
         self.stats.base_cache_misses += 1;
-        if base.delta_base.is_some() {
-            return Err(base.corrupt("a delta is used as a delta base".into()));
+        self.bases.put(id, bytes.clone());
+        bytes
+    }
+
+    /// Rebuilds the located delta bases of a chunk, `chain` nearest first (a delta chain,
+    /// docs/format.md "Reading a chunk"): the farthest is stored in full, or is a delta whose
+    /// own base this decoder holds. Each is checked for length, against its fingerprint too
+    /// when `verify`, and cached; returns the nearest one's bytes.
+    pub(crate) fn accept_chain(
+        &mut self,
+        chain: &[LocatedChunk],
+        verify: bool,
+    ) -> Result<Arc<Vec<u8>>> {
+        let Some(farthest) = chain.last() else {
+            return Err(Error::Index("an empty delta chain".into()));
+        };
+        let mut below =
+            match farthest.delta_base {
+                None => None,
+                Some(b) => Some(self.cached_base(&b).ok_or_else(|| {
+                    farthest.corrupt(format!("its delta base {b} is not available"))
+                })?),
+            };
+        for base in chain.iter().rev() {
+            let mut out = Vec::new();
+            self.decode(
+                base,
+                below.as_deref().map(|b| b.as_slice()),
+                &mut out,
+                verify,
+            )?;
+            let bytes = match base.delta_base {
+                Some(_) => out,
+                None => base.stored().to_vec(),
+            };
+            below = Some(self.put_base(base.id, Arc::new(bytes)));
         }
-        let bytes = base.stored();
-        if bytes.len() != base.original_len || ChunkId::of(bytes) != base.id {
-            return Err(base.corrupt("content does not match its fingerprint".into()));
-        }
-        let bytes = Arc::new(bytes.to_vec());
-        self.bases.put(base.id, bytes.clone());
-        Ok(bytes)
+        below.ok_or_else(|| Error::Index("an empty delta chain".into()))
     }
 
     /// The chunk's bytes: a slice of its region for a full chunk, rebuilt into `out` from
@@ -84,6 +111,44 @@ impl ChunkDecoder {
             return Err(c.corrupt("content does not match its fingerprint".into()));
         }
         Ok(data)
+    }
+}
+
+/// Which cached base, if any, does not match its fingerprint: called when a chunk rebuilt from
+/// bases that were not verified fails its own check, to name the damaged base rather than the
+/// chunk. `chain` is what the chunk was rebuilt from, nearest first, then `base`, its base
+/// (already in `chain` when the chain is not empty). A damaged base is dropped from the cache.
+impl ChunkDecoder {
+    pub(crate) fn find_damaged_base(
+        &mut self,
+        chain: &[LocatedChunk],
+        base: &ChunkId,
+    ) -> Option<Error> {
+        let ids: Vec<(ChunkId, Option<&LocatedChunk>)> = if chain.is_empty() {
+            vec![(*base, None)]
+        } else {
+            chain.iter().rev().map(|l| (l.id, Some(l))).collect()
+        };
+        // Farthest first: the first link that fails is the damaged one.
+        for (id, located) in ids {
+            let bad = match self.bases.peek(&id) {
+                Some(bytes) => ChunkId::of(bytes) != id,
+                None => false,
+            };
+            if bad {
+                self.bases.pop(&id);
+                let reason = "content does not match its fingerprint".to_string();
+                return Some(match located {
+                    Some(l) => l.corrupt(reason),
+                    None => Error::CorruptChunk {
+                        container: "(cached)".into(),
+                        chunk: id.to_hex(),
+                        reason,
+                    },
+                });
+            }
+        }
+        None
     }
 }
 

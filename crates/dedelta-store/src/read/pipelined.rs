@@ -2,17 +2,20 @@
 //! regions, the other decodes deltas, verifies and writes.
 
 use super::decoder::base_unreadable;
+use super::reader::chain_too_long;
 use super::{lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, BASE_CACHE_ENTRIES};
 use crate::error::Result;
+use crate::format::config::MAX_DELTA_DEPTH;
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use lru::LruCache;
 
 /// What the locating thread hands over for one chunk: the chunk, and for a delta whose base
-/// the decoding thread does not hold yet, the located base (or why it could not be found).
+/// the decoding thread does not hold yet, the located bases down its chain, nearest first, to
+/// a full chunk or one the decoder holds (or why one could not be found).
 pub struct FetchedChunk {
     chunk: LocatedChunk,
-    base: Option<Result<LocatedChunk>>,
+    bases: Result<Vec<LocatedChunk>>,
 }
 
 impl FetchedChunk {
@@ -54,17 +57,35 @@ impl<'a> PipelinedLocator<'a> {
         self.locator.stats()
     }
 
-    /// Locates chunk `id` (and its base, if the decoder will need it).
+    /// Locates chunk `id` (and the bases down its delta chain that the decoder will need).
     pub fn fetch(&mut self, id: &ChunkId) -> Result<FetchedChunk> {
         let chunk = self.locator.locate(id)?;
-        let base = match chunk.delta_base {
-            Some(b) if self.held.get(&b).is_none() => {
-                self.held.put(b, ());
-                Some(self.locator.locate(&b))
+        let mut bases = Vec::new();
+        let mut next = chunk.delta_base;
+        let found = loop {
+            let Some(b) = next else { break Ok(()) };
+            if self.held.get(&b).is_some() {
+                break Ok(());
             }
-            _ => None,
+            if bases.len() >= usize::from(MAX_DELTA_DEPTH) {
+                break Err(chain_too_long(&chunk));
+            }
+            match self.locator.locate(&b) {
+                Ok(located) => {
+                    next = located.delta_base;
+                    bases.push(located);
+                }
+                Err(e) => break Err(e),
+            }
         };
-        Ok(FetchedChunk { chunk, base })
+        // The decoder caches the bases it rebuilds, farthest first, and none if one fails.
+        let bases = found.map(|()| {
+            for b in bases.iter().rev() {
+                self.held.put(b.id, ());
+            }
+            bases
+        });
+        Ok(FetchedChunk { chunk, bases })
     }
 }
 
@@ -83,23 +104,46 @@ impl PipelinedDecoder {
     }
 
     /// The chunk's verified bytes.
+    ///
+    /// Bases are not verified on their own here (restore and dump): the chunk rebuilt from
+    /// them is, which a damaged base fails (a delta decoded against other bytes does not
+    /// give the chunk's fingerprint). Only then are the bases it used checked, to name the
+    /// damaged one. With delta chains this halves the hashing of a restore (20 SQLAlchemy
+    /// versions at depth 4: 7,525 bases verified for 62 MB restored).
     pub fn decode<'b>(&'b mut self, f: &'b FetchedChunk) -> Result<&'b [u8]> {
         let c = &f.chunk;
-        let base = match (c.delta_base, &f.base) {
+        let base = match (c.delta_base, &f.bases) {
             (None, _) => None,
-            (Some(b), Some(Ok(located))) => Some(
+            (Some(b), Err(e)) => return Err(base_unreadable(c, &b, e)),
+            (Some(b), Ok(chain)) if chain.is_empty() => self.decoder.cached_base(&b),
+            (Some(b), Ok(chain)) => Some(
                 self.decoder
-                    .accept_base(located)
+                    .accept_chain(chain, false)
                     .map_err(|e| base_unreadable(c, &b, &e))?,
             ),
-            (Some(b), Some(Err(e))) => return Err(base_unreadable(c, &b, e)),
-            (Some(b), None) => self.decoder.cached_base(&b),
         };
-        self.decoder.decode(
-            c,
-            base.as_deref().map(|b| b.as_slice()),
-            &mut self.scratch,
-            true,
-        )
+        let failed = self
+            .decoder
+            .decode(
+                c,
+                base.as_deref().map(|b| b.as_slice()),
+                &mut self.scratch,
+                true,
+            )
+            .err();
+        if let Some(e) = failed {
+            let damaged_base = match (c.delta_base, &f.bases) {
+                (Some(b), Ok(chain)) if base.is_some() => self
+                    .decoder
+                    .find_damaged_base(chain, &b)
+                    .map(|d| base_unreadable(c, &b, &d)),
+                _ => None,
+            };
+            return Err(damaged_base.unwrap_or(e));
+        }
+        Ok(match c.delta_base {
+            None => c.stored(),
+            Some(_) => &self.scratch,
+        })
     }
 }

@@ -2,11 +2,13 @@
 //! tree streams).
 
 use super::decoder::base_unreadable;
-use super::{corrupt, ChunkDecoder, ChunkLocator, ReadStats};
+use super::{corrupt, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats};
 use crate::error::{Error, Result};
+use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{ContainerId, EntryKind};
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
+use std::sync::Arc;
 
 /// Reads chunks on one thread, verifying every chunk returned.
 pub struct ChunkReader<'a> {
@@ -35,51 +37,45 @@ impl<'a> ChunkReader<'a> {
         self.locator.refresh_index()
     }
 
-    /// The full chunk to use as a delta base for `id`: `id` itself if it is stored in full,
-    /// else the base of its delta (deltas are one level deep). `None` if it is not indexed.
-    pub fn base_of(&mut self, id: &ChunkId) -> Result<Option<ChunkId>> {
-        Ok(match self.locator.kind_of(id)? {
-            Some(EntryKind::Full) => Some(*id),
-            Some(EntryKind::Delta { base }) => Some(base),
-            None => None,
-        })
+    /// How `id` is stored (from its container's metadata), `None` if it is not indexed.
+    pub fn kind_of(&mut self, id: &ChunkId) -> Result<Option<EntryKind>> {
+        self.locator.kind_of(id)
     }
 
-    /// The verified bytes of `base`, which must be stored in full; `None` if not indexed.
-    pub fn read_base(&mut self, base: &ChunkId) -> Result<Option<Vec<u8>>> {
-        match self.read(base, false) {
+    /// The verified bytes of chunk `id` (a delta rebuilt along its chain), for use as a
+    /// delta base; `None` if it is not indexed.
+    pub fn read_base(&mut self, id: &ChunkId) -> Result<Option<Vec<u8>>> {
+        match self.read(id, 0) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(Error::ChunkMissing(_)) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// Reads chunk `id`, decoding a delta against its base, and verifies its fingerprint.
+    /// Reads chunk `id`, decoding a delta against its base (a delta base may itself be a
+    /// delta, up to [`MAX_DELTA_DEPTH`] deep), and verifies its fingerprint.
     ///
     /// # Errors
     /// [`Error::ChunkMissing`] if it is not indexed; [`Error::CorruptChunk`] naming the
-    /// container and chunk if any check fails (also when a delta's base is damaged).
+    /// container and chunk if any check fails (also when a delta's base is damaged, or the
+    /// chain is longer than [`MAX_DELTA_DEPTH`]).
     pub fn read_chunk(&mut self, id: &ChunkId) -> Result<Vec<u8>> {
-        self.read(id, true)
+        self.read(id, 0)
     }
 
-    fn read(&mut self, id: &ChunkId, allow_delta: bool) -> Result<Vec<u8>> {
+    /// Reads chunk `id`, which is `depth` links down a delta chain.
+    fn read(&mut self, id: &ChunkId, depth: u8) -> Result<Vec<u8>> {
         let c = self.locator.locate(id)?;
         let base = match c.delta_base {
             None => None,
-            Some(_) if !allow_delta => {
-                return Err(c.corrupt("a delta is used as a delta base".into()))
-            }
+            Some(_) if depth >= MAX_DELTA_DEPTH => return Err(chain_too_long(&c)),
             Some(b) => Some(match self.decoder.cached_base(&b) {
                 Some(bytes) => bytes,
                 None => {
-                    let located = self
-                        .locator
-                        .locate(&b)
+                    let bytes = self
+                        .read(&b, depth + 1)
                         .map_err(|e| base_unreadable(&c, &b, &e))?;
-                    self.decoder
-                        .accept_base(&located)
-                        .map_err(|e| base_unreadable(&c, &b, &e))?
+                    self.decoder.put_base(b, Arc::new(bytes))
                 }
             }),
         };
@@ -92,6 +88,13 @@ impl<'a> ChunkReader<'a> {
             )
             .map(|d| d.to_vec())
     }
+}
+
+/// The error for a delta chain longer than readers follow.
+pub(crate) fn chain_too_long(c: &LocatedChunk) -> Error {
+    c.corrupt(format!(
+        "its delta chain is longer than {MAX_DELTA_DEPTH} (or loops)"
+    ))
 }
 
 /// Checks bytes against their fingerprint.

@@ -5,8 +5,10 @@
 //! chunk stored again after `check` recorded damage, a delta copy whose base a prune has since
 //! deleted (prune keeps only the bases of the copies the index named). The rebuilt index must
 //! name a copy that can be read, so for every chunk it picks a full copy; else a delta copy
-//! whose base has a full copy; else none (the chunk is then absent, and the next backup that
-//! meets it stores it again). Copies `check` recorded as damaged are never picked.
+//! whose base has a copy by the same rule (a full one, or down a delta chain of at most
+//! [`crate::format::config::MAX_DELTA_DEPTH`] links); else none (the chunk is then absent, and
+//! the next backup that meets it stores it again). Copies `check` recorded as damaged are
+//! never picked.
 
 use super::{read_container_meta, IndexedRepository};
 use crate::backend::FileKind;
@@ -42,7 +44,8 @@ pub(super) const BATCH_ENTRIES: usize = 1 << 16;
 /// about [`BATCH_ENTRIES`] entries, and each batch's full copies become a run of the index at
 /// once (merged as the index merges runs), while its delta copies are set aside in a file
 /// beside the index. Once every full copy is known, the delta copies are read back and a
-/// chunk without a full copy gets a delta copy whose base has one. (It read every container's
+/// chunk without a full copy gets a delta copy whose base is indexed, in rounds (one link of
+/// a delta chain per round). (It read every container's
 /// metadata into memory first.)
 pub fn rebuild_index(repo: &IndexedRepository, warn: &mut dyn FnMut(&str)) -> Result<RepairStats> {
     rebuild_in_batches(repo, warn, BATCH_ENTRIES)
@@ -96,7 +99,7 @@ fn rebuild_in_batches(
             }
         }
         batch.add_to(r, &damage, &mut stats, &|_| Ok(false))?;
-        // A chunk without a full copy gets a delta copy whose base has one, if any.
+        // A chunk without a full copy gets a delta copy whose base has a copy, if any.
         r.take_in_set_aside(|copy, full| Ok(!full(&copy.id)? && full(&copy.base)?))
     })?;
     stats.chunks = repo.index().len()?;
@@ -187,7 +190,8 @@ mod tests {
     }
 
     /// The copy rules hold whatever the batches: a full copy if there is one (never a damaged
-    /// one), else a delta copy whose base has an undamaged full copy, else none; batches of
+    /// one), else a delta copy whose base has a copy by these rules (down a delta chain), else
+    /// none (a loop of deltas never has one); batches of
     /// one container each (deltas whose base is in a later batch, a full copy arriving after
     /// a delta copy) give the same index as one batch of everything.
     #[test]
@@ -209,6 +213,8 @@ mod tests {
             vec![full("f0"), full("f1"), full("f2"), full("f3"), full("f4")],
             vec![full("f5"), full("f6"), delta("d2", "gone"), full("d1")],
             vec![delta("d4", "d3"), full("f6"), full("h"), delta("d5", "h")],
+            // A chain (e5 -> d4 -> d3 -> f5) and a loop, which no round can take.
+            vec![delta("e5", "d4"), delta("l1", "l2"), delta("l2", "l1")],
         ];
         let mut ids = Vec::new();
         for entries in &containers {
@@ -239,16 +245,19 @@ mod tests {
             ("d1", Some(true)),
             ("d3", Some(false)),
             ("d2", None),
-            ("d4", None),
+            ("d4", Some(false)),
+            ("e5", Some(false)),
             ("h", None),
             ("d5", None),
+            ("l1", None),
+            ("l2", None),
         ];
         for batch in [1, 4, 5, usize::MAX] {
             let st = rebuild_in_batches(&repo, &mut |_| {}, batch).unwrap();
-            assert_eq!((st.containers, st.chunks, st.damaged_skipped), (4, 9, 1));
+            assert_eq!((st.containers, st.chunks, st.damaged_skipped), (5, 11, 1));
             let index = repo.index();
             assert!(index.is_complete().unwrap());
-            assert_eq!(index.known_containers().unwrap().len(), 4);
+            assert_eq!(index.known_containers().unwrap().len(), 5);
             for (name, want) in expect {
                 let got = index.get(&chunk(name)).unwrap().map(|loc| {
                     let meta = repo.read_container_meta(&loc.container).unwrap();

@@ -211,10 +211,20 @@ fn deltas_cross_containers_and_restore_with_cold_cache() {
     }
     let crossing = deltas.iter().filter(|(d, b)| home[d] != home[b]).count();
     assert!(crossing > 0, "no delta with its base in another container");
-    // One-level: no base is a delta.
-    let delta_ids: std::collections::HashSet<_> = deltas.iter().map(|(d, _)| *d).collect();
-    assert!(deltas.iter().all(|(_, b)| !delta_ids.contains(b)));
-    // A tiny cache: every base is read back from its container.
+    // Three versions, chains up to 4 deep: some base is a delta (version 2 on version 1),
+    // and no chain is deeper than the versions.
+    let base_of: HashMap<_, _> = deltas.iter().copied().collect();
+    let depth = |mut id| {
+        let mut d = 0;
+        while let Some(b) = base_of.get(&id) {
+            d += 1;
+            id = *b;
+        }
+        d
+    };
+    let max = deltas.iter().map(|(d, _)| depth(*d)).max().unwrap();
+    assert!((2..=3).contains(&max), "{max}");
+    // A tiny cache: every base is read back from its container (down its chain).
     restore_all(&repo, tmp.path(), &contents, 1);
     // And the stored size beats dedup-only.
     let tmp2 = tempfile::tempdir().unwrap();
@@ -246,10 +256,27 @@ fn damaged_base_is_traced_to_every_dependent_file() {
         }
     }
     let repo_dir = tmp.path().join("repo");
+    // A base of file data stored in full, in a region without tree chunks (with delta
+    // chains a base may be a delta, or a tree chunk, whose damage hides the file names).
+    let trees: std::collections::HashSet<_> = repo
+        .snapshots()
+        .unwrap()
+        .snapshots
+        .iter()
+        .flat_map(|(_, s)| s.tree.chunks.clone())
+        .collect();
     let mut damaged = 0;
     for (name, _) in repo.backend().list(FileKind::Container).unwrap() {
         let meta = read_container_meta(repo.backend().as_ref(), &name).unwrap();
-        if let Some(e) = meta.entries.iter().find(|e| bases.contains(&e.id)) {
+        let tree_regions: std::collections::HashSet<u32> = meta
+            .entries
+            .iter()
+            .filter(|e| trees.contains(&e.id))
+            .map(|e| e.region)
+            .collect();
+        if let Some(e) = meta.entries.iter().find(|e| {
+            bases.contains(&e.id) && e.kind == EntryKind::Full && !tree_regions.contains(&e.region)
+        }) {
             let r = meta.regions[e.region as usize];
             let path = repo_dir.join("containers").join(&name[..2]).join(&name);
             let mut b = fs::read(&path).unwrap();
@@ -471,19 +498,30 @@ fn drifting(v: u64) -> Vec<u8> {
 }
 
 /// What the data deltas of a repository look like: the largest delta as a fraction of its
-/// chunk, and how many deltas name a base that a later backup than the first stored.
+/// chunk, how many deltas name a base that a later backup than the first stored, and the
+/// longest delta chain.
 struct DeltaShape {
     max_fraction: f64,
     deltas: usize,
     on_later_bases: usize,
+    max_depth: u8,
+    chained: usize,
+    stored: u64,
 }
 
-/// Backs up 10 drifting versions with `reanchor`; checks every version restores bit-exact and
-/// `check --read-data` is clean, and that deltas stay one level deep.
-fn drifting_series(dir: &Path, reanchor: Option<f64>, dupadj: bool) -> DeltaShape {
+/// Backs up 10 drifting versions with `reanchor` and deltas at most `max_depth` deep; checks
+/// every version restores bit-exact, `check --read-data` is clean, and no delta chain is
+/// deeper than `max_depth`.
+fn drifting_series(
+    dir: &Path,
+    reanchor: Option<f64>,
+    dupadj: bool,
+    max_depth: u8,
+) -> (IndexedRepository, Contents, DeltaShape) {
     let delta = DeltaConfig {
         reanchor,
         dupadj,
+        max_depth,
         ..DeltaConfig::recommended()
     };
     let repo = init_repo(&dir.join("repo"), config(1, delta));
@@ -512,7 +550,7 @@ fn drifting_series(dir: &Path, reanchor: Option<f64>, dupadj: bool) -> DeltaShap
         .iter()
         .flat_map(|(_, s)| s.tree.chunks.clone())
         .collect();
-    let (mut full_in, mut deltas) = (HashMap::new(), Vec::new());
+    let (mut full_in, mut deltas, mut base_of) = (HashMap::new(), Vec::new(), HashMap::new());
     for name in list(&repo) {
         for e in read_container_meta(repo.backend().as_ref(), &name)
             .unwrap()
@@ -522,21 +560,44 @@ fn drifting_series(dir: &Path, reanchor: Option<f64>, dupadj: bool) -> DeltaShap
                 EntryKind::Full => {
                     full_in.insert(e.id, first_backup.contains(&name));
                 }
-                EntryKind::Delta { base } if !trees.contains(&e.id) => deltas.push((base, e)),
-                EntryKind::Delta { .. } => {}
+                EntryKind::Delta { base } => {
+                    base_of.insert(e.id, base);
+                    if !trees.contains(&e.id) {
+                        deltas.push((base, e));
+                    }
+                }
             }
         }
     }
-    // One level: every base is stored in full.
-    assert!(deltas.iter().all(|(b, _)| full_in.contains_key(b)));
-    DeltaShape {
+    let depth = |mut id| {
+        let mut d = 0u8;
+        while let Some(b) = base_of.get(&id) {
+            d += 1;
+            id = *b;
+        }
+        d
+    };
+    let depths: Vec<u8> = deltas.iter().map(|(_, e)| depth(e.id)).collect();
+    let max = depths.iter().copied().max().unwrap_or(0);
+    assert!(
+        max <= max_depth,
+        "a chain of {max} with a bound of {max_depth}"
+    );
+    let shape = DeltaShape {
         max_fraction: deltas
             .iter()
             .map(|(_, e)| e.stored_len as f64 / e.original_len as f64)
             .fold(0.0, f64::max),
         deltas: deltas.len(),
-        on_later_bases: deltas.iter().filter(|(b, _)| !full_in[b]).count(),
-    }
+        on_later_bases: deltas
+            .iter()
+            .filter(|(b, _)| !full_in.get(b).copied().unwrap_or(true))
+            .count(),
+        max_depth: max,
+        chained: depths.iter().filter(|&&d| d > 1).count(),
+        stored: stored_bytes(&repo),
+    };
+    (repo, contents, shape)
 }
 
 /// Base re-anchoring (issue 14): on a drifting file, the papers' rule keeps deltas against
@@ -547,10 +608,10 @@ fn drifting_series(dir: &Path, reanchor: Option<f64>, dupadj: bool) -> DeltaShap
 fn drifting_versions_reanchor_their_bases() {
     let bound = 0.06;
     let tmp = tempfile::tempdir().unwrap();
-    let papers = drifting_series(&tmp.path().join("papers"), None, true);
+    let (_, _, papers) = drifting_series(&tmp.path().join("papers"), None, true, 1);
     // The drift is enough to matter: without the bound, deltas grew past it.
     assert!(papers.max_fraction > bound, "{}", papers.max_fraction);
-    let reanchored = drifting_series(&tmp.path().join("reanchor"), Some(bound), true);
+    let (_, _, reanchored) = drifting_series(&tmp.path().join("reanchor"), Some(bound), true, 1);
     assert!(reanchored.deltas > 0);
     assert!(
         reanchored.max_fraction <= bound,
@@ -566,10 +627,68 @@ fn drifting_versions_reanchor_their_bases() {
         papers.on_later_bases
     );
     // Without DupAdj the bound is not applied: nothing would find the newer copies.
-    let sketch_only = drifting_series(&tmp.path().join("sketch-only"), Some(bound), false);
+    let (_, _, sketch_only) =
+        drifting_series(&tmp.path().join("sketch-only"), Some(bound), false, 1);
     assert!(
         sketch_only.max_fraction > bound,
         "{}",
         sketch_only.max_fraction
     );
+}
+
+/// Bounded delta chains (issue 14): on a drifting file, a version's chunks delta against the
+/// previous version's (themselves deltas) instead of the last full copy, never deeper than
+/// the bound; the repository is smaller than with one-level deltas; and the chains survive
+/// what moves or drops chunks: a prune after forgetting every version but the last (the
+/// chain's bases are kept down to the full chunk, then copied forward), and an index rebuilt
+/// from the containers alone.
+#[test]
+fn delta_chains_stay_bounded_and_survive_prune_and_rebuild() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, _, one) = drifting_series(&tmp.path().join("one"), None, true, 1);
+    assert_eq!((one.max_depth, one.chained), (1, 0));
+    let (repo, contents, chained) = drifting_series(&tmp.path().join("chain"), None, true, 3);
+    assert_eq!(chained.max_depth, 3);
+    assert!(chained.chained > 0);
+    assert!(
+        chained.stored < one.stored,
+        "chains {} vs one level {}",
+        chained.stored,
+        one.stored
+    );
+    // Forget every version but the last, prune everything that is not needed.
+    let ids: Vec<String> = repo
+        .snapshots()
+        .unwrap()
+        .snapshots
+        .iter()
+        .map(|(id, _)| id.to_hex())
+        .collect();
+    let time = |id: &String| repo.find_snapshot(id).unwrap().1.time;
+    let latest = ids.iter().map(time).max().unwrap();
+    let older: Vec<String> = ids
+        .iter()
+        .filter(|id| time(id) != latest)
+        .cloned()
+        .collect();
+    assert_eq!(older.len(), 9);
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, &older)?;
+        prune_with(&repo, lock, 0.0, false)
+    })
+    .unwrap();
+    // (restore_all names its targets by cache size: one size per round.)
+    let check_last = |cache_bytes: usize| {
+        let report = run_check(&repo, true).unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        restore_all(
+            &repo,
+            &tmp.path().join("chain"),
+            &contents[9..],
+            cache_bytes,
+        );
+    };
+    check_last(1 << 20);
+    dedelta_store::commands::repair::rebuild_index(&repo, &mut |_| {}).unwrap();
+    check_last(1 << 21);
 }

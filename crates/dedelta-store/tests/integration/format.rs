@@ -558,7 +558,7 @@ fn verify_snapshots(
 /// and prunes with version-1 containers only, so that older builds still read it. Its config
 /// made version 2 by hand (what a migration would do), it gets version-2 containers beside
 /// the old ones; backup, restore, prune (copying version-1 entries into version-2
-/// containers) and check read both.
+/// containers) and check read both; raised to version 3, its new deltas chain onto them.
 #[test]
 fn version_1_repositories_keep_version_1_containers() {
     use crate::support::{backup_files, forget_ids, open_repo, prune_with, versioned_text, Files};
@@ -566,10 +566,11 @@ fn version_1_repositories_keep_version_1_containers() {
     let tmp = tempfile::tempdir().unwrap();
     let repo_dir = tmp.path().join("repo");
     let src = tmp.path().join("src");
-    let cfg = RepoConfig {
+    let mut cfg = RepoConfig {
         version: 1,
         ..small_config()
     };
+    cfg.delta.max_depth = 1;
     let mut repo = init_repo(&repo_dir, cfg);
     let config_bytes = std::fs::read(repo_dir.join("config")).unwrap();
     assert_eq!(&config_bytes[envelope::VERSION_OFFSET..][..2], &[1, 0]);
@@ -618,7 +619,18 @@ fn version_1_repositories_keep_version_1_containers() {
     .unwrap();
     model.remove(&second);
     verify_snapshots(&repo, tmp.path(), &src, &model);
-    // An index rebuilt from both versions still finds every chunk.
+    // Made version 3 with delta chains: new deltas may rest on deltas; all still read.
+    drop(repo);
+    let mut cfg = RepoConfig::from_bytes(&std::fs::read(repo_dir.join("config")).unwrap()).unwrap();
+    cfg.version = 3;
+    cfg.delta.max_depth = 4;
+    std::fs::write(repo_dir.join("config"), cfg.to_bytes()).unwrap();
+    repo = open_repo(&repo_dir).unwrap().open_index().unwrap();
+    for v in 4..8 {
+        backup(&repo, &mut model, v);
+    }
+    verify_snapshots(&repo, tmp.path(), &src, &model);
+    // An index rebuilt from every version still finds every chunk.
     drop(repo);
     let cache = crate::support::cache_root_for(&repo_dir);
     std::fs::remove_dir_all(&cache).unwrap();

@@ -8,7 +8,11 @@
 //!
 //! Each repository format version has its table: a version-1 repository still writes
 //! version-1 containers, byte for byte as before version 2 existed (so that builds that know
-//! only version 1 keep reading it), and a version-2 repository the lean version-2 metadata.
+//! only version 1 keep reading it), a version-2 repository the lean version-2 metadata with
+//! one-level deltas, and a version-3 repository the same layout with delta chains. (The
+//! delta tables of versions 1 and 2 changed on 2026-11-25 with the rule that a delta must
+//! save space compressed: a writing rule that decides which chunks are deltas, not a format
+//! change; every build reads what it writes.)
 //! The version-1 tables are written with zstd level 3 for every region and Odess 3 x 4, as
 //! every version-1 repository's config says; the version-2 tables with the defaults (level 6
 //! for regions that look compressible, which these text records do; Odess 3 x 2).
@@ -100,7 +104,16 @@ fn version_1_delta() -> DeltaConfig {
     let mut d = DeltaConfig::recommended();
     d.sketch_params.features_per_sf = 4;
     d.reanchor = None;
+    d.max_depth = 1;
     d
+}
+
+/// The delta settings of version-2 repositories: the defaults, one level deep.
+fn version_2_delta() -> DeltaConfig {
+    DeltaConfig {
+        max_depth: 1,
+        ..DeltaConfig::recommended()
+    }
 }
 
 #[test]
@@ -119,10 +132,24 @@ fn dedup_only_containers_are_unchanged_v2() {
 
 #[test]
 fn delta_containers_are_unchanged_v2() {
-    let names = container_names(2, DeltaConfig::recommended(), 2);
+    let names = container_names(2, version_2_delta(), 2);
     assert_eq!(prefixes(&names), EXPECTED_DELTA_V2, "{names:#?}");
-    assert_eq!(container_names(2, DeltaConfig::recommended(), 1), names);
+    assert_eq!(container_names(2, version_2_delta(), 1), names);
 }
+
+#[test]
+fn delta_containers_are_unchanged_v3() {
+    let names = container_names(3, DeltaConfig::recommended(), 2);
+    assert_eq!(prefixes(&names), EXPECTED_DELTA_V3, "{names:#?}");
+    assert_eq!(container_names(3, DeltaConfig::recommended(), 1), names);
+}
+
+const EXPECTED_DELTA_V3: &[&str] = &[
+    "0211cbaed6200cd9",
+    "4fe9ced17cda0246",
+    "d9fa4783019f8b9c",
+    "febe5db407828b3e",
+];
 
 const EXPECTED_DEDUP: &[&str] = &[
     "1a7ecce824a9c664",
@@ -131,10 +158,10 @@ const EXPECTED_DEDUP: &[&str] = &[
     "a8e106de45de2535",
 ];
 const EXPECTED_DELTA: &[&str] = &[
-    "14fd406d519beee9",
-    "3da5b6aa55842745",
+    "6e58868c6e8ee0d7",
+    "a1ed1b3ff4ded36d",
     "a94403eeb924b09a",
-    "e416658562d0ce17",
+    "cddd6204d8f6ad62",
 ];
 const EXPECTED_DEDUP_V2: &[&str] = &[
     "2bd1052105d33f99",
@@ -143,7 +170,7 @@ const EXPECTED_DEDUP_V2: &[&str] = &[
     "9644fa96c806a675",
 ];
 const EXPECTED_DELTA_V2: &[&str] = &[
-    "0981d5265a1d3728",
+    "2d5f19ea4a6209bb",
     "33d226beec8b54f1",
     "4fe9ced17cda0246",
     "febe5db407828b3e",

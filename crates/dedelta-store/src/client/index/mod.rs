@@ -30,6 +30,7 @@ mod manifest;
 mod run;
 
 use crate::error::{Error, Result};
+use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
 use bloom::mix64;
 use dedelta_core::ChunkId;
@@ -91,6 +92,13 @@ fn spill_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Where a round of [`Rebuild::take_in_set_aside`] writes the copies it did not take.
+fn spill_left_path(spill: &Path) -> PathBuf {
+    let mut name = spill.as_os_str().to_os_string();
+    name.push(".next");
+    PathBuf::from(name)
+}
+
 fn lock_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".lock");
@@ -126,6 +134,7 @@ fn remove_orphans(path: &Path, keep: &HashSet<u64>) {
     };
     let _ = std::fs::remove_file(manifest::tmp_path(path));
     let _ = std::fs::remove_file(spill_path(path));
+    let _ = std::fs::remove_file(spill_left_path(&spill_path(path)));
     let prefix = format!("{name}.");
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -870,8 +879,10 @@ impl Rebuild<'_> {
 
     /// Reads the delta copies set aside back, in the order they were set aside, and takes in
     /// those `choose` accepts; `choose` is given a lookup of the chunks taken in *before*
-    /// this call (the full copies, when only they were added), which the copies taken in here
-    /// never change.
+    /// this round (the full copies, when only they were added), which the copies taken in
+    /// during a round never change. Rounds repeat over the copies not taken, so that a delta
+    /// whose base is itself a delta copy is taken once its base is (a delta chain, one link
+    /// per round), until a round takes none or [`MAX_DELTA_DEPTH`] rounds have run.
     pub fn take_in_set_aside(
         &mut self,
         mut choose: impl FnMut(&DeltaCopy, &dyn Fn(&ChunkId) -> Result<bool>) -> Result<bool>,
@@ -883,10 +894,31 @@ impl Rebuild<'_> {
         let io = |e| Error::io(format!("reading {}", spill_path.display()), e);
         let file = w.into_inner().map_err(|e| io(e.into_error()))?;
         drop(file);
-        let mut r = std::io::BufReader::with_capacity(
-            1 << 20,
-            std::fs::File::open(&spill_path).map_err(io)?,
-        );
+        let left = spill_left_path(&spill_path);
+        for _ in 0..MAX_DELTA_DEPTH {
+            let (taken, kept) = self.take_in_round(&spill_path, &left, &mut choose)?;
+            std::fs::rename(&left, &spill_path).map_err(io)?;
+            if taken == 0 || kept == 0 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round of [`Self::take_in_set_aside`]: reads the copies in `from`, takes in those
+    /// `choose` accepts and writes the others to `left`; returns how many of each.
+    fn take_in_round(
+        &mut self,
+        from: &Path,
+        left: &Path,
+        choose: &mut impl FnMut(&DeltaCopy, &dyn Fn(&ChunkId) -> Result<bool>) -> Result<bool>,
+    ) -> Result<(u64, u64)> {
+        let io = |e| Error::io(format!("reading {}", from.display()), e);
+        let mut r =
+            std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(from).map_err(io)?);
+        let wio = |e| Error::io(format!("writing {}", left.display()), e);
+        let mut w =
+            std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(left).map_err(wio)?);
         let before: Vec<Arc<Run>> = self.change.runs.clone();
         let holds_before = |id: &ChunkId| -> Result<bool> {
             for run in before.iter().rev() {
@@ -897,6 +929,7 @@ impl Rebuild<'_> {
             Ok(false)
         };
         let mut chosen: Vec<([u8; 32], u64)> = Vec::new();
+        let (mut taken, mut kept) = (0, 0);
         let mut rec = [0u8; DELTA_COPY_LEN];
         loop {
             match std::io::Read::read_exact(&mut r, &mut rec) {
@@ -920,6 +953,8 @@ impl Rebuild<'_> {
                 },
             };
             if !choose(&copy, &holds_before)? {
+                std::io::Write::write_all(&mut w, &rec).map_err(wio)?;
+                kept += 1;
                 continue;
             }
             let slot = self
@@ -934,11 +969,14 @@ impl Rebuild<'_> {
                     ))
                 })?;
             chosen.push((id, slot.first + u64::from(entry)));
+            taken += 1;
             if chosen.len() >= SET_ASIDE_BATCH {
                 self.write_copies(std::mem::take(&mut chosen))?;
             }
         }
-        self.write_copies(chosen)
+        std::io::Write::flush(&mut w).map_err(wio)?;
+        self.write_copies(chosen)?;
+        Ok((taken, kept))
     }
 
     /// Writes chunk entries (no super-features: they are delta copies) as one run.

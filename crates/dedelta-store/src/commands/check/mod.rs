@@ -22,6 +22,7 @@ pub(crate) use verify::{entry_pair, verify_entries, RefChecker};
 
 use crate::backend::FileKind;
 use crate::error::{Error, Result};
+use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{self, ContainerId, EntryKind};
 use crate::format::damage::DamagedCopy;
 use crate::progress::Progress;
@@ -184,13 +185,13 @@ pub fn check(
         let mut reader = crate::read::ChunkReader::new(repo, 64 << 20)?;
         let index = repo.index().reader()?;
         // Where a base recorded as damaged may be read straight from (the index does not name
-        // recorded copies): its recorded copy, or a full copy in a container recorded whole
-        // whose metadata reads again.
+        // recorded copies): its recorded copy, or a copy in a container recorded whole whose
+        // metadata reads again (a full copy if it has one).
         let mut in_recorded_whole: HashMap<ChunkId, ContainerId> = HashMap::new();
         for (cid, entries) in &entry_ids {
             if damage.container_damaged(cid) {
                 for (id, base) in entries {
-                    if base.is_none() {
+                    if base.is_none() || !in_recorded_whole.contains_key(id) {
                         in_recorded_whole.insert(*id, *cid);
                     }
                 }
@@ -254,13 +255,13 @@ pub fn check(
             let mut base = |b: &ChunkId| match reader.read_chunk(b) {
                 Ok(bytes) => Ok(bytes),
                 // A base recorded as damaged is out of the index (the reader says so, as
-                // corruption naming the record); if its recorded copy reads whole now, the
-                // delta verifies too (and both records are cleared).
+                // corruption naming the record); if its recorded copy reads whole now (down
+                // its delta chain), the delta verifies too (and both records are cleared).
                 Err(first) => {
-                    if let Some(c) = recorded_copy(b) {
-                        if let Ok(bytes) = recorded_full_copy(backend.as_ref(), &c, b) {
-                            return Ok(bytes);
-                        }
+                    if let Ok(bytes) =
+                        read_recorded_copy(backend.as_ref(), &mut reader, &recorded_copy, b, 0)
+                    {
+                        return Ok(bytes);
                     }
                     let again = reader.read_chunk(b);
                     if again.is_ok() {
@@ -455,7 +456,7 @@ pub fn check(
             if let Some(v) = verified.get(id) {
                 return v.clone();
             }
-            let v = refs.problem(id, true);
+            let v = refs.problem(id);
             verified.insert(*id, v.clone());
             v
         };
@@ -499,13 +500,18 @@ pub fn check(
     Ok(report)
 }
 
-/// The bytes of the full copy of `chunk` in `container`, read straight from the container and
-/// verified (for a base whose copy is recorded as damaged, and so out of the index).
-fn recorded_full_copy(
+/// The bytes of the recorded copy of `chunk` (in the container `recorded` names, read
+/// straight from it and verified), for a base whose copy is recorded as damaged and so out of
+/// the index. A delta copy is decoded against its base, read through `reader`, else (when that
+/// base is recorded as damaged too) the same way, at most [`MAX_DELTA_DEPTH`] links down.
+fn read_recorded_copy(
     backend: &dyn crate::backend::Backend,
-    container: &ContainerId,
+    reader: &mut crate::read::ChunkReader<'_>,
+    recorded: &dyn Fn(&ChunkId) -> Option<ContainerId>,
     chunk: &ChunkId,
+    depth: u8,
 ) -> Result<Vec<u8>> {
+    let container = recorded(chunk).ok_or_else(|| Error::ChunkMissing(chunk.to_hex()))?;
     let name = container.to_hex();
     let what = format!("container {name}");
     let file = backend.get(FileKind::Container, &name)?;
@@ -518,8 +524,9 @@ fn recorded_full_copy(
     let e = meta
         .entries
         .iter()
-        .find(|e| e.id == *chunk && e.kind == EntryKind::Full)
-        .ok_or_else(|| bad("no full copy in its recorded container"))?;
+        .filter(|e| e.id == *chunk)
+        .min_by_key(|e| e.kind != EntryKind::Full)
+        .ok_or_else(|| bad("no copy in its recorded container"))?;
     let r = meta
         .regions
         .get(e.region as usize)
@@ -531,8 +538,25 @@ fn recorded_full_copy(
     let bytes = raw
         .get(e.offset as usize..(e.offset + e.stored_len) as usize)
         .ok_or_else(|| bad("entry lies outside its region"))?;
-    if ChunkId::of(bytes) != *chunk {
+    let bytes = match e.kind {
+        EntryKind::Full => bytes.to_vec(),
+        EntryKind::Delta { .. } if depth >= MAX_DELTA_DEPTH => {
+            return Err(bad("its delta chain is too long"))
+        }
+        EntryKind::Delta { base } => {
+            let base_bytes = match reader.read_chunk(&base) {
+                Ok(b) => b,
+                Err(_) => read_recorded_copy(backend, reader, recorded, &base, depth + 1)?,
+            };
+            let mut out = Vec::with_capacity(e.original_len as usize);
+            dedelta_core::delta::new_codec(dedelta_core::delta::DeltaKind::Ddelta)
+                .decode(&base_bytes, bytes, &mut out)
+                .map_err(|err| bad(&err.to_string()))?;
+            out
+        }
+    };
+    if ChunkId::of(&bytes) != *chunk {
         return Err(bad("content does not match its fingerprint"));
     }
-    Ok(bytes.to_vec())
+    Ok(bytes)
 }

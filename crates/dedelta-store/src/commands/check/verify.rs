@@ -4,6 +4,7 @@
 use super::EntryIds;
 use crate::client::index::IndexReader;
 use crate::error::Result;
+use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{self, ContainerMeta, EntryKind, EntryMeta};
 use crate::repository::damage::DamageSet;
 use dedelta_core::ChunkId;
@@ -101,8 +102,14 @@ pub(crate) struct RefChecker<'a> {
 }
 
 impl RefChecker<'_> {
-    /// Why chunk `id` cannot be read, or `None` if it can.
-    pub fn problem(&self, id: &ChunkId, allow_delta: bool) -> Option<String> {
+    /// Why chunk `id` cannot be read, or `None` if it can (a delta needs its base, down its
+    /// chain).
+    pub fn problem(&self, id: &ChunkId) -> Option<String> {
+        self.problem_at(id, 0)
+    }
+
+    /// [`Self::problem`] for a chunk `depth` links down a delta chain.
+    fn problem_at(&self, id: &ChunkId, depth: u8) -> Option<String> {
         if let Some(reason) = self.bad.get(id) {
             return Some(format!("damaged: {reason}"));
         }
@@ -128,10 +135,12 @@ impl RefChecker<'_> {
         match entries.get(loc.entry as usize) {
             Some((e, None)) if e == id => None,
             Some((e, Some(base))) if e == id => {
-                if !allow_delta {
-                    return Some("a delta is used as a delta base".into());
+                if depth >= MAX_DELTA_DEPTH {
+                    return Some(format!(
+                        "its delta chain is longer than {MAX_DELTA_DEPTH} (or loops)"
+                    ));
                 }
-                self.problem(base, false)
+                self.problem_at(base, depth + 1)
                     .map(|m| format!("its delta base {base} is unusable: {m}"))
             }
             _ => Some(format!(

@@ -2,7 +2,7 @@
 //! delete or rewrite (all a `--dry-run` does); [`execute`] sweeps.
 //!
 //! Mark: every chunk a remaining snapshot references (tree and file content), plus the base of
-//! every live delta (one level, so one pass). A stored entry is live when its chunk is live
+//! every live delta, down every delta chain. A stored entry is live when its chunk is live
 //! *and* the index points at it (other copies of the same chunk, left by interrupted backups,
 //! are garbage). Plan: containers with no live entry are deleted; containers whose live
 //! fraction (of entry bytes) is below `1 - max_unused` are rewritten: their live entries, full

@@ -12,7 +12,7 @@ use crate::repository::damage::DamageSet;
 use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, IndexedRepository};
 use dedelta_core::ChunkId;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// A container's name, size, and entries with whether the index points at each.
 type ContainerEntries = (ContainerId, u64, Vec<(EntryInfo, bool)>);
@@ -106,19 +106,13 @@ pub(super) fn plan(
         }
         metas.push((cid, *size, entries));
     }
-    // Bases of live deltas are live (deltas are one level deep: one pass).
-    let mut bases = HashSet::new();
-    for (_, _, entries) in &metas {
-        for (e, indexed) in entries {
-            if *indexed && live.contains(&e.id) {
-                if let Some(b) = e.base {
-                    if !live.contains(&b) {
-                        bases.insert(b);
-                    }
-                }
-            }
-        }
-    }
+    // Bases of live deltas are live, down every delta chain.
+    let base_of: HashMap<ChunkId, ChunkId> = metas
+        .iter()
+        .flat_map(|(_, _, entries)| entries)
+        .filter_map(|(e, indexed)| e.base.filter(|_| *indexed).map(|b| (e.id, b)))
+        .collect();
+    let bases = bases_needed(&live, &base_of);
     plan.bases_kept = bases.len() as u64;
     live.extend(bases);
     // Every live chunk must be indexed: else the index is stale and sweeping could lose data.
@@ -170,4 +164,48 @@ pub(super) fn plan(
             rewrite,
         },
     ))
+}
+
+/// The chunks that are not in `live` but that its deltas need: their bases, the bases of
+/// those that are deltas, and so on down every chain (`base_of` maps each indexed delta to
+/// its base). Each chunk is visited once, so a loop in damaged metadata ends too.
+fn bases_needed(live: &HashSet<ChunkId>, base_of: &HashMap<ChunkId, ChunkId>) -> HashSet<ChunkId> {
+    let mut needed = HashSet::new();
+    let mut todo: Vec<ChunkId> = live
+        .iter()
+        .filter_map(|id| base_of.get(id))
+        .copied()
+        .collect();
+    while let Some(b) = todo.pop() {
+        if live.contains(&b) || !needed.insert(b) {
+            continue;
+        }
+        if let Some(&next) = base_of.get(&b) {
+            todo.push(next);
+        }
+    }
+    needed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u8) -> ChunkId {
+        ChunkId::of(&[n])
+    }
+
+    /// A live delta keeps its whole chain; chunks already live stop the walk; a loop ends.
+    #[test]
+    fn bases_of_live_deltas_are_kept_down_the_chain() {
+        // 4 -> 3 -> 2 -> 1 (full); 6 -> 5 (full), 6 is dead; 7 -> 8 -> 7 (a loop).
+        let base_of: HashMap<ChunkId, ChunkId> = [(4, 3), (3, 2), (2, 1), (6, 5), (7, 8), (8, 7)]
+            .into_iter()
+            .map(|(a, b)| (id(a), id(b)))
+            .collect();
+        let live: HashSet<ChunkId> = [id(4), id(2), id(7)].into_iter().collect();
+        let needed = bases_needed(&live, &base_of);
+        let expected: HashSet<ChunkId> = [id(3), id(1), id(8)].into_iter().collect();
+        assert_eq!(needed, expected);
+    }
 }

@@ -12,8 +12,9 @@
 //! - lengths are varints, and a full entry's original length is its stored length;
 //! - super-features are recorded where something reads them: the sketch indexes (client
 //!   index, stream index) and the copies of prune and repair read those of full entries only,
-//!   because a delta is never a base (one level). Writers record none on deltas; the count
-//!   field stays per entry, so a later writer may record them without a new layout;
+//!   because with one-level deltas a delta is never a base (with chains, DupAdj's positional
+//!   hint finds them). Writers record none on deltas; the count field stays per entry, so a
+//!   later writer may record them without a new layout;
 //! - a delta whose base is the base of an earlier delta of the same container names that
 //!   entry by its distance instead of repeating 32 bytes.
 //!
