@@ -56,6 +56,27 @@ fn delta_options_and_statistics() {
     assert!(dce > 0.5 && dce < 1.0, "{last}");
     assert!(delta_ratio > 2.0, "{last}");
     assert!((delta_ratio - 1.0 / (1.0 - dce)).abs() < 1e-6, "{last}");
+    // Detection and acceptance apart: every kept delta was detected; the rest were dropped
+    // for a reason.
+    let n = |k: &str| {
+        last[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("missing {k}: {last}"))
+    };
+    assert!(n("delta_detected") >= n("delta_chunks"), "{last}");
+    assert_eq!(
+        n("delta_detected"),
+        n("delta_chunks")
+            + n("delta_rejected_min_saving")
+            + n("delta_rejected_reanchor")
+            + n("delta_rejected_tree_bound"),
+        "{last}"
+    );
+    assert_eq!(n("delta_rejected"), n("delta_detected") - n("delta_chunks"));
+    assert!(
+        last["detected_dce"].as_f64().unwrap() <= dce + 1e-12,
+        "{last}"
+    );
     for stage in [
         "chunk",
         "hash",
@@ -82,6 +103,8 @@ fn delta_options_and_statistics() {
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(stats["delta_chunks"].as_u64().unwrap() > 0);
     assert!(stats["dcr"].as_f64().unwrap() > 1.0);
+    assert!(stats["delta_detected"].as_u64().unwrap() >= stats["delta_chunks"].as_u64().unwrap());
+    assert!(stats["detected_dce"].is_number(), "{stats}");
     // A per-backup override: no sketches for this one.
     versioned(&src.join("f.txt"), 9);
     let out = dedelta()

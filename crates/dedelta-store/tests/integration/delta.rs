@@ -3,8 +3,9 @@
 //! every file that needs it; the local base cache changes speed, never what is stored.
 
 use crate::support::{
-    backup_options, backup_with, config, files, forget_ids, init_repo, locked, me, prune_with,
-    restore_to, restored_root, run_check, stored_bytes, text, time_of, write_files, Files,
+    backup_options, backup_with, config, files, forget_ids, init_repo, locked, me, noise,
+    prune_with, restore_to, restored_root, run_check, stored_bytes, text, time_of, write_files,
+    Files,
 };
 use dedelta_core::chunker::ChunkerKind;
 use dedelta_core::delta::DeltaKind;
@@ -91,6 +92,7 @@ fn restore_all(repo: &IndexedRepository, dir: &Path, contents: &[Files], cache_b
             target: target.clone(),
             include: vec![],
             cache_bytes,
+            cache_containers: None,
         };
         restore::restore(repo, snap, &opts, &NoProgress).unwrap();
         let root = restored_root(&target, &src);
@@ -572,4 +574,72 @@ fn drifting_versions_reanchor_their_bases() {
         "{}",
         sketch_only.max_fraction
     );
+}
+
+/// Detection and acceptance are counted apart (issue 15), on a hand-made example. Ten
+/// fixed-size chunks of noise (incompressible: a chunk costs at least its 2,048 bytes stored
+/// in full); the second version edits chunks 1, 3 and 5 and keeps the others, so DupAdj pairs
+/// each edited chunk with the parent's chunk at its place and encodes a delta of about the
+/// bytes it rewrote: chunk 1 one byte (a delta of a few bytes), chunk 3 its first 1,000 bytes
+/// (49 % of the chunk), chunk 5 its first 1,900 (93 %). The tree stream (one chunk of 402
+/// bytes) adds one detected pair, dropped by the tree bound: three of its ten chunk ids are
+/// new, 96 bytes of hash and their records, a delta above half the chunk.
+///
+/// | settings | kept | min_saving | re-anchoring bound |
+/// |---|---|---|---|
+/// | bound 30 %, min_saving 10 % | 1 | 0 | 3, 5 (both above 30 %; 5 also fails min_saving) |
+/// | no bound, min_saving 10 % | 1, 3 | 5 (above 90 % of 2,048) | 0 |
+/// | no bound, min_saving 0 | 1, 3, 5 | 0 | 0 |
+#[test]
+fn detection_and_acceptance_are_counted_apart() {
+    for (reanchor, min_saving, kept, by_min_saving, by_bound) in [
+        (Some(0.3), 0.1, 1, 0, 2),
+        (None, 0.1, 2, 1, 0),
+        (None, 0.0, 3, 0, 0),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let delta = DeltaConfig {
+            sketch: None,
+            dupadj: true,
+            reanchor,
+            min_saving,
+            ..DeltaConfig::default()
+        };
+        let mut cfg = config(1, delta);
+        cfg.chunker.kind = ChunkerKind::Fixed;
+        let chunk = cfg.chunker.params.avg_size;
+        assert_eq!(chunk, 2048);
+        let repo = init_repo(&tmp.path().join("repo"), cfg);
+        let old = noise(10 * chunk, 21);
+        let mut new = old.clone();
+        new[chunk + 7] ^= 0x55;
+        let fresh = noise(2_000, 22);
+        new[3 * chunk..3 * chunk + 1_000].copy_from_slice(&fresh[..1_000]);
+        new[5 * chunk..5 * chunk + 1_900].copy_from_slice(&fresh[100..]);
+        let src = tmp.path().join("src");
+        let mut sums = Vec::new();
+        for (n, data) in [old, new].into_iter().enumerate() {
+            write_files(&src, &files([("f", data)]));
+            sums.push(run_backup(&repo, &src, n as u64));
+        }
+        let s = &sums[1];
+        let what = format!("reanchor {reanchor:?}, min_saving {min_saving}: {s:?}");
+        // Three data chunks and one tree chunk detected.
+        assert_eq!(s.delta_detected, 4, "{what}");
+        assert_eq!(s.delta_chunks, kept, "{what}");
+        assert_eq!(s.delta_rejected_min_saving, by_min_saving, "{what}");
+        assert_eq!(s.delta_rejected_reanchor, by_bound, "{what}");
+        assert_eq!(s.delta_rejected_tree_bound, 1, "{what}");
+        assert_eq!(
+            s.delta_detected,
+            s.delta_chunks + s.delta_rejected(),
+            "{what}"
+        );
+        // The detected pairs' deltas hold at least the bytes the edits rewrote.
+        assert!(s.detected_delta_bytes >= 1 + 1_000 + 1_900, "{what}");
+        assert!(s.detected_delta_bytes >= s.delta_bytes, "{what}");
+        assert!(s.detected_dce() <= s.dce() + 1e-12, "{what}");
+        // The first version has no parent and nothing to pair.
+        assert_eq!(sums[0].delta_detected, 0, "{what}");
+    }
 }
