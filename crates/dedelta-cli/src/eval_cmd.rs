@@ -44,8 +44,8 @@ pub struct EvalArgs {
     #[arg(long)]
     no_peers: bool,
     /// Set every dedelta configuration's min_saving to P percent (0: off, every encoded
-    /// delta is kept unless a re-anchoring or tree bound drops it); default: each
-    /// configuration's own (10).
+    /// delta is kept unless a re-anchoring or tree bound drops it or it is not smaller than
+    /// the chunk compressed alone); default: each configuration's own (10).
     #[arg(long, value_name = "P")]
     min_saving_percent: Option<f64>,
     /// The restore cache of the restore speed factor, in containers (an LRU of whole

@@ -62,7 +62,8 @@ pub struct EvalOptions {
     /// Start time (RFC 3339), recorded in snapshots and the report.
     pub time: String,
     /// Sets every configuration's `min_saving` (percent; 0: every encoded delta is kept
-    /// unless a bound drops it); `None` keeps each configuration's own.
+    /// unless a bound drops it or it is not smaller than the chunk compressed alone); `None`
+    /// keeps each configuration's own.
     pub min_saving_percent: Option<f64>,
     /// The papers' restore cache, in containers (see [`RunOptions::cache_containers`]).
     pub cache_containers: usize,
@@ -123,7 +124,8 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
             "min_saving: {p} % for every configuration (--min-saving-percent; the default is \
              10 %){}",
             if p == 0.0 {
-                ": every encoded delta is kept unless a re-anchoring or tree bound drops it"
+                ": every encoded delta is kept unless a re-anchoring or tree bound drops it \
+                 or it is not smaller than the chunk compressed alone (zstd level 1)"
             } else {
                 ""
             }

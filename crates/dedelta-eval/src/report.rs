@@ -340,7 +340,9 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          half of it), in the table \"Detection and acceptance\". *DCE detected*: DCE over every \
          detected pair with its smallest delta, kept or not (Finesse's DCE measures \
          detection); DCE and DCR measure what was kept. `--min-saving-percent 0` turns \
-         `min_saving` off for every configuration."
+         `min_saving` off for every configuration: a delta is then dropped under \
+         `min_saving` only when it is not smaller than the chunk compressed alone (zstd \
+         level 1), where keeping it would save nothing."
     );
     let _ = writeln!(
         s,

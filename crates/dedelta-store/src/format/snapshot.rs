@@ -108,7 +108,8 @@ pub struct BackupSummary {
     #[serde(default)]
     pub detected_delta_bytes: u64,
     /// Detected chunks stored in full because no delta saved `min_saving` of the chunk's
-    /// compressed size (within the re-anchoring bound).
+    /// compressed size (within the re-anchoring bound); with `min_saving` 0, those whose
+    /// delta was not smaller than the chunk compressed alone.
     #[serde(default)]
     pub delta_rejected_min_saving: u64,
     /// Detected file-data chunks stored in full because their smallest delta was above the
