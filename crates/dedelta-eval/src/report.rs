@@ -170,15 +170,20 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          machine: {}; {} backup threads. Timings are wall clock on a machine shared with \
          other work: compare them within this run only.\n- Each version is one backup into a \
          fresh repository per configuration; {} of {} versions restored per configuration \
-         and compared byte for byte with the originals.\n",
+         (a sample and the last ones, whose restore speed factor is averaged) and compared \
+         byte for byte with the originals.\n",
         d.name,
         d.versions.len(),
         mb(d.total_bytes()),
         opts.time,
         machine(),
         opts.threads,
-        opts.restore_sample
-            .map_or(d.versions.len(), |n| n.min(d.versions.len())),
+        crate::runner::restore_picks_with_last(
+            d.versions.len(),
+            opts.restore_sample,
+            opts.speed_factor_versions
+        )
+        .len(),
         d.versions.len()
     );
     let _ = writeln!(s, "## Storage\n");
