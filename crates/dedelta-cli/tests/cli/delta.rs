@@ -121,6 +121,39 @@ fn delta_options_and_statistics() {
         .arg(&repo)
         .assert()
         .success();
+    // The papers' restore speed factor: without N, LoopDelta's 512 containers; with it, the
+    // cache given; without the option, not counted.
+    for (args, cache) in [
+        (&["--cache-containers"][..], Some(512)),
+        (&["--cache-containers", "1"], Some(1)),
+        (&[], None),
+    ] {
+        let target = dir.path().join(format!("out-{cache:?}"));
+        let out = dedelta()
+            .args(["restore", "latest", "--json", "-r"])
+            .arg(&repo)
+            .arg("--target")
+            .arg(&target)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        match cache {
+            Some(n) => {
+                let c = &r["restore_cache"];
+                assert_eq!(c["cache_containers"], n, "{r}");
+                let read = c["containers_read"].as_u64().unwrap();
+                assert!(read >= 1, "{r}");
+                let want = r["bytes_written"].as_f64().unwrap() / 1e6 / read as f64;
+                assert!(
+                    (r["speed_factor"].as_f64().unwrap() - want).abs() < 1e-9,
+                    "{r}"
+                );
+            }
+            None => assert!(r.get("restore_cache").is_none() && r.get("speed_factor").is_none()),
+        }
+    }
 }
 
 #[test]
