@@ -63,7 +63,8 @@ pub struct RestoreOptions {
     pub cache_bytes: usize,
     /// Count the containers the papers' restore cache of this many containers would read
     /// ([`RestoreCacheModel`]), for their restore speed factor; `None` counts nothing (and
-    /// costs nothing).
+    /// costs nothing; counting costs an index lookup per chunk and a read of each container's
+    /// metadata, on the reader thread).
     pub cache_containers: Option<usize>,
 }
 
