@@ -641,6 +641,20 @@ fn detection_and_acceptance_are_counted_apart() {
         assert!(s.detected_dce() <= s.dce() + 1e-12, "{what}");
         // The first version has no parent and nothing to pair.
         assert_eq!(sums[0].delta_detected, 0, "{what}");
+        // `stats` sums the snapshots' counts.
+        let st = dedelta_store::commands::stats::stats(&repo).unwrap();
+        assert_eq!(
+            (
+                st.delta_detected,
+                st.delta_rejected_min_saving,
+                st.delta_rejected_reanchor,
+                st.delta_rejected_tree_bound,
+                st.detected_delta_bytes,
+            ),
+            (4, by_min_saving, by_bound, 1, s.detected_delta_bytes),
+            "{what}"
+        );
+        assert!((st.detected_dce - s.detected_dce()).abs() < 1e-12, "{what}");
     }
 }
 
