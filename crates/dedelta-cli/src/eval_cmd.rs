@@ -43,6 +43,19 @@ pub struct EvalArgs {
     /// Do not run restic, borg, zstd or xdelta3 even when installed.
     #[arg(long)]
     no_peers: bool,
+    /// Set every dedelta configuration's min_saving to P percent (0: off, every encoded
+    /// delta is kept unless a re-anchoring or tree bound drops it or it is not smaller than
+    /// the chunk compressed alone); default: each configuration's own (10).
+    #[arg(long, value_name = "P")]
+    min_saving_percent: Option<f64>,
+    /// The restore cache of the restore speed factor, in containers (an LRU of whole
+    /// containers; LoopDelta §5.1 uses 512).
+    #[arg(long, value_name = "N", default_value_t = dedelta_store::read::PAPER_CACHE_CONTAINERS)]
+    restore_cache_containers: usize,
+    /// The restore speed factor is the mean over the last N versions (LoopDelta §5.1: 20);
+    /// they are always restored.
+    #[arg(long, value_name = "N", default_value_t = dedelta_eval::runner::SPEED_FACTOR_VERSIONS)]
+    speed_factor_versions: usize,
 }
 
 fn shell_quote(s: &str) -> String {
@@ -77,6 +90,20 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     anyhow::ensure!(threads >= 1, "--threads must be at least 1");
+    if let Some(p) = args.min_saving_percent {
+        anyhow::ensure!(
+            (0.0..100.0).contains(&p),
+            "--min-saving-percent must be in [0, 100)"
+        );
+    }
+    anyhow::ensure!(
+        args.restore_cache_containers >= 1,
+        "--restore-cache-containers must be at least 1"
+    );
+    anyhow::ensure!(
+        args.speed_factor_versions >= 1,
+        "--speed-factor-versions must be at least 1"
+    );
     let opts = EvalOptions {
         dataset,
         repos_dir: args.repos_dir.unwrap_or_else(|| args.out.join("repos")),
@@ -88,6 +115,9 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         command_line,
         host,
         time,
+        min_saving_percent: args.min_saving_percent,
+        cache_containers: args.restore_cache_containers,
+        speed_factor_versions: args.speed_factor_versions,
     };
     let report = dedelta_eval::run_eval(&opts, &mut |line| eprintln!("{line}"))?;
     for n in &report.notes {

@@ -74,6 +74,8 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
         v["dcr"] = json!(s.dcr());
         v["dce"] = json!(s.dce());
         v["delta_ratio"] = json!(s.delta_ratio());
+        v["detected_dce"] = json!(s.detected_dce());
+        v["delta_rejected"] = json!(s.delta_rejected());
         v["mb_per_s"] = json!(mbps);
         v["warning_messages"] = json!(res.warnings);
         v["notices"] = json!(res.notices);
@@ -111,6 +113,17 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
             mb(s.bytes_after_delta),
             s.dcr(),
             s.dce()
+        );
+    }
+    if s.delta_detected > 0 {
+        outln!(
+            "detected: {} chunks got a delta, {} kept; dropped by min_saving {}, by the re-anchoring bound {}, by the tree bound {}; DCE over detected {:.3}",
+            s.delta_detected,
+            s.delta_chunks,
+            s.delta_rejected_min_saving,
+            s.delta_rejected_reanchor,
+            s.delta_rejected_tree_bound,
+            s.detected_dce()
         );
     }
     let b = &res.metrics.bases;
@@ -211,6 +224,20 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
         "delta ratio:        {:.2} (original / delta bytes of the delta chunks)",
         s.delta_ratio
     );
+    if s.delta_detected > 0 {
+        outln!(
+            "detected pairs:     {} ({} kept as deltas by their backups; dropped by min_saving {}, by the re-anchoring bound {}, by the tree bound {}), DCE over detected {:.3}",
+            s.delta_detected,
+            s.delta_detected
+                - s.delta_rejected_min_saving
+                - s.delta_rejected_reanchor
+                - s.delta_rejected_tree_bound,
+            s.delta_rejected_min_saving,
+            s.delta_rejected_reanchor,
+            s.delta_rejected_tree_bound,
+            s.detected_dce
+        );
+    }
     outln!("compression factor: {:.2}", s.compression_factor);
     outln!("total factor:       {:.2}", s.total_factor);
     Ok(())

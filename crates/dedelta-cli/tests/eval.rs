@@ -56,6 +56,10 @@ fn eval_small_synthetic_report_matches_repositories() {
             "--no-peers",
             "--threads",
             "2",
+            "--min-saving-percent",
+            "0",
+            "--restore-cache-containers",
+            "2",
         ])
         .args(["--config", "dedup,recommended,stream-index,xdelta"])
         .arg("--data-dir")
@@ -73,7 +77,12 @@ fn eval_small_synthetic_report_matches_repositories() {
         "{report}"
     );
     assert!(report.contains("peers: skipped"), "{report}");
-    for section in ["## Storage", "## Speed", "## Memory"] {
+    for section in [
+        "## Storage",
+        "## Detection and acceptance",
+        "## Speed",
+        "## Memory",
+    ] {
         assert!(report.contains(section), "{section} missing");
     }
 
@@ -123,6 +132,25 @@ fn eval_small_synthetic_report_matches_repositories() {
         assert_eq!(r["versions_restored"], "4");
         assert!(num("backup_mb_s") > 0.0 && num("restore_mb_s") > 0.0);
         assert!(num("restore_speed_factor") > 0.0);
+        assert!(num("restore_speed_factor_by_size") > 0.0);
+        assert_eq!(r["restore_cache_containers"], "2");
+        assert_eq!(r["speed_factor_versions"], "4");
+        assert!(num("restore_containers_read") >= 4.0, "{}", r["name"]);
+        // Every configuration ran with min_saving off; the counts add up, and match the
+        // snapshots' (summed by `stats`).
+        assert_eq!(num("min_saving_percent"), 0.0);
+        let detected = num("delta_detected");
+        assert_eq!(
+            detected,
+            s["delta_detected"].as_f64().unwrap(),
+            "{}",
+            r["name"]
+        );
+        assert!(detected >= num("delta_chunks"), "{}", r["name"]);
+        assert_eq!(
+            num("delta_rejected_min_saving"),
+            s["delta_rejected_min_saving"].as_f64().unwrap()
+        );
     }
     // Resemblance detection stores less than deduplication alone on this series.
     let stored = |n: &str| {

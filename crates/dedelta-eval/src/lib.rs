@@ -61,6 +61,14 @@ pub struct EvalOptions {
     pub host: String,
     /// Start time (RFC 3339), recorded in snapshots and the report.
     pub time: String,
+    /// Sets every configuration's `min_saving` (percent; 0: every encoded delta is kept
+    /// unless a bound drops it or it is not smaller than the chunk compressed alone); `None`
+    /// keeps each configuration's own.
+    pub min_saving_percent: Option<f64>,
+    /// The papers' restore cache, in containers (see [`RunOptions::cache_containers`]).
+    pub cache_containers: usize,
+    /// Versions the restore speed factor averages (the last ones).
+    pub speed_factor_versions: usize,
 }
 
 /// What an evaluation produced.
@@ -93,6 +101,8 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         restore_sample: opts.restore_sample,
         host: opts.host.clone(),
         time: opts.time.clone(),
+        cache_containers: opts.cache_containers,
+        speed_factor_versions: opts.speed_factor_versions,
     };
     let mut report = EvalReport::default();
     log("reading every version once (page cache)");
@@ -109,8 +119,25 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
             .notes
             .push("kernel speeds not measured: fewer than two file versions".into());
     }
+    if let Some(p) = opts.min_saving_percent {
+        report.notes.push(format!(
+            "min_saving: {p} % for every configuration (--min-saving-percent; the default is \
+             10 %){}",
+            if p == 0.0 {
+                ": every encoded delta is kept unless a re-anchoring or tree bound drops it \
+                 or it is not smaller than the chunk compressed alone (zstd level 1)"
+            } else {
+                ""
+            }
+        ));
+    }
     for c in &opts.configs {
         log(&format!("configuration {}: {}", c.name, c.description));
+        let mut c = c.clone();
+        if let Some(p) = opts.min_saving_percent {
+            c.delta.min_saving = p / 100.0;
+        }
+        let c = &c;
         let (r, rows) = runner::run_config(&opts.dataset, c, &run_opts, kernels.as_mut())?;
         log(&format!(
             "  stored {:.2} MB, factor {:.2}, backup {:.1} MB/s, restore {:.1} MB/s",

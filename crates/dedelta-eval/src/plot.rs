@@ -263,7 +263,7 @@ pub fn draw_all(out: &Path, report: &EvalReport) -> Vec<String> {
             "restore_speed_factor.png",
             lines(
                 &out.join("restore_speed_factor.png"),
-                "Restore speed factor per version (MB restored per container read)",
+                "Restore speed factor per version (MB restored per container read, LRU restore cache)",
                 "MB / container",
                 &rsf,
             ),

@@ -24,6 +24,12 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "dce",
     "delta_ratio",
     "delta_chunks",
+    "delta_detected",
+    "delta_rejected_min_saving",
+    "delta_rejected_reanchor",
+    "delta_rejected_tree_bound",
+    "detected_dce",
+    "min_saving_percent",
     "sf_mb_s",
     "delta_encode_mb_s",
     "delta_decode_mb_s",
@@ -36,6 +42,11 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "restore_seconds",
     "restore_mb_s",
     "restore_speed_factor",
+    "restore_speed_factor_by_size",
+    "restore_containers_read",
+    "restore_regions_read",
+    "restore_cache_containers",
+    "speed_factor_versions",
     "restore_read_amplification",
     "full_chunk_bytes",
     "delta_bytes",
@@ -61,7 +72,10 @@ pub const VERSION_COLUMNS: &[&str] = &[
     "restore_seconds",
     "restore_read_bytes",
     "restore_containers_read",
+    "restore_regions_read",
+    "restore_container_bytes_read",
     "restore_speed_factor",
+    "restore_speed_factor_by_size",
 ];
 
 fn cell(v: &serde_json::Value) -> String {
@@ -156,27 +170,35 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          machine: {}; {} backup threads. Timings are wall clock on a machine shared with \
          other work: compare them within this run only.\n- Each version is one backup into a \
          fresh repository per configuration; {} of {} versions restored per configuration \
-         and compared byte for byte with the originals.\n",
+         (a sample and the last ones, whose restore speed factor is averaged) and compared \
+         byte for byte with the originals.\n",
         d.name,
         d.versions.len(),
         mb(d.total_bytes()),
         opts.time,
         machine(),
         opts.threads,
-        opts.restore_sample
-            .map_or(d.versions.len(), |n| n.min(d.versions.len())),
+        crate::runner::restore_picks_with_last(
+            d.versions.len(),
+            opts.restore_sample,
+            opts.speed_factor_versions
+        )
+        .len(),
         d.versions.len()
     );
     let _ = writeln!(s, "## Storage\n");
     let _ = writeln!(
         s,
-        "| configuration | repository MB | containers MB | total factor | dedup | delta | compression | DCR | DCE | delta chunks |"
+        "| configuration | repository MB | containers MB | total factor | dedup | delta | compression | DCR | DCE | delta chunks | detected (kept) | DCE detected |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in &report.results {
         let _ = writeln!(
             s,
-            "| {}{} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if r.kind == "peer" { "peer: " } else { "" },
             r.name,
             mb(r.repo_bytes),
@@ -191,23 +213,29 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
             f(r.compression_factor, 2),
             f(r.dcr, 2),
             f(r.dce, 3),
-            r.delta_chunks.map_or("–".into(), |v| v.to_string())
+            r.delta_chunks.map_or("–".into(), |v| v.to_string()),
+            detected_cell(r),
+            f(r.detected_dce, 3)
         );
     }
     if let Some(line) = smallest_line(&report.results) {
         let _ = writeln!(s, "\n{line}");
     }
+    s.push_str(&detection_table(&report.results));
     s.push_str(&bytes_table(&report.results));
     let _ = writeln!(s, "\n## Speed\n");
     let _ = writeln!(
         s,
-        "| configuration | backup MB/s | restore MB/s | SF MB/s | delta encode MB/s | delta decode MB/s | sketch stage MB/s | delta stage MB/s | restore speed factor | read amplification |"
+        "| configuration | backup MB/s | restore MB/s | SF MB/s | delta encode MB/s | delta decode MB/s | sketch stage MB/s | delta stage MB/s | restore speed factor | speed factor by size | containers read | regions read | read amplification |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        s,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for r in &report.results {
         let _ = writeln!(
             s,
-            "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if r.kind == "peer" { "peer: " } else { "" },
             r.name,
             r.backup_mb_s,
@@ -218,6 +246,10 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
             f(r.pipeline_sketch_mb_s, 0),
             f(r.pipeline_delta_mb_s, 0),
             f(r.restore_speed_factor, 2),
+            f(r.restore_speed_factor_by_size, 2),
+            r.restore_containers_read
+                .map_or("–".into(), |v| v.to_string()),
+            r.restore_regions_read.map_or("–".into(), |v| v.to_string()),
             f(r.restore_read_amplification, 2)
         );
     }
@@ -283,13 +315,39 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          delta stage MB/s*: in the backups, new bytes (resp. bytes delta-encoded) per \
          second summed over worker threads. *Backup MB/s*: logical bytes over the wall time \
          of all backups. *Restore MB/s*: bytes restored over wall time (written to disk, \
-         every chunk verified). *Restore speed factor* (LoopDelta §5.1): MB restored per \
-         container read (container metadata sections read by the restore). *Read \
-         amplification*: stored bytes read per byte restored. *Index file*: size of the \
+         every chunk verified). *Restore speed factor* (DARE §4.5, LoopDelta §5.1): MB \
+         restored per container read through a restore cache of {} whole containers, LRU \
+         (LoopDelta's 512 by default), counted in restore order with each delta's base, \
+         the mean over the last {} versions (LoopDelta: the last 20); *containers read* and \
+         *regions read* (regions decompressed from the cached containers) are summed over \
+         those restores. *Speed factor by size*: the same with each container read counted \
+         as its stored bytes over the configured container size (4 MiB): every backup seals \
+         its last container partly filled, and where a version's new data fill one \
+         container or less, every configuration reads about one container per version it \
+         depends on, however much it stores; by size, a configuration that stores less \
+         reads less. The tree stream (the papers' recipes) is not counted. *Read \
+         amplification*: stored bytes read per byte restored (restore's real reads, \
+         through a region cache of 64 MiB). *Index file*: size of the \
          client's chunk index (manifest and runs); *base cache*: the configured delta base cache of the backup; \
          *peak RSS*: VmHWM of the eval process, reset before each configuration (the whole \
          process: backup pipeline, caches, restore).",
-        report.kernel_pairs
+        report.kernel_pairs,
+        opts.cache_containers,
+        opts.speed_factor_versions
+    );
+    let _ = writeln!(
+        s,
+        "- Detection and acceptance. *Detected*: chunks for which a candidate base was found \
+         and a delta encoded, over all backups; *kept*: those stored as deltas; the rest \
+         were dropped by `min_saving` (the delta saves less than that fraction of the \
+         chunk's zstd-1 size), by the re-anchoring bound (a data chunk's delta above \
+         `delta.reanchor` of the chunk) or by the tree bound (a tree chunk's delta above \
+         half of it), in the table \"Detection and acceptance\". *DCE detected*: DCE over every \
+         detected pair with its smallest delta, kept or not (Finesse's DCE measures \
+         detection); DCE and DCR measure what was kept. `--min-saving-percent 0` turns \
+         `min_saving` off for every configuration: a delta is then dropped under \
+         `min_saving` only when it is not smaller than the chunk compressed alone (zstd \
+         level 1), where keeping it would save nothing."
     );
     let _ = writeln!(
         s,
@@ -297,6 +355,59 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          per version: cumulative stored bytes, backup and restore time, restore speed \
          factor)."
     );
+    s
+}
+
+/// `kept / detected`, or – where not measured.
+fn detected_cell(r: &ConfigResult) -> String {
+    match (r.delta_detected, r.delta_chunks) {
+        (Some(d), Some(_)) if d > 0 => {
+            let rejected = r.delta_rejected_min_saving.unwrap_or(0)
+                + r.delta_rejected_reanchor.unwrap_or(0)
+                + r.delta_rejected_tree_bound.unwrap_or(0);
+            format!("{d} ({})", d - rejected)
+        }
+        (Some(_), Some(_)) => "0".into(),
+        _ => "–".into(),
+    }
+}
+
+/// The "Detection and acceptance" section: per dedelta configuration, the pairs detected,
+/// kept and dropped by each test.
+fn detection_table(results: &[ConfigResult]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n## Detection and acceptance\n");
+    let _ = writeln!(
+        s,
+        "Pairs over all backups: a chunk is detected when a delta was encoded for it, then \
+         kept or dropped by the first test it fails (the bound is tested before `min_saving`).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| configuration | min_saving % | detected | kept | dropped: min_saving | dropped: re-anchoring bound | dropped: tree bound | DCE kept | DCE detected |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in results.iter().filter(|r| r.kind == "dedelta") {
+        let o = |v: Option<u64>| v.map_or("–".into(), |v| v.to_string());
+        let kept = r.delta_detected.map(|d| {
+            d - r.delta_rejected_min_saving.unwrap_or(0)
+                - r.delta_rejected_reanchor.unwrap_or(0)
+                - r.delta_rejected_tree_bound.unwrap_or(0)
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.name,
+            f(r.min_saving_percent, 0),
+            o(r.delta_detected),
+            o(kept),
+            o(r.delta_rejected_min_saving),
+            o(r.delta_rejected_reanchor),
+            o(r.delta_rejected_tree_bound),
+            f(r.dce, 3),
+            f(r.detected_dce, 3)
+        );
+    }
     s
 }
 
@@ -422,6 +533,27 @@ mod tests {
         let table = bytes_table(&[ours, result("restic", "peer", 190_000_000)]);
         assert!(table.contains("| recommended | 9.00 | 2.00 | 1.00 | 2.50 | 0.50 | 1.25 |"));
         assert!(!table.contains("restic"));
+    }
+
+    #[test]
+    fn detection_table_by_hand() {
+        let mut ours = result("recommended", "dedelta", 15_000_000);
+        ours.min_saving_percent = Some(0.0);
+        ours.delta_detected = Some(100);
+        ours.delta_rejected_min_saving = Some(5);
+        ours.delta_rejected_reanchor = Some(20);
+        ours.delta_rejected_tree_bound = Some(1);
+        ours.dce = Some(0.9);
+        ours.detected_dce = Some(0.75);
+        let table = detection_table(&[ours.clone(), result("restic", "peer", 1)]);
+        assert!(
+            table.contains("| recommended | 0 | 100 | 74 | 5 | 20 | 1 | 0.900 | 0.750 |"),
+            "{table}"
+        );
+        assert!(!table.contains("restic"));
+        assert_eq!(detected_cell(&ours), "–");
+        ours.delta_chunks = Some(74);
+        assert_eq!(detected_cell(&ours), "100 (74)");
     }
 
     #[test]

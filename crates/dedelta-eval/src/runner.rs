@@ -25,6 +25,9 @@ use std::time::Instant;
 pub const STREAM_NAME: &str = "data";
 /// Bytes of decompressed regions the restore caches.
 pub const RESTORE_CACHE_BYTES: usize = 64 << 20;
+/// The restore speed factor is averaged over the last this many versions, as LoopDelta §5.1
+/// does ("the shown speed factor is the average of the last 20 backups").
+pub const SPEED_FACTOR_VERSIONS: usize = 20;
 
 /// How to run.
 #[derive(Clone, Debug)]
@@ -43,6 +46,13 @@ pub struct RunOptions {
     /// Time recorded in locks and in the first version's snapshot (RFC 3339); version `i`'s
     /// snapshot records it plus `i` seconds (see [`version_time`]).
     pub time: String,
+    /// Containers the papers' restore cache holds (LRU; see
+    /// [`dedelta_store::read::RestoreCacheModel`]): the restore speed factor is MB restored
+    /// per container it reads.
+    pub cache_containers: usize,
+    /// The restore speed factor is the mean over the last this many versions, which are
+    /// always restored (besides [`Self::restore_sample`]).
+    pub speed_factor_versions: usize,
 }
 
 /// One version of one configuration or peer.
@@ -64,10 +74,19 @@ pub struct VersionRow {
     pub restore_seconds: Option<f64>,
     /// Stored bytes read by the restore.
     pub restore_read_bytes: Option<u64>,
-    /// Containers whose metadata the restore read.
+    /// Containers the papers' restore cache read for this restore (LRU of
+    /// [`RunOptions::cache_containers`] whole containers).
     pub restore_containers_read: Option<u64>,
-    /// MB restored per container read (LoopDelta's restore speed factor).
+    /// Regions it decompressed from them.
+    pub restore_regions_read: Option<u64>,
+    /// Stored bytes of the containers it read.
+    pub restore_container_bytes_read: Option<u64>,
+    /// MB restored per container read (DARE §4.5, LoopDelta §5.1: the restore speed factor).
     pub restore_speed_factor: Option<f64>,
+    /// MB restored per full container's worth of stored bytes read (container bytes read /
+    /// the configured container size): the speed factor with partly filled containers
+    /// counted by their size.
+    pub restore_speed_factor_by_size: Option<f64>,
 }
 
 /// The summary of one configuration or peer.
@@ -106,6 +125,18 @@ pub struct ConfigResult {
     pub delta_ratio: Option<f64>,
     /// Chunks stored as deltas.
     pub delta_chunks: Option<u64>,
+    /// Detected pairs over all backups: chunks a delta was encoded for, kept or not.
+    pub delta_detected: Option<u64>,
+    /// Detected pairs dropped by `min_saving`.
+    pub delta_rejected_min_saving: Option<u64>,
+    /// Detected pairs dropped by the re-anchoring bound.
+    pub delta_rejected_reanchor: Option<u64>,
+    /// Detected pairs (tree chunks) dropped by the tree bound.
+    pub delta_rejected_tree_bound: Option<u64>,
+    /// DCE over the detected pairs, each with its smallest delta (`1 - delta / original`).
+    pub detected_dce: Option<f64>,
+    /// The configuration's `min_saving` in percent (as `--min-saving-percent` sets it).
+    pub min_saving_percent: Option<f64>,
     /// Super-feature computing speed, MB/s, single thread on the kernel sample.
     pub sf_mb_s: Option<f64>,
     /// Delta encode speed, MB/s, single thread on the kernel sample.
@@ -128,8 +159,21 @@ pub struct ConfigResult {
     pub restore_seconds: Option<f64>,
     /// restored MB / restore seconds.
     pub restore_mb_s: Option<f64>,
-    /// MB restored per container read (LoopDelta §5.1), over all restores.
+    /// The restore speed factor (DARE §4.5, LoopDelta §5.1): MB restored per container read
+    /// through an LRU restore cache of [`Self::restore_cache_containers`] whole containers,
+    /// the mean of the last [`Self::speed_factor_versions`] versions' factors.
     pub restore_speed_factor: Option<f64>,
+    /// The same with each container read counted by its stored bytes over the configured
+    /// container size (a backup's last container is sealed partly filled).
+    pub restore_speed_factor_by_size: Option<f64>,
+    /// Containers read over those versions' restores.
+    pub restore_containers_read: Option<u64>,
+    /// Regions decompressed from them.
+    pub restore_regions_read: Option<u64>,
+    /// The restore cache, in containers.
+    pub restore_cache_containers: Option<usize>,
+    /// Versions the speed factor averages.
+    pub speed_factor_versions: Option<usize>,
     /// Stored bytes read / bytes restored.
     pub restore_read_amplification: Option<f64>,
     /// Where the repository's bytes go (`stats` breakdown): full chunks of file data.
@@ -241,6 +285,7 @@ pub fn run_config(
     let mut backup_seconds = 0.0;
     let (mut new_bytes, mut sketch_s, mut delta_src, mut delta_s) = (0u64, 0.0, 0u64, 0.0);
     let (mut hits, mut misses) = (0u64, 0u64);
+    let mut detection = dedelta_store::format::snapshot::BackupSummary::default();
     for (i, v) in dataset.versions.iter().enumerate() {
         let lock = repo.lock(&me).store_ctx(|| ctx("lock"))?;
         let stdin = if v.is_dir {
@@ -284,6 +329,12 @@ pub fn run_config(
         let m = &result.metrics;
         sketch_s += m.stage_seconds.get("sketch").copied().unwrap_or(0.0);
         delta_src += s.delta_source_bytes;
+        detection.delta_detected += s.delta_detected;
+        detection.delta_rejected_min_saving += s.delta_rejected_min_saving;
+        detection.delta_rejected_reanchor += s.delta_rejected_reanchor;
+        detection.delta_rejected_tree_bound += s.delta_rejected_tree_bound;
+        detection.detected_source_bytes += s.detected_source_bytes;
+        detection.detected_delta_bytes += s.detected_delta_bytes;
         delta_s += m.stage_seconds.get("delta").copied().unwrap_or(0.0);
         hits += m.bases.memory;
         misses += m.bases.read_back;
@@ -299,8 +350,13 @@ pub fn run_config(
         });
     }
     // Restores, verified.
-    let (mut restore_s, mut restored, mut read_bytes, mut containers) = (0.0, 0u64, 0u64, 0u64);
-    let picks = restore_picks(dataset.versions.len(), opts.restore_sample);
+    let (mut restore_s, mut restored, mut read_bytes) = (0.0, 0u64, 0u64);
+    let picks = restore_picks_with_last(
+        dataset.versions.len(),
+        opts.restore_sample,
+        opts.speed_factor_versions,
+    );
+    let container_size = repo.config().container_size;
     for &i in &picks {
         let v = &dataset.versions[i];
         let (_, snap) = repo
@@ -318,6 +374,7 @@ pub fn run_config(
                 target: target.clone(),
                 include: vec![],
                 cache_bytes: RESTORE_CACHE_BYTES,
+                cache_containers: Some(opts.cache_containers),
             },
             &NoProgress,
         )
@@ -328,13 +385,24 @@ pub fn run_config(
         restore_s += secs;
         restored += st.bytes_written;
         read_bytes += st.reads.bytes_read;
-        containers += st.reads.container_metas_read;
         let row = &mut rows[i];
         row.restore_seconds = Some(secs);
         row.restore_read_bytes = Some(st.reads.bytes_read);
-        row.restore_containers_read = Some(st.reads.container_metas_read);
-        row.restore_speed_factor = Some(rsf(st.bytes_written, st.reads.container_metas_read));
+        if let Some(c) = st.restore_cache {
+            row.restore_containers_read = Some(c.containers_read);
+            row.restore_regions_read = Some(c.regions_read);
+            row.restore_container_bytes_read = Some(c.container_bytes_read);
+            row.restore_speed_factor = st.speed_factor();
+            row.restore_speed_factor_by_size =
+                speed_factor_by_size(st.bytes_written, c.container_bytes_read, container_size);
+        }
     }
+    let last = dataset
+        .versions
+        .len()
+        .saturating_sub(opts.speed_factor_versions);
+    let averaged = &rows[last..];
+    let sum = |f: fn(&VersionRow) -> Option<u64>| averaged.iter().filter_map(f).sum::<u64>();
     let peak = if rss_reset { peak_rss_bytes() } else { None };
     let st: RepoStats = stats(&repo).store_ctx(|| ctx("stats"))?;
     let logical = dataset.total_bytes();
@@ -354,6 +422,12 @@ pub fn run_config(
         dce: Some(st.dce),
         delta_ratio: Some(st.delta_ratio),
         delta_chunks: Some(st.delta_chunks),
+        delta_detected: Some(detection.delta_detected),
+        delta_rejected_min_saving: Some(detection.delta_rejected_min_saving),
+        delta_rejected_reanchor: Some(detection.delta_rejected_reanchor),
+        delta_rejected_tree_bound: Some(detection.delta_rejected_tree_bound),
+        detected_dce: Some(detection.detected_dce()),
+        min_saving_percent: Some(config.delta.min_saving * 100.0),
         full_chunk_bytes: Some(st.breakdown.full_chunks),
         delta_bytes: Some(st.breakdown.deltas),
         tree_bytes: Some(st.breakdown.trees),
@@ -367,7 +441,12 @@ pub fn run_config(
         restore_bytes: restored,
         restore_seconds: Some(restore_s),
         restore_mb_s: Some(restored as f64 / 1e6 / f64::max(restore_s, 1e-9)),
-        restore_speed_factor: Some(rsf(restored, containers)),
+        restore_speed_factor: mean(averaged.iter().map(|r| r.restore_speed_factor)),
+        restore_speed_factor_by_size: mean(averaged.iter().map(|r| r.restore_speed_factor_by_size)),
+        restore_containers_read: Some(sum(|r| r.restore_containers_read)),
+        restore_regions_read: Some(sum(|r| r.restore_regions_read)),
+        restore_cache_containers: Some(opts.cache_containers),
+        speed_factor_versions: Some(averaged.len()),
         restore_read_amplification: Some(read_bytes as f64 / restored.max(1) as f64),
         index_bytes: {
             // As the CLI leaves it after a command (small indexes merged into one run).
@@ -462,9 +541,34 @@ pub fn version_time(time: &str, secs: u64) -> String {
     )
 }
 
-/// MB restored per container read.
-pub fn rsf(restored_bytes: u64, containers: u64) -> f64 {
-    restored_bytes as f64 / 1e6 / containers.max(1) as f64
+/// MB restored per full container's worth of stored bytes read: `restored_bytes` over
+/// `container_bytes_read / container_size` containers; `None` when nothing was read.
+pub fn speed_factor_by_size(
+    restored_bytes: u64,
+    container_bytes_read: u64,
+    container_size: usize,
+) -> Option<f64> {
+    (container_bytes_read > 0).then(|| {
+        restored_bytes as f64 / 1e6 / (container_bytes_read as f64 / container_size as f64)
+    })
+}
+
+/// The mean of the values present; `None` if there are none.
+pub fn mean(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let (sum, n) = values
+        .flatten()
+        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// [`restore_picks`], and the last `last` versions (the ones the restore speed factor
+/// averages), in order.
+pub fn restore_picks_with_last(versions: usize, sample: Option<usize>, last: usize) -> Vec<usize> {
+    let mut picks = restore_picks(versions, sample);
+    picks.extend(versions.saturating_sub(last)..versions);
+    picks.sort_unstable();
+    picks.dedup();
+    picks
 }
 
 /// a / b, 0 when b is 0.
@@ -584,6 +688,25 @@ mod tests {
             .map(|i| version_time("2026-11-24T23:58:30.000001Z", i))
             .collect();
         assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    }
+
+    #[test]
+    fn speed_factor_is_averaged_over_the_last_versions() {
+        // 10 versions, a sample of 3 (0, 4, 9), and the last 4 for the speed factor.
+        assert_eq!(
+            restore_picks_with_last(10, Some(3), 4),
+            vec![0, 4, 6, 7, 8, 9]
+        );
+        assert_eq!(restore_picks_with_last(3, Some(1), 20), vec![0, 1, 2]);
+        // By hand: versions restoring 12 MB from 3 containers (4.0) and 10 MB from 4 (2.5).
+        assert_eq!(mean([Some(4.0), None, Some(2.5)].into_iter()), Some(3.25));
+        assert_eq!(mean([None].into_iter()), None);
+        // 12 MB restored from 6 MiB of containers of 4 MiB: 1.5 containers' worth, 8 MB each.
+        assert_eq!(
+            speed_factor_by_size(12_000_000, 6 << 20, 4 << 20),
+            Some(8.0)
+        );
+        assert_eq!(speed_factor_by_size(12_000_000, 0, 4 << 20), None);
     }
 
     #[test]

@@ -58,6 +58,27 @@ fn delta_options_and_statistics() {
     assert!(dce > 0.5 && dce < 1.0, "{last}");
     assert!(delta_ratio > 2.0, "{last}");
     assert!((delta_ratio - 1.0 / (1.0 - dce)).abs() < 1e-6, "{last}");
+    // Detection and acceptance apart: every kept delta was detected; the rest were dropped
+    // for a reason.
+    let n = |k: &str| {
+        last[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("missing {k}: {last}"))
+    };
+    assert!(n("delta_detected") >= n("delta_chunks"), "{last}");
+    assert_eq!(
+        n("delta_detected"),
+        n("delta_chunks")
+            + n("delta_rejected_min_saving")
+            + n("delta_rejected_reanchor")
+            + n("delta_rejected_tree_bound"),
+        "{last}"
+    );
+    assert_eq!(n("delta_rejected"), n("delta_detected") - n("delta_chunks"));
+    assert!(
+        last["detected_dce"].as_f64().unwrap() <= dce + 1e-12,
+        "{last}"
+    );
     for stage in [
         "chunk",
         "hash",
@@ -84,6 +105,8 @@ fn delta_options_and_statistics() {
     let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(stats["delta_chunks"].as_u64().unwrap() > 0);
     assert!(stats["dcr"].as_f64().unwrap() > 1.0);
+    assert!(stats["delta_detected"].as_u64().unwrap() >= stats["delta_chunks"].as_u64().unwrap());
+    assert!(stats["detected_dce"].is_number(), "{stats}");
     // A per-backup override: no sketches for this one.
     versioned(&src.join("f.txt"), 9);
     let out = dedelta()
@@ -100,6 +123,39 @@ fn delta_options_and_statistics() {
         .arg(&repo)
         .assert()
         .success();
+    // The papers' restore speed factor: without N, LoopDelta's 512 containers; with it, the
+    // cache given; without the option, not counted.
+    for (args, cache) in [
+        (&["--cache-containers"][..], Some(512)),
+        (&["--cache-containers", "1"], Some(1)),
+        (&[], None),
+    ] {
+        let target = dir.path().join(format!("out-{cache:?}"));
+        let out = dedelta()
+            .args(["restore", "latest", "--json", "-r"])
+            .arg(&repo)
+            .arg("--target")
+            .arg(&target)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        match cache {
+            Some(n) => {
+                let c = &r["restore_cache"];
+                assert_eq!(c["cache_containers"], n, "{r}");
+                let read = c["containers_read"].as_u64().unwrap();
+                assert!(read >= 1, "{r}");
+                let want = r["bytes_written"].as_f64().unwrap() / 1e6 / read as f64;
+                assert!(
+                    (r["speed_factor"].as_f64().unwrap() - want).abs() < 1e-9,
+                    "{r}"
+                );
+            }
+            None => assert!(r.get("restore_cache").is_none() && r.get("speed_factor").is_none()),
+        }
+    }
 }
 
 #[test]

@@ -15,6 +15,10 @@
 //! 4. full chunks (and deltas less deep than [`DeltaConfig::max_depth`]) become candidates and
 //!    bases for later batches.
 //!
+//! Detection and acceptance are counted apart ([`BackupSummary::delta_detected`] and the
+//! `delta_rejected_*` counts): a chunk is detected when a delta was encoded for it, and its
+//! smallest delta says whether it was kept or which test dropped it.
+//!
 //! Candidates of chunks within one batch come from earlier batches only, so that a base is
 //! always decided (and stored) before it is used.
 
@@ -84,6 +88,21 @@ pub struct NewChunk {
     full_cost: Option<usize>,
     /// Where the base of the kept delta came from.
     source: Option<CandidateSource>,
+    /// The smallest delta encoded for the chunk so far (its length), and why it was not kept
+    /// (`None`: kept): the detection and acceptance counts of [`BackupSummary`].
+    smallest: Option<(usize, Option<Rejected>)>,
+}
+
+/// Why an encoded delta was not kept; a delta that fails both tests counts under the bound,
+/// which is tested first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rejected {
+    /// Above the re-anchoring bound ([`DeltaConfig::reanchor`]).
+    Reanchor,
+    /// Above the tree bound ([`TREE_MAX_DELTA`]).
+    TreeBound,
+    /// Saves less than [`DeltaConfig::min_saving`].
+    MinSaving,
 }
 
 /// The per-backup resemblance detection and delta encoding state.
@@ -179,6 +198,7 @@ impl<'a> DeltaStage<'a> {
             next_base: None,
             full_cost: None,
             source: None,
+            smallest: None,
         });
     }
 
@@ -218,7 +238,8 @@ impl<'a> DeltaStage<'a> {
             } else {
                 reanchor
             };
-            let keep_it = max_delta.is_none_or(|m| delta.len() as f64 <= c.data.len() as f64 * m)
+            let in_bound = max_delta.is_none_or(|m| delta.len() as f64 <= c.data.len() as f64 * m);
+            let keep_it = in_bound
                 && (delta.len() * 8 <= c.data.len() || {
                     let cost = *c
                         .full_cost
@@ -226,6 +247,15 @@ impl<'a> DeltaStage<'a> {
                     let delta_cost = Compression::zstd(1).compress(&delta).1.len();
                     delta_cost as f64 <= cost as f64 * keep
                 });
+            if c.smallest.is_none_or(|(len, _)| delta.len() < len) {
+                let why = match (keep_it, in_bound, c.tree) {
+                    (true, _, _) => None,
+                    (false, false, true) => Some(Rejected::TreeBound),
+                    (false, false, false) => Some(Rejected::Reanchor),
+                    (false, true, _) => Some(Rejected::MinSaving),
+                };
+                c.smallest = Some((delta.len(), why));
+            }
             // A later candidate (best-of-N) replaces a kept delta only when smaller.
             let better = match &c.stored {
                 Stored::Delta { delta: kept, .. } => delta.len() < kept.len(),
@@ -322,6 +352,17 @@ impl<'a> DeltaStage<'a> {
         }
         // 3. Bookkeeping in order: full chunks become candidates and bases for later chunks.
         for c in &batch {
+            if let Some((len, why)) = c.smallest {
+                summary.delta_detected += 1;
+                summary.detected_source_bytes += c.data.len() as u64;
+                summary.detected_delta_bytes += len as u64;
+                match why {
+                    None => {}
+                    Some(Rejected::MinSaving) => summary.delta_rejected_min_saving += 1,
+                    Some(Rejected::Reanchor) => summary.delta_rejected_reanchor += 1,
+                    Some(Rejected::TreeBound) => summary.delta_rejected_tree_bound += 1,
+                }
+            }
             match &c.stored {
                 Stored::Full => {
                     summary.bytes_after_delta += c.data.len() as u64;

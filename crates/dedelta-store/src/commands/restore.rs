@@ -36,7 +36,10 @@ use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
 use crate::read::walk_tree;
-use crate::read::{FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats};
+use crate::read::{
+    speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats, RestoreCacheModel,
+    RestoreCacheStats,
+};
 use crate::repository::IndexedRepository;
 use std::path::PathBuf;
 use target::{MTime, PendingFile, Target};
@@ -58,6 +61,11 @@ pub struct RestoreOptions {
     pub include: Vec<Vec<u8>>,
     /// Bytes of decompressed regions to cache.
     pub cache_bytes: usize,
+    /// Count the containers the papers' restore cache of this many containers would read
+    /// ([`RestoreCacheModel`]), for their restore speed factor; `None` counts nothing (and
+    /// costs nothing; counting costs an index lookup per chunk and a read of each container's
+    /// metadata, on the reader thread).
+    pub cache_containers: Option<usize>,
 }
 
 /// A node that could not be restored.
@@ -98,6 +106,20 @@ pub struct RestoreStats {
     pub errors: Vec<NodeError>,
     /// Reads from the repository.
     pub reads: ReadStats,
+    /// With [`RestoreOptions::cache_containers`]: what the papers' restore cache would have
+    /// read for the files restored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore_cache: Option<RestoreCacheStats>,
+}
+
+impl RestoreStats {
+    /// The papers' restore speed factor (DARE §4.5, LoopDelta §5.1): MB restored per
+    /// container read through the restore cache of [`RestoreOptions::cache_containers`]
+    /// containers; `None` without that option or when no container was read.
+    pub fn speed_factor(&self) -> Option<f64> {
+        self.restore_cache
+            .and_then(|c| speed_factor(self.bytes_written, c.containers_read))
+    }
 }
 
 fn included(path: &[u8], include: &[&[u8]]) -> bool {
@@ -184,15 +206,23 @@ pub fn restore(
         let producer = std::thread::Builder::new()
             .name("dedelta-restore-reader".into())
             .spawn_scoped(s, move || {
-                read_events(repo, snapshot, &include, cache_bytes, &tx)
+                read_events(
+                    repo,
+                    snapshot,
+                    &include,
+                    cache_bytes,
+                    opts.cache_containers,
+                    &tx,
+                )
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
         let mut stats = write_events(&rx, target, progress);
         drop(rx);
-        let reads = producer
+        let (reads, restore_cache) = producer
             .join()
             .unwrap_or_else(|_| Err(Error::ThreadPanicked("restore reader".into())))?;
         stats.reads = reads.merged(stats.reads);
+        stats.restore_cache = restore_cache;
         Ok(stats)
     })
 }
@@ -205,9 +235,13 @@ fn read_events(
     snapshot: &Snapshot,
     include: &[&[u8]],
     cache_bytes: usize,
+    cache_containers: Option<usize>,
     tx: &crossbeam_channel::Sender<Event>,
-) -> Result<ReadStats> {
+) -> Result<(ReadStats, Option<RestoreCacheStats>)> {
     let mut locator = PipelinedLocator::new(repo, cache_bytes)?;
+    let mut model = cache_containers
+        .map(|n| RestoreCacheModel::new(repo, n))
+        .transpose()?;
     let send = |ev: Event| tx.send(ev).map_err(|_| Stopped);
     let mut stopped = false;
     let walked = walk_tree(repo, snapshot, |node, chunks| {
@@ -222,6 +256,9 @@ fn read_events(
             send(Event::FileStart(node)).and_then(|()| {
                 let mut end = Event::FileEnd;
                 for c in &chunks {
+                    if let Some(m) = model.as_mut() {
+                        m.access(&c.id);
+                    }
                     match locator.fetch(&c.id) {
                         Ok(fetched) if fetched.len() == c.len as usize => {
                             send(Event::Data(fetched))?
@@ -251,7 +288,7 @@ fn read_events(
         stopped = sent.is_err();
         Ok(())
     });
-    walked.map(|()| locator.stats())
+    walked.map(|()| (locator.stats(), model.map(|m| m.stats())))
 }
 
 /// The file being written, if any.

@@ -5,6 +5,8 @@
 use crate::backend::FileKind;
 use crate::error::Result;
 use crate::format::container::EntryKind;
+#[cfg(doc)]
+use crate::format::snapshot::BackupSummary;
 use crate::format::snapshot::{dce, ratio};
 use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, IndexedRepository};
@@ -52,6 +54,23 @@ pub struct RepoStats {
     pub delta_source_bytes: u64,
     /// Bytes of their deltas.
     pub delta_bytes: u64,
+    /// Detected pairs, summed over the snapshots' summaries (see
+    /// [`BackupSummary::delta_detected`]; snapshots written before these counts record none,
+    /// and a forgotten snapshot's are gone with it): chunks a delta was encoded for.
+    pub delta_detected: u64,
+    /// Of those, dropped by `min_saving`.
+    pub delta_rejected_min_saving: u64,
+    /// Dropped by the re-anchoring bound.
+    pub delta_rejected_reanchor: u64,
+    /// Dropped by the tree bound.
+    pub delta_rejected_tree_bound: u64,
+    /// Original bytes of the detected chunks.
+    pub detected_source_bytes: u64,
+    /// Bytes of their smallest deltas.
+    pub detected_delta_bytes: u64,
+    /// DCE over the detected pairs (`1 - detected_delta_bytes / detected_source_bytes`):
+    /// what the sketch and codec found, before `min_saving` and the bounds chose.
+    pub detected_dce: f64,
     /// Snapshots and containers that could not be read (left out of the figures).
     pub warnings: Vec<String>,
     /// Bytes of every file in the repository (containers, snapshots, damage records, locks,
@@ -95,6 +114,13 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     for (_, snap) in snapshots.snapshots {
         s.snapshots += 1;
         s.logical_bytes += snap.summary.bytes_read;
+        let m = &snap.summary;
+        s.delta_detected += m.delta_detected;
+        s.delta_rejected_min_saving += m.delta_rejected_min_saving;
+        s.delta_rejected_reanchor += m.delta_rejected_reanchor;
+        s.delta_rejected_tree_bound += m.delta_rejected_tree_bound;
+        s.detected_source_bytes += m.detected_source_bytes;
+        s.detected_delta_bytes += m.detected_delta_bytes;
         tree_chunks.extend(snap.tree.chunks);
     }
     // Full chunks are attributed once every tree delta's base is known: a full chunk that
@@ -181,5 +207,6 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     s.dcr = s.delta_factor;
     s.dce = dce(s.delta_source_bytes, s.delta_bytes);
     s.delta_ratio = ratio(s.delta_source_bytes, s.delta_bytes);
+    s.detected_dce = dce(s.detected_source_bytes, s.detected_delta_bytes);
     Ok(s)
 }

@@ -10,11 +10,15 @@
 //! Restore and dump run them on two threads through [`PipelinedLocator`] and
 //! [`PipelinedDecoder`]: one thread decompresses regions while the other decodes deltas,
 //! hashes and writes.
+//!
+//! [`RestoreCacheModel`] counts, beside a restore's reads, the containers the papers' restore
+//! cache (an LRU of whole containers) would read: their restore speed factor.
 
 mod decoder;
 mod locator;
 mod pipelined;
 mod reader;
+mod restore_cache;
 mod stream;
 mod tree;
 
@@ -22,6 +26,9 @@ pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
 pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 pub use reader::{verify_chunk, ChunkReader};
+pub use restore_cache::{
+    speed_factor, RestoreCacheModel, RestoreCacheStats, PAPER_CACHE_CONTAINERS,
+};
 pub use stream::ChunkStreamReader;
 pub use tree::{walk_tree, walk_tree_measured};
 

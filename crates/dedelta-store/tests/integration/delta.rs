@@ -44,7 +44,7 @@ fn write_versions(root: &Path, v: u64) -> Files {
     files
 }
 
-fn run_backup(repo: &IndexedRepository, src: &Path, n: u64) -> BackupSummary {
+pub(crate) fn run_backup(repo: &IndexedRepository, src: &Path, n: u64) -> BackupSummary {
     run_backup_cached(repo, src, n, None).summary
 }
 
@@ -91,6 +91,7 @@ fn restore_all(repo: &IndexedRepository, dir: &Path, contents: &[Files], cache_b
             target: target.clone(),
             include: vec![],
             cache_bytes,
+            cache_containers: None,
         };
         restore::restore(repo, snap, &opts, &NoProgress).unwrap();
         let root = restored_root(&target, &src);
@@ -412,7 +413,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
 /// A repository in `dir` that finds bases by DupAdj alone, with fixed-size chunks (so that
 /// byte edits move no boundary and a walk pairs each changed chunk with its old version);
 /// returns it and the chunk size.
-fn dupadj_only_fixed(dir: &Path) -> (IndexedRepository, usize) {
+pub(crate) fn dupadj_only_fixed(dir: &Path) -> (IndexedRepository, usize) {
     let delta = DeltaConfig {
         sketch: None,
         dupadj: true,

@@ -27,6 +27,9 @@ mod format;
 mod gc;
 /// Container names for a fixed input series: the stored bytes do not change by accident.
 mod golden;
+/// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
+/// papers' restore speed factor.
+mod metrics;
 /// Restore against hostile snapshots, damaged repositories and concurrent prunes.
 mod restore_safety;
 /// restore(backup(x)) == x on random trees.

@@ -298,6 +298,7 @@ pub fn restore_to(
         target: target.to_path_buf(),
         include: vec![],
         cache_bytes: 1 << 20,
+        cache_containers: None,
     };
     restore::restore(repo, snap, &opts, &NoProgress)
 }
