@@ -8,7 +8,7 @@
 
 use crate::error::{EvalError, Result};
 use dedelta_core::delta::DeltaKind;
-use dedelta_core::sketch::{SketchKind, SketchParams};
+use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
 use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
 
 /// One configuration.
@@ -133,6 +133,21 @@ pub fn all() -> Vec<EvalConfig> {
                 d.reanchor = None;
             },
         ),
+        cfg(
+            "greedy-newest",
+            "greedy with the full index keeping the newest chunk per super-feature (LoopDelta \
+             §3.1.3 replaces the entry; greedy keeps the oldest, FirstFit)",
+            |d| {
+                sketch_only(d, SketchKind::NTransform, 3, 4);
+                d.reanchor = None;
+                d.sketch_keep = SketchKeep::Newest;
+            },
+        ),
+        cfg(
+            "recommended-newest",
+            "recommended with the full index keeping the newest chunk per super-feature",
+            |d| d.sketch_keep = SketchKeep::Newest,
+        ),
         cfg("xdelta", "recommended with the Xdelta-style codec", |d| {
             d.codec = DeltaKind::Xdelta
         }),
@@ -213,7 +228,17 @@ mod tests {
         let greedy = get("greedy");
         assert_eq!(greedy.sketch_index, SketchIndexKind::Full);
         assert!(!greedy.dupadj);
-        for d in [dare, sidc, greedy] {
+        assert_eq!(greedy.sketch_keep, SketchKeep::Oldest);
+        let newest = get("greedy-newest");
+        assert_eq!(newest.sketch_keep, SketchKeep::Newest);
+        assert_eq!(
+            DeltaConfig {
+                sketch_keep: SketchKeep::Oldest,
+                ..newest.clone()
+            },
+            greedy
+        );
+        for d in [dare, sidc, greedy, newest] {
             assert_eq!(d.reanchor, None);
         }
         let rec = get("recommended");

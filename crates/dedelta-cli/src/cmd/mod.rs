@@ -24,7 +24,7 @@ use crate::render::print_notices;
 use anyhow::Result;
 use clap::Args;
 use dedelta_core::delta::DeltaKind;
-use dedelta_core::sketch::SketchKind;
+use dedelta_core::sketch::{SketchKeep, SketchKind};
 use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
 use dedelta_store::repository::lock::{LockInfo, RepoLock};
 use dedelta_store::{Error, IndexedRepository, Repository};
@@ -80,6 +80,10 @@ pub struct DeltaArgs {
     /// Sketch index: full or stream.
     #[arg(long)]
     sketch_index: Option<String>,
+    /// Which full chunk the full sketch index keeps per super-feature: oldest (FirstFit, the
+    /// default) or newest (LoopDelta: a newer chunk replaces the entry).
+    #[arg(long)]
+    sketch_keep: Option<String>,
     /// Duplicate-adjacency detection (DARE): on or off.
     #[arg(long)]
     dupadj: Option<String>,
@@ -128,6 +132,10 @@ impl DeltaArgs {
         if let Some(i) = &self.sketch_index {
             cfg.sketch_index =
                 SketchIndexKind::from_name(i).ok_or_else(|| bad("sketch index", i))?;
+        }
+        if let Some(k) = &self.sketch_keep {
+            cfg.sketch_keep =
+                SketchKeep::from_name(k).ok_or_else(|| bad("--sketch-keep value", k))?;
         }
         if let Some(d) = &self.dupadj {
             cfg.dupadj = match d.as_str() {

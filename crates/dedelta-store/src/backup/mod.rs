@@ -179,6 +179,19 @@ fn closed<T>(_: T) -> Error {
     Error::PipelineStopped
 }
 
+/// Sets the index's [`SketchKeep`](dedelta_core::sketch::SketchKeep) back to the config's
+/// when a backup that overrode it ends, however it ends.
+struct RestoreSketchKeep<'a>(
+    &'a crate::client::index::ChunkIndex,
+    dedelta_core::sketch::SketchKeep,
+);
+
+impl Drop for RestoreSketchKeep<'_> {
+    fn drop(&mut self) {
+        self.0.set_sketch_keep(self.1);
+    }
+}
+
 /// Backs up `opts` into the repository with `workers`' threads; the caller holds the
 /// exclusive lock.
 pub fn backup(
@@ -204,6 +217,10 @@ pub fn backup(
         notices.push(format!("--threads {n} capped at {MAX_THREADS}"));
     }
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.delta.clone());
+    // What the writer records in the index, and what the full sketch index finds, follow this
+    // backup's choice; the config's is set back when it ends.
+    repo.index().set_sketch_keep(delta_cfg.sketch_keep);
+    let _restore_keep = RestoreSketchKeep(repo.index(), config.delta.sketch_keep);
     let times = Arc::new(StageTimes::default());
     let snapshot_paths: Vec<String> = match &opts.stdin {
         Some(src) => vec![src.name.clone()],
@@ -235,9 +252,9 @@ pub fn backup(
         let sketches: Option<Box<dyn SketchIndex>> =
             match (delta_cfg.sketch, delta_cfg.sketch_index) {
                 (None, _) => None,
-                (Some(_), crate::format::config::SketchIndexKind::Full) => {
-                    Some(Box::new(FullSketchIndex::new(repo.index().reader()?)))
-                }
+                (Some(_), crate::format::config::SketchIndexKind::Full) => Some(Box::new(
+                    FullSketchIndex::new(repo.index().reader()?, delta_cfg.sketch_keep),
+                )),
                 (Some(_), crate::format::config::SketchIndexKind::Stream) => {
                     Some(Box::new(StreamSketchIndex::new(
                         repo.backend().clone(),

@@ -20,7 +20,7 @@ use crate::format::envelope;
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::DeltaKind;
-use dedelta_core::sketch::{SketchKind, SketchParams};
+use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
 use serde::{Deserialize, Serialize};
 
 /// Magic of the config file.
@@ -144,6 +144,15 @@ pub struct DeltaConfig {
     /// how the next version finds the newer copy. Absent means `None`; in (0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reanchor: Option<f64>,
+    /// Which full chunk the `full` sketch index keeps per super-feature: the oldest (Finesse's
+    /// FirstFit) or the newest (LoopDelta §3.1.3 replaces the entry). Absent means oldest,
+    /// what every repository made before the key existed does; written only when newest.
+    #[serde(default, skip_serializing_if = "is_oldest")]
+    pub sketch_keep: SketchKeep,
+}
+
+fn is_oldest(k: &SketchKeep) -> bool {
+    *k == SketchKeep::Oldest
 }
 
 fn one() -> usize {
@@ -168,6 +177,7 @@ impl Default for DeltaConfig {
             stream_cache_containers: 64,
             candidates: 1,
             reanchor: None,
+            sketch_keep: SketchKeep::Oldest,
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::client::index::IndexReader;
 use crate::error::Result;
 use crate::format::container::{ContainerId, EntryKind};
 use crate::repository::read_container_meta;
-use dedelta_core::sketch::{FirstFitIndex, SuperFeatures};
+use dedelta_core::sketch::{FirstFitIndex, SketchKeep, SuperFeatures};
 use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::collections::{HashMap, VecDeque};
@@ -56,9 +56,9 @@ struct Generation {
 }
 
 impl Generation {
-    fn new() -> Self {
+    fn new(keep: SketchKeep) -> Self {
         Generation {
-            overlay: Overlay::default(),
+            overlay: Overlay::keeping(keep),
             last: None,
             chunks: 0,
         }
@@ -75,25 +75,37 @@ impl Generation {
 /// not indexed yet (tens of MB of data behind), not every new chunk of the backup: one
 /// overlay for the whole backup took 19 MB of a backup of 500 MB of new data, growing with
 /// the backup's size.
+///
+/// Which chunk a super-feature names when several have it is `keep`: with
+/// [`SketchKeep::Oldest`] (FirstFit) the overlay's oldest generation is asked first, then the
+/// index (which keeps the oldest); so a super-feature that both know resolves to this
+/// backup's chunk, a memory hit (a chunk stored in full although the index's older chunk was
+/// its candidate). With [`SketchKeep::Newest`] (LoopDelta §3.1.3) the newest generation is
+/// asked first (each keeps its newest chunk), then the index (which then keeps the newest):
+/// this backup's chunks are newer than any the index held before it.
 pub struct FullSketchIndex {
     reader: IndexReader,
     /// Oldest first; the last one is being filled.
     generations: VecDeque<Generation>,
+    keep: SketchKeep,
 }
 
 impl FullSketchIndex {
-    /// An index over the persisted sketches visible to `reader`.
-    pub fn new(reader: IndexReader) -> Self {
+    /// An index over the persisted sketches visible to `reader`, keeping `keep`'s chunk per
+    /// super-feature in its overlay (the persisted index follows
+    /// [`crate::client::index::ChunkIndex::set_sketch_keep`], which backup sets alike).
+    pub fn new(reader: IndexReader, keep: SketchKeep) -> Self {
         FullSketchIndex {
             reader,
-            generations: VecDeque::from([Generation::new()]),
+            generations: VecDeque::from([Generation::new(keep)]),
+            keep,
         }
     }
 
     /// Starts a new generation and drops the old ones the index now holds (refreshing the
     /// reader to the last commit first).
     fn rotate(&mut self) -> Result<()> {
-        self.generations.push_back(Generation::new());
+        self.generations.push_back(Generation::new(self.keep));
         self.reader.refresh();
         while self.generations.len() > 1 {
             let indexed = match self.generations.front().and_then(|g| g.last) {
@@ -117,19 +129,20 @@ impl FullSketchIndex {
 
 impl SketchIndex for FullSketchIndex {
     fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>> {
-        // FirstFit: at each position in order, the oldest overlay generation that has the
-        // super-feature, else the persisted index.
+        // FirstFit: at each position in order, the oldest (newest) overlay generation that
+        // has the super-feature, else the persisted index.
         let mut out: Vec<ChunkId> = Vec::new();
         for (position, sf) in sfs.0.iter().enumerate() {
             if out.len() >= limit {
                 break;
             }
-            let found = match self
-                .generations
-                .iter()
-                .find_map(|g| g.overlay.get(position, *sf))
-            {
-                Some(id) => Some(*id),
+            let in_overlay = |g: &Generation| g.overlay.get(position, *sf).copied();
+            let overlay_hit = match self.keep {
+                SketchKeep::Oldest => self.generations.iter().find_map(in_overlay),
+                SketchKeep::Newest => self.generations.iter().rev().find_map(in_overlay),
+            };
+            let found = match overlay_hit {
+                Some(id) => Some(id),
                 None => self.reader.sketch(position, *sf)?,
             };
             if let Some(id) = found {
@@ -272,13 +285,96 @@ mod tests {
         (ContainerId(ChunkId::of(&[seed]).0), meta)
     }
 
+    /// A container of full chunks with the given ids and super-features.
+    fn container_with(
+        seed: u8,
+        chunks: &[(ChunkId, SuperFeatures)],
+    ) -> (ContainerId, ContainerMeta) {
+        let entries = chunks
+            .iter()
+            .map(|(id, sfs)| EntryMeta {
+                id: *id,
+                kind: EntryKind::Full,
+                region: 0,
+                offset: 0,
+                stored_len: 1,
+                original_len: 1,
+                super_features: sfs.0.clone(),
+            })
+            .collect();
+        let meta = ContainerMeta {
+            regions: vec![],
+            entries,
+        };
+        (ContainerId(ChunkId::of(&[seed, 0xfe]).0), meta)
+    }
+
+    /// Issue 15: the full index keeps the oldest chunk per super-feature (FirstFit) or the
+    /// newest (LoopDelta §3.1.3), in the persisted index (across runs, and after they are
+    /// merged) and in the overlay.
+    #[test]
+    fn full_index_keeps_the_oldest_or_the_newest_chunk() {
+        for keep in [SketchKeep::Oldest, SketchKeep::Newest] {
+            let dir = tempfile::tempdir().unwrap();
+            let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
+            index.set_sketch_keep(keep);
+            let id = |n: u8| ChunkId::of(&[n]);
+            let sf = |a: u64, b: u64| SuperFeatures(vec![a, b]);
+            // Three backups' containers, each with a chunk of super-feature 10 at position 0
+            // (and fillers, 9, 3 and 0 of them, so that the index keeps three runs).
+            for (n, fillers) in [(1u8, 9u8), (2, 3), (3, 0)] {
+                let mut chunks = vec![(id(n), sf(10, 100 + u64::from(n)))];
+                chunks.extend((0..fillers).map(|f| (id(100 + 10 * n + f), sf(0, 0))));
+                let (c, meta) = container_with(n, &chunks);
+                index.insert_container(c, &meta).unwrap();
+            }
+            assert_eq!(index.runs().len(), 3);
+            let (oldest, newest) = (id(1), id(3));
+            let want = |k: SketchKeep| {
+                if k == SketchKeep::Oldest {
+                    oldest
+                } else {
+                    newest
+                }
+            };
+            let mut s = FullSketchIndex::new(index.reader().unwrap(), keep);
+            assert_eq!(
+                s.lookup(&sf(10, 0), 1).unwrap(),
+                vec![want(keep)],
+                "{keep:?}"
+            );
+            // Merged into one run, the index answers the same.
+            assert!(index.compact_if_worthwhile().unwrap().is_some());
+            assert_eq!(index.runs().len(), 1);
+            let mut s = FullSketchIndex::new(index.reader().unwrap(), keep);
+            assert_eq!(
+                s.lookup(&sf(10, 0), 1).unwrap(),
+                vec![want(keep)],
+                "{keep:?}"
+            );
+            // The running backup's chunks: two more with the same super-feature.
+            s.insert(id(4), &sf(10, 0));
+            s.insert(id(5), &sf(10, 1));
+            let found = s.lookup(&sf(10, 0), 1).unwrap();
+            match keep {
+                // A memory hit before the index: the backup's first chunk with it.
+                SketchKeep::Oldest => assert_eq!(found, vec![id(4)]),
+                SketchKeep::Newest => assert_eq!(found, vec![id(5)]),
+            }
+            // Positions still come first: super-feature 0's match wins over a newer one at 1.
+            let found = s.lookup(&sf(10, 101), 2).unwrap();
+            assert_eq!(found.len(), 2);
+            assert_eq!(found[1], id(1));
+        }
+    }
+
     /// The overlay drops a generation once the index holds its last chunk, not before, and
     /// every chunk stays a candidate throughout (from the overlay or from the index).
     #[test]
     fn overlay_generations_leave_once_indexed() {
         let dir = tempfile::tempdir().unwrap();
         let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
-        let mut s = FullSketchIndex::new(index.reader().unwrap());
+        let mut s = FullSketchIndex::new(index.reader().unwrap(), SketchKeep::Oldest);
         let g = GENERATION_CHUNKS;
         let found = |s: &mut FullSketchIndex, n: usize| {
             let (id, sfs) = chunk(n);
