@@ -41,6 +41,17 @@ fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
     d.dupadj = false;
 }
 
+/// DARE (§3.1, §4): DupAdj first, SF-2F for its misses only.
+fn dare(d: &mut DeltaConfig) {
+    d.sketch = Some(SketchKind::NTransform);
+    d.sketch_params = SketchParams {
+        sf_count: 3,
+        features_per_sf: 2,
+    };
+    d.reanchor = None;
+    d.sketch_dupadj_misses = true;
+}
+
 /// Every preset configuration, in report order.
 pub fn all() -> Vec<EvalConfig> {
     vec![
@@ -103,15 +114,16 @@ pub fn all() -> Vec<EvalConfig> {
         cfg(
             "dare",
             "DARE: DupAdj + N-transform SF-2F (3 SF x 2 features), full sketch index, Ddelta, \
-             one-level (super-features are computed for every new chunk, not only for DupAdj's \
-             misses as in DARE §3.1: the stored result is the same, the sketching time is not)",
+             one-level; super-features only for the chunks DupAdj could not resolve (DARE §3.1)",
+            dare,
+        ),
+        cfg(
+            "dare-sketch-all",
+            "dare, but every new chunk sketched (with its fingerprint, before DupAdj): what \
+             DARE's rule saves; stores the same",
             |d| {
-                d.sketch = Some(SketchKind::NTransform);
-                d.sketch_params = SketchParams {
-                    sf_count: 3,
-                    features_per_sf: 2,
-                };
-                d.reanchor = None;
+                dare(d);
+                d.sketch_dupadj_misses = false;
             },
         ),
         cfg(
@@ -221,6 +233,9 @@ mod tests {
         assert_eq!(sf(&get("ntransform-4f")), (3, 4));
         let dare = get("dare");
         assert!(dare.dupadj && dare.sketch == Some(SketchKind::NTransform));
+        assert!(dare.sketch_dupadj_misses);
+        assert!(!get("dare-sketch-all").sketch_dupadj_misses);
+        assert!(!get("recommended").sketch_dupadj_misses);
         assert_eq!(sf(&dare), (3, 2));
         let sidc = get("sidc");
         assert_eq!(sidc.sketch_index, SketchIndexKind::Stream);

@@ -84,6 +84,9 @@ pub struct DeltaArgs {
     /// default) or newest (LoopDelta: a newer chunk replaces the entry).
     #[arg(long)]
     sketch_keep: Option<String>,
+    /// Sketch only the new chunks duplicate-adjacency did not resolve (DARE): on or off.
+    #[arg(long)]
+    sketch_dupadj_misses: Option<String>,
     /// Duplicate-adjacency detection (DARE): on or off.
     #[arg(long)]
     dupadj: Option<String>,
@@ -136,6 +139,13 @@ impl DeltaArgs {
         if let Some(k) = &self.sketch_keep {
             cfg.sketch_keep =
                 SketchKeep::from_name(k).ok_or_else(|| bad("--sketch-keep value", k))?;
+        }
+        if let Some(d) = &self.sketch_dupadj_misses {
+            cfg.sketch_dupadj_misses = match d.as_str() {
+                "on" => true,
+                "off" => false,
+                other => return Err(bad("--sketch-dupadj-misses value (on|off)", other).into()),
+            };
         }
         if let Some(d) = &self.dupadj {
             cfg.dupadj = match d.as_str() {

@@ -27,7 +27,7 @@ use crate::format::snapshot::BackupSummary;
 use bytes::Bytes;
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::{new_codec, DeltaCodec};
-use dedelta_core::sketch::SuperFeatures;
+use dedelta_core::sketch::{Sketcher, SuperFeatures};
 use dedelta_core::ChunkId;
 use rayon::prelude::*;
 use std::path::PathBuf;
@@ -96,6 +96,9 @@ pub struct DeltaStage<'a> {
     /// flight. With 2 cores, encoding on this thread measured 2-3x faster than either pool
     /// (0.04-0.06 s against 0.11-0.15 s per 60 MB version), the pool's cores being busy anyway.
     encode_pool: Option<&'a rayon::ThreadPool>,
+    /// With `delta.sketch_dupadj_misses` (DARE §3.1): the sketch method, for the new data
+    /// chunks DupAdj did not resolve (see [`Self::sketch_dupadj_misses`]).
+    misses_sketcher: Option<Arc<dyn Sketcher>>,
 }
 
 impl<'a> DeltaStage<'a> {
@@ -116,7 +119,46 @@ impl<'a> DeltaStage<'a> {
             batch: Vec::new(),
             times,
             encode_pool,
+            misses_sketcher: None,
         })
+    }
+
+    /// Sketches only DupAdj's misses (DARE §3.1): new data chunks arrive unsketched, and
+    /// `sketcher` gives super-features to those without a DupAdj hint before their candidates
+    /// are looked up, and to those whose DupAdj base gave no delta worth keeping after that
+    /// attempt; the sketch index's candidates then follow as they would have.
+    pub fn sketch_dupadj_misses(&mut self, sketcher: Arc<dyn Sketcher>) {
+        self.misses_sketcher = Some(sketcher);
+    }
+
+    /// With [`Self::sketch_dupadj_misses`]: sketches the data chunks of `batch` that have no
+    /// super-features yet and that `pick` selects by position and chunk (on the stage's pool
+    /// when it has one); returns their positions.
+    fn sketch_picked(
+        &self,
+        batch: &mut [NewChunk],
+        pick: impl Fn(usize, &NewChunk) -> bool,
+    ) -> Vec<usize> {
+        let Some(sk) = self.misses_sketcher.as_deref() else {
+            return Vec::new();
+        };
+        let t = Instant::now();
+        // Empty super-features mark an unsketched chunk: a sketch of M >= 1 has M values.
+        let mut picked: Vec<(usize, &mut NewChunk)> = batch
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, c)| !c.tree && c.sfs.0.is_empty() && pick(*i, c))
+            .collect();
+        let sketch = |(_, c): &mut (usize, &mut NewChunk)| c.sfs = sk.sketch(&c.data);
+        match self.encode_pool {
+            Some(p) => p.install(|| picked.par_iter_mut().for_each(sketch)),
+            None => picked.iter_mut().for_each(sketch),
+        }
+        StageTimes::add(&self.times.sketch, t);
+        self.times
+            .sketched_chunks
+            .fetch_add(picked.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        picked.into_iter().map(|(i, _)| i).collect()
     }
 
     /// Reads bases from the local base cache in directory `path` (see
@@ -182,6 +224,27 @@ impl<'a> DeltaStage<'a> {
     /// Whether chunks are waiting.
     pub fn has_pending(&self) -> bool {
         !self.batch.is_empty()
+    }
+
+    /// With [`Self::sketch_dupadj_misses`], after DupAdj's round: sketches the data chunks
+    /// still stored in full (DupAdj's misses) and appends the sketch index's candidates to
+    /// theirs. Returns the most candidates a chunk of the batch has.
+    fn sketch_dupadj_misses_now(&mut self, batch: &mut [NewChunk]) -> Result<usize> {
+        let picked = self.sketch_picked(batch, |_, c| matches!(c.stored, Stored::Full));
+        let t = Instant::now();
+        for i in picked {
+            let c = &mut batch[i];
+            for found in self
+                .search
+                .candidates(Vec::new(), &c.sfs, self.cfg.candidates)?
+            {
+                if !c.candidates.iter().any(|(w, _)| *w == found.0) {
+                    c.candidates.push(found);
+                }
+            }
+        }
+        StageTimes::add(&self.times.base_read, t);
+        Ok(batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0))
     }
 
     /// Encodes every chunk that has a next base against it, in parallel when the stage has a
@@ -257,10 +320,26 @@ impl<'a> DeltaStage<'a> {
             batch = now;
             self.batch = held;
         }
-        let mut dupadj_hints = hints.into_iter();
         if batch.is_empty() {
             return Ok(batch);
         }
+        let dupadj_hints: Vec<Option<ChunkId>> = hints;
+        // Sketching DupAdj's misses only: the chunks without a hint are sketched now.
+        let mut data_index = 0;
+        let hinted: Vec<bool> = batch
+            .iter()
+            .map(|c| {
+                if c.tree {
+                    return false;
+                }
+                data_index += 1;
+                dupadj_hints
+                    .get(data_index - 1)
+                    .is_some_and(Option::is_some)
+            })
+            .collect();
+        self.sketch_picked(&mut batch, |i, _| !hinted[i]);
+        let mut dupadj_hints = dupadj_hints.into_iter();
         // 1. Candidates, in order: the positional hints first (DupAdj's, or the parent's tree
         // chunks), then the sketch index's.
         let t = Instant::now();
@@ -281,8 +360,15 @@ impl<'a> DeltaStage<'a> {
         StageTimes::add(&self.times.base_read, t);
         // 2. Bases and delta encoding, one round per candidate rank.
         let best_of = self.cfg.candidates;
-        let rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
-        for round in 0..rounds {
+        let mut rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
+        let mut round = 0;
+        while round < rounds || (round == 1 && self.misses_sketcher.is_some()) {
+            if round == 1 {
+                rounds = rounds.max(self.sketch_dupadj_misses_now(&mut batch)?);
+                if round >= rounds {
+                    break;
+                }
+            }
             let t = Instant::now();
             let mut any = false;
             for c in batch.iter_mut() {
@@ -307,6 +393,7 @@ impl<'a> DeltaStage<'a> {
                 self.encode_candidates(&mut batch);
                 StageTimes::add(&self.times.delta, t);
             }
+            round += 1;
         }
         // 3. Bookkeeping in order: full chunks become candidates and bases for later chunks.
         for c in &batch {

@@ -237,6 +237,7 @@ pub fn backup(
         None => None,
     };
     let mut parent_tree = None;
+    let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
     let delta_stage = if delta_cfg.enabled() {
         let mut parent = parent(repo, &snapshot_paths, delta_cfg.dupadj, &mut notices);
         // Without a parent, DupAdj still walks this backup's own stored stream.
@@ -270,6 +271,9 @@ pub fn backup(
             times.clone(),
             workers.delta.as_ref(),
         )?;
+        if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
+            stage.sketch_dupadj_misses(sk.clone());
+        }
         if let Some(root) = &opts.cache_dir {
             match crate::client::cache::repo_dir(root, &config.id) {
                 Ok(dir) => notices.extend(stage.use_local_cache(dir)),
@@ -289,7 +293,8 @@ pub fn backup(
             reader: repo.index().reader()?,
             damage: damage.clone(),
         }),
-        sketcher: sketcher.clone(),
+        // Sketching only DupAdj's misses, the delta stage sketches file data.
+        sketcher: sketcher.clone().filter(|_| !sketches_misses_only),
         times: times.clone(),
     };
     let threads = workers.pool.current_num_threads();
@@ -380,6 +385,9 @@ pub fn backup(
     let metrics = BackupMetrics {
         stage_seconds: times.seconds(),
         bases: dedup_out.base_counts,
+        sketched_chunks: times
+            .sketched_chunks
+            .load(std::sync::atomic::Ordering::Relaxed),
     };
     let snapshot = Snapshot {
         time: opts.time,

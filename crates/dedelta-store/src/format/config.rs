@@ -149,6 +149,15 @@ pub struct DeltaConfig {
     /// what every repository made before the key existed does; written only when newest.
     #[serde(default, skip_serializing_if = "is_oldest")]
     pub sketch_keep: SketchKeep,
+    /// Super-features only for the new data chunks DupAdj did not resolve (DARE §3.1): a chunk
+    /// whose DupAdj base gives a delta worth keeping is never sketched, the others are
+    /// sketched after that attempt (on the dedup thread) and looked up in the sketch index.
+    /// Off (absent): every new chunk is sketched with its fingerprint on the worker pool,
+    /// before DupAdj is asked. Applies only with [`Self::dupadj`] and a sketch method; it
+    /// changes which chunks are sketched, and so which deltas' metadata have super-features
+    /// (none are read), not what a chunk's delta is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sketch_dupadj_misses: bool,
 }
 
 fn is_oldest(k: &SketchKeep) -> bool {
@@ -178,6 +187,7 @@ impl Default for DeltaConfig {
             candidates: 1,
             reanchor: None,
             sketch_keep: SketchKeep::Oldest,
+            sketch_dupadj_misses: false,
         }
     }
 }
