@@ -1,8 +1,9 @@
 //! Runs on: the dedup thread (and, with 4 or more threads, a pool of its own for encoding).
 //!
 //! The delta stage of backup. New (non-duplicate) chunks are gathered per block, in stream
-//! order, with their super-features (computed on the worker pool with the fingerprints), and
-//! decided as a batch:
+//! order, with their super-features (computed on the worker pool with the fingerprints; with
+//! `delta.sketch_dupadj_misses`, here and only for DupAdj's misses, DARE §3.1: see
+//! [`DeltaStage::sketch_dupadj_misses`]), and decided as a batch:
 //! 1. candidates are found in order ([`super::resemble`]: DupAdj first, then the sketch index;
 //!    for a tree chunk, the parent snapshot's tree chunks at the same place, then the sketch
 //!    index);

@@ -3,7 +3,9 @@
 //! A job fingerprints the block's chunks (BLAKE3), looks each one up in the index as it was
 //! when the backup started, and sketches the ones it did not find. Doing all three on the pool
 //! keeps them off the dedup thread's path; looking up first spares sketching the (usually
-//! many) duplicates. The dedup thread receives the results in stream order (see [`submit`]).
+//! many) duplicates. With `delta.sketch_dupadj_misses` (DARE §3.1) it does not sketch: which
+//! new chunks DupAdj resolves is known only on the dedup thread, whose delta stage then
+//! sketches the others. The dedup thread receives the results in stream order (see [`submit`]).
 
 use super::dedup::DedupIndex;
 use super::metrics::StageTimes;
