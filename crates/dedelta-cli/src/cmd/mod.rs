@@ -93,6 +93,10 @@ pub struct DeltaArgs {
     /// Base cache size in MiB.
     #[arg(long)]
     base_cache_mib: Option<usize>,
+    /// Containers whose sketches the stream sketch index keeps (and as many containers'
+    /// worth of the backup's own new chunks).
+    #[arg(long, value_name = "N")]
+    stream_cache_containers: Option<usize>,
     /// Minimum saving for a delta to be kept, in percent of the chunk's compressed size.
     #[arg(long)]
     min_saving_percent: Option<f64>,
@@ -156,6 +160,9 @@ impl DeltaArgs {
         }
         if let Some(m) = self.base_cache_mib {
             cfg.base_cache_bytes = m << 20;
+        }
+        if let Some(n) = self.stream_cache_containers {
+            cfg.stream_cache_containers = n;
         }
         if let Some(p) = self.min_saving_percent {
             cfg.min_saving = p / 100.0;
