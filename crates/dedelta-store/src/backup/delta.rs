@@ -321,26 +321,20 @@ impl<'a> DeltaStage<'a> {
             batch = now;
             self.batch = held;
         }
+        // Sketching DupAdj's misses only: the data chunks without a hint are sketched now, the
+        // others after DupAdj's round (see `sketch_dupadj_misses_now`).
+        if self.misses_sketcher.is_some() {
+            let mut data_hints = hints.iter();
+            let hinted: Vec<bool> = batch
+                .iter()
+                .map(|c| !c.tree && data_hints.next().is_some_and(Option::is_some))
+                .collect();
+            self.sketch_picked(&mut batch, |i, _| !hinted[i]);
+        }
+        let mut dupadj_hints = hints.into_iter();
         if batch.is_empty() {
             return Ok(batch);
         }
-        let dupadj_hints: Vec<Option<ChunkId>> = hints;
-        // Sketching DupAdj's misses only: the chunks without a hint are sketched now.
-        let mut data_index = 0;
-        let hinted: Vec<bool> = batch
-            .iter()
-            .map(|c| {
-                if c.tree {
-                    return false;
-                }
-                data_index += 1;
-                dupadj_hints
-                    .get(data_index - 1)
-                    .is_some_and(Option::is_some)
-            })
-            .collect();
-        self.sketch_picked(&mut batch, |i, _| !hinted[i]);
-        let mut dupadj_hints = dupadj_hints.into_iter();
         // 1. Candidates, in order: the positional hints first (DupAdj's, or the parent's tree
         // chunks), then the sketch index's.
         let t = Instant::now();
@@ -363,6 +357,8 @@ impl<'a> DeltaStage<'a> {
         let best_of = self.cfg.candidates;
         let mut rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
         let mut round = 0;
+        // Sketching DupAdj's misses only, round 1 comes even if no chunk had two candidates:
+        // the misses' sketch candidates are found at its start.
         while round < rounds || (round == 1 && self.misses_sketcher.is_some()) {
             if round == 1 {
                 rounds = rounds.max(self.sketch_dupadj_misses_now(&mut batch)?);
