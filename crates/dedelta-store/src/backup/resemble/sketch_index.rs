@@ -181,7 +181,9 @@ impl SketchIndex for FullSketchIndex {
 }
 
 /// New chunks per generation of [`StreamSketchIndex`]'s overlay: one container's worth (a
-/// 4 MiB container of 8 KiB chunks), the unit the cache counts in.
+/// 4 MiB container of 8 KiB chunks), the unit the cache counts in. Containers are filled by
+/// stored (compressed) bytes, so a real one holds more (about 2,000 SQLAlchemy chunks): the
+/// overlay holds at most, usually fewer, chunks than the cached containers.
 pub const STREAM_GENERATION_CHUNKS: usize = 512;
 
 /// A key of the stream index: (super-feature position, value).
