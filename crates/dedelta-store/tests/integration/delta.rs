@@ -579,30 +579,41 @@ fn drifting_versions_reanchor_their_bases() {
 /// the same: the sketch index's candidates follow DupAdj's as they did.
 #[test]
 fn dare_sketches_only_dupadj_misses() {
-    let mut runs = Vec::new();
-    for misses_only in [false, true] {
-        let tmp = tempfile::tempdir().unwrap();
-        let delta = DeltaConfig {
-            sketch: Some(SketchKind::NTransform),
-            sketch_params: SketchParams {
-                sf_count: 3,
-                features_per_sf: 2,
-            },
-            reanchor: None,
-            sketch_dupadj_misses: misses_only,
-            ..DeltaConfig::recommended()
-        };
-        let repo = init_repo(&tmp.path().join("repo"), config(2, delta));
-        let src = tmp.path().join("src");
-        let mut contents = Vec::new();
-        let mut results = Vec::new();
-        for v in 0..3 {
-            contents.push(write_versions(&src, v));
-            results.push(run_backup_cached(&repo, &src, v, None));
+    // One source tree backed up into both repositories, so that their trees (paths, mtimes)
+    // are the same bytes too.
+    let tmp = tempfile::tempdir().unwrap();
+    let repos: Vec<IndexedRepository> = [false, true]
+        .into_iter()
+        .map(|misses_only| {
+            let delta = DeltaConfig {
+                sketch: Some(SketchKind::NTransform),
+                sketch_params: SketchParams {
+                    sf_count: 3,
+                    features_per_sf: 2,
+                },
+                reanchor: None,
+                sketch_dupadj_misses: misses_only,
+                ..DeltaConfig::recommended()
+            };
+            init_repo(
+                &tmp.path().join(format!("repo-{misses_only}")),
+                config(2, delta),
+            )
+        })
+        .collect();
+    let src = tmp.path().join("src");
+    let mut contents = Vec::new();
+    let mut runs: Vec<Vec<backup::BackupResult>> = vec![Vec::new(), Vec::new()];
+    for v in 0..3 {
+        contents.push(write_versions(&src, v));
+        for (repo, results) in repos.iter().zip(runs.iter_mut()) {
+            results.push(run_backup_cached(repo, &src, v, None));
         }
-        restore_all(&repo, tmp.path(), &contents, 64 << 20);
-        assert!(run_check(&repo, true).unwrap().problems.is_empty());
-        runs.push(results);
+    }
+    for (i, repo) in repos.iter().enumerate() {
+        // Distinct cache sizes keep the two restores' target folders apart.
+        restore_all(repo, tmp.path(), &contents, (64 << 20) + i);
+        assert!(run_check(repo, true).unwrap().problems.is_empty());
     }
     let (all, misses) = (&runs[0], &runs[1]);
     for (v, (a, m)) in all.iter().zip(misses).enumerate() {
