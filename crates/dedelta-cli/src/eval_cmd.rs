@@ -22,7 +22,8 @@ pub struct EvalArgs {
     out: PathBuf,
     /// Comma-separated configurations: all, quick, or names (dedup, ntransform-4f,
     /// ntransform-2f, finesse, odess, dupadj-only, recommended, stream-index,
-    /// stream-nodupadj, recommended-4f, depth-1, one-level, dare, sidc, greedy, xdelta, edelta).
+    /// stream-nodupadj, recommended-4f, depth-1, one-level, dare, dare-sketch-all, sidc,
+    /// greedy, greedy-newest, recommended-newest, xdelta, edelta).
     #[arg(long, default_value = "all")]
     config: String,
     /// Cache of downloaded and generated datasets.

@@ -85,6 +85,7 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
         v["base_cache_local_hits"] = json!(m.bases.local);
         v["base_cache_misses"] = json!(m.bases.read_back);
         v["stage_seconds"] = json!(m.stage_seconds);
+        v["sketched_chunks"] = json!(m.sketched_chunks);
         return print_json(&v);
     }
     print_warnings(&res.warnings);

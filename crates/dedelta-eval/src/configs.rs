@@ -8,7 +8,7 @@
 
 use crate::error::{EvalError, Result};
 use dedelta_core::delta::DeltaKind;
-use dedelta_core::sketch::{SketchKind, SketchParams};
+use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
 use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
 
 /// One configuration.
@@ -39,6 +39,18 @@ fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
         features_per_sf: k,
     };
     d.dupadj = false;
+}
+
+/// DARE (§3.1, §4): DupAdj first, SF-2F for its misses only.
+fn dare(d: &mut DeltaConfig) {
+    d.sketch = Some(SketchKind::NTransform);
+    d.sketch_params = SketchParams {
+        sf_count: 3,
+        features_per_sf: 2,
+    };
+    d.reanchor = None;
+    d.max_depth = 1;
+    d.sketch_dupadj_misses = true;
 }
 
 /// Every preset configuration, in report order.
@@ -113,16 +125,16 @@ pub fn all() -> Vec<EvalConfig> {
         cfg(
             "dare",
             "DARE: DupAdj + N-transform SF-2F (3 SF x 2 features), full sketch index, Ddelta, \
-             one-level (super-features are computed for every new chunk, not only for DupAdj's \
-             misses as in DARE §3.1: the stored result is the same, the sketching time is not)",
+             one-level; super-features only for the chunks DupAdj could not resolve (DARE §3.1)",
+            dare,
+        ),
+        cfg(
+            "dare-sketch-all",
+            "dare, but every new chunk sketched (with its fingerprint, before DupAdj): what \
+             DARE's rule saves; stores the same",
             |d| {
-                d.sketch = Some(SketchKind::NTransform);
-                d.sketch_params = SketchParams {
-                    sf_count: 3,
-                    features_per_sf: 2,
-                };
-                d.reanchor = None;
-                d.max_depth = 1;
+                dare(d);
+                d.sketch_dupadj_misses = false;
             },
         ),
         cfg(
@@ -145,6 +157,22 @@ pub fn all() -> Vec<EvalConfig> {
                 d.reanchor = None;
                 d.max_depth = 1;
             },
+        ),
+        cfg(
+            "greedy-newest",
+            "greedy with the full index keeping the newest chunk per super-feature (LoopDelta \
+             §3.1.3 replaces the entry; greedy keeps the oldest, FirstFit)",
+            |d| {
+                sketch_only(d, SketchKind::NTransform, 3, 4);
+                d.reanchor = None;
+                d.max_depth = 1;
+                d.sketch_keep = SketchKeep::Newest;
+            },
+        ),
+        cfg(
+            "recommended-newest",
+            "recommended with the full index keeping the newest chunk per super-feature",
+            |d| d.sketch_keep = SketchKeep::Newest,
         ),
         cfg("xdelta", "recommended with the Xdelta-style codec", |d| {
             d.codec = DeltaKind::Xdelta
@@ -219,6 +247,9 @@ mod tests {
         assert_eq!(sf(&get("ntransform-4f")), (3, 4));
         let dare = get("dare");
         assert!(dare.dupadj && dare.sketch == Some(SketchKind::NTransform));
+        assert!(dare.sketch_dupadj_misses);
+        assert!(!get("dare-sketch-all").sketch_dupadj_misses);
+        assert!(!get("recommended").sketch_dupadj_misses);
         assert_eq!(sf(&dare), (3, 2));
         let sidc = get("sidc");
         assert_eq!(sidc.sketch_index, SketchIndexKind::Stream);
@@ -226,7 +257,17 @@ mod tests {
         let greedy = get("greedy");
         assert_eq!(greedy.sketch_index, SketchIndexKind::Full);
         assert!(!greedy.dupadj);
-        for d in [dare, sidc, greedy] {
+        assert_eq!(greedy.sketch_keep, SketchKeep::Oldest);
+        let newest = get("greedy-newest");
+        assert_eq!(newest.sketch_keep, SketchKeep::Newest);
+        assert_eq!(
+            DeltaConfig {
+                sketch_keep: SketchKeep::Oldest,
+                ..newest.clone()
+            },
+            greedy
+        );
+        for d in [dare, sidc, greedy, newest] {
             assert_eq!(d.reanchor, None);
         }
         let rec = get("recommended");

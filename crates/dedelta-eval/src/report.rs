@@ -34,6 +34,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "delta_encode_mb_s",
     "delta_decode_mb_s",
     "pipeline_sketch_mb_s",
+    "sketched_chunks",
     "pipeline_delta_mb_s",
     "backup_seconds",
     "backup_mb_s",

@@ -145,6 +145,9 @@ pub struct ConfigResult {
     pub delta_decode_mb_s: Option<f64>,
     /// Sketch stage in the backups: new bytes / summed sketch seconds (all threads).
     pub pipeline_sketch_mb_s: Option<f64>,
+    /// Chunks the backups sketched (all new chunks, or DupAdj's misses with
+    /// `delta.sketch_dupadj_misses`; tree chunks included).
+    pub sketched_chunks: Option<u64>,
     /// Delta stage in the backups: bytes delta-encoded / summed delta seconds.
     pub pipeline_delta_mb_s: Option<f64>,
     /// Seconds of all backups.
@@ -284,6 +287,7 @@ pub fn run_config(
     let mut cumulative = 0u64;
     let mut backup_seconds = 0.0;
     let (mut new_bytes, mut sketch_s, mut delta_src, mut delta_s) = (0u64, 0.0, 0u64, 0.0);
+    let mut sketched = 0u64;
     let (mut hits, mut misses) = (0u64, 0u64);
     let mut detection = dedelta_store::format::snapshot::BackupSummary::default();
     for (i, v) in dataset.versions.iter().enumerate() {
@@ -328,6 +332,7 @@ pub fn run_config(
         new_bytes += s.bytes_new;
         let m = &result.metrics;
         sketch_s += m.stage_seconds.get("sketch").copied().unwrap_or(0.0);
+        sketched += m.sketched_chunks;
         delta_src += s.delta_source_bytes;
         detection.delta_detected += s.delta_detected;
         detection.delta_rejected_min_saving += s.delta_rejected_min_saving;
@@ -434,6 +439,7 @@ pub fn run_config(
         container_metadata_bytes: Some(st.breakdown.container_metadata),
         snapshot_other_bytes: Some(st.breakdown.snapshots + st.breakdown.other),
         pipeline_sketch_mb_s: (sketch_s > 0.0).then(|| new_bytes as f64 / 1e6 / sketch_s),
+        sketched_chunks: config.delta.sketch.map(|_| sketched),
         pipeline_delta_mb_s: (delta_s > 0.0).then(|| delta_src as f64 / 1e6 / delta_s),
         backup_seconds,
         backup_mb_s: logical as f64 / 1e6 / backup_seconds.max(1e-9),

@@ -24,7 +24,7 @@ use crate::render::print_notices;
 use anyhow::Result;
 use clap::Args;
 use dedelta_core::delta::DeltaKind;
-use dedelta_core::sketch::SketchKind;
+use dedelta_core::sketch::{SketchKeep, SketchKind};
 use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
 use dedelta_store::repository::lock::{LockInfo, RepoLock};
 use dedelta_store::{Error, IndexedRepository, Repository};
@@ -80,12 +80,23 @@ pub struct DeltaArgs {
     /// Sketch index: full or stream.
     #[arg(long)]
     sketch_index: Option<String>,
+    /// Which full chunk the full sketch index keeps per super-feature: oldest (FirstFit, the
+    /// default) or newest (LoopDelta: a newer chunk replaces the entry).
+    #[arg(long)]
+    sketch_keep: Option<String>,
+    /// Sketch only the new chunks duplicate-adjacency did not resolve (DARE): on or off.
+    #[arg(long)]
+    sketch_dupadj_misses: Option<String>,
     /// Duplicate-adjacency detection (DARE): on or off.
     #[arg(long)]
     dupadj: Option<String>,
     /// Base cache size in MiB.
     #[arg(long)]
     base_cache_mib: Option<usize>,
+    /// Containers whose sketches the stream sketch index keeps (and as many containers'
+    /// worth of the backup's own new chunks).
+    #[arg(long, value_name = "N")]
+    stream_cache_containers: Option<usize>,
     /// Minimum saving for a delta to be kept, in percent of the chunk's compressed size.
     #[arg(long)]
     min_saving_percent: Option<f64>,
@@ -134,6 +145,17 @@ impl DeltaArgs {
             cfg.sketch_index =
                 SketchIndexKind::from_name(i).ok_or_else(|| bad("sketch index", i))?;
         }
+        if let Some(k) = &self.sketch_keep {
+            cfg.sketch_keep =
+                SketchKeep::from_name(k).ok_or_else(|| bad("--sketch-keep value", k))?;
+        }
+        if let Some(d) = &self.sketch_dupadj_misses {
+            cfg.sketch_dupadj_misses = match d.as_str() {
+                "on" => true,
+                "off" => false,
+                other => return Err(bad("--sketch-dupadj-misses value (on|off)", other).into()),
+            };
+        }
         if let Some(d) = &self.dupadj {
             cfg.dupadj = match d.as_str() {
                 "on" => true,
@@ -143,6 +165,9 @@ impl DeltaArgs {
         }
         if let Some(m) = self.base_cache_mib {
             cfg.base_cache_bytes = m << 20;
+        }
+        if let Some(n) = self.stream_cache_containers {
+            cfg.stream_cache_containers = n;
         }
         if let Some(p) = self.min_saving_percent {
             cfg.min_saving = p / 100.0;

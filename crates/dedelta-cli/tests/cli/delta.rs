@@ -166,6 +166,8 @@ fn bad_delta_options_are_refused() {
         &["--delta", "bsdiff"],
         &["--sketch-index", "bloom"],
         &["--dupadj", "maybe"],
+        &["--sketch-keep", "first"],
+        &["--sketch-dupadj-misses", "yes"],
         &["--sf", "0"],
         &["--reanchor-percent", "150"],
         &["--reanchor-percent=-5"],
@@ -211,6 +213,58 @@ fn reanchor_percent_is_recorded() {
             None => assert!(!config.contains("reanchor"), "{args:?}: {config}"),
         }
     }
+}
+
+/// `init` records `--sketch-keep newest` and `--sketch-dupadj-misses on` in the config, and
+/// writes neither key by default (absent = oldest, every chunk sketched); a backup with
+/// `--sketch-dupadj-misses on` sketches fewer chunks than one without.
+#[test]
+fn sketch_keep_and_dupadj_misses_are_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = |name: &str, args: &[&str]| {
+        let repo = dir.path().join(name);
+        dedelta()
+            .arg("init")
+            .args(args)
+            .arg("-r")
+            .arg(&repo)
+            .assert()
+            .success();
+        let config = String::from_utf8_lossy(&fs::read(repo.join("config")).unwrap()).into_owned();
+        (repo, config)
+    };
+    let (plain, config) = init("plain", &[]);
+    assert!(!config.contains("sketch_keep"), "{config}");
+    assert!(!config.contains("sketch_dupadj_misses"), "{config}");
+    let (set, config) = init(
+        "set",
+        &["--sketch-keep", "newest", "--sketch-dupadj-misses", "on"],
+    );
+    assert!(config.contains("\"sketch_keep\": \"newest\""), "{config}");
+    assert!(
+        config.contains("\"sketch_dupadj_misses\": true"),
+        "{config}"
+    );
+    let src = dir.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut sketched = Vec::new();
+    for repo in [&plain, &set] {
+        let mut last = serde_json::Value::Null;
+        for v in 0..2 {
+            versioned(&src.join("f.txt"), v);
+            let out = dedelta()
+                .args(["backup", "--json", "-r"])
+                .arg(repo)
+                .arg(&src)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            last = serde_json::from_slice(&out.stdout).unwrap();
+        }
+        assert!(last["dupadj_deltas"].as_u64().unwrap() > 0, "{last}");
+        sketched.push(last["sketched_chunks"].as_u64().unwrap());
+    }
+    assert!(sketched[1] < sketched[0], "{sketched:?}");
 }
 
 /// The local base cache lives where `DEDELTA_CACHE_DIR` says, serves the next backup's bases,

@@ -21,39 +21,93 @@
 //! this index is asked before the table. So a super-feature known to both resolves to this
 //! index's chunk, a memory hit that spares the table's disk read; the order across positions,
 //! which decides which super-feature pairs the chunk, is that of FirstFit.
+//!
+//! Which chunk a super-feature keeps is a choice ([`SketchKeep`]): Finesse's FirstFit keeps
+//! the oldest (the first inserted), LoopDelta's Greedy index (§3.1.3) replaces it with the
+//! newest, so that a chunk that drifted from its first copy and was stored in full becomes
+//! the base of the next versions. Positions are tried in order either way.
 
 use super::SuperFeatures;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::convert::Infallible;
 
+/// Which chunk a (position, super-feature) keeps when several full chunks have it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SketchKeep {
+    /// The first chunk inserted with it (Finesse's FirstFit; what repositories did before the
+    /// choice existed).
+    #[default]
+    Oldest,
+    /// The last chunk inserted with it replaces the earlier one (LoopDelta §3.1.3).
+    Newest,
+}
+
+impl SketchKeep {
+    /// The name used in the config and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            SketchKeep::Oldest => "oldest",
+            SketchKeep::Newest => "newest",
+        }
+    }
+
+    /// Parses a name.
+    pub fn from_name(s: &str) -> Option<Self> {
+        [SketchKeep::Oldest, SketchKeep::Newest]
+            .into_iter()
+            .find(|k| k.name() == s)
+    }
+}
+
 /// FirstFit base choice: for each (super-feature position, value), the first id inserted
-/// with it. See the [module docs](self).
+/// with it (or the last, when made [`FirstFitIndex::keeping`] [`SketchKeep::Newest`]). See
+/// the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct FirstFitIndex<Id> {
     first: HashMap<(usize, u64), Id>,
+    keep: SketchKeep,
 }
 
 impl<Id> Default for FirstFitIndex<Id> {
     fn default() -> Self {
         FirstFitIndex {
             first: HashMap::new(),
+            keep: SketchKeep::Oldest,
         }
     }
 }
 
 impl<Id: Clone> FirstFitIndex<Id> {
-    /// An empty index.
+    /// An empty index keeping the oldest chunk per super-feature.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// An empty index keeping the chunk `keep` says per super-feature.
+    pub fn keeping(keep: SketchKeep) -> Self {
+        FirstFitIndex {
+            first: HashMap::new(),
+            keep,
+        }
+    }
+
     /// Records the super-features of chunk `id`. A (position, value) already known keeps the
-    /// id it had: the first chunk with a super-feature stays its base.
+    /// id it had ([`SketchKeep::Oldest`]: the first chunk with a super-feature stays its
+    /// base) or takes `id` ([`SketchKeep::Newest`]).
     pub fn insert(&mut self, id: Id, sfs: &SuperFeatures) {
         for (position, sf) in sfs.0.iter().enumerate() {
-            self.first
-                .entry((position, *sf))
-                .or_insert_with(|| id.clone());
+            match self.keep {
+                SketchKeep::Oldest => {
+                    self.first
+                        .entry((position, *sf))
+                        .or_insert_with(|| id.clone());
+                }
+                SketchKeep::Newest => {
+                    self.first.insert((position, *sf), id.clone());
+                }
+            }
         }
     }
 
@@ -183,6 +237,20 @@ mod tests {
         assert_eq!(index.len(), 5);
         assert_eq!(index.lookup(&sf(&[1, 0, 0])), Some("a"));
         assert_eq!(index.lookup(&sf(&[0, 5, 0])), Some("b"));
+    }
+
+    #[test]
+    fn newest_insert_replaces_a_key_when_kept_newest() {
+        let mut index = FirstFitIndex::keeping(SketchKeep::Newest);
+        index.insert("a", &sf(&[1, 2, 3]));
+        index.insert("b", &sf(&[1, 5, 6]));
+        assert_eq!(index.lookup(&sf(&[1, 0, 0])), Some("b"));
+        assert_eq!(index.lookup(&sf(&[0, 2, 0])), Some("a"));
+        assert_eq!(
+            SketchKeep::from_name("newest").map(SketchKeep::name),
+            Some("newest")
+        );
+        assert_eq!(SketchKeep::default(), SketchKeep::Oldest);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub mod first_fit;
 pub mod ntransform;
 pub mod odess;
 
-pub use first_fit::FirstFitIndex;
+pub use first_fit::{FirstFitIndex, SketchKeep};
 
 use serde::{Deserialize, Serialize};
 

@@ -166,6 +166,9 @@ impl<'a> DedupStage<'a> {
                 let t = Instant::now();
                 let sfs = sk.sketch(&data);
                 StageTimes::add(&self.times.sketch, t);
+                self.times
+                    .sketched_chunks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Some(sfs)
             }
             _ => None,

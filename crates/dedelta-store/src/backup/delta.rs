@@ -1,8 +1,9 @@
 //! Runs on: the dedup thread (and, with 4 or more threads, a pool of its own for encoding).
 //!
 //! The delta stage of backup. New (non-duplicate) chunks are gathered per block, in stream
-//! order, with their super-features (computed on the worker pool with the fingerprints), and
-//! decided as a batch:
+//! order, with their super-features (computed on the worker pool with the fingerprints; with
+//! `delta.sketch_dupadj_misses`, here and only for DupAdj's misses, DARE §3.1: see
+//! [`DeltaStage::sketch_dupadj_misses`]), and decided as a batch:
 //! 1. candidates are found in order ([`super::resemble`]: DupAdj first, then the sketch index;
 //!    for a tree chunk, the parent snapshot's tree chunks at the same place, then the sketch
 //!    index);
@@ -32,7 +33,7 @@ use crate::format::snapshot::BackupSummary;
 use bytes::Bytes;
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::{new_codec, DeltaCodec};
-use dedelta_core::sketch::SuperFeatures;
+use dedelta_core::sketch::{Sketcher, SuperFeatures};
 use dedelta_core::ChunkId;
 use rayon::prelude::*;
 use std::path::PathBuf;
@@ -118,6 +119,9 @@ pub struct DeltaStage<'a> {
     /// flight. With 2 cores, encoding on this thread measured 2-3x faster than either pool
     /// (0.04-0.06 s against 0.11-0.15 s per 60 MB version), the pool's cores being busy anyway.
     encode_pool: Option<&'a rayon::ThreadPool>,
+    /// With `delta.sketch_dupadj_misses` (DARE §3.1): the sketch method, for the new data
+    /// chunks DupAdj did not resolve (see [`Self::sketch_dupadj_misses`]).
+    misses_sketcher: Option<Arc<dyn Sketcher>>,
 }
 
 impl<'a> DeltaStage<'a> {
@@ -138,7 +142,46 @@ impl<'a> DeltaStage<'a> {
             batch: Vec::new(),
             times,
             encode_pool,
+            misses_sketcher: None,
         })
+    }
+
+    /// Sketches only DupAdj's misses (DARE §3.1): new data chunks arrive unsketched, and
+    /// `sketcher` gives super-features to those without a DupAdj hint before their candidates
+    /// are looked up, and to those whose DupAdj base gave no delta worth keeping after that
+    /// attempt; the sketch index's candidates then follow as they would have.
+    pub fn sketch_dupadj_misses(&mut self, sketcher: Arc<dyn Sketcher>) {
+        self.misses_sketcher = Some(sketcher);
+    }
+
+    /// With [`Self::sketch_dupadj_misses`]: sketches the data chunks of `batch` that have no
+    /// super-features yet and that `pick` selects by position and chunk (on the stage's pool
+    /// when it has one); returns their positions.
+    fn sketch_picked(
+        &self,
+        batch: &mut [NewChunk],
+        pick: impl Fn(usize, &NewChunk) -> bool,
+    ) -> Vec<usize> {
+        let Some(sk) = self.misses_sketcher.as_deref() else {
+            return Vec::new();
+        };
+        let t = Instant::now();
+        // Empty super-features mark an unsketched chunk: a sketch of M >= 1 has M values.
+        let mut picked: Vec<(usize, &mut NewChunk)> = batch
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, c)| !c.tree && c.sfs.0.is_empty() && pick(*i, c))
+            .collect();
+        let sketch = |(_, c): &mut (usize, &mut NewChunk)| c.sfs = sk.sketch(&c.data);
+        match self.encode_pool {
+            Some(p) => p.install(|| picked.par_iter_mut().for_each(sketch)),
+            None => picked.iter_mut().for_each(sketch),
+        }
+        StageTimes::add(&self.times.sketch, t);
+        self.times
+            .sketched_chunks
+            .fetch_add(picked.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        picked.into_iter().map(|(i, _)| i).collect()
     }
 
     /// Reads bases from the local base cache in directory `path` (see
@@ -205,6 +248,27 @@ impl<'a> DeltaStage<'a> {
     /// Whether chunks are waiting.
     pub fn has_pending(&self) -> bool {
         !self.batch.is_empty()
+    }
+
+    /// With [`Self::sketch_dupadj_misses`], after DupAdj's round: sketches the data chunks
+    /// still stored in full (DupAdj's misses) and appends the sketch index's candidates to
+    /// theirs. Returns the most candidates a chunk of the batch has.
+    fn sketch_dupadj_misses_now(&mut self, batch: &mut [NewChunk]) -> Result<usize> {
+        let picked = self.sketch_picked(batch, |_, c| matches!(c.stored, Stored::Full));
+        let t = Instant::now();
+        for i in picked {
+            let c = &mut batch[i];
+            for found in self
+                .search
+                .candidates(Vec::new(), &c.sfs, self.cfg.candidates)?
+            {
+                if !c.candidates.iter().any(|(w, _)| *w == found.0) {
+                    c.candidates.push(found);
+                }
+            }
+        }
+        StageTimes::add(&self.times.base_read, t);
+        Ok(batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0))
     }
 
     /// Encodes every chunk that has a next base against it, in parallel when the stage has a
@@ -299,6 +363,16 @@ impl<'a> DeltaStage<'a> {
             batch = now;
             self.batch = held;
         }
+        // Sketching DupAdj's misses only: the data chunks without a hint are sketched now, the
+        // others after DupAdj's round (see `sketch_dupadj_misses_now`).
+        if self.misses_sketcher.is_some() {
+            let mut data_hints = hints.iter();
+            let hinted: Vec<bool> = batch
+                .iter()
+                .map(|c| !c.tree && data_hints.next().is_some_and(Option::is_some))
+                .collect();
+            self.sketch_picked(&mut batch, |i, _| !hinted[i]);
+        }
         let mut dupadj_hints = hints.into_iter();
         if batch.is_empty() {
             return Ok(batch);
@@ -323,8 +397,17 @@ impl<'a> DeltaStage<'a> {
         StageTimes::add(&self.times.base_read, t);
         // 2. Bases and delta encoding, one round per candidate rank.
         let best_of = self.cfg.candidates;
-        let rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
-        for round in 0..rounds {
+        let mut rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
+        let mut round = 0;
+        // Sketching DupAdj's misses only, round 1 comes even if no chunk had two candidates:
+        // the misses' sketch candidates are found at its start.
+        while round < rounds || (round == 1 && self.misses_sketcher.is_some()) {
+            if round == 1 {
+                rounds = rounds.max(self.sketch_dupadj_misses_now(&mut batch)?);
+                if round >= rounds {
+                    break;
+                }
+            }
             let t = Instant::now();
             let mut any = false;
             for c in batch.iter_mut() {
@@ -349,6 +432,7 @@ impl<'a> DeltaStage<'a> {
                 self.encode_candidates(&mut batch);
                 StageTimes::add(&self.times.delta, t);
             }
+            round += 1;
         }
         // 3. Bookkeeping in order: full chunks become candidates and bases for later chunks.
         for c in &batch {

@@ -3,7 +3,9 @@
 //! A job fingerprints the block's chunks (BLAKE3), looks each one up in the index as it was
 //! when the backup started, and sketches the ones it did not find. Doing all three on the pool
 //! keeps them off the dedup thread's path; looking up first spares sketching the (usually
-//! many) duplicates. The dedup thread receives the results in stream order (see [`submit`]).
+//! many) duplicates. With `delta.sketch_dupadj_misses` (DARE §3.1) it does not sketch: which
+//! new chunks DupAdj resolves is known only on the dedup thread, whose delta stage then
+//! sketches the others. The dedup thread receives the results in stream order (see [`submit`]).
 
 use super::dedup::DedupIndex;
 use super::metrics::StageTimes;
@@ -58,7 +60,9 @@ pub(super) struct Fingerprinted {
 pub(super) struct FingerprintJob {
     /// The index view taken before anything of this backup was indexed.
     pub index: Arc<DedupIndex>,
-    /// The backup's sketch method, if it detects resemblance by sketches.
+    /// The backup's sketch method, if it detects resemblance by sketches and sketches every
+    /// new chunk here (not with `delta.sketch_dupadj_misses`, where the delta stage sketches
+    /// DupAdj's misses).
     pub sketcher: Option<Arc<dyn Sketcher>>,
     /// Stage timings.
     pub times: Arc<StageTimes>,
@@ -92,12 +96,17 @@ impl FingerprintJob {
         StageTimes::add(&self.times.index, t);
         if let Some(sk) = &self.sketcher {
             let t = Instant::now();
+            let mut n = 0;
             for c in out.iter_mut() {
                 if !matches!(c.lookup, IndexLookup::Stored(_)) {
                     c.sfs = Some(sk.sketch(&c.data));
+                    n += 1;
                 }
             }
             StageTimes::add(&self.times.sketch, t);
+            self.times
+                .sketched_chunks
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
         out
     }

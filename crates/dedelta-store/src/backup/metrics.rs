@@ -25,6 +25,9 @@ pub struct StageTimes {
     pub compress: AtomicU64,
     /// Writing containers and index entries.
     pub write: AtomicU64,
+    /// Chunks sketched (a count, not nanoseconds): file data and tree chunks given
+    /// super-features.
+    pub sketched_chunks: AtomicU64,
 }
 
 impl StageTimes {
@@ -60,4 +63,7 @@ pub struct BackupMetrics {
     pub stage_seconds: BTreeMap<String, f64>,
     /// Where delta bases came from.
     pub bases: BaseCounts,
+    /// Chunks given super-features: every new chunk, or with `delta.sketch_dupadj_misses`
+    /// only those DupAdj did not resolve (DARE §3.1).
+    pub sketched_chunks: u64,
 }

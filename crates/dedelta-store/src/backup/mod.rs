@@ -179,6 +179,19 @@ fn closed<T>(_: T) -> Error {
     Error::PipelineStopped
 }
 
+/// Sets the index's [`SketchKeep`](dedelta_core::sketch::SketchKeep) back to the config's
+/// when a backup that overrode it ends, however it ends.
+struct RestoreSketchKeep<'a>(
+    &'a crate::client::index::ChunkIndex,
+    dedelta_core::sketch::SketchKeep,
+);
+
+impl Drop for RestoreSketchKeep<'_> {
+    fn drop(&mut self) {
+        self.0.set_sketch_keep(self.1);
+    }
+}
+
 /// Backs up `opts` into the repository with `workers`' threads; the caller holds the
 /// exclusive lock.
 pub fn backup(
@@ -205,6 +218,10 @@ pub fn backup(
     }
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
     config.check_depth(&delta_cfg)?;
+    // What the writer records in the index, and what the full sketch index finds, follow this
+    // backup's choice; the config's is set back when it ends.
+    repo.index().set_sketch_keep(delta_cfg.sketch_keep);
+    let _restore_keep = RestoreSketchKeep(repo.index(), config.delta.sketch_keep);
     let times = Arc::new(StageTimes::default());
     let snapshot_paths: Vec<String> = match &opts.stdin {
         Some(src) => vec![src.name.clone()],
@@ -221,6 +238,7 @@ pub fn backup(
         None => None,
     };
     let mut parent_tree = None;
+    let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
     let delta_stage = if delta_cfg.enabled() {
         let mut parent = parent(repo, &snapshot_paths, delta_cfg.dupadj, &mut notices);
         // Without a parent, DupAdj still walks this backup's own stored stream.
@@ -236,9 +254,9 @@ pub fn backup(
         let sketches: Option<Box<dyn SketchIndex>> =
             match (delta_cfg.sketch, delta_cfg.sketch_index) {
                 (None, _) => None,
-                (Some(_), crate::format::config::SketchIndexKind::Full) => {
-                    Some(Box::new(FullSketchIndex::new(repo.index().reader()?)))
-                }
+                (Some(_), crate::format::config::SketchIndexKind::Full) => Some(Box::new(
+                    FullSketchIndex::new(repo.index().reader()?, delta_cfg.sketch_keep),
+                )),
                 (Some(_), crate::format::config::SketchIndexKind::Stream) => {
                     Some(Box::new(StreamSketchIndex::new(
                         repo.backend().clone(),
@@ -254,6 +272,9 @@ pub fn backup(
             times.clone(),
             workers.delta.as_ref(),
         )?;
+        if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
+            stage.sketch_dupadj_misses(sk.clone());
+        }
         if let Some(root) = &opts.cache_dir {
             match crate::client::cache::repo_dir(root, &config.id) {
                 Ok(dir) => notices.extend(stage.use_local_cache(dir)),
@@ -273,7 +294,8 @@ pub fn backup(
             reader: repo.index().reader()?,
             damage: damage.clone(),
         }),
-        sketcher: sketcher.clone(),
+        // Sketching only DupAdj's misses, the delta stage sketches file data.
+        sketcher: sketcher.clone().filter(|_| !sketches_misses_only),
         times: times.clone(),
     };
     let threads = workers.pool.current_num_threads();
@@ -364,6 +386,9 @@ pub fn backup(
     let metrics = BackupMetrics {
         stage_seconds: times.seconds(),
         bases: dedup_out.base_counts,
+        sketched_chunks: times
+            .sketched_chunks
+            .load(std::sync::atomic::Ordering::Relaxed),
     };
     let snapshot = Snapshot {
         time: opts.time,

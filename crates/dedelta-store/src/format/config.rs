@@ -20,7 +20,7 @@ use crate::format::envelope;
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::DeltaKind;
-use dedelta_core::sketch::{SketchKind, SketchParams};
+use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
 use serde::{Deserialize, Serialize};
 
 /// Magic of the config file.
@@ -161,6 +161,24 @@ pub struct DeltaConfig {
     /// of version [`CHAINS_VERSION`] or later. Absent means 1; 1 ..= [`MAX_DELTA_DEPTH`].
     #[serde(default = "one_u8", skip_serializing_if = "is_one_u8")]
     pub max_depth: u8,
+    /// Which full chunk the `full` sketch index keeps per super-feature: the oldest (Finesse's
+    /// FirstFit) or the newest (LoopDelta §3.1.3 replaces the entry). Absent means oldest,
+    /// what every repository made before the key existed does; written only when newest.
+    #[serde(default, skip_serializing_if = "is_oldest")]
+    pub sketch_keep: SketchKeep,
+    /// Super-features only for the new data chunks DupAdj did not resolve (DARE §3.1): a chunk
+    /// whose DupAdj base gives a delta worth keeping is never sketched, the others are
+    /// sketched after that attempt (on the dedup thread) and looked up in the sketch index.
+    /// Off (absent): every new chunk is sketched with its fingerprint on the worker pool,
+    /// before DupAdj is asked. Applies only with [`Self::dupadj`] and a sketch method; it
+    /// changes which chunks are sketched, and so which deltas' metadata have super-features
+    /// (none are read), not what a chunk's delta is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sketch_dupadj_misses: bool,
+}
+
+fn is_oldest(k: &SketchKeep) -> bool {
+    *k == SketchKeep::Oldest
 }
 
 fn one() -> usize {
@@ -194,6 +212,8 @@ impl Default for DeltaConfig {
             candidates: 1,
             reanchor: None,
             max_depth: 1,
+            sketch_keep: SketchKeep::Oldest,
+            sketch_dupadj_misses: false,
         }
     }
 }

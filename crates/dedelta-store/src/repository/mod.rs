@@ -186,6 +186,9 @@ impl Repository {
             }
             Err(e) => return Err(e),
         };
+        // Rebuilds, catch-ups and backups record super-features as the config says (a
+        // backup that overrides it sets its own for its run).
+        index.set_sketch_keep(self.config().delta.sketch_keep);
         let repo = IndexedRepository {
             repo: self,
             index,

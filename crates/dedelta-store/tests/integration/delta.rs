@@ -693,3 +693,77 @@ fn delta_chains_stay_bounded_and_survive_prune_and_rebuild() {
     dedelta_store::commands::repair::rebuild_index(&repo, &mut |_| {}).unwrap();
     check_last(1 << 21);
 }
+
+/// Issue 15, DARE §3.1: with `sketch_dupadj_misses` only the new chunks DupAdj did not
+/// resolve are sketched (every new chunk is otherwise), and with FirstFit what is stored is
+/// the same: the sketch index's candidates follow DupAdj's as they did.
+#[test]
+fn dare_sketches_only_dupadj_misses() {
+    // One source tree backed up into both repositories, so that their trees (paths, mtimes)
+    // are the same bytes too.
+    let tmp = tempfile::tempdir().unwrap();
+    let repos: Vec<IndexedRepository> = [false, true]
+        .into_iter()
+        .map(|misses_only| {
+            let delta = DeltaConfig {
+                sketch: Some(SketchKind::NTransform),
+                sketch_params: SketchParams {
+                    sf_count: 3,
+                    features_per_sf: 2,
+                },
+                reanchor: None,
+                sketch_dupadj_misses: misses_only,
+                ..DeltaConfig::recommended()
+            };
+            init_repo(
+                &tmp.path().join(format!("repo-{misses_only}")),
+                config(2, delta),
+            )
+        })
+        .collect();
+    let src = tmp.path().join("src");
+    let mut contents = Vec::new();
+    let mut runs: Vec<Vec<backup::BackupResult>> = vec![Vec::new(), Vec::new()];
+    for v in 0..3 {
+        contents.push(write_versions(&src, v));
+        for (repo, results) in repos.iter().zip(runs.iter_mut()) {
+            results.push(run_backup_cached(repo, &src, v, None));
+        }
+    }
+    for (i, repo) in repos.iter().enumerate() {
+        // Distinct cache sizes keep the two restores' target folders apart.
+        restore_all(repo, tmp.path(), &contents, (64 << 20) + i);
+        assert!(run_check(repo, true).unwrap().problems.is_empty());
+    }
+    let (all, misses) = (&runs[0], &runs[1]);
+    for (v, (a, m)) in all.iter().zip(misses).enumerate() {
+        let (sa, sm) = (&a.summary, &m.summary);
+        assert_eq!(
+            a.metrics.sketched_chunks, sa.new_chunks,
+            "v{v}: every new chunk"
+        );
+        // DupAdj's deltas (of file data; a tree chunk's parent-tree deltas count there too,
+        // and tree chunks are always sketched) are the chunks left unsketched.
+        assert!(
+            m.metrics.sketched_chunks + sm.dupadj_deltas >= sm.new_chunks,
+            "v{v}: a DupAdj miss went unsketched: {} + {} < {}",
+            m.metrics.sketched_chunks,
+            sm.dupadj_deltas,
+            sm.new_chunks
+        );
+        assert_eq!(
+            (sa.bytes_after_delta, sa.delta_chunks, sa.sketch_deltas),
+            (sm.bytes_after_delta, sm.delta_chunks, sm.sketch_deltas),
+            "v{v}: the same chunks stored the same way"
+        );
+    }
+    // Later versions: DupAdj resolves most new chunks, which are then never sketched.
+    for v in 1..3 {
+        assert!(misses[v].summary.dupadj_deltas > 0);
+        assert!(
+            misses[v].metrics.sketched_chunks < all[v].metrics.sketched_chunks,
+            "v{v}: {} sketched, as many as without DARE's rule",
+            misses[v].metrics.sketched_chunks
+        );
+    }
+}

@@ -24,6 +24,14 @@
 //! process refuses further changes), and the next open starts from an empty, incomplete index
 //! that is rebuilt. A rebuild commits one new manifest, so a rebuild killed half-way leaves the
 //! previous index; run files no manifest names are deleted when the index is opened.
+//!
+//! Which chunk a super-feature names when several full chunks have it is the index's
+//! [`SketchKeep`] ([`ChunkIndex::set_sketch_keep`], the repository config's `delta.sketch_keep`
+//! or a backup's override). Keeping the oldest (FirstFit), a batch records no key an older run
+//! holds and lookups ask the runs oldest first; keeping the newest (LoopDelta §3.1.3), every
+//! batch records its keys, lookups ask the runs newest first and merges keep the newest live
+//! entry. Either way one key is one entry per run; switching the choice on an existing index
+//! applies to what is recorded and merged from then on (`repair index` rebuilds it whole).
 
 mod bloom;
 mod manifest;
@@ -33,6 +41,7 @@ use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
 use bloom::mix64;
+use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
 use manifest::{Manifest, RunRecord, Slot};
 use run::Run;
@@ -200,6 +209,19 @@ struct Shared {
     /// What new readers see: the last committed view (here rather than in [`ChunkIndex`] so
     /// that a reader can catch up without a handle on the index, see [`IndexReader::refresh`]).
     view: RwLock<Arc<View>>,
+    /// Whether super-feature keys keep the newest chunk ([`SketchKeep::Newest`]) rather than
+    /// the oldest.
+    keep_newest: AtomicBool,
+}
+
+impl Shared {
+    fn keep(&self) -> SketchKeep {
+        if self.keep_newest.load(Ordering::Relaxed) {
+            SketchKeep::Newest
+        } else {
+            SketchKeep::Oldest
+        }
+    }
 }
 
 impl Shared {
@@ -253,13 +275,16 @@ impl View {
         Ok(None)
     }
 
-    fn sketch(&self, key: u64) -> Result<Option<ChunkId>> {
-        for run in &self.runs {
-            if let Some(id) = run.sketch(key)? {
-                return Ok(Some(id));
-            }
-        }
-        Ok(None)
+    /// The chunk key `key` names: in the oldest run holding it, or the newest.
+    fn sketch(&self, key: u64, keep: SketchKeep) -> Result<Option<ChunkId>> {
+        let mut runs: Box<dyn Iterator<Item = &Arc<Run>>> = match keep {
+            SketchKeep::Oldest => Box::new(self.runs.iter()),
+            SketchKeep::Newest => Box::new(self.runs.iter().rev()),
+        };
+        runs.try_fold(None, |found, run| match found {
+            Some(id) => Ok(Some(id)),
+            None => run.sketch(key),
+        })
     }
 
     fn has_sketch(&self, key: u64) -> Result<bool> {
@@ -318,6 +343,8 @@ struct Change {
     manifest: Manifest,
     runs: Vec<Arc<Run>>,
     obsolete: Vec<PathBuf>,
+    /// Which chunk a super-feature keeps in what this change writes and merges.
+    keep: SketchKeep,
 }
 
 /// The persistent chunk index.
@@ -388,6 +415,7 @@ impl ChunkIndex {
                 path: path.to_path_buf(),
                 damaged: AtomicBool::new(false),
                 view: RwLock::new(Arc::new(view)),
+                keep_newest: AtomicBool::new(false),
             }),
             state: Mutex::new(manifest),
             _lock: lock_file,
@@ -416,6 +444,7 @@ impl ChunkIndex {
             manifest: state.clone(),
             runs: self.current().runs.clone(),
             obsolete: Vec::new(),
+            keep: self.shared.keep(),
         };
         let r = f(&mut change);
         self.shared.guard(r)?;
@@ -430,6 +459,20 @@ impl ChunkIndex {
         });
         *state = change.manifest;
         Ok(())
+    }
+
+    /// Sets which chunk a super-feature names when several full chunks have it, for what is
+    /// recorded, merged and looked up from now on (readers made before see it too). A fresh
+    /// handle keeps the oldest.
+    pub fn set_sketch_keep(&self, keep: SketchKeep) {
+        self.shared
+            .keep_newest
+            .store(keep == SketchKeep::Newest, Ordering::Relaxed);
+    }
+
+    /// Which chunk a super-feature names ([`Self::set_sketch_keep`]).
+    pub fn sketch_keep(&self) -> SketchKeep {
+        self.shared.keep()
     }
 
     /// Replaces the index with a new, empty one (incomplete: the caller rebuilds it). For an
@@ -624,7 +667,13 @@ impl ChunkIndex {
                     continue;
                 }
                 let seq = new_seq(self.path(), &mut c.manifest);
-                let out = run::merge(&[&run], Some(dead), &run_path(self.path(), seq), seq)?;
+                let out = run::merge(
+                    &[&run],
+                    Some(dead),
+                    &run_path(self.path(), seq),
+                    seq,
+                    c.keep,
+                )?;
                 c.obsolete.push(run.path().to_path_buf());
                 match out {
                     Some(r) => {
@@ -733,9 +782,9 @@ impl ChunkIndex {
     }
 }
 
-/// Adds the entries of `containers` that `keep` accepts as one new run (FirstFit: a
-/// super-feature `view` holds already is not recorded again), marks `known` as taken in, and
-/// merges runs if there are too many.
+/// Adds the entries of `containers` that `keep` accepts as one new run (keeping the oldest
+/// chunk per super-feature, FirstFit: a super-feature `view` holds already is not recorded
+/// again), marks `known` as taken in, and merges runs if there are too many.
 fn add_batch<'m>(
     path: &Path,
     c: &mut Change,
@@ -778,7 +827,9 @@ fn add_batch_with<'m>(
             }
             for (pos, sf) in e.super_features.iter().enumerate() {
                 let key = sketch_key(pos, *sf);
-                if !view.has_sketch(key)? {
+                // Keeping the newest, every batch records its keys and lookups ask the
+                // newest run first.
+                if c.keep == SketchKeep::Newest || !view.has_sketch(key)? {
                     sketches.push((key, e.id.0));
                 }
             }
@@ -798,7 +849,7 @@ fn add_batch_with<'m>(
         return Ok(());
     }
     let seq = new_seq(path, m);
-    if let Some(run) = run::write_batch(&run_path(path, seq), seq, chunks, sketches)? {
+    if let Some(run) = run::write_batch(&run_path(path, seq), seq, chunks, sketches, c.keep)? {
         c.runs.push(Arc::new(run));
         merge_as_needed(path, c)?;
     }
@@ -985,7 +1036,10 @@ impl Rebuild<'_> {
             return Ok(());
         }
         let seq = new_seq(self.path, &mut self.change.manifest);
-        if let Some(run) = run::write_batch(&run_path(self.path, seq), seq, chunks, Vec::new())? {
+        let keep = self.change.keep;
+        if let Some(run) =
+            run::write_batch(&run_path(self.path, seq), seq, chunks, Vec::new(), keep)?
+        {
             self.change.runs.push(Arc::new(run));
             merge_as_needed(self.path, self.change)?;
         }
@@ -1080,7 +1134,7 @@ fn merge_as_needed(path: &Path, c: &mut Change) -> Result<()> {
 fn merge_runs(path: &Path, c: &mut Change, from: usize, to: usize) -> Result<()> {
     let seq = new_seq(path, &mut c.manifest);
     let inputs: Vec<&Run> = c.runs[from..to].iter().map(|r| r.as_ref()).collect();
-    let merged = run::merge(&inputs, None, &run_path(path, seq), seq)?;
+    let merged = run::merge(&inputs, None, &run_path(path, seq), seq, c.keep)?;
     c.obsolete
         .extend(inputs.iter().map(|r| r.path().to_path_buf()));
     c.runs.splice(from..to, merged.map(Arc::new));
@@ -1142,11 +1196,13 @@ impl IndexReader {
         self.shared.guard(self.view.get(id, &self.shared.path))
     }
 
-    /// The first full chunk recorded with super-feature `sf` at `position` (or, rarely,
-    /// another whose super-feature has the same truncated key: a candidate only).
+    /// The first full chunk recorded with super-feature `sf` at `position`, or the last one
+    /// when the index keeps the newest ([`ChunkIndex::set_sketch_keep`]); rarely another whose
+    /// super-feature has the same truncated key: a candidate only.
     pub fn sketch(&self, position: usize, sf: u64) -> Result<Option<ChunkId>> {
+        let keep = self.shared.keep();
         self.shared
-            .guard(self.view.sketch(sketch_key(position, sf)))
+            .guard(self.view.sketch(sketch_key(position, sf), keep))
     }
 }
 

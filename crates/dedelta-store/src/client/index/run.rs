@@ -22,6 +22,7 @@
 
 use super::bloom::{mix64, Bloom};
 use crate::error::{Error, Result};
+use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
 use std::collections::HashSet;
 use std::fs::File;
@@ -779,12 +780,14 @@ impl<'r> Cursor<'r> {
 
 /// Writes a run of one batch: `chunks` in the order they were recorded (a later entry for the
 /// same id replaces an earlier one) and `sketches` (key, chunk id) in order (the first chunk
-/// recorded with a key keeps it: FirstFit). Returns `None` when there is nothing to write.
+/// recorded with a key keeps it, FirstFit; the last with [`SketchKeep::Newest`]). Returns
+/// `None` when there is nothing to write.
 pub fn write_batch(
     path: &Path,
     seq: u64,
     mut chunks: Vec<([u8; 32], u64)>,
     mut sketches: Vec<(u64, [u8; 32])>,
+    keep: SketchKeep,
 ) -> Result<Option<Run>> {
     // Stable sorts: among equal ids the last recorded is last, among equal keys the first
     // recorded is first.
@@ -798,6 +801,10 @@ pub fn write_batch(
     }
     if kept.is_empty() {
         return Ok(None);
+    }
+    if keep == SketchKeep::Newest {
+        // The last recorded first, so that the stable sort and dedup keep it.
+        sketches.reverse();
     }
     sketches.sort_by_key(|s| s.0);
     sketches.dedup_by_key(|s| s.0);
@@ -814,14 +821,16 @@ pub fn write_batch(
 }
 
 /// Merges `runs` (oldest first) into one run file at `path`: for a chunk in several runs the
-/// newest entry wins, for a super-feature key the oldest whose chunk stays (FirstFit), and
-/// chunks in `dead` are left out with the keys that name them. Holds 4 bytes per input entry
-/// in memory (where each entry went); returns `None` if nothing is left.
+/// newest entry wins, for a super-feature key the oldest whose chunk stays (FirstFit; the
+/// newest with [`SketchKeep::Newest`]), and chunks in `dead` are left out with the keys that
+/// name them. Holds 4 bytes per input entry in memory (where each entry went); returns `None`
+/// if nothing is left.
 pub fn merge(
     runs: &[&Run],
     dead: Option<&HashSet<ChunkId>>,
     path: &Path,
     seq: u64,
+    keep: SketchKeep,
 ) -> Result<Option<Run>> {
     let max_chunks: u64 = runs.iter().map(|r| r.chunks).sum();
     let max_sketches: u64 = runs.iter().map(|r| r.sketches).sum();
@@ -871,7 +880,7 @@ pub fn merge(
         for r in 0..runs.len() {
             if let Some((key, entry)) = heads[r].filter(|h| h.0 == min) {
                 let to = moved[r][entry as usize];
-                if chosen.is_none() && to != u32::MAX {
+                if to != u32::MAX && (chosen.is_none() || keep == SketchKeep::Newest) {
                     chosen = Some(to);
                 }
                 heads[r] = next_sketch(&mut cursors[r])?;
@@ -911,11 +920,13 @@ mod tests {
         ChunkId::of(&n.to_le_bytes()).0
     }
 
-    /// The model of a sequence of runs: newest chunk entry wins, oldest live key wins.
+    /// The model of a sequence of runs: newest chunk entry wins, oldest live key wins (the
+    /// newest with [`SketchKeep::Newest`]).
     #[derive(Default)]
     struct Model {
         chunks: HashMap<[u8; 32], u64>,
         sketches: BTreeMap<u64, [u8; 32]>,
+        keep: SketchKeep,
     }
 
     fn check(model: &Model, runs: &[&Run], probes: &[u64]) {
@@ -932,7 +943,10 @@ mod tests {
             assert_eq!(got, model.chunks.get(&i).copied());
         }
         for (key, chunk) in &model.sketches {
-            let got = runs.iter().find_map(|r| r.sketch(*key).unwrap());
+            let got = match model.keep {
+                SketchKeep::Oldest => runs.iter().find_map(|r| r.sketch(*key).unwrap()),
+                SketchKeep::Newest => runs.iter().rev().find_map(|r| r.sketch(*key).unwrap()),
+            };
             assert_eq!(got, Some(ChunkId(*chunk)), "key {key}");
         }
     }
@@ -948,9 +962,11 @@ mod tests {
                 prop::collection::vec((0u64..400, 0u64..1_000_000, prop::option::of(0u64..300)), 0..200),
                 1..5),
             dead in prop::collection::hash_set(0u64..400, 0..40),
+            newest: bool,
         ) {
             let dir = tempfile::tempdir().unwrap();
-            let mut model = Model::default();
+            let keep = if newest { SketchKeep::Newest } else { SketchKeep::Oldest };
+            let mut model = Model { keep, ..Model::default() };
             let mut runs = Vec::new();
             for (n, batch) in batches.iter().enumerate() {
                 let chunks: Vec<_> = batch.iter().map(|(c, loc, _)| (id(*c), *loc)).collect();
@@ -962,10 +978,17 @@ mod tests {
                     model.chunks.insert(*c, *loc);
                 }
                 for (k, c) in &sketches {
-                    model.sketches.entry(*k).or_insert(*c);
+                    match keep {
+                        SketchKeep::Oldest => {
+                            model.sketches.entry(*k).or_insert(*c);
+                        }
+                        SketchKeep::Newest => {
+                            model.sketches.insert(*k, *c);
+                        }
+                    }
                 }
                 let path = dir.path().join(format!("{n}.run"));
-                if let Some(run) = write_batch(&path, n as u64, chunks, sketches).unwrap() {
+                if let Some(run) = write_batch(&path, n as u64, chunks, sketches, keep).unwrap() {
                     runs.push(run);
                 }
             }
@@ -973,27 +996,34 @@ mod tests {
             let refs: Vec<&Run> = runs.iter().collect();
             check(&model, &refs, &probes);
             // Merging changes no answer.
-            let merged = merge(&refs, None, &dir.path().join("m.run"), 99).unwrap();
+            let merged = merge(&refs, None, &dir.path().join("m.run"), 99, keep).unwrap();
             let merged: Vec<&Run> = merged.iter().collect();
             check(&model, &merged, &probes);
             // Dead chunks leave, with the keys naming them.
             let dead_ids: HashSet<ChunkId> = dead.iter().map(|d| ChunkId(id(*d))).collect();
-            let pruned = merge(&refs, Some(&dead_ids), &dir.path().join("p.run"), 100).unwrap();
+            let pruned =
+                merge(&refs, Some(&dead_ids), &dir.path().join("p.run"), 100, keep).unwrap();
             model.chunks.retain(|c, _| !dead_ids.contains(&ChunkId(*c)));
-            // The oldest key whose chunk stays: recompute from the batches.
+            // The oldest (newest) key whose chunk stays: recompute from the batches.
             model.sketches.clear();
-            for batch in &batches {
+            let ordered: Vec<&Vec<(u64, u64, Option<u64>)>> = match keep {
+                SketchKeep::Oldest => batches.iter().collect(),
+                SketchKeep::Newest => batches.iter().rev().collect(),
+            };
+            for batch in ordered {
                 for (c, _, k) in batch {
                     if let Some(k) = k {
                         if !dead.contains(c) && !model.sketches.contains_key(k) {
-                            // The model keeps the first recorded live chunk per key, but a
-                            // run keeps only the first of its own batch: a key whose first
-                            // chunk in a batch is dead loses that batch.
-                            let first_in_batch = batch
-                                .iter()
-                                .find(|(_, _, k2)| k2 == &Some(*k))
-                                .map(|(c2, _, _)| *c2);
-                            if first_in_batch == Some(*c) {
+                            // The model keeps the first (last) recorded live chunk per key,
+                            // but a run keeps only the first (last) of its own batch: a key
+                            // whose kept chunk in a batch is dead loses that batch.
+                            let mut with_key = batch.iter().filter(|(_, _, k2)| k2 == &Some(*k));
+                            let kept_in_batch = match keep {
+                                SketchKeep::Oldest => with_key.next(),
+                                SketchKeep::Newest => with_key.next_back(),
+                            }
+                            .map(|(c2, _, _)| *c2);
+                            if kept_in_batch == Some(*c) {
                                 model.sketches.insert(*k, id(*c));
                             }
                         }
@@ -1011,7 +1041,9 @@ mod tests {
         let path = dir.path().join("r.run");
         let chunks: Vec<_> = (0..300).map(|n| (id(n), n)).collect();
         let sketches: Vec<_> = (0..100).map(|n| (n * 7, id(n))).collect();
-        let run = write_batch(&path, 1, chunks, sketches).unwrap().unwrap();
+        let run = write_batch(&path, 1, chunks, sketches, SketchKeep::Oldest)
+            .unwrap()
+            .unwrap();
         let good = std::fs::read(&path).unwrap();
         // 100 keys: no bucket bits, so keys take 5 bytes and references 3.
         let tail_start = HEADER.len() + 300 * CHUNK_ENTRY + 100 * 8;
@@ -1040,7 +1072,9 @@ mod tests {
         let path = dir.path().join("r.run");
         let chunks: Vec<_> = (0..300).map(|n| (id(n), n)).collect();
         let sketches: Vec<_> = (0..300).map(|n| (n, id(n))).collect();
-        write_batch(&path, 1, chunks, sketches).unwrap().unwrap();
+        write_batch(&path, 1, chunks, sketches, SketchKeep::Oldest)
+            .unwrap()
+            .unwrap();
         let good = std::fs::read(&path).unwrap();
         for at in [
             HEADER.len() + 5,
@@ -1078,7 +1112,7 @@ mod tests {
         let n = 100_000u64;
         let chunks: Vec<_> = (0..n).map(|c| (id(c), c)).collect();
         let sketches: Vec<_> = (0..3 * n).map(|s| (mix64(s) >> 24, id(s / 3))).collect();
-        let run = write_batch(&path, 1, chunks, sketches.clone())
+        let run = write_batch(&path, 1, chunks, sketches.clone(), SketchKeep::Oldest)
             .unwrap()
             .unwrap();
         // The run as written is the run as read back.

@@ -390,7 +390,7 @@ fn lookup_speed() {
         next += n;
         let path = dir.path().join(format!("{seq}.run"));
         runs.push(Arc::new(
-            run::write_batch(&path, seq as u64, chunks, sketches)
+            run::write_batch(&path, seq as u64, chunks, sketches, SketchKeep::Oldest)
                 .unwrap()
                 .unwrap(),
         ));
@@ -410,7 +410,10 @@ fn lookup_speed() {
     let t = std::time::Instant::now();
     for i in 0..100_000u64 {
         let _ = view
-            .sketch(sketch_key((i % 3) as usize, u64::MAX - i))
+            .sketch(
+                sketch_key((i % 3) as usize, u64::MAX - i),
+                SketchKeep::Oldest,
+            )
             .unwrap();
     }
     eprintln!("100k sketch lookups: {:?}", t.elapsed());
