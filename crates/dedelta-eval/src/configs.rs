@@ -86,7 +86,7 @@ pub fn all() -> Vec<EvalConfig> {
         cfg(
             "recommended",
             "Odess 3x2 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 %, delta chains \
-             up to 4 deep (the default)",
+             up to 8 deep (the default)",
             |_| {},
         ),
         cfg(

@@ -281,6 +281,14 @@ impl<'a> DeltaStage<'a> {
         // a drifted chunk would be stored in full in every version (10 Redis dumps, DupAdj
         // off: 104.41 MB with the bound at 30 %, 102.86 without).
         let reanchor = self.cfg.reanchor.filter(|_| self.cfg.dupadj);
+        // With delta chains the delta is compared compressed too, as it will be stored: its
+        // literals are the new text, which compresses like the chunk does (20 SQLAlchemy
+        // sdists, depth 4: 17.16 -> 16.78 MB; the raw delta against the compressed chunk
+        // turned away deltas of a fifth of their chunk's size). With one-level deltas the raw
+        // delta is compared, as before: there a delta kept against the first full copy keeps
+        // the next versions on that drifting copy too (`dare`, one level without
+        // re-anchoring: 17.61 MB raw, 19.81 compressed).
+        let compare_compressed = self.cfg.max_depth > 1;
         let encode = |c: &mut NewChunk| {
             let Some((base, source)) = c.next_base.take() else {
                 return;
@@ -289,11 +297,8 @@ impl<'a> DeltaStage<'a> {
             codec.encode(&base.bytes, &c.data, &mut delta);
             // What the chunk would cost stored in full: zstd level 1 of the chunk alone,
             // computed only when the delta is not obviously smaller (8x below raw size,
-            // which a single chunk rarely compresses to). The delta is compared compressed
-            // too, as it will be stored: its literals are the new text, which compresses like
-            // the chunk does (20 SQLAlchemy sdists, delta depth 4: 17.16 -> 16.78 MB,
-            // depth 1: 17.75 -> 17.61; the raw delta against the compressed chunk turned away
-            // deltas of a fifth of their chunk's size).
+            // which a single chunk rarely compresses to). See `compare_compressed` for what
+            // the delta is compared as.
             // Re-anchoring: a delta above the bound is not kept, so the chunk is stored in full
             // (unless a later candidate gives a smaller delta) and becomes the next versions'
             // base.
@@ -308,7 +313,11 @@ impl<'a> DeltaStage<'a> {
                     let cost = *c
                         .full_cost
                         .get_or_insert_with(|| Compression::zstd(1).compress(&c.data).1.len());
-                    let delta_cost = Compression::zstd(1).compress(&delta).1.len();
+                    let delta_cost = if compare_compressed {
+                        Compression::zstd(1).compress(&delta).1.len()
+                    } else {
+                        delta.len()
+                    };
                     delta_cost as f64 <= cost as f64 * keep
                 });
             if c.smallest.is_none_or(|(len, _)| delta.len() < len) {

@@ -17,8 +17,15 @@ pub struct ChunkDecoder {
 
 impl Default for ChunkDecoder {
     fn default() -> Self {
+        ChunkDecoder::with_bases(BASE_CACHE_ENTRIES)
+    }
+}
+
+impl ChunkDecoder {
+    /// A decoder that keeps up to `entries` delta bases.
+    pub(crate) fn with_bases(entries: usize) -> Self {
         ChunkDecoder {
-            bases: lru(BASE_CACHE_ENTRIES),
+            bases: lru(entries),
             // Every codec writes the same instruction format, which any codec decodes.
             codec: new_codec(DeltaKind::Ddelta),
             stats: ReadStats::default(),

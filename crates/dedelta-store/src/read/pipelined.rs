@@ -3,7 +3,7 @@
 
 use super::decoder::base_unreadable;
 use super::reader::chain_too_long;
-use super::{lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, BASE_CACHE_ENTRIES};
+use super::{lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, RESTORE_BASE_CACHE_ENTRIES};
 use crate::error::Result;
 use crate::format::config::MAX_DELTA_DEPTH;
 use crate::repository::IndexedRepository;
@@ -48,7 +48,7 @@ impl<'a> PipelinedLocator<'a> {
     pub fn new(repo: &'a IndexedRepository, cache_bytes: usize) -> Result<Self> {
         Ok(PipelinedLocator {
             locator: ChunkLocator::new(repo, cache_bytes)?,
-            held: lru(BASE_CACHE_ENTRIES),
+            held: lru(RESTORE_BASE_CACHE_ENTRIES),
         })
     }
 
@@ -91,10 +91,18 @@ impl<'a> PipelinedLocator<'a> {
 
 /// The decoding half of a two-thread read: fed [`FetchedChunk`]s in the order the
 /// [`PipelinedLocator`] made them.
-#[derive(Default)]
 pub struct PipelinedDecoder {
     decoder: ChunkDecoder,
     scratch: Vec<u8>,
+}
+
+impl Default for PipelinedDecoder {
+    fn default() -> Self {
+        PipelinedDecoder {
+            decoder: ChunkDecoder::with_bases(RESTORE_BASE_CACHE_ENTRIES),
+            scratch: Vec::new(),
+        }
+    }
 }
 
 impl PipelinedDecoder {

@@ -9,10 +9,8 @@
 //! Each repository format version has its table: a version-1 repository still writes
 //! version-1 containers, byte for byte as before version 2 existed (so that builds that know
 //! only version 1 keep reading it), a version-2 repository the lean version-2 metadata with
-//! one-level deltas, and a version-3 repository the same layout with delta chains. (The
-//! delta tables of versions 1 and 2 changed on 2026-11-25 with the rule that a delta must
-//! save space compressed: a writing rule that decides which chunks are deltas, not a format
-//! change; every build reads what it writes.)
+//! one-level deltas, and a version-3 repository the same layout with delta chains (whose
+//! writers also compare a delta compressed, not raw, when deciding to keep it).
 //! The version-1 tables are written with zstd level 3 for every region and Odess 3 x 4, as
 //! every version-1 repository's config says; the version-2 tables with the defaults (level 6
 //! for regions that look compressible, which these text records do; Odess 3 x 2).
@@ -158,10 +156,10 @@ const EXPECTED_DEDUP: &[&str] = &[
     "a8e106de45de2535",
 ];
 const EXPECTED_DELTA: &[&str] = &[
-    "6e58868c6e8ee0d7",
-    "a1ed1b3ff4ded36d",
+    "14fd406d519beee9",
+    "3da5b6aa55842745",
     "a94403eeb924b09a",
-    "cddd6204d8f6ad62",
+    "e416658562d0ce17",
 ];
 const EXPECTED_DEDUP_V2: &[&str] = &[
     "2bd1052105d33f99",
@@ -170,7 +168,7 @@ const EXPECTED_DEDUP_V2: &[&str] = &[
     "9644fa96c806a675",
 ];
 const EXPECTED_DELTA_V2: &[&str] = &[
-    "2d5f19ea4a6209bb",
+    "0981d5265a1d3728",
     "33d226beec8b54f1",
     "4fe9ced17cda0246",
     "febe5db407828b3e",
