@@ -26,6 +26,13 @@ pub struct EvalArgs {
     /// greedy, greedy-newest, recommended-newest, xdelta, edelta).
     #[arg(long, default_value = "all")]
     config: String,
+    /// Run every configuration once per chunker of this comma-separated list, named
+    /// CONFIG@KIND-AVG (Ddelta Table 4: `--config dedup --chunker rabin,gear`). Each is
+    /// KIND[:AVG] or KIND:MIN/AVG/MAX, KIND one of fastcdc, gear, rabin, fixed, sizes in bytes
+    /// or with k/m; AVG alone takes min AVG/4 and max 8 x AVG (`gear:2k` is 512/2k/16k); KIND
+    /// alone is 8k. Default: the repository default, FastCDC 2/8/64 KiB, names unchanged.
+    #[arg(long, value_name = "LIST")]
+    chunker: Option<String>,
     /// Cache of downloaded and generated datasets.
     #[arg(long, env = "DEDELTA_DATA_DIR", default_value = "data")]
     data_dir: PathBuf,
@@ -75,7 +82,10 @@ fn shell_quote(s: &str) -> String {
 /// # Errors
 /// Bad options, a dataset that cannot be built, or a failing configuration.
 pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
-    let configs = configs::parse(&args.config)?;
+    let mut configs = configs::parse(&args.config)?;
+    if let Some(list) = &args.chunker {
+        configs = configs::with_chunkers(&configs, &configs::parse_chunkers(list)?);
+    }
     let mut dataset = Dataset::resolve(&args.dataset, &args.data_dir)
         .with_context(|| format!("preparing dataset {}", args.dataset))?;
     if let Some(n) = args.versions {
