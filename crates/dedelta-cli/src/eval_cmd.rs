@@ -22,7 +22,7 @@ pub struct EvalArgs {
     out: PathBuf,
     /// Comma-separated configurations: all, quick, or names (dedup, ntransform-4f,
     /// ntransform-2f, finesse, odess, dupadj-only, recommended, stream-index,
-    /// stream-nodupadj, recommended-4f, depth-1, one-level, dare, dare-sketch-all, sidc,
+    /// stream-nodupadj, recommended-4f, depth-1, one-level, dupadj-one-level, dare, dare-sketch-all, sidc,
     /// greedy, greedy-newest, recommended-newest, xdelta, edelta).
     #[arg(long, default_value = "all")]
     config: String,
@@ -56,6 +56,11 @@ pub struct EvalArgs {
     /// the chunk compressed alone); default: each configuration's own (10).
     #[arg(long, value_name = "P")]
     min_saving_percent: Option<f64>,
+    /// Set every dedelta configuration's delta.max_depth to D (1: the papers' one-level
+    /// deltas, every base stored in full; the presets derived from recommended chain up to
+    /// 4 deep, the papers' systems are 1 already); default: each configuration's own.
+    #[arg(long, value_name = "D")]
+    max_depth: Option<u8>,
     /// The restore cache of the restore speed factor, in containers (an LRU of whole
     /// containers; LoopDelta §5.1 uses 512).
     #[arg(long, value_name = "N", default_value_t = dedelta_store::read::PAPER_CACHE_CONTAINERS)]
@@ -107,6 +112,13 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
             "--min-saving-percent must be in [0, 100)"
         );
     }
+    if let Some(d) = args.max_depth {
+        anyhow::ensure!(
+            (1..=dedelta_store::format::config::MAX_DELTA_DEPTH).contains(&d),
+            "--max-depth must be in 1..={}",
+            dedelta_store::format::config::MAX_DELTA_DEPTH
+        );
+    }
     anyhow::ensure!(
         args.restore_cache_containers >= 1,
         "--restore-cache-containers must be at least 1"
@@ -127,6 +139,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         host,
         time,
         min_saving_percent: args.min_saving_percent,
+        max_depth: args.max_depth,
         cache_containers: args.restore_cache_containers,
         speed_factor_versions: args.speed_factor_versions,
     };

@@ -235,6 +235,8 @@ fn eval_chunker_dimension_runs_each_configuration_per_chunker() {
             "dedup",
             "--chunker",
             "rabin,gear:2k",
+            "--max-depth",
+            "2",
         ])
         .arg("--data-dir")
         .arg(tmp.path().join("data"))
@@ -252,6 +254,7 @@ fn eval_chunker_dimension_runs_each_configuration_per_chunker() {
     assert_eq!(names, ["dedup@rabin-8k", "dedup@gear-2k"]);
     assert_eq!(rows[0]["chunker"], "rabin-8k");
     assert_eq!(rows[1]["chunker"], "gear-2k");
+    assert!(rows.iter().all(|r| r["max_depth"] == "2"), "{rows:?}");
     let mean = |r: &HashMap<String, String>| r["mean_chunk_bytes"].parse::<f64>().unwrap();
     assert!(mean(&rows[1]) < mean(&rows[0]) / 2.0, "{rows:?}");
     for r in &rows {

@@ -142,6 +142,15 @@ pub fn all() -> Vec<EvalConfig> {
             },
         ),
         cfg(
+            "dupadj-one-level",
+            "DupAdj alone (no sketch), one-level, no re-anchoring: DARE Table 3's DupAdj row",
+            |d| {
+                d.sketch = None;
+                d.reanchor = None;
+                d.max_depth = 1;
+            },
+        ),
+        cfg(
             "dare",
             "DARE: DupAdj + N-transform SF-2F (3 SF x 2 features), full sketch index, Ddelta, \
              one-level; super-features only for the chunks DupAdj could not resolve (DARE §3.1)",
@@ -404,8 +413,11 @@ mod tests {
             },
             greedy
         );
-        for d in [dare, sidc, greedy, newest] {
+        let dupadj = get("dupadj-one-level");
+        assert!(dupadj.dupadj && dupadj.sketch.is_none());
+        for d in [dare, sidc, greedy, newest, dupadj] {
             assert_eq!(d.reanchor, None);
+            assert_eq!(d.max_depth, 1);
         }
         let rec = get("recommended");
         assert_eq!(rec.sketch, Some(SketchKind::Odess));

@@ -33,6 +33,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "delta_rejected_tree_bound",
     "detected_dce",
     "min_saving_percent",
+    "max_depth",
     "sf_mb_s",
     "delta_encode_mb_s",
     "delta_decode_mb_s",

@@ -144,6 +144,8 @@ pub struct ConfigResult {
     pub detected_dce: Option<f64>,
     /// The configuration's `min_saving` in percent (as `--min-saving-percent` sets it).
     pub min_saving_percent: Option<f64>,
+    /// The configuration's `max_depth` (as `--max-depth` sets it; 1: one-level deltas).
+    pub max_depth: Option<u8>,
     /// Super-feature computing speed, MB/s, single thread on the kernel sample.
     pub sf_mb_s: Option<f64>,
     /// Delta encode speed, MB/s, single thread on the kernel sample.
@@ -444,6 +446,7 @@ pub fn run_config(
         delta_rejected_tree_bound: Some(detection.delta_rejected_tree_bound),
         detected_dce: Some(detection.detected_dce()),
         min_saving_percent: Some(config.delta.min_saving * 100.0),
+        max_depth: Some(config.delta.max_depth),
         full_chunk_bytes: Some(st.breakdown.full_chunks),
         delta_bytes: Some(st.breakdown.deltas),
         tree_bytes: Some(st.breakdown.trees),
