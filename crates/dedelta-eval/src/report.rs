@@ -315,7 +315,10 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          `dedelta stats` of each repository; DCR is the new bytes before / after delta \
          compression (Finesse §5.1), DCE the fraction of the delta chunks' bytes that delta \
          encoding saved, `1 - delta / original` (LoopDelta §3.1.4; `delta_ratio` in \
-         results.csv is original / delta). *SF, delta encode/decode MB/s*: single thread, \
+         results.csv is original / delta). *Distinct chunks (mean KiB)*: chunks stored \
+         after deduplication, tree chunks included, and their mean raw size (`chunker` in \
+         results.csv names the chunker, `@KIND-AVG` in a name one of `--chunker`). *SF, \
+         delta encode/decode MB/s*: single thread, \
          fastest of 3 runs, on the non-duplicate chunks (SF) and the {} Finesse-similar \
          chunk pairs (codecs) of the first 16 MiB of the last two versions. *Sketch / \
          delta stage MB/s*: in the backups, new bytes (resp. bytes delta-encoded) per \
