@@ -271,9 +271,9 @@ fn parse_size(s: &str) -> Option<usize> {
 
 /// A size as the shortest of `N`, `Nk`, `Nm`.
 fn size_label(b: usize) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{}m", b >> 20)
-    } else if b >= 1024 && b % 1024 == 0 {
+    } else if b >= 1024 && b.is_multiple_of(1024) {
         format!("{}k", b >> 10)
     } else {
         b.to_string()
@@ -363,7 +363,7 @@ pub fn with_chunkers(configs: &[EvalConfig], chunkers: &[ChunkerConfig]) -> Vec<
                         p.max_size
                     ),
                     delta: c.delta.clone(),
-                    chunker: k.clone(),
+                    chunker: *k,
                 }
             })
         })

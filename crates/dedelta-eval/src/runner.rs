@@ -279,7 +279,7 @@ pub fn run_config(
     let ctx = |what: &str| format!("{} ({what})", config.name);
     let mut repo_config = RepoConfig::new(format!("{:032x}", hash_name(&config.name)));
     repo_config.delta = config.delta.clone();
-    repo_config.chunker = config.chunker.clone();
+    repo_config.chunker = config.chunker;
     let repo = Repository::init_local_with_cache(&repo_dir, repo_config, &cache_dir)
         .store_ctx(|| ctx("init"))?
         .open_index()
