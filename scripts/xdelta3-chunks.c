@@ -10,6 +10,9 @@
  * as its delta, as a store would keep the chunk in full. No secondary compression (the memory
  * API's default; the CLI's `-S none`).
  *
+ * With XD3_DELTAS_DIR set, each level's deltas are also written, concatenated, to
+ * $XD3_DELTAS_DIR/xdelta3-LEVEL.bin (the script compresses them as a store would).
+ *
  * Usage: xdelta3-chunks PAIRS [LEVEL...]   (levels 1..9; default 1 3 9; 3 is the CLI default) */
 #define _GNU_SOURCE 1
 #define NOT_MAIN 1
@@ -123,6 +126,23 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) {
       delta_bytes += stored_raw[i] ? pairs[i].target_len : delta_lens[i];
       raw += stored_raw[i];
+    }
+    const char *dir = getenv("XD3_DELTAS_DIR");
+    if (dir) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/xdelta3-%d.bin", dir, level);
+      FILE *o = fopen(path, "wb");
+      if (!o) {
+        perror(path);
+        return 1;
+      }
+      for (size_t i = 0; i < n; i++) {
+        if (stored_raw[i])
+          fwrite(pairs[i].target, 1, pairs[i].target_len, o);
+        else
+          fwrite(deltas[i], 1, delta_lens[i], o);
+      }
+      fclose(o);
     }
     printf("{\"codec\":\"xdelta3-%d\",\"encode_mb_per_s\":%.1f,\"decode_mb_per_s\":%.1f,"
            "\"input_bytes\":%llu,\"delta_bytes\":%llu,\"pairs\":%zu,\"pairs_not_shrunk\":%llu,"
