@@ -22,10 +22,17 @@ pub struct EvalArgs {
     out: PathBuf,
     /// Comma-separated configurations: all, quick, or names (dedup, ntransform-4f,
     /// ntransform-2f, finesse, odess, dupadj-only, recommended, stream-index,
-    /// stream-nodupadj, recommended-4f, depth-1, one-level, dare, dare-sketch-all, sidc,
+    /// stream-nodupadj, recommended-4f, depth-1, one-level, dupadj-one-level, dare, dare-sketch-all, sidc,
     /// greedy, greedy-newest, recommended-newest, xdelta, edelta).
     #[arg(long, default_value = "all")]
     config: String,
+    /// Run every configuration once per chunker of this comma-separated list, named
+    /// CONFIG@KIND-AVG (Ddelta Table 4: `--config dedup --chunker rabin,gear`). Each is
+    /// KIND[:AVG] or KIND:MIN/AVG/MAX, KIND one of fastcdc, gear, rabin, fixed, sizes in bytes
+    /// or with k/m; AVG alone takes min AVG/4 and max 8 x AVG (`gear:2k` is 512/2k/16k); KIND
+    /// alone is 8k. Default: the repository default, FastCDC 2/8/64 KiB, names unchanged.
+    #[arg(long, value_name = "LIST")]
+    chunker: Option<String>,
     /// Cache of downloaded and generated datasets.
     #[arg(long, env = "DEDELTA_DATA_DIR", default_value = "data")]
     data_dir: PathBuf,
@@ -49,6 +56,11 @@ pub struct EvalArgs {
     /// the chunk compressed alone); default: each configuration's own (10).
     #[arg(long, value_name = "P")]
     min_saving_percent: Option<f64>,
+    /// Set every dedelta configuration's delta.max_depth to D (1: the papers' one-level
+    /// deltas, every base stored in full; the presets derived from recommended chain up to
+    /// 4 deep, the papers' systems are 1 already); default: each configuration's own.
+    #[arg(long, value_name = "D")]
+    max_depth: Option<u8>,
     /// The restore cache of the restore speed factor, in containers (an LRU of whole
     /// containers; LoopDelta §5.1 uses 512).
     #[arg(long, value_name = "N", default_value_t = dedelta_store::read::PAPER_CACHE_CONTAINERS)]
@@ -75,7 +87,10 @@ fn shell_quote(s: &str) -> String {
 /// # Errors
 /// Bad options, a dataset that cannot be built, or a failing configuration.
 pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
-    let configs = configs::parse(&args.config)?;
+    let mut configs = configs::parse(&args.config)?;
+    if let Some(list) = &args.chunker {
+        configs = configs::with_chunkers(&configs, &configs::parse_chunkers(list)?);
+    }
     let mut dataset = Dataset::resolve(&args.dataset, &args.data_dir)
         .with_context(|| format!("preparing dataset {}", args.dataset))?;
     if let Some(n) = args.versions {
@@ -95,6 +110,13 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         anyhow::ensure!(
             (0.0..100.0).contains(&p),
             "--min-saving-percent must be in [0, 100)"
+        );
+    }
+    if let Some(d) = args.max_depth {
+        anyhow::ensure!(
+            (1..=dedelta_store::format::config::MAX_DELTA_DEPTH).contains(&d),
+            "--max-depth must be in 1..={}",
+            dedelta_store::format::config::MAX_DELTA_DEPTH
         );
     }
     anyhow::ensure!(
@@ -117,6 +139,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         host,
         time,
         min_saving_percent: args.min_saving_percent,
+        max_depth: args.max_depth,
         cache_containers: args.restore_cache_containers,
         speed_factor_versions: args.speed_factor_versions,
     };

@@ -98,7 +98,7 @@ enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
-    /// Delta codecs (xdelta, ddelta, edelta) on the similar chunks of two versions.
+    /// Delta codecs (xdelta, ddelta, edelta, zstd) on the similar chunks of two versions.
     Delta {
         /// The older version.
         old: PathBuf,
@@ -107,6 +107,10 @@ enum BenchWhat {
         /// Print `{"results": [...]}`.
         #[arg(long)]
         json: bool,
+        /// Also write the chunk pairs to FILE (per pair: u32 LE base length, base, u32 LE
+        /// target length, target), for outside codecs (scripts/xdelta3-chunks.py).
+        #[arg(long, value_name = "FILE")]
+        dump_pairs: Option<PathBuf>,
     },
 }
 
@@ -166,7 +170,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             match what {
                 BenchWhat::Chunk { files, json } => bench::bench_chunk(&files, json)?,
                 BenchWhat::Sketch { files, json } => bench::bench_sketch(&files, json)?,
-                BenchWhat::Delta { old, new, json } => bench_delta::bench_delta(&old, &new, json)?,
+                BenchWhat::Delta {
+                    old,
+                    new,
+                    json,
+                    dump_pairs,
+                } => bench_delta::bench_delta(&old, &new, json, dump_pairs.as_deref())?,
             }
             Ok(0)
         }

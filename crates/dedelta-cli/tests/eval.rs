@@ -213,3 +213,71 @@ fn eval_rejects_unknown_configuration_and_dataset() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("neither a directory"));
 }
+
+/// `--chunker`: every configuration once per chunker, each repository cut by its chunker
+/// (issue 15: the chunker dimension of Ddelta Table 4 and DARE's setup).
+#[test]
+fn eval_chunker_dimension_runs_each_configuration_per_chunker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let assert = Command::cargo_bin("dedelta")
+        .unwrap()
+        .args([
+            "eval",
+            "--dataset",
+            "synthetic-small",
+            "--no-peers",
+            "--threads",
+            "1",
+            "--versions",
+            "2",
+            "--config",
+            "dedup",
+            "--chunker",
+            "rabin,gear:2k",
+            "--max-depth",
+            "2",
+        ])
+        .arg("--data-dir")
+        .arg(tmp.path().join("data"))
+        .arg("--out")
+        .arg(&out)
+        .assert();
+    let output = assert.get_output();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows = parse_csv(&std::fs::read_to_string(out.join("results.csv")).unwrap());
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["dedup@rabin-8k", "dedup@gear-2k"]);
+    assert_eq!(rows[0]["chunker"], "rabin-8k");
+    assert_eq!(rows[1]["chunker"], "gear-2k");
+    assert!(rows.iter().all(|r| r["max_depth"] == "2"), "{rows:?}");
+    let mean = |r: &HashMap<String, String>| r["mean_chunk_bytes"].parse::<f64>().unwrap();
+    assert!(mean(&rows[1]) < mean(&rows[0]) / 2.0, "{rows:?}");
+    for r in &rows {
+        let st = stats_json(&out.join("repos").join(&r["name"]));
+        assert_eq!(
+            st["chunks"].to_string(),
+            r["unique_chunks"],
+            "{}",
+            r["name"]
+        );
+    }
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("dedup@gear-2k"));
+    let bad = Command::cargo_bin("dedelta")
+        .unwrap()
+        .args(["eval", "--dataset", "synthetic-small", "--no-peers"])
+        .args(["--chunker", "gear:6k"])
+        .arg("--data-dir")
+        .arg(tmp.path().join("data"))
+        .arg("--out")
+        .arg(tmp.path().join("bad"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("power of two"));
+}

@@ -65,6 +65,9 @@ pub struct EvalOptions {
     /// unless a bound drops it or it is not smaller than the chunk compressed alone); `None`
     /// keeps each configuration's own.
     pub min_saving_percent: Option<f64>,
+    /// Sets every configuration's `max_depth` (1: the papers' one-level deltas, bases stored
+    /// in full); `None` keeps each configuration's own.
+    pub max_depth: Option<u8>,
     /// The papers' restore cache, in containers (see [`RunOptions::cache_containers`]).
     pub cache_containers: usize,
     /// Versions the restore speed factor averages (the last ones).
@@ -131,11 +134,20 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
             }
         ));
     }
+    if let Some(d) = opts.max_depth {
+        report.notes.push(format!(
+            "max_depth: {d} for every configuration (--max-depth; the presets' own: 1 for \
+             the papers' systems, 4 for recommended and the presets derived from it)"
+        ));
+    }
     for c in &opts.configs {
         log(&format!("configuration {}: {}", c.name, c.description));
         let mut c = c.clone();
         if let Some(p) = opts.min_saving_percent {
             c.delta.min_saving = p / 100.0;
+        }
+        if let Some(d) = opts.max_depth {
+            c.delta.max_depth = d;
         }
         let c = &c;
         let (r, rows) = runner::run_config(&opts.dataset, c, &run_opts, kernels.as_mut())?;

@@ -131,9 +131,20 @@ fn lines(
         .x_label_area_size(40)
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..max_x, 0.0..max_y * 1.08)?;
+    // Versions are integers: ask for a label per version (plotters then picks a step of 1,
+    // or 2, 5, ... on long series) and print only whole numbers.
+    let version_label = |x: &f64| {
+        if (x - x.round()).abs() < 1e-6 {
+            format!("{}", x.round() as i64)
+        } else {
+            String::new()
+        }
+    };
     chart
         .configure_mesh()
         .x_desc("version")
+        .x_labels((max_x as usize + 1).min(25))
+        .x_label_formatter(&version_label)
         .y_desc(y_desc)
         .label_style((FONT, 14))
         .draw()?;

@@ -17,6 +17,9 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "stored_bytes",
     "repo_bytes",
     "total_factor",
+    "chunker",
+    "unique_chunks",
+    "mean_chunk_bytes",
     "dedup_factor",
     "delta_factor",
     "compression_factor",
@@ -30,6 +33,7 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "delta_rejected_tree_bound",
     "detected_dce",
     "min_saving_percent",
+    "max_depth",
     "sf_mb_s",
     "delta_encode_mb_s",
     "delta_decode_mb_s",
@@ -190,16 +194,16 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
     let _ = writeln!(s, "## Storage\n");
     let _ = writeln!(
         s,
-        "| configuration | repository MB | containers MB | total factor | dedup | delta | compression | DCR | DCE | delta chunks | detected (kept) | DCE detected |"
+        "| configuration | repository MB | containers MB | total factor | dedup | delta | compression | DCR | DCE | delta chunks | detected (kept) | DCE detected | distinct chunks (mean KiB) |"
     );
     let _ = writeln!(
         s,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for r in &report.results {
         let _ = writeln!(
             s,
-            "| {}{} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if r.kind == "peer" { "peer: " } else { "" },
             r.name,
             mb(r.repo_bytes),
@@ -216,7 +220,8 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
             f(r.dce, 3),
             r.delta_chunks.map_or("–".into(), |v| v.to_string()),
             detected_cell(r),
-            f(r.detected_dce, 3)
+            f(r.detected_dce, 3),
+            chunks_cell(r)
         );
     }
     if let Some(line) = smallest_line(&report.results) {
@@ -310,7 +315,10 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          `dedelta stats` of each repository; DCR is the new bytes before / after delta \
          compression (Finesse §5.1), DCE the fraction of the delta chunks' bytes that delta \
          encoding saved, `1 - delta / original` (LoopDelta §3.1.4; `delta_ratio` in \
-         results.csv is original / delta). *SF, delta encode/decode MB/s*: single thread, \
+         results.csv is original / delta). *Distinct chunks (mean KiB)*: chunks stored \
+         after deduplication, tree chunks included, and their mean raw size (`chunker` in \
+         results.csv names the chunker, `@KIND-AVG` in a name one of `--chunker`). *SF, \
+         delta encode/decode MB/s*: single thread, \
          fastest of 3 runs, on the non-duplicate chunks (SF) and the {} Finesse-similar \
          chunk pairs (codecs) of the first 16 MiB of the last two versions. *Sketch / \
          delta stage MB/s*: in the backups, new bytes (resp. bytes delta-encoded) per \
@@ -360,6 +368,14 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
 }
 
 /// `kept / detected`, or – where not measured.
+/// `12,193 (6.9)`: distinct chunks and their mean raw size in KiB.
+fn chunks_cell(r: &ConfigResult) -> String {
+    match (r.unique_chunks, r.mean_chunk_bytes) {
+        (Some(n), Some(m)) => format!("{n} ({:.1})", m / 1024.0),
+        _ => "–".into(),
+    }
+}
+
 fn detected_cell(r: &ConfigResult) -> String {
     match (r.delta_detected, r.delta_chunks) {
         (Some(d), Some(_)) if d > 0 => {

@@ -110,6 +110,13 @@ pub struct ConfigResult {
     pub repo_bytes: u64,
     /// logical / stored.
     pub total_factor: f64,
+    /// The chunker (`fastcdc-8k`: [`crate::configs::chunker_label`]); empty for peers.
+    pub chunker: String,
+    /// Distinct chunks stored, tree chunks included (`stats` `chunks`).
+    pub unique_chunks: Option<u64>,
+    /// Raw bytes of the distinct chunks / their number: the real average chunk size after
+    /// deduplication (Ddelta Table 4's "average chunk size"), tree chunks included.
+    pub mean_chunk_bytes: Option<f64>,
     /// Deduplication factor (`stats`).
     pub dedup_factor: Option<f64>,
     /// Delta factor (`stats`).
@@ -137,6 +144,8 @@ pub struct ConfigResult {
     pub detected_dce: Option<f64>,
     /// The configuration's `min_saving` in percent (as `--min-saving-percent` sets it).
     pub min_saving_percent: Option<f64>,
+    /// The configuration's `max_depth` (as `--max-depth` sets it; 1: one-level deltas).
+    pub max_depth: Option<u8>,
     /// Super-feature computing speed, MB/s, single thread on the kernel sample.
     pub sf_mb_s: Option<f64>,
     /// Delta encode speed, MB/s, single thread on the kernel sample.
@@ -270,6 +279,7 @@ pub fn run_config(
     let ctx = |what: &str| format!("{} ({what})", config.name);
     let mut repo_config = RepoConfig::new(format!("{:032x}", hash_name(&config.name)));
     repo_config.delta = config.delta.clone();
+    repo_config.chunker = config.chunker;
     let repo = Repository::init_local_with_cache(&repo_dir, repo_config, &cache_dir)
         .store_ctx(|| ctx("init"))?
         .open_index()
@@ -420,6 +430,9 @@ pub fn run_config(
         stored_bytes: st.stored_bytes,
         repo_bytes: du(&repo_dir),
         total_factor: ratio(logical, st.stored_bytes),
+        chunker: crate::configs::chunker_label(&config.chunker),
+        unique_chunks: Some(st.chunks),
+        mean_chunk_bytes: (st.chunks > 0).then(|| st.unique_bytes as f64 / st.chunks as f64),
         dedup_factor: Some(st.dedup_factor),
         delta_factor: Some(st.delta_factor),
         compression_factor: Some(st.compression_factor),
@@ -433,6 +446,7 @@ pub fn run_config(
         delta_rejected_tree_bound: Some(detection.delta_rejected_tree_bound),
         detected_dce: Some(detection.detected_dce()),
         min_saving_percent: Some(config.delta.min_saving * 100.0),
+        max_depth: Some(config.delta.max_depth),
         full_chunk_bytes: Some(st.breakdown.full_chunks),
         delta_bytes: Some(st.breakdown.deltas),
         tree_bytes: Some(st.breakdown.trees),
