@@ -41,10 +41,9 @@ pub const DEFAULT_MAX_DEPTH: u8 = 8;
 pub const MIN_FORMAT_VERSION: u16 = 1;
 /// The only fingerprint hash.
 pub const HASH_BLAKE3: &str = "blake3-256";
-/// Default compression region size (raw bytes): see docs/format.md for the measurement. 1 MiB
-/// since delta chains (2026-11-25): 20 SQLAlchemy sdists 16.35 -> 15.35 MB at depth 8, with
-/// restore CPU about that of 256 KiB regions before chains (restore keeps fewer bases).
-pub const DEFAULT_REGION_SIZE: usize = 1024 * 1024;
+/// Default compression region size (raw bytes): see docs/format.md for the measurement (1 MiB
+/// stores 6% less with delta chains but restores prettier's versions about 10% slower).
+pub const DEFAULT_REGION_SIZE: usize = 256 * 1024;
 /// Default container size (stored bytes).
 pub const DEFAULT_CONTAINER_SIZE: usize = 4 * 1024 * 1024;
 
@@ -476,7 +475,7 @@ mod tests {
             "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
             "hash": "blake3-256",
             "compression": { "codec": "zstd", "level": 3, "text_level": 6 },
-            "region_size": 1048576, "container_size": 4194304,
+            "region_size": 262144, "container_size": 4194304,
             "delta": { "sketch": "odess", "sf_count": 3, "features_per_sf": 2, "codec": "ddelta",
                        "sketch_index": "full", "dupadj": true, "min_saving": 0.1,
                        "base_cache_bytes": 268435456, "stream_cache_containers": 64,
