@@ -58,7 +58,7 @@ pub struct EvalArgs {
     min_saving_percent: Option<f64>,
     /// Set every dedelta configuration's delta.max_depth to D (1: the papers' one-level
     /// deltas, every base stored in full; the presets derived from recommended chain up to
-    /// 4 deep, the papers' systems are 1 already); default: each configuration's own.
+    /// 8 deep, the papers' systems are 1 already); default: each configuration's own.
     #[arg(long, value_name = "D")]
     max_depth: Option<u8>,
     /// The restore cache of the restore speed factor, in containers (an LRU of whole
