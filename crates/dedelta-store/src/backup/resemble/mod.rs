@@ -102,3 +102,42 @@ impl<'a> CandidateSearch<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::dupadj::ParentRecipe;
+    use super::*;
+
+    fn id(n: u8) -> ChunkId {
+        ChunkId([n; 32])
+    }
+
+    /// Issue 15: duplicate tree chunks between the data chunks (a directory backup's tree
+    /// stream goes through dedup too) neither end DupAdj's forward walk nor start a backward
+    /// one: the data chunks get the same hints as without them.
+    #[test]
+    fn tree_chunks_interleaved_do_not_move_the_walk() {
+        let hints = |with_trees: bool| {
+            let parent = ParentRecipe::new((1..=9).map(id).collect());
+            let mut s = CandidateSearch::new(Some(DupAdj::new(parent)), None);
+            let tree = |s: &mut CandidateSearch<'_>, n: u8| {
+                if with_trees {
+                    // A duplicate tree chunk; one that is also a data chunk of the parent.
+                    s.on_duplicate(&id(n), None, false).unwrap();
+                }
+            };
+            s.on_duplicate(&id(2), None, true).unwrap();
+            tree(&mut s, 200);
+            s.on_new(id(101));
+            tree(&mut s, 7);
+            s.on_new(id(102));
+            s.on_new(id(103));
+            tree(&mut s, 201);
+            s.on_duplicate(&id(8), None, true).unwrap();
+            s.take_dupadj_hints(3, false)
+        };
+        let expected = vec![Some(id(3)), Some(id(4)), Some(id(5))];
+        assert_eq!(hints(false), expected);
+        assert_eq!(hints(true), expected);
+    }
+}
