@@ -97,6 +97,15 @@ impl BaseCache {
         Some(b)
     }
 
+    /// A cached chunk's bytes, without counting as a use.
+    pub fn peek(&self, id: &ChunkId) -> Option<Bytes> {
+        self.used
+            .map
+            .peek(id)
+            .or_else(|| self.fresh.map.peek(id))
+            .map(|(b, _)| b.clone())
+    }
+
     /// The delta depth of a cached chunk, without counting as a use.
     pub fn depth_of(&self, id: &ChunkId) -> Option<u8> {
         self.used
@@ -273,7 +282,7 @@ impl<'a> BaseFetcher<'a> {
             }));
         }
         self.counts.read_back += 1;
-        let read = self.reader.read_base(&base);
+        let read = self.read_back(&base);
         Ok(self.skip_damaged(read)?.map(|bytes| {
             let bytes = Bytes::from(bytes);
             self.cache.put(base, bytes.clone(), depth);
@@ -283,6 +292,38 @@ impl<'a> BaseFetcher<'a> {
                 depth,
             }
         }))
+    }
+
+    /// Reads `id` back from the repository. A delta is rebuilt from the nearest link down its
+    /// chain whose bytes are in memory or in the local base cache, so that only the deltas
+    /// above it are read (with delta chains, DupAdj's candidates are often deltas of earlier
+    /// versions whose bases the local cache holds); otherwise the whole chain is read.
+    fn read_back(&mut self, id: &ChunkId) -> Result<Option<Vec<u8>>> {
+        let mut links: Vec<(ChunkId, ChunkId)> = Vec::new();
+        let mut at = *id;
+        let mut below = None;
+        while links.len() < usize::from(MAX_DELTA_DEPTH) {
+            let Some(EntryKind::Delta { base }) = self.reader.kind_of(&at)? else {
+                break;
+            };
+            links.push((at, base));
+            let held = match self.cache.peek(&base) {
+                Some(b) => Some(b),
+                None => self.local.as_mut().and_then(|l| l.get(&base)),
+            };
+            if let Some(bytes) = held {
+                below = Some(bytes);
+                break;
+            }
+            at = base;
+        }
+        let Some(mut bytes) = below else {
+            return self.reader.read_base(id);
+        };
+        for (link, base) in links.iter().rev() {
+            bytes = Bytes::from(self.reader.read_on_base(link, base, &bytes)?);
+        }
+        Ok(Some(bytes.to_vec()))
     }
 
     /// The chunk to use as a base for candidate `id`, and its depth: walks down `id`'s delta

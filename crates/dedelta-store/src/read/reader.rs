@@ -52,6 +52,24 @@ impl<'a> ChunkReader<'a> {
         }
     }
 
+    /// The verified bytes of delta `id`, decoded against `base_bytes`, the bytes of its base
+    /// `base` (which the caller has verified). An error if `id` is not stored as a delta on
+    /// `base`.
+    pub fn read_on_base(
+        &mut self,
+        id: &ChunkId,
+        base: &ChunkId,
+        base_bytes: &[u8],
+    ) -> Result<Vec<u8>> {
+        let c = self.locator.locate(id)?;
+        if c.delta_base != Some(*base) {
+            return Err(c.corrupt(format!("is no longer a delta on {base}")));
+        }
+        self.decoder
+            .decode(&c, Some(base_bytes), &mut self.scratch, true)
+            .map(|d| d.to_vec())
+    }
+
     /// Reads chunk `id`, decoding a delta against its base (a delta base may itself be a
     /// delta, up to [`MAX_DELTA_DEPTH`] deep), and verifies its fingerprint.
     ///
