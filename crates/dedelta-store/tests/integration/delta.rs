@@ -65,6 +65,16 @@ fn run_backup_cached(
 /// Per version, each file's name and content.
 type Contents = Vec<Files>;
 
+/// The chunks of every snapshot's tree stream.
+fn tree_chunks(repo: &IndexedRepository) -> std::collections::HashSet<dedelta_core::ChunkId> {
+    repo.snapshots()
+        .unwrap()
+        .snapshots
+        .iter()
+        .flat_map(|(_, s)| s.tree.chunks.clone())
+        .collect()
+}
+
 /// Backs up three versions; returns the repository and the source snapshots' contents.
 fn three_versions(
     dir: &Path,
@@ -259,13 +269,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
     let repo_dir = tmp.path().join("repo");
     // A base of file data stored in full, in a region without tree chunks (with delta
     // chains a base may be a delta, or a tree chunk, whose damage hides the file names).
-    let trees: std::collections::HashSet<_> = repo
-        .snapshots()
-        .unwrap()
-        .snapshots
-        .iter()
-        .flat_map(|(_, s)| s.tree.chunks.clone())
-        .collect();
+    let trees = tree_chunks(&repo);
     let mut damaged = 0;
     for (name, _) in repo.backend().list(FileKind::Container).unwrap() {
         let meta = read_container_meta(repo.backend().as_ref(), &name).unwrap();
@@ -544,13 +548,7 @@ fn drifting_series(
     restore_all(&repo, dir, &contents, 64 << 20);
     let report = run_check(&repo, true).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
-    let trees: std::collections::HashSet<_> = repo
-        .snapshots()
-        .unwrap()
-        .snapshots
-        .iter()
-        .flat_map(|(_, s)| s.tree.chunks.clone())
-        .collect();
+    let trees = tree_chunks(&repo);
     let (mut full_in, mut deltas, mut base_of) = (HashMap::new(), Vec::new(), HashMap::new());
     for name in list(&repo) {
         for e in read_container_meta(repo.backend().as_ref(), &name)
