@@ -97,22 +97,14 @@ impl BaseCache {
         Some(b)
     }
 
-    /// A cached chunk's bytes, without counting as a use.
-    pub fn peek(&self, id: &ChunkId) -> Option<Bytes> {
-        self.used
-            .map
-            .peek(id)
-            .or_else(|| self.fresh.map.peek(id))
-            .map(|(b, _)| b.clone())
+    /// A cached chunk's bytes and delta depth, without counting as a use.
+    fn peek(&self, id: &ChunkId) -> Option<&(Bytes, u8)> {
+        self.used.map.peek(id).or_else(|| self.fresh.map.peek(id))
     }
 
     /// The delta depth of a cached chunk, without counting as a use.
     pub fn depth_of(&self, id: &ChunkId) -> Option<u8> {
-        self.used
-            .map
-            .peek(id)
-            .or_else(|| self.fresh.map.peek(id))
-            .map(|(_, d)| *d)
+        self.peek(id).map(|(_, d)| *d)
     }
 
     /// Adds a base that was used, evicting the least recently used ones beyond the budget.
@@ -154,6 +146,9 @@ pub struct BaseCounts {
     /// Read back from the repository (or not found).
     pub read_back: u64,
 }
+
+/// Delta links down a chain, nearest first: each chunk with the base it is a delta of.
+type DeltaLinks = Vec<(ChunkId, ChunkId)>;
 
 /// A delta base: the chunk, its bytes, and its own delta depth (0 if stored in full).
 pub struct Base {
@@ -221,7 +216,7 @@ impl<'a> BaseFetcher<'a> {
     /// first): the next backup's candidates resolve to the same old full copies. With delta
     /// chains this backup's new chunks come first: they are the next version's bases (20
     /// SQLAlchemy sdists, depth 8, 1 MiB regions: bases read back from the repository in
-    /// versions 2-11 fell from 4,362 to N).
+    /// versions 2-11 fell from 4,362 to 3,739).
     pub fn save_local_cache(&mut self) -> Option<String> {
         let path = self.local_path.take()?;
         let fresh_first = self.max_base_depth > 0;
@@ -257,7 +252,7 @@ impl<'a> BaseFetcher<'a> {
     /// chunk down its delta chain that is) with its bytes and depth. `None` if it is not
     /// indexed or cannot be read.
     pub fn fetch(&mut self, id: ChunkId) -> Result<Option<Base>> {
-        let Some((base, depth)) = self.shallow_enough(id)? else {
+        let Some((base, depth, links)) = self.shallow_enough(id)? else {
             self.counts.read_back += 1;
             return Ok(None);
         };
@@ -282,7 +277,7 @@ impl<'a> BaseFetcher<'a> {
             }));
         }
         self.counts.read_back += 1;
-        let read = self.read_back(&base);
+        let read = self.read_back(&base, &links);
         Ok(self.skip_damaged(read)?.map(|bytes| {
             let bytes = Bytes::from(bytes);
             self.cache.put(base, bytes.clone(), depth);
@@ -294,45 +289,36 @@ impl<'a> BaseFetcher<'a> {
         }))
     }
 
-    /// Reads `id` back from the repository. A delta is rebuilt from the nearest link down its
-    /// chain whose bytes are in memory or in the local base cache, so that only the deltas
-    /// above it are read (with delta chains, DupAdj's candidates are often deltas of earlier
-    /// versions whose bases the local cache holds); otherwise the whole chain is read.
-    fn read_back(&mut self, id: &ChunkId) -> Result<Option<Vec<u8>>> {
-        let mut links: Vec<(ChunkId, ChunkId)> = Vec::new();
-        let mut at = *id;
-        let mut below = None;
-        while links.len() < usize::from(MAX_DELTA_DEPTH) {
-            let Some(EntryKind::Delta { base }) = self.reader.kind_of(&at)? else {
-                break;
+    /// Reads `id` back from the repository; `links` are the delta links down its chain as
+    /// [`Self::shallow_enough`] walked them (each chunk with its base, `id` first). A delta
+    /// is rebuilt from the nearest link whose base's bytes are in memory or in the local base
+    /// cache, so that only the deltas above it are read (with delta chains, DupAdj's
+    /// candidates are often deltas of earlier versions whose bases the local cache holds);
+    /// otherwise the whole chain is read.
+    fn read_back(&mut self, id: &ChunkId, links: &[(ChunkId, ChunkId)]) -> Result<Option<Vec<u8>>> {
+        for (k, (_, base)) in links.iter().enumerate() {
+            let held = match self.cache.peek(base) {
+                Some((b, _)) => Some(b.clone()),
+                None => self.local.as_mut().and_then(|l| l.get(base)),
             };
-            links.push((at, base));
-            let held = match self.cache.peek(&base) {
-                Some(b) => Some(b),
-                None => self.local.as_mut().and_then(|l| l.get(&base)),
-            };
-            if let Some(bytes) = held {
-                below = Some(bytes);
-                break;
+            if let Some(mut bytes) = held {
+                for (link, base) in links[..=k].iter().rev() {
+                    bytes = Bytes::from(self.reader.read_on_base(link, base, &bytes)?);
+                }
+                return Ok(Some(bytes.to_vec()));
             }
-            at = base;
         }
-        let Some(mut bytes) = below else {
-            return self.reader.read_base(id);
-        };
-        for (link, base) in links.iter().rev() {
-            bytes = Bytes::from(self.reader.read_on_base(link, base, &bytes)?);
-        }
-        Ok(Some(bytes.to_vec()))
+        self.reader.read_base(id)
     }
 
-    /// The chunk to use as a base for candidate `id`, and its depth: walks down `id`'s delta
-    /// chain (memory knows the depth of the chunks it holds; the index the rest) until the
-    /// depth is known, then takes the first chunk from `id` down that is at most
+    /// The chunk to use as a base for candidate `id`, its depth, and the delta links down its
+    /// chain that the walk met (each with its base, the chosen chunk first): walks down
+    /// `id`'s delta chain (memory knows the depth of the chunks it holds; the index the rest)
+    /// until the depth is known, then takes the first chunk from `id` down that is at most
     /// `max_base_depth` deep. `None` if a chunk on the way is not indexed or unreadable, or
     /// the chain is longer than readers follow.
-    fn shallow_enough(&mut self, id: ChunkId) -> Result<Option<(ChunkId, u8)>> {
-        let mut chain = Vec::new();
+    fn shallow_enough(&mut self, id: ChunkId) -> Result<Option<(ChunkId, u8, DeltaLinks)>> {
+        let mut links: DeltaLinks = Vec::new();
         let mut at = id;
         let known = loop {
             if let Some(d) = self
@@ -346,24 +332,25 @@ impl<'a> BaseFetcher<'a> {
                 None => return Ok(None),
                 Some(EntryKind::Full) => break 0,
                 Some(EntryKind::Delta { base }) => {
-                    chain.push(at);
-                    if chain.len() > usize::from(MAX_DELTA_DEPTH) {
+                    links.push((at, base));
+                    if links.len() > usize::from(MAX_DELTA_DEPTH) {
                         return Ok(None);
                     }
                     at = base;
                 }
             }
         };
-        // chain[i] has depth known + (chain.len() - i); `at` has depth `known`.
-        let n = chain.len();
-        Ok(Some(
-            chain
-                .into_iter()
-                .enumerate()
-                .map(|(i, c)| (c, known.saturating_add((n - i) as u8)))
-                .find(|&(_, d)| d <= self.max_base_depth)
-                .unwrap_or((at, known)),
-        ))
+        // links[i].0 has depth known + (links.len() - i); `at` has depth `known`.
+        let n = links.len();
+        let chosen = (0..n).find(|&i| known.saturating_add((n - i) as u8) <= self.max_base_depth);
+        Ok(Some(match chosen {
+            Some(i) => (
+                links[i].0,
+                known.saturating_add((n - i) as u8),
+                links.split_off(i),
+            ),
+            None => (at, known, Vec::new()),
+        }))
     }
 
     /// How `id` is stored, from the index (refreshed once when it does not hold `id`: the
