@@ -31,9 +31,6 @@ impl ChunkDecoder {
             stats: ReadStats::default(),
         }
     }
-}
-
-impl ChunkDecoder {
     /// Counters so far.
     pub fn stats(&self) -> ReadStats {
         self.stats
@@ -47,7 +44,7 @@ impl ChunkDecoder {
         b
     }
 
-    /// Keeps verified bytes of a chunk that deltas may name as their base.
+    /// Keeps the bytes of a chunk that deltas may name as their base.
     pub(crate) fn put_base(&mut self, id: ChunkId, bytes: Arc<Vec<u8>>) -> Arc<Vec<u8>> {
         self.stats.base_cache_misses += 1;
         self.bases.put(id, bytes.clone());
@@ -56,13 +53,10 @@ impl ChunkDecoder {
 
     /// Rebuilds the located delta bases of a chunk, `chain` nearest first (a delta chain,
     /// docs/format.md "Reading a chunk"): the farthest is stored in full, or is a delta whose
-    /// own base this decoder holds. Each is checked for length, against its fingerprint too
-    /// when `verify`, and cached; returns the nearest one's bytes.
-    pub(crate) fn accept_chain(
-        &mut self,
-        chain: &[LocatedChunk],
-        verify: bool,
-    ) -> Result<Arc<Vec<u8>>> {
+    /// own base this decoder holds. Each is checked for length, not against its fingerprint
+    /// (the chunk rebuilt from them is; see [`Self::find_damaged_base`]), and cached; returns
+    /// the nearest one's bytes.
+    pub(crate) fn accept_chain(&mut self, chain: &[LocatedChunk]) -> Result<Arc<Vec<u8>>> {
         let Some(farthest) = chain.last() else {
             return Err(Error::Index("an empty delta chain".into()));
         };
@@ -79,7 +73,7 @@ impl ChunkDecoder {
                 base,
                 below.as_deref().map(|b| b.as_slice()),
                 &mut out,
-                verify,
+                false,
             )?;
             let bytes = match base.delta_base {
                 Some(_) => out,
@@ -119,13 +113,11 @@ impl ChunkDecoder {
         }
         Ok(data)
     }
-}
-
-/// Which cached base, if any, does not match its fingerprint: called when a chunk rebuilt from
-/// bases that were not verified fails its own check, to name the damaged base rather than the
-/// chunk. `chain` is what the chunk was rebuilt from, nearest first, then `base`, its base
-/// (already in `chain` when the chain is not empty). A damaged base is dropped from the cache.
-impl ChunkDecoder {
+    /// Which cached base, if any, does not match its fingerprint: called when a chunk rebuilt
+    /// from bases that were not verified fails its own check, to name the damaged base rather
+    /// than the chunk. `chain` is what the chunk was rebuilt from, nearest first; when it is
+    /// empty, `base` (the chunk's base, from the cache) is checked. A damaged base is dropped
+    /// from the cache.
     pub(crate) fn find_damaged_base(
         &mut self,
         chain: &[LocatedChunk],

@@ -126,7 +126,7 @@ impl PipelinedDecoder {
             (Some(b), Ok(chain)) if chain.is_empty() => self.decoder.cached_base(&b),
             (Some(b), Ok(chain)) => Some(
                 self.decoder
-                    .accept_chain(chain, false)
+                    .accept_chain(chain)
                     .map_err(|e| base_unreadable(c, &b, &e))?,
             ),
         };
