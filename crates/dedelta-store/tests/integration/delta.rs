@@ -4,11 +4,13 @@
 
 use crate::support::{
     backup_options, backup_with, config, files, forget_ids, init_repo, locked, me, prune_with,
-    restore_to, restored_root, run_check, stored_bytes, text, time_of, write_files, Files,
+    restore_to, restored_root, run_check, snapshot_ids, stored_bytes, text, time_of, write_files,
+    Files,
 };
 use dedelta_core::chunker::ChunkerKind;
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKind, SketchParams};
+use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::{backup, restore};
 use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
@@ -65,8 +67,19 @@ fn run_backup_cached(
 /// Per version, each file's name and content.
 type Contents = Vec<Files>;
 
+/// The depth of chunk `id` down the delta links `base_of` (delta -> its base): 0 for a chunk
+/// stored in full.
+fn chain_depth(base_of: &HashMap<ChunkId, ChunkId>, mut id: ChunkId) -> u8 {
+    let mut d = 0;
+    while let Some(b) = base_of.get(&id) {
+        d += 1;
+        id = *b;
+    }
+    d
+}
+
 /// The chunks of every snapshot's tree stream.
-fn tree_chunks(repo: &IndexedRepository) -> std::collections::HashSet<dedelta_core::ChunkId> {
+fn tree_chunks(repo: &IndexedRepository) -> std::collections::HashSet<ChunkId> {
     repo.snapshots()
         .unwrap()
         .snapshots
@@ -225,15 +238,11 @@ fn deltas_cross_containers_and_restore_with_cold_cache() {
     // Three versions, chains up to 4 deep: some base is a delta (version 2 on version 1),
     // and no chain is deeper than the versions.
     let base_of: HashMap<_, _> = deltas.iter().copied().collect();
-    let depth = |mut id| {
-        let mut d = 0;
-        while let Some(b) = base_of.get(&id) {
-            d += 1;
-            id = *b;
-        }
-        d
-    };
-    let max = deltas.iter().map(|(d, _)| depth(*d)).max().unwrap();
+    let max = deltas
+        .iter()
+        .map(|(d, _)| chain_depth(&base_of, *d))
+        .max()
+        .unwrap();
     assert!((2..=3).contains(&max), "{max}");
     // A tiny cache: every base is read back from its container (down its chain).
     restore_all(&repo, tmp.path(), &contents, 1);
@@ -384,13 +393,7 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
 
     // Forget and prune everything: the cache file still holds the old bases, none of which
     // may become a base again.
-    let ids: Vec<_> = cached
-        .snapshots()
-        .unwrap()
-        .snapshots
-        .iter()
-        .map(|(id, _)| id.to_hex())
-        .collect();
+    let ids: Vec<_> = snapshot_ids(&cached).unwrap().into_iter().collect();
     locked(&cached, &me(), |lock| {
         forget_ids(&cached, lock, &ids)?;
         prune_with(&cached, lock, 0.0, false)
@@ -568,15 +571,10 @@ fn drifting_series(
             }
         }
     }
-    let depth = |mut id| {
-        let mut d = 0u8;
-        while let Some(b) = base_of.get(&id) {
-            d += 1;
-            id = *b;
-        }
-        d
-    };
-    let depths: Vec<u8> = deltas.iter().map(|(_, e)| depth(e.id)).collect();
+    let depths: Vec<u8> = deltas
+        .iter()
+        .map(|(_, e)| chain_depth(&base_of, e.id))
+        .collect();
     let max = depths.iter().copied().max().unwrap_or(0);
     assert!(
         max <= max_depth,
@@ -656,13 +654,7 @@ fn delta_chains_stay_bounded_and_survive_prune_and_rebuild() {
         one.stored
     );
     // Forget every version but the last, prune everything that is not needed.
-    let ids: Vec<String> = repo
-        .snapshots()
-        .unwrap()
-        .snapshots
-        .iter()
-        .map(|(id, _)| id.to_hex())
-        .collect();
+    let ids: Vec<String> = snapshot_ids(&repo).unwrap().into_iter().collect();
     let time = |id: &String| repo.find_snapshot(id).unwrap().1.time;
     let latest = ids.iter().map(time).max().unwrap();
     let older: Vec<String> = ids
