@@ -435,7 +435,16 @@ fn unreadable_candidate_base_is_skipped() {
 /// recorded as damaged straight from its recorded container when the index cannot give it.
 #[test]
 fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
-    delta_record_cleared_with_its_base(|region, _| region + 1);
+    delta_record_cleared_with_its_base(|region, _| region + 1, false);
+}
+
+/// Found by the campaign (seed 25482355066, step 60) once deltas could chain: check read a
+/// base recorded as damaged from its recorded container only if that copy was stored in full,
+/// so a delta whose base is itself a delta stayed recorded after the damage was undone. Check
+/// now rebuilds a recorded copy down its chain.
+#[test]
+fn check_clears_a_delta_recorded_with_its_base_when_the_base_is_a_delta() {
+    delta_record_cleared_with_its_base(|region, _| region + 1, true);
 }
 
 /// Found by the campaign (seed 1864696646, steps 38-39) once the test above passed: when the
@@ -445,29 +454,36 @@ fn check_clears_a_delta_recorded_with_its_base_once_the_base_verifies_again() {
 #[test]
 fn check_clears_a_delta_recorded_with_its_base_when_the_base_container_was_recorded_whole() {
     // The last byte of the metadata, just before the footer.
-    delta_record_cleared_with_its_base(|_, len| len - FOOTER_LEN - 1);
+    delta_record_cleared_with_its_base(|_, len| len - FOOTER_LEN - 1, false);
 }
 
-/// Stores a delta whose base lies in another container, damages that container at
-/// `at(offset of the base's region, container length)`, checks (the delta is recorded with
-/// its base), undoes the damage, and checks once: every record must be cleared.
-fn delta_record_cleared_with_its_base(at: impl Fn(usize, usize) -> usize) {
+/// Stores a delta whose base lies in another container (with `chained`, a base that is itself
+/// a delta: a third version on the second), damages that container at `at(offset of the
+/// base's region, container length)`, checks (the delta is recorded with its base), undoes
+/// the damage, and checks once: every record must be cleared.
+fn delta_record_cleared_with_its_base(at: impl Fn(usize, usize) -> usize, chained: bool) {
     let mut env = Env::new(true);
-    let v1 = text(200_000, 12);
-    env.write(&files([("a.txt", v1.clone())]));
+    let mut v = text(200_000, 12);
+    env.write(&files([("a.txt", v.clone())]));
     env.backup();
-    let mut v2 = v1;
-    for i in (0..v2.len()).step_by(1_000) {
-        v2[i] = b'#';
+    let mut files = Files::default();
+    let mut second = None;
+    for step in [1_000, 1_300].iter().take(if chained { 2 } else { 1 }) {
+        for i in (0..v.len()).step_by(*step) {
+            v[i] = b'#' ^ (*step as u8);
+        }
+        files = crate::support::files([("a.txt", v.clone())]);
+        env.write(&files);
+        let b = env.backup();
+        assert!(b.summary.delta_chunks > 0, "{:?}", b.summary);
+        second = Some(b);
     }
-    let files = files([("a.txt", v2)]);
-    env.write(&files);
-    let second = env.backup();
-    assert!(second.summary.delta_chunks > 0, "{:?}", second.summary);
+    let second = second.unwrap();
     // A base in another container than its delta, and the region holding it.
     let backend = env.repo.backend().clone();
     let mut home = std::collections::HashMap::new();
     let mut deltas = Vec::new();
+    let mut stored_as_delta = std::collections::HashSet::new();
     for (name, _) in backend.list(FileKind::Container).unwrap() {
         let cid = ContainerId::from_hex(&name).unwrap();
         let meta = read_container_meta(backend.as_ref(), &name).unwrap();
@@ -475,11 +491,13 @@ fn delta_record_cleared_with_its_base(at: impl Fn(usize, usize) -> usize) {
             home.insert(e.id, (cid, meta.regions[e.region as usize].offset));
             if let EntryKind::Delta { base } = e.kind {
                 deltas.push((cid, base));
+                stored_as_delta.insert(e.id);
             }
         }
     }
     let (base_container, region) = deltas
         .iter()
+        .filter(|(_, b)| !chained || stored_as_delta.contains(b))
         .find_map(|(c, b)| home.get(b).filter(|(bc, _)| bc != c).copied())
         .expect("a delta whose base is in another container");
     let path = env.container_path(&base_container);
