@@ -25,7 +25,7 @@ use anyhow::Result;
 use clap::Args;
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKeep, SketchKind};
-use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
+use dedelta_store::format::config::{default_reanchor, DeltaConfig, SketchIndexKind};
 use dedelta_store::repository::lock::{LockInfo, RepoLock};
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
@@ -104,6 +104,10 @@ pub struct DeltaArgs {
     /// keeps the smallest delta of FirstFit's further matches too; at most 8).
     #[arg(long)]
     candidates: Option<usize>,
+    /// With more than one candidate: try a further candidate only while the delta kept so far
+    /// is above P percent of the chunk (0: try every candidate, best-of-N).
+    #[arg(long, value_name = "P")]
+    candidates_enough_percent: Option<f64>,
     /// Base re-anchoring: store a data chunk in full when its best delta is above P percent
     /// of the chunk, so later versions delta against the newer copy (0: never, the papers'
     /// one-level deltas against the first full copy).
@@ -175,10 +179,20 @@ impl DeltaArgs {
         if let Some(n) = self.candidates {
             cfg.candidates = n;
         }
+        if let Some(p) = self.candidates_enough_percent {
+            cfg.candidates_enough = (p != 0.0).then_some(p / 100.0);
+        }
         if let Some(p) = self.reanchor_percent {
             cfg.reanchor = (p != 0.0).then_some(p / 100.0);
         }
         if let Some(d) = self.max_depth {
+            // The default re-anchoring bound follows the depth (one level drifts more), unless
+            // the bound was set.
+            if self.reanchor_percent.is_none()
+                && cfg.reanchor == Some(default_reanchor(cfg.max_depth))
+            {
+                cfg.reanchor = Some(default_reanchor(d));
+            }
             cfg.max_depth = d;
         }
         cfg.validate()?;

@@ -196,6 +196,7 @@ fn best_of_n_candidates_round_trip() {
             let cfg = DeltaConfig {
                 sketch_index: index,
                 candidates,
+                candidates_enough: None,
                 ..DeltaConfig::recommended()
             };
             let (repo, contents, sums) = three_versions(tmp.path(), cfg);
@@ -211,6 +212,41 @@ fn best_of_n_candidates_round_trip() {
             "{index:?}: {delta_bytes:?}"
         );
     }
+}
+
+/// `candidates_enough`: a further candidate is tried only for a chunk whose kept delta is
+/// above the bound. At 100 % every kept delta is good enough, so four candidates store what
+/// FirstFit stores, byte for byte; with no bound (best-of-N) the bases differ. In between,
+/// what is stored restores exactly and checks clean.
+#[test]
+fn good_enough_deltas_stop_the_candidates() {
+    let stored = |candidates: usize, enough: Option<f64>| {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = DeltaConfig {
+            candidates,
+            candidates_enough: enough,
+            ..DeltaConfig::recommended()
+        };
+        let (repo, contents, sums) = three_versions(tmp.path(), cfg);
+        restore_all(&repo, tmp.path(), &contents, 64 << 20);
+        assert!(run_check(&repo, true).unwrap().problems.is_empty());
+        // What each version stored as deltas, and against what kind of base (the trees
+        // name temporary paths, so container names differ from run to run).
+        sums.iter()
+            .map(|s| {
+                (
+                    s.bytes_after_delta,
+                    s.delta_chunks,
+                    s.delta_bytes,
+                    s.sketch_deltas,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let first_fit = stored(1, None);
+    assert_eq!(stored(4, Some(1.0)), first_fit);
+    assert_ne!(stored(4, None), first_fit, "best-of-N chose no other base");
+    stored(2, Some(0.1));
 }
 
 #[test]
@@ -702,6 +738,8 @@ fn dare_sketches_only_dupadj_misses() {
                     features_per_sf: 2,
                 },
                 reanchor: None,
+                candidates: 1,
+                candidates_enough: None,
                 sketch_dupadj_misses: misses_only,
                 ..DeltaConfig::recommended()
             };
