@@ -334,6 +334,11 @@ impl MeteredBackend {
         }
     }
 
+    /// The backend metered, for requests that must not be counted.
+    pub fn inner(&self) -> &Arc<dyn Backend> {
+        &self.inner
+    }
+
     /// The counters (shared by every handle made with [`Self::tagged`]).
     pub fn meter(&self) -> &Arc<IoMeter> {
         &self.meter
