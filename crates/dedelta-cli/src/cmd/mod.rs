@@ -4,8 +4,9 @@
 //! back to `main`, which maps them to exit codes.
 //!
 //! This file holds what several commands share: the option groups [`RepoArg`],
-//! [`DeltaArgs`] and [`IoModelArgs`], and opening, locking and describing the caller ([`open`], [`open_locked`],
-//! [`lock_info`]). `bench` and `eval` are not here: they use no repository.
+//! [`DeltaArgs`] and [`IoModelArgs`], and opening (metered, for the `io` report), locking and
+//! describing the caller ([`open`], [`open_locked`], [`lock_info`]). `bench` and `eval` are
+//! not here: they use no repository.
 
 pub mod backup;
 pub mod check;
