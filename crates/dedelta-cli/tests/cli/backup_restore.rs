@@ -95,6 +95,24 @@ fn stdin_backup_and_dump() {
     let out = f.cmd(&["dump", "latest", "db.sql"]).output().unwrap();
     assert!(out.status.success());
     assert!(out.stdout == data);
+    assert!(out.stderr.is_empty());
+    // --io-json: the file alone on stdout, its I/O on stderr.
+    let out = f
+        .cmd(&["dump", "latest", "db.sql", "--io-json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout == data);
+    let v: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
+    let read = &v["io"]["purposes"]["chunk_data"]["read"];
+    assert!(read["requests"].as_u64().unwrap() > 0, "{v}");
+    assert!(read["bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        v["io"]["modelled_seconds"]["object_store"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 }
 
 #[test]
