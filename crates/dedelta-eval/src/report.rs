@@ -485,18 +485,18 @@ fn io_table(results: &[ConfigResult]) -> String {
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
-            o(r.backup_io_requests),
-            m(r.backup_io_bytes),
-            o(r.backup_io_metadata_requests),
-            o(r.backup_io_base_requests),
-            f(r.backup_modelled_disk_seconds, 2),
-            f(r.backup_modelled_object_store_seconds, 2),
-            o(r.restore_io_requests),
-            m(r.restore_io_bytes),
-            o(r.restore_io_metadata_requests),
-            o(r.restore_io_data_requests),
-            f(r.restore_modelled_disk_seconds, 2),
-            f(r.restore_modelled_object_store_seconds, 2)
+            o(r.io.backup_io_requests),
+            m(r.io.backup_io_bytes),
+            o(r.io.backup_io_metadata_requests),
+            o(r.io.backup_io_base_requests),
+            f(r.io.backup_modelled_disk_seconds, 2),
+            f(r.io.backup_modelled_object_store_seconds, 2),
+            o(r.io.restore_io_requests),
+            m(r.io.restore_io_bytes),
+            o(r.io.restore_io_metadata_requests),
+            o(r.io.restore_io_data_requests),
+            f(r.io.restore_modelled_disk_seconds, 2),
+            f(r.io.restore_modelled_object_store_seconds, 2)
         );
     }
     s
@@ -587,6 +587,37 @@ pub fn write_all(opts: &EvalOptions, report: &EvalReport) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every column is a field the row serialises (the I/O columns come through
+    /// `#[serde(flatten)]`), so that no column is silently empty; and the I/O columns carry
+    /// what [`crate::runner::IoColumns`] was given.
+    #[test]
+    fn every_column_is_a_field() {
+        let mut row = VersionRow::default();
+        let mut res = ConfigResult::default();
+        let io = crate::runner::IoSummary {
+            requests: 7,
+            base_requests: 2,
+            disk_seconds: 0.5,
+            ..Default::default()
+        };
+        row.io.set_backup(io);
+        res.io.set_restore(io);
+        let (row, res) = (
+            serde_json::to_value(&row).unwrap(),
+            serde_json::to_value(&res).unwrap(),
+        );
+        for (columns, v) in [(VERSION_COLUMNS, &row), (RESULT_COLUMNS, &res)] {
+            for c in columns {
+                assert!(v.get(*c).is_some(), "column {c} is no field");
+            }
+        }
+        assert_eq!(row["backup_io_requests"], 7);
+        assert_eq!(row["backup_io_base_requests"], 2);
+        assert_eq!(row["backup_modelled_disk_seconds"], 0.5);
+        assert!(row["restore_io_requests"].is_null());
+        assert_eq!(res["restore_io_requests"], 7);
+    }
 
     fn result(name: &str, kind: &str, repo_bytes: u64) -> ConfigResult {
         ConfigResult {

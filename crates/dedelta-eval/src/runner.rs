@@ -107,52 +107,65 @@ impl IoSummary {
     }
 }
 
-/// Sets the `backup_io_*` (`restore_io_*`) fields of a row or result from a summary.
-macro_rules! set_io {
-    ($target:expr, $io:expr, $requests:ident, $bytes:ident, $meta:ident, $data:ident, $base:ident, $disk:ident, $os:ident) => {{
-        let io: IoSummary = $io;
-        $target.$requests = Some(io.requests);
-        $target.$bytes = Some(io.bytes);
-        $target.$meta = Some(io.metadata_requests);
-        $target.$data = Some(io.data_requests);
-        $target.$base = Some(io.base_requests);
-        $target.$disk = Some(io.disk_seconds);
-        $target.$os = Some(io.object_store_seconds);
-    }};
+/// The I/O columns of versions.csv and results.csv (flattened into [`VersionRow`], for one
+/// backup and its restore, and [`ConfigResult`], for all of them): requests and bytes as
+/// [`IoSummary`] has them; `None` where not measured (peers, versions not restored).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct IoColumns {
+    /// Requests the backup made to the repository (metered: reads, writes and queries; its
+    /// lock included; the index is opened once per configuration, before the first backup).
+    pub backup_io_requests: Option<u64>,
+    /// Bytes they moved.
+    pub backup_io_bytes: Option<u64>,
+    /// Of the requests, those for container metadata (footer, metadata section, size).
+    pub backup_io_metadata_requests: Option<u64>,
+    /// Of the requests, those for chunk data (regions read, containers written).
+    pub backup_io_data_requests: Option<u64>,
+    /// Of the requests, regions read back as delta bases.
+    pub backup_io_base_requests: Option<u64>,
+    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
+    pub backup_modelled_disk_seconds: Option<f64>,
+    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
+    pub backup_modelled_object_store_seconds: Option<f64>,
+    /// Requests its restore made to the repository, when restored (metered; finding the
+    /// snapshot not included).
+    pub restore_io_requests: Option<u64>,
+    /// Bytes they moved.
+    pub restore_io_bytes: Option<u64>,
+    /// Of the requests, those for container metadata (footer, metadata section, size).
+    pub restore_io_metadata_requests: Option<u64>,
+    /// Of the requests, those for chunk data (regions read, containers written).
+    pub restore_io_data_requests: Option<u64>,
+    /// Of the requests, regions read back as delta bases.
+    pub restore_io_base_requests: Option<u64>,
+    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
+    pub restore_modelled_disk_seconds: Option<f64>,
+    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
+    pub restore_modelled_object_store_seconds: Option<f64>,
 }
 
-/// Sets a row's or result's backup I/O columns.
-macro_rules! set_backup_io {
-    ($target:expr, $io:expr) => {
-        set_io!(
-            $target,
-            $io,
-            backup_io_requests,
-            backup_io_bytes,
-            backup_io_metadata_requests,
-            backup_io_data_requests,
-            backup_io_base_requests,
-            backup_modelled_disk_seconds,
-            backup_modelled_object_store_seconds
-        )
-    };
-}
+impl IoColumns {
+    /// Sets the backup columns.
+    pub fn set_backup(&mut self, io: IoSummary) {
+        self.backup_io_requests = Some(io.requests);
+        self.backup_io_bytes = Some(io.bytes);
+        self.backup_io_metadata_requests = Some(io.metadata_requests);
+        self.backup_io_data_requests = Some(io.data_requests);
+        self.backup_io_base_requests = Some(io.base_requests);
+        self.backup_modelled_disk_seconds = Some(io.disk_seconds);
+        self.backup_modelled_object_store_seconds = Some(io.object_store_seconds);
+    }
 
-/// Sets a row's or result's restore I/O columns.
-macro_rules! set_restore_io {
-    ($target:expr, $io:expr) => {
-        set_io!(
-            $target,
-            $io,
-            restore_io_requests,
-            restore_io_bytes,
-            restore_io_metadata_requests,
-            restore_io_data_requests,
-            restore_io_base_requests,
-            restore_modelled_disk_seconds,
-            restore_modelled_object_store_seconds
-        )
-    };
+    /// Sets the restore columns.
+    pub fn set_restore(&mut self, io: IoSummary) {
+        self.restore_io_requests = Some(io.requests);
+        self.restore_io_bytes = Some(io.bytes);
+        self.restore_io_metadata_requests = Some(io.metadata_requests);
+        self.restore_io_data_requests = Some(io.data_requests);
+        self.restore_io_base_requests = Some(io.base_requests);
+        self.restore_modelled_disk_seconds = Some(io.disk_seconds);
+        self.restore_modelled_object_store_seconds = Some(io.object_store_seconds);
+    }
 }
 
 /// One version of one configuration or peer.
@@ -187,36 +200,9 @@ pub struct VersionRow {
     /// the configured container size): the speed factor with partly filled containers
     /// counted by their size.
     pub restore_speed_factor_by_size: Option<f64>,
-    /// Requests the backup made to the repository (metered: reads, writes and queries; the
-    /// lock and the index catch-up included).
-    pub backup_io_requests: Option<u64>,
-    /// Bytes they moved.
-    pub backup_io_bytes: Option<u64>,
-    /// Of the requests, those for container metadata (footer, metadata section, size).
-    pub backup_io_metadata_requests: Option<u64>,
-    /// Of the requests, those for chunk data (regions read, containers written).
-    pub backup_io_data_requests: Option<u64>,
-    /// Of the requests, regions read back as delta bases.
-    pub backup_io_base_requests: Option<u64>,
-    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
-    pub backup_modelled_disk_seconds: Option<f64>,
-    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
-    pub backup_modelled_object_store_seconds: Option<f64>,
-    /// Requests the restore (when restored) made to the repository (metered: reads, writes and queries; the
-    /// lock and the index catch-up included).
-    pub restore_io_requests: Option<u64>,
-    /// Bytes they moved.
-    pub restore_io_bytes: Option<u64>,
-    /// Of the requests, those for container metadata (footer, metadata section, size).
-    pub restore_io_metadata_requests: Option<u64>,
-    /// Of the requests, those for chunk data (regions read, containers written).
-    pub restore_io_data_requests: Option<u64>,
-    /// Of the requests, regions read back as delta bases.
-    pub restore_io_base_requests: Option<u64>,
-    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
-    pub restore_modelled_disk_seconds: Option<f64>,
-    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
-    pub restore_modelled_object_store_seconds: Option<f64>,
+    /// The backup's and the restore's metered I/O.
+    #[serde(flatten)]
+    pub io: IoColumns,
 }
 
 /// The summary of one configuration or peer.
@@ -336,36 +322,9 @@ pub struct ConfigResult {
     pub base_cache_hit_rate: Option<f64>,
     /// Peak resident set of the process during this configuration (VmHWM after a reset).
     pub peak_rss_bytes: Option<u64>,
-    /// Requests the backups (all versions) made to the repository (metered: reads, writes and queries; the
-    /// lock and the index catch-up included).
-    pub backup_io_requests: Option<u64>,
-    /// Bytes they moved.
-    pub backup_io_bytes: Option<u64>,
-    /// Of the requests, those for container metadata (footer, metadata section, size).
-    pub backup_io_metadata_requests: Option<u64>,
-    /// Of the requests, those for chunk data (regions read, containers written).
-    pub backup_io_data_requests: Option<u64>,
-    /// Of the requests, regions read back as delta bases.
-    pub backup_io_base_requests: Option<u64>,
-    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
-    pub backup_modelled_disk_seconds: Option<f64>,
-    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
-    pub backup_modelled_object_store_seconds: Option<f64>,
-    /// Requests the restores (all restored versions) made to the repository (metered: reads, writes and queries; the
-    /// lock and the index catch-up included).
-    pub restore_io_requests: Option<u64>,
-    /// Bytes they moved.
-    pub restore_io_bytes: Option<u64>,
-    /// Of the requests, those for container metadata (footer, metadata section, size).
-    pub restore_io_metadata_requests: Option<u64>,
-    /// Of the requests, those for chunk data (regions read, containers written).
-    pub restore_io_data_requests: Option<u64>,
-    /// Of the requests, regions read back as delta bases.
-    pub restore_io_base_requests: Option<u64>,
-    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
-    pub restore_modelled_disk_seconds: Option<f64>,
-    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
-    pub restore_modelled_object_store_seconds: Option<f64>,
+    /// All backups' and all restores' metered I/O (the sums of the versions' rows).
+    #[serde(flatten)]
+    pub io: IoColumns,
 
     /// Anything notable (skips, approximations).
     pub note: String,
@@ -530,7 +489,7 @@ pub fn run_config(
             backup_seconds: secs,
             ..VersionRow::default()
         };
-        set_backup_io!(row, io);
+        row.io.set_backup(io);
         rows.push(row);
     }
     // Restores, verified.
@@ -575,7 +534,7 @@ pub fn run_config(
         let row = &mut rows[i];
         row.restore_seconds = Some(secs);
         row.restore_read_bytes = Some(st.reads.bytes_read);
-        set_restore_io!(row, io);
+        row.io.set_restore(io);
         if let Some(c) = st.restore_cache {
             row.restore_containers_read = Some(c.containers_read);
             row.restore_regions_read = Some(c.regions_read);
@@ -655,8 +614,8 @@ pub fn run_config(
         note: String::new(),
         ..ConfigResult::default()
     };
-    set_backup_io!(r, backup_io);
-    set_restore_io!(r, restore_io);
+    r.io.set_backup(backup_io);
+    r.io.set_restore(restore_io);
     if let Some(k) = kernels {
         if let Some(kind) = config.delta.sketch {
             r.sf_mb_s = Some(k.sketch_mb_s(kind, config.delta.sketch_params)?);
