@@ -51,10 +51,10 @@ pub struct BackupArgs {
 /// Runs the backup pipeline with the repository's delta settings overridden by the
 /// arguments, then prints the summary.
 pub fn run(args: BackupArgs) -> Result<u8> {
+    // Bad model flags are refused before anything is locked or read, not after the backup.
+    args.io_models.models()?;
     // Lock first, then the index: every writer takes them in this order.
     let (r, lock) = open_locked(&args.repo, "backup")?;
-    // Refused before the backup rather than after.
-    args.io_models.models()?;
     let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
     let progress = progress_bar(args.json);
