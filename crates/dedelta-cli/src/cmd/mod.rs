@@ -313,3 +313,26 @@ pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
 pub fn progress_bar(json: bool) -> progress::Bar {
     progress::Bar::new(std::io::stderr().is_terminal() && !json)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        models: IoModelArgs,
+    }
+
+    /// The flags' defaults are the library's (which docs/benchmarks.md justifies), and a
+    /// rate of 0 is refused by name.
+    #[test]
+    fn model_flag_defaults_are_the_library_defaults() {
+        let cli = Cli::parse_from(["t"]);
+        assert_eq!(cli.models.models().unwrap(), IoModels::default());
+        let cli = Cli::parse_from(["t", "--model-object-store-mb-s", "0"]);
+        let err = cli.models.models().unwrap_err().to_string();
+        assert!(err.contains("--model-object-store-mb-s"), "{err}");
+    }
+}
