@@ -29,8 +29,9 @@ const DIRECTIONS: usize = Direction::ALL.len();
 pub enum Purpose {
     /// A container's footer and metadata section (and the size query that finds the footer).
     ContainerMeta,
-    /// Chunk data: regions read to restore or dump (tree streams included), and containers
-    /// written. The default of container requests.
+    /// Chunk data: regions read to restore or dump (tree streams included, and backup's read
+    /// of its parent's tree), and containers written. The default of container requests, so
+    /// also what check, prune and repair read and write.
     ChunkData,
     /// Regions read back by backup's delta stage to get a delta base.
     BaseRead,
