@@ -72,6 +72,8 @@ pub struct EvalOptions {
     pub cache_containers: usize,
     /// Versions the restore speed factor averages (the last ones).
     pub speed_factor_versions: usize,
+    /// The models of the modelled I/O seconds (see [`RunOptions::io_models`]).
+    pub io_models: dedelta_store::backend::cost::IoModels,
 }
 
 /// What an evaluation produced.
@@ -106,6 +108,7 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         time: opts.time.clone(),
         cache_containers: opts.cache_containers,
         speed_factor_versions: opts.speed_factor_versions,
+        io_models: opts.io_models,
     };
     let mut report = EvalReport::default();
     log("reading every version once (page cache)");
