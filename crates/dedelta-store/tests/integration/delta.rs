@@ -220,33 +220,43 @@ fn best_of_n_candidates_round_trip() {
 /// what is stored restores exactly and checks clean.
 #[test]
 fn good_enough_deltas_stop_the_candidates() {
-    let stored = |candidates: usize, enough: Option<f64>| {
-        let tmp = tempfile::tempdir().unwrap();
-        let cfg = DeltaConfig {
-            candidates,
-            candidates_enough: enough,
-            ..DeltaConfig::recommended()
-        };
-        let (repo, contents, sums) = three_versions(tmp.path(), cfg);
-        restore_all(&repo, tmp.path(), &contents, 64 << 20);
-        assert!(run_check(&repo, true).unwrap().problems.is_empty());
-        // What each version stored as deltas, and against what kind of base (the trees
-        // name temporary paths, so container names differ from run to run).
-        sums.iter()
-            .map(|s| {
-                (
-                    s.bytes_after_delta,
-                    s.delta_chunks,
-                    s.delta_bytes,
-                    s.sketch_deltas,
-                )
-            })
-            .collect::<Vec<_>>()
-    };
-    let first_fit = stored(1, None);
-    assert_eq!(stored(4, Some(1.0)), first_fit);
-    assert_ne!(stored(4, None), first_fit, "best-of-N chose no other base");
-    stored(2, Some(0.1));
+    // One source tree backed up into every repository, so that their trees (paths, mtimes)
+    // are the same bytes too.
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = [(1, None), (4, Some(1.0)), (4, None), (2, Some(0.1))];
+    let repos: Vec<IndexedRepository> = settings
+        .iter()
+        .enumerate()
+        .map(|(i, &(candidates, enough))| {
+            let cfg = DeltaConfig {
+                candidates,
+                candidates_enough: enough,
+                ..DeltaConfig::recommended()
+            };
+            init_repo(&tmp.path().join(format!("repo-{i}")), config(2, cfg))
+        })
+        .collect();
+    let src = tmp.path().join("src");
+    let mut contents = Vec::new();
+    let mut stored: Vec<Vec<(u64, u64, u64, u64)>> = vec![Vec::new(); repos.len()];
+    for v in 0..3 {
+        contents.push(write_versions(&src, v));
+        for (repo, sums) in repos.iter().zip(stored.iter_mut()) {
+            let s = run_backup(repo, &src, v);
+            sums.push((
+                s.bytes_after_delta,
+                s.delta_chunks,
+                s.delta_bytes,
+                s.sketch_deltas,
+            ));
+        }
+    }
+    for (i, repo) in repos.iter().enumerate() {
+        restore_all(repo, tmp.path(), &contents, (64 << 20) + i);
+        assert!(run_check(repo, true).unwrap().problems.is_empty());
+    }
+    assert_eq!(stored[1], stored[0], "100 %: FirstFit");
+    assert_ne!(stored[2], stored[0], "best-of-N chose no other base");
 }
 
 #[test]
