@@ -72,6 +72,8 @@ pub struct EvalOptions {
     pub cache_containers: usize,
     /// Versions the restore speed factor averages (the last ones).
     pub speed_factor_versions: usize,
+    /// How backups find duplicates (see [`RunOptions::lookup`]).
+    pub lookup: dedelta_store::commands::backup::FingerprintIndexOptions,
 }
 
 /// What an evaluation produced.
@@ -106,6 +108,7 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         time: opts.time.clone(),
         cache_containers: opts.cache_containers,
         speed_factor_versions: opts.speed_factor_versions,
+        lookup: opts.lookup,
     };
     let mut report = EvalReport::default();
     log("reading every version once (page cache)");

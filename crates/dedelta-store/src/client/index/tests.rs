@@ -397,7 +397,7 @@ fn lookup_speed() {
     }
     let view = View {
         runs,
-        slots: vec![],
+        ..View::default()
     };
     let t = std::time::Instant::now();
     for i in 0..100_000u64 {
