@@ -27,6 +27,9 @@ mod format;
 mod gc;
 /// Container names for a fixed input series: the stored bytes do not change by accident.
 mod golden;
+/// The locality fingerprint index: deduplicates like the exact one, bounded cache, never
+/// against a chunk the index dropped; its filter file rebuilt when damaged.
+mod locality;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
 /// papers' restore speed factor.
 mod metrics;

@@ -264,6 +264,23 @@ pub fn backup_files(
     backup_dir(repo, src, n, who)
 }
 
+/// [`backup_files`] finding duplicates with `lookup`.
+pub fn backup_files_with(
+    repo: &IndexedRepository,
+    src: &Path,
+    files: &Files,
+    n: u64,
+    who: &LockInfo,
+    lookup: dedelta_store::commands::backup::FingerprintIndexOptions,
+) -> Result<BackupResult> {
+    write_files(src, files);
+    locked(repo, who, |lock| {
+        let mut opts = backup_options(vec![src.to_path_buf()], time_of(n));
+        opts.lookup = lookup;
+        backup_with(repo, lock, opts)
+    })
+}
+
 /// `forget` of the snapshots named (full hex ids), nothing kept by policy.
 pub fn forget_ids(repo: &IndexedRepository, lock: &RepoLock, ids: &[String]) -> Result<()> {
     forget::forget(repo, lock, ids, &KeepPolicy::default(), false).map(|_| ())
