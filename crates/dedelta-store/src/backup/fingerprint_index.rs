@@ -126,6 +126,13 @@ pub struct LookupCounters {
     pub filter_bytes: u64,
     /// Fingerprints the global filter was sized for.
     pub filter_capacity: u64,
+    /// Bytes the on-disk index holds in memory besides the global filter (its runs' own
+    /// filters, of fingerprints and of super-feature keys, and bucket directories), after
+    /// the backup.
+    pub index_memory_bytes: u64,
+    /// Chunk entries of the index's runs after the backup (a chunk in two runs counts
+    /// twice until they merge).
+    pub index_chunks: u64,
 }
 
 impl LookupCounters {
@@ -188,8 +195,7 @@ impl Counts {
             prefetches: g(&self.prefetches),
             prefetch_errors: g(&self.prefetch_errors),
             cached_containers_max: g(&self.cached_containers_max),
-            filter_bytes: 0,
-            filter_capacity: 0,
+            ..LookupCounters::default()
         }
     }
 
@@ -295,6 +301,10 @@ pub struct LocalityIndex {
     filter: Arc<FingerprintFilter>,
     backend: Arc<dyn Backend>,
     cache: Mutex<ContainerCache>,
+    /// Held across an on-disk lookup and the prefetch it leads to: the pool's threads work
+    /// on neighbouring blocks, which are usually in the same container, and without it each
+    /// looked the container up and loaded it (12 loads of 8 containers in a 30 MB backup).
+    disk: Mutex<()>,
     counts: Counts,
 }
 
@@ -319,8 +329,20 @@ impl LocalityIndex {
                 ),
                 map: HashMap::new(),
             }),
+            disk: Mutex::new(()),
             counts: Counts::default(),
         }
+    }
+
+    /// The cached entry of `id` if the index agrees with it (see the module doc).
+    fn cached(&self, id: &ChunkId) -> Option<ContainerId> {
+        let (c, full, trust) = self.cache().find(id)?;
+        let trusted = match trust {
+            Trust::Whole => true,
+            Trust::FullEntries => full,
+            Trust::Nothing => false,
+        };
+        (trusted && self.damage.reason(&c, id).is_none() && self.filter.contains(id)).then_some(c)
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, ContainerCache> {
@@ -361,21 +383,19 @@ impl LocalityIndex {
 impl FingerprintIndex for LocalityIndex {
     fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
         Counts::bump(&self.counts.lookups);
-        let found = self.cache().find(id);
-        if let Some((c, full, trust)) = found {
-            let trusted = match trust {
-                Trust::Whole => true,
-                Trust::FullEntries => full,
-                Trust::Nothing => false,
-            };
-            if trusted && self.damage.reason(&c, id).is_none() && self.filter.contains(id) {
-                Counts::bump(&self.counts.cache_hits);
-                return Ok(Some(c));
-            }
+        if let Some(c) = self.cached(id) {
+            Counts::bump(&self.counts.cache_hits);
+            return Ok(Some(c));
         }
         if !self.filter.contains(id) {
             Counts::bump(&self.counts.filter_negatives);
             return Ok(None);
+        }
+        // Another thread may be loading the container that holds it: wait, and look again.
+        let _disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = self.cached(id) {
+            Counts::bump(&self.counts.cache_hits);
+            return Ok(Some(c));
         }
         let Some(loc) = self.counts.disk_get(&self.reader, id)? else {
             Counts::bump(&self.counts.filter_false_positives);

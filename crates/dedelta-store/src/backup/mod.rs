@@ -413,7 +413,15 @@ pub fn backup(
         sketched_chunks: times
             .sketched_chunks
             .load(std::sync::atomic::Ordering::Relaxed),
-        lookups: dedup_index.lookup.counters(),
+        lookups: fingerprint_index::LookupCounters {
+            index_memory_bytes: repo
+                .index()
+                .memory_bytes()
+                .saturating_sub(repo.index().filter_memory_bytes())
+                as u64,
+            index_chunks: repo.index().runs().iter().map(|r| r.1).sum(),
+            ..dedup_index.lookup.counters()
+        },
     };
     let snapshot = Snapshot {
         time: opts.time,
