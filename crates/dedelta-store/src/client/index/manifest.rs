@@ -68,9 +68,14 @@ pub struct Slot {
 
 impl Slot {
     fn flags(&self) -> u8 {
-        u8::from(self.known) * FLAG_KNOWN
-            | u8::from(self.trimmed) * FLAG_TRIMMED
-            | u8::from(self.deltas_left_out) * FLAG_DELTAS_LEFT_OUT
+        [
+            (self.known, FLAG_KNOWN),
+            (self.trimmed, FLAG_TRIMMED),
+            (self.deltas_left_out, FLAG_DELTAS_LEFT_OUT),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |flags, (_, bit)| flags | bit)
     }
 }
 
@@ -329,8 +334,8 @@ mod tests {
         bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
         let read = Manifest::decode(&bytes).unwrap();
         assert!(read.slots.iter().all(|s| s.trimmed));
-        assert_eq!(read.slots[0].known, true);
-        assert_eq!(read.slots[1].known, false);
+        assert!(read.slots[0].known);
+        assert!(!read.slots[1].known);
         // Flags other than known are refused in a version 2 manifest.
         let mut bad = sample().encode();
         bad[8] = 2;
