@@ -722,13 +722,25 @@ impl ChunkIndex {
     /// deleting any container, so that no later backup deduplicates against a chunk about to
     /// disappear.
     pub fn remove_chunks(&self, dead: &HashSet<ChunkId>) -> Result<()> {
+        self.remove_chunks_trimming(dead, &[])
+    }
+
+    /// [`Self::remove_chunks`], marking as trimmed (see [`Trust::Nothing`]) in the same
+    /// commit the containers of the copies the index names and `also`: containers the caller
+    /// knows to hold other copies of `dead` chunks (prune's garbage copies), whose metadata
+    /// will list chunks the index no longer holds.
+    pub fn remove_chunks_trimming(
+        &self,
+        dead: &HashSet<ChunkId>,
+        also: &[ContainerId],
+    ) -> Result<()> {
         if dead.is_empty() {
             return Ok(());
         }
         // The containers holding the indexed copies: their metadata will list chunks the
         // index no longer holds.
         let view = self.current();
-        let mut trimmed = HashSet::new();
+        let mut trimmed: HashSet<ContainerId> = also.iter().copied().collect();
         for id in dead {
             if let Some(loc) = self.shared.guard(view.get(id, self.path()))? {
                 trimmed.insert(loc.container);

@@ -464,6 +464,17 @@ fn the_fingerprint_filter_follows_the_index() {
     drop((index, f, g));
     let index = ChunkIndex::open(&path).unwrap();
     assert_eq!(index.reader().unwrap().trust(&a), Trust::Nothing);
+    // A container the caller names (prune: one holding an unnamed copy of a dead chunk) is
+    // trimmed in the same commit.
+    let (b, meta_b) = container(2, 10);
+    index.insert_container(b, &meta_b).unwrap();
+    let other = ContainerId([9; 32]);
+    let dead_b: HashSet<ChunkId> = [meta_b.entries[0].id].into();
+    index.remove_chunks_trimming(&dead_b, &[other]).unwrap();
+    let r = index.reader().unwrap();
+    assert_eq!(r.trust(&b), Trust::Nothing);
+    // `other` has no slot: nothing to mark, and an unknown container is never prefetched.
+    assert_eq!(r.trust(&other), Trust::Whole);
 }
 
 /// A catch-up or rebuild that leaves a container's delta entries out marks it so: its full
