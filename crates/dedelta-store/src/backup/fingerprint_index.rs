@@ -24,7 +24,13 @@
 //! ([`IndexReader::trust`]: no entry removed since it was taken in; for a delta entry, none
 //! left out either), its copy is not recorded as damaged, and the filter (which holds
 //! exactly the index's fingerprints, and a few false ones) lets it through; any other cached
-//! entry is looked up on disk. The cache maps a fingerprint to the container loaded last
+//! entry is looked up on disk. Prune marks trimmed both the containers of the copies it
+//! removes and the kept containers holding other copies of those chunks. Not covered: when
+//! `check` or `repair packs` removes a damaged copy, another container's good copy of the
+//! same chunk is not marked, so a cache hit on it (only through a filter false positive,
+//! since the filter is rebuilt after every removal) would name a chunk that is stored but
+//! not indexed: `repair index` takes it back in, and prune refuses to run until then, so no
+//! data is lost. The cache maps a fingerprint to the container loaded last
 //! that holds it; evicting that container forgets the fingerprint even if an older cached
 //! container holds it too (a miss more, never a wrong answer).
 //!
