@@ -71,6 +71,8 @@ pub struct EvalArgs {
     speed_factor_versions: usize,
     #[command(flatten)]
     lookup: crate::cmd::backup::LookupArgs,
+    #[command(flatten)]
+    io_models: crate::cmd::IoModelArgs,
 }
 
 fn shell_quote(s: &str) -> String {
@@ -145,6 +147,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         cache_containers: args.restore_cache_containers,
         speed_factor_versions: args.speed_factor_versions,
         lookup: args.lookup.options()?,
+        io_models: args.io_models.models()?,
     };
     let report = dedelta_eval::run_eval(&opts, &mut |line| eprintln!("{line}"))?;
     for n in &report.notes {

@@ -5,8 +5,8 @@
 //! Exit codes: 0 everything restored; 3 restored, but some files could not be; 1 the
 //! restore stopped (no such snapshot, a target that cannot be used); 10 no repository.
 
-use super::{open, progress_bar, RepoArg};
-use crate::render::{mb, outln, print_json};
+use super::{open, progress_bar, IoModelArgs, RepoArg};
+use crate::render::{io_line, mb, outln, print_json};
 use crate::EXIT_PARTIAL;
 use anyhow::Result;
 use clap::Args;
@@ -40,10 +40,13 @@ pub struct RestoreArgs {
     /// DARE §4.5, LoopDelta §5.1). Without N: 512, LoopDelta's cache.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "512")]
     cache_containers: Option<usize>,
+    #[command(flatten)]
+    io_models: IoModelArgs,
 }
 
 /// Restores the snapshot and prints what was restored, with the time taken.
 pub fn run(args: RestoreArgs) -> Result<u8> {
+    args.io_models.models()?;
     let r = open(&args.repo)?;
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let progress = progress_bar(args.json);
@@ -58,6 +61,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     progress.finish();
     let secs = started.elapsed().as_secs_f64();
     let mbps = st.bytes_written as f64 / 1e6 / secs.max(1e-9);
+    let io = args.io_models.report(&r)?;
     // Each file that could not be restored, then the summary: the last line says
     // what happened as a whole.
     for e in &st.errors {
@@ -80,6 +84,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
         if st.restore_cache.is_some() {
             v["speed_factor"] = json!(st.speed_factor());
         }
+        v["io"] = serde_json::to_value(io)?;
         print_json(&v)?;
     } else {
         outln!(
@@ -107,6 +112,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
                 c.regions_read
             );
         }
+        outln!("{}", io_line(&io));
     }
     Ok(if st.errors.is_empty() {
         0

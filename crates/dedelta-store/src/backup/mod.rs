@@ -266,7 +266,7 @@ pub fn backup(
                 )),
                 (Some(_), crate::format::config::SketchIndexKind::Stream) => {
                     Some(Box::new(StreamSketchIndex::new(
-                        repo.backend().clone(),
+                        repo.backend_for(crate::backend::wrap::metered::Purpose::ContainerMeta),
                         delta_cfg.stream_cache_containers,
                     )))
                 }
@@ -308,7 +308,8 @@ pub fn backup(
                 repo.index().reader()?,
                 damage.clone(),
                 filter,
-                repo.backend().clone(),
+                // Metered as prefetches (issue 16 item 4's purpose for them).
+                repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
                 opts.lookup.cache_containers,
             ))
         }

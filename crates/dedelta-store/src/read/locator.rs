@@ -2,7 +2,8 @@
 //! through an LRU region cache (the expensive half of a read).
 
 use super::{corrupt, lru, ReadStats, META_CACHE_ENTRIES, SPARE_BUFFERS};
-use crate::backend::FileKind;
+use crate::backend::wrap::metered::Purpose;
+use crate::backend::{Backend, FileKind};
 use crate::client::index::IndexReader;
 use crate::error::{Error, Result};
 use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
@@ -43,6 +44,8 @@ impl LocatedChunk {
 /// Finds chunks and decompresses their regions.
 pub struct ChunkLocator<'a> {
     repo: &'a IndexedRepository,
+    /// Where regions are read from: the backend, tagged with what they are read for.
+    data: Arc<dyn Backend>,
     index: IndexReader,
     metas: LruCache<ContainerId, Arc<ContainerMeta>>,
     regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
@@ -65,6 +68,7 @@ impl<'a> ChunkLocator<'a> {
     pub fn new(repo: &'a IndexedRepository, cache_bytes: usize) -> Result<Self> {
         Ok(ChunkLocator {
             repo,
+            data: repo.backend_for(Purpose::ChunkData),
             index: repo.index().reader()?,
             metas: lru(META_CACHE_ENTRIES),
             regions: LruCache::unbounded(),
@@ -77,6 +81,13 @@ impl<'a> ChunkLocator<'a> {
             stats: ReadStats::default(),
             damage: None,
         })
+    }
+
+    /// Meters the regions this locator reads as read for `purpose` (by default
+    /// [`Purpose::ChunkData`]; metadata is always [`Purpose::ContainerMeta`]).
+    pub fn reading_for(mut self, purpose: Purpose) -> Self {
+        self.data = self.repo.backend_for(purpose);
+        self
     }
 
     /// Counters so far.
@@ -115,7 +126,7 @@ impl<'a> ChunkLocator<'a> {
             .regions
             .get(index as usize)
             .ok_or_else(|| Error::corrupt(&what, format!("no region {index}")))?;
-        self.repo.backend().get_range_into(
+        self.data.get_range_into(
             FileKind::Container,
             &cid.to_hex(),
             i64::from(r.offset),

@@ -138,7 +138,13 @@ impl<'a> RestoreCacheModel<'a> {
         let meta = match self.metas.get(&loc.container) {
             Some(m) => m.clone(),
             None => {
-                let m = Arc::new(self.repo.read_container_meta(&loc.container).ok()?);
+                // Unmetered: the model's reads are not the restore's.
+                let backend = self.repo.unmetered_backend();
+                let m = crate::repository::read_container_meta(
+                    backend.as_ref(),
+                    &loc.container.to_hex(),
+                );
+                let m = Arc::new(m.ok()?);
                 self.metas.put(loc.container, m.clone());
                 m
             }

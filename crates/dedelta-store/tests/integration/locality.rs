@@ -221,3 +221,35 @@ fn a_damaged_filter_file_is_rebuilt() {
     );
     assert!(!rebuilt(&backup(&repo, &src, &files, 3, locality(4))));
 }
+
+/// A metered repository files the locality index's metadata loads as prefetches (issue 16
+/// item 4's purpose): a size query and two ranged reads of one container per prefetch, and
+/// an exact backup makes none.
+#[test]
+fn prefetches_are_metered_as_prefetch() {
+    use dedelta_store::backend::wrap::metered::{Direction, Purpose};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("repo");
+    let repo = dedelta_store::Repository::init_local_with_cache(
+        &path,
+        config(1, DeltaConfig::default()),
+        &crate::support::cache_root_for(&path),
+    )
+    .unwrap()
+    .metered()
+    .open_index()
+    .unwrap();
+    let src = dir.path().join("src");
+    let files = tree(0);
+    let before = repo.io_counts().unwrap();
+    backup(&repo, &src, &files, 0, exact());
+    let mid = repo.io_counts().unwrap();
+    assert_eq!(mid.since(&before).purpose(Purpose::Prefetch).requests, 0);
+    let res = backup(&repo, &src, &files, 1, locality(4));
+    let c = repo.io_counts().unwrap().since(&mid);
+    let prefetches = res.metrics.lookups.prefetches;
+    assert!(prefetches > 0);
+    let reads = c.get(Purpose::Prefetch, Direction::Read);
+    assert_eq!(reads.requests, 2 * prefetches, "{c:?}");
+    assert!(reads.bytes > 0);
+}

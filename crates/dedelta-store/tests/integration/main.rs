@@ -27,6 +27,8 @@ mod format;
 mod gc;
 /// Container names for a fixed input series: the stored bytes do not change by accident.
 mod golden;
+/// I/O accounting: a metered repository's requests by purpose (issue 16 item 4).
+mod io;
 /// The locality fingerprint index: deduplicates like the exact one, bounded cache, never
 /// against a chunk the index dropped; its filter file rebuilt when damaged.
 mod locality;
