@@ -70,6 +70,8 @@ pub struct EvalArgs {
     #[arg(long, value_name = "N", default_value_t = dedelta_eval::runner::SPEED_FACTOR_VERSIONS)]
     speed_factor_versions: usize,
     #[command(flatten)]
+    lookup: crate::cmd::backup::LookupArgs,
+    #[command(flatten)]
     io_models: crate::cmd::IoModelArgs,
 }
 
@@ -144,6 +146,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         max_depth: args.max_depth,
         cache_containers: args.restore_cache_containers,
         speed_factor_versions: args.speed_factor_versions,
+        lookup: args.lookup.options()?,
         io_models: args.io_models.models()?,
     };
     let report = dedelta_eval::run_eval(&opts, &mut |line| eprintln!("{line}"))?;

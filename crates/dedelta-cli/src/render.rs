@@ -88,6 +88,14 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         v["base_cache_misses"] = json!(m.bases.read_back);
         v["stage_seconds"] = json!(m.stage_seconds);
         v["sketched_chunks"] = json!(m.sketched_chunks);
+        v["lookups"] = json!(m.lookups);
+        v["lookups"]["random_reads"] = json!(m.lookups.random_reads());
+        v["lookups"]["filter_fp_rate"] = json!(m.lookups.filter_fp_rate());
+        let gb = s.bytes_read as f64 / 1e9;
+        v["lookups"]["index_lookups_per_gb"] =
+            json!((gb > 0.0).then(|| m.lookups.index_lookups as f64 / gb));
+        v["lookups"]["index_lookups_per_new_container"] = json!((s.containers_written > 0)
+            .then(|| m.lookups.index_lookups as f64 / s.containers_written as f64));
         v["io"] = serde_json::to_value(io)?;
         return print_json(&v);
     }

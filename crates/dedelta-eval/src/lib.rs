@@ -72,6 +72,8 @@ pub struct EvalOptions {
     pub cache_containers: usize,
     /// Versions the restore speed factor averages (the last ones).
     pub speed_factor_versions: usize,
+    /// How backups find duplicates (see [`RunOptions::lookup`]).
+    pub lookup: dedelta_store::commands::backup::FingerprintIndexOptions,
     /// The models of the modelled I/O seconds (see [`RunOptions::io_models`]).
     pub io_models: dedelta_store::backend::cost::IoModels,
 }
@@ -108,6 +110,7 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         time: opts.time.clone(),
         cache_containers: opts.cache_containers,
         speed_factor_versions: opts.speed_factor_versions,
+        lookup: opts.lookup,
         io_models: opts.io_models,
     };
     let mut report = EvalReport::default();

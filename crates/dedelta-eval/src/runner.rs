@@ -12,7 +12,9 @@ use crate::error::{EvalError, IoContext, Result, StoreContext};
 use crate::kernels::Kernels;
 use dedelta_store::backend::cost::IoModels;
 use dedelta_store::backend::wrap::metered::{IoCounts, Purpose};
-use dedelta_store::commands::backup::{backup, BackupOptions, StdinSource};
+use dedelta_store::commands::backup::{
+    backup, BackupOptions, FingerprintIndexOptions, StdinSource,
+};
 use dedelta_store::commands::restore::{restore, RestoreOptions};
 use dedelta_store::commands::stats::{stats, RepoStats};
 use dedelta_store::format::config::RepoConfig;
@@ -55,6 +57,8 @@ pub struct RunOptions {
     /// The restore speed factor is the mean over the last this many versions, which are
     /// always restored (besides [`Self::restore_sample`]).
     pub speed_factor_versions: usize,
+    /// How backups find duplicates (`exact` or `locality` with its cache size).
+    pub lookup: FingerprintIndexOptions,
     /// The disk and object-store models of the backups' and restores' modelled I/O seconds.
     pub io_models: IoModels,
 }
@@ -183,6 +187,21 @@ pub struct VersionRow {
     pub cumulative_stored_bytes: u64,
     /// Seconds the backup of this version took.
     pub backup_seconds: f64,
+    /// Its duplicate lookups (the backup's `lookups` metrics): chunks found in the locality
+    /// cache.
+    pub lookup_cache_hits: u64,
+    /// Chunks the global filter turned away.
+    pub lookup_filter_negatives: u64,
+    /// Chunks the global filter let through that the index did not hold.
+    pub lookup_filter_false_positives: u64,
+    /// Lookups that went to the on-disk index.
+    pub lookup_index_lookups: u64,
+    /// Run buckets they read (random reads).
+    pub lookup_bucket_reads: u64,
+    /// Container metadata sections prefetched (random reads).
+    pub lookup_prefetches: u64,
+    /// Containers the backup wrote (its new data, in containers).
+    pub containers_written: u64,
     /// Seconds its restore took (when restored).
     pub restore_seconds: Option<f64>,
     /// Stored bytes read by the restore.
@@ -453,6 +472,7 @@ pub fn run_config(
                 time: version_time(&opts.time, i as u64),
                 delta: None,
                 cache_dir: Some(cache_dir.clone()),
+                lookup: opts.lookup,
             },
             &workers,
             &NoProgress,
@@ -487,6 +507,13 @@ pub fn run_config(
             logical_bytes: v.len_bytes,
             cumulative_stored_bytes: cumulative,
             backup_seconds: secs,
+            lookup_cache_hits: m.lookups.cache_hits,
+            lookup_filter_negatives: m.lookups.filter_negatives,
+            lookup_filter_false_positives: m.lookups.filter_false_positives,
+            lookup_index_lookups: m.lookups.index_lookups,
+            lookup_bucket_reads: m.lookups.bucket_reads,
+            lookup_prefetches: m.lookups.prefetches,
+            containers_written: s.containers_written,
             ..VersionRow::default()
         };
         row.io.set_backup(io);

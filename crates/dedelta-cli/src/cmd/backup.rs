@@ -46,6 +46,44 @@ pub struct BackupArgs {
     json: bool,
     #[command(flatten)]
     io_models: IoModelArgs,
+    #[command(flatten)]
+    lookup: LookupArgs,
+}
+
+/// How a backup finds duplicates of chunks stored before (shared with `eval`).
+#[derive(Args, Clone, Debug)]
+pub struct LookupArgs {
+    /// `exact`: look every chunk up in the on-disk index; `locality`: a cache of whole
+    /// containers' metadata and a Bloom filter over every fingerprint first, the on-disk
+    /// index only when both miss (one lookup per container of old data, not per chunk).
+    #[arg(long, value_name = "KIND", default_value = "exact")]
+    pub fingerprint_index: String,
+    /// Containers of metadata the locality cache holds (LRU).
+    #[arg(long, value_name = "N", default_value_t = backup::DEFAULT_CACHE_CONTAINERS)]
+    pub fingerprint_cache_containers: usize,
+}
+
+impl LookupArgs {
+    /// The validated options.
+    pub fn options(&self) -> Result<backup::FingerprintIndexOptions> {
+        let kind =
+            backup::FingerprintIndexKind::parse(&self.fingerprint_index).ok_or_else(|| {
+                Error::InvalidOption(format!(
+                    "--fingerprint-index {}: expected exact or locality",
+                    self.fingerprint_index
+                ))
+            })?;
+        if self.fingerprint_cache_containers == 0 {
+            return Err(Error::InvalidOption(
+                "--fingerprint-cache-containers must be at least 1".into(),
+            )
+            .into());
+        }
+        Ok(backup::FingerprintIndexOptions {
+            kind,
+            cache_containers: self.fingerprint_cache_containers,
+        })
+    }
 }
 
 /// Runs the backup pipeline with the repository's delta settings overridden by the
@@ -54,6 +92,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     // Bad model flags are refused before anything is locked or read, not after the backup.
     args.io_models.models()?;
     // Lock first, then the index: every writer takes them in this order.
+    let lookup = args.lookup.options()?;
     let (r, lock) = open_locked(&args.repo, "backup")?;
     let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
@@ -85,6 +124,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         } else {
             Some(args.repo.cache_root())
         },
+        lookup,
     };
     let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()

@@ -226,6 +226,50 @@ fn a_legacy_index_in_the_repository_is_removed() {
     f.ok(&["check", "--read-data"]);
 }
 
+/// `backup --fingerprint-index locality` (issue 16 item 1) reports its lookups in `--json`,
+/// keeps its filter beside the index, and finds old data with one index lookup per container;
+/// an unknown strategy or an empty cache is refused before anything is written.
+#[test]
+fn locality_fingerprint_index_reports_its_lookups() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    make_tree(&src, 4);
+    f.backup(&[&src]);
+    let args = |extra: &[&str]| {
+        let mut a = vec!["backup", "--json", "--fingerprint-index", "locality"];
+        a.extend_from_slice(extra);
+        a.push(src.to_str().unwrap());
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| {
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        serde_json::from_str::<serde_json::Value>(&f.ok(&a)).unwrap()
+    };
+    let v = run(args(&["--fingerprint-cache-containers", "2"]));
+    let l = &v["lookups"];
+    assert_eq!(l["strategy"], "locality", "{v}");
+    assert!(l["cache_hits"].as_u64().unwrap() > 0, "{l}");
+    assert!(
+        l["index_lookups"].as_u64().unwrap()
+            <= l["prefetches"].as_u64().unwrap() + l["filter_false_positives"].as_u64().unwrap(),
+        "{l}"
+    );
+    assert!(l["cached_containers_max"].as_u64().unwrap() <= 2, "{l}");
+    assert!(l["index_lookups_per_gb"].is_number(), "{l}");
+    assert!(f.index_file().with_file_name("chunks.idx.filter").exists());
+    for bad in [
+        vec!["--fingerprint-index", "bloom"],
+        vec!["--fingerprint-cache-containers", "0"],
+    ] {
+        let out = f
+            .cmd(&[&["backup"][..], &bad[..], &[src.to_str().unwrap()]].concat())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--fingerprint"));
+    }
+}
+
 /// `backup --json` and `restore --json` report their I/O (issue 16 item 4): every purpose and
 /// direction, nonzero container writes, metadata and data reads, and modelled seconds that
 /// follow the model flags; the text output has one `I/O:` line.

@@ -10,16 +10,15 @@
 use super::bases::BaseCounts;
 use super::delta::{DeltaStage, Stored};
 use super::fingerprint::{Fingerprinted, IndexLookup};
+use super::fingerprint_index::FingerprintIndex;
 use super::metrics::StageTimes;
 use super::pack::RegionPacker;
 use super::tree_writer::TreeWriter;
 use super::{closed, Item};
-use crate::client::index::IndexReader;
 use crate::error::Result;
 use crate::format::container::{ContainerId, EntryKind};
 use crate::format::snapshot::{BackupSummary, TreeRef};
 use crate::format::tree::ChunkRef;
-use crate::repository::damage::DamageSet;
 use bytes::Bytes;
 use crossbeam_channel::Receiver;
 use dedelta_core::sketch::{Sketcher, SuperFeatures};
@@ -28,24 +27,21 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The index as backup sees it: copies that `check` recorded as damaged count as absent, so
-/// that a backup stores those chunks again instead of deduplicating against them (check also
-/// takes them out of the index; this guards against an index rebuilt by an older version).
+/// The index as backup sees it, through the backup's [`FingerprintIndex`] strategy: copies
+/// that `check` recorded as damaged count as absent, so that a backup stores those chunks
+/// again instead of deduplicating against them (check also takes them out of the index; this
+/// guards against an index rebuilt by an older version). The pool and the dedup thread share
+/// one strategy (and its cache and counters).
+#[derive(Clone)]
 pub(super) struct DedupIndex {
-    /// A read view of the chunk index.
-    pub reader: IndexReader,
-    /// The repository's damage records.
-    pub damage: Arc<DamageSet>,
+    /// The strategy.
+    pub lookup: Arc<dyn FingerprintIndex>,
 }
 
 impl DedupIndex {
     /// The container of the usable indexed copy of `id`, if any.
     pub fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
-        Ok(self
-            .reader
-            .get(id)?
-            .map(|loc| loc.container)
-            .filter(|c| self.damage.reason(c, id).is_none()))
+        self.lookup.container_of(id)
     }
 }
 

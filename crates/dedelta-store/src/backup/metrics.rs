@@ -66,4 +66,7 @@ pub struct BackupMetrics {
     /// Chunks given super-features: every new chunk, or with `delta.sketch_dupadj_misses`
     /// only those DupAdj did not resolve (DARE §3.1).
     pub sketched_chunks: u64,
+    /// What the fingerprint index strategy counted (cache hits, filter answers, on-disk
+    /// lookups, prefetches).
+    pub lookups: super::fingerprint_index::LookupCounters,
 }

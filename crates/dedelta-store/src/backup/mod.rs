@@ -8,7 +8,8 @@
 //! caller's thread  walk.rs, chunk.rs     walk sources, read 1 MiB blocks, cut chunks
 //!                                          |  one job per block
 //!                                          v
-//! worker pool      fingerprint.rs        BLAKE3, index lookup, super-features
+//! worker pool      fingerprint.rs        BLAKE3, index lookup (fingerprint_index.rs),
+//!                                          super-features
 //!                                          |  results in stream order (one-shot receivers)
 //!                                          v
 //! dedup thread     dedup.rs              duplicate or new, in order
@@ -35,6 +36,7 @@ mod chunk;
 pub mod dedup;
 pub mod delta;
 mod fingerprint;
+pub mod fingerprint_index;
 pub mod metrics;
 mod pack;
 pub mod resemble;
@@ -58,6 +60,9 @@ use dedelta_core::sketch::Sketcher;
 use dedup::{DedupIndex, DedupStage};
 use delta::DeltaStage;
 use fingerprint::{FingerprintJob, Fingerprinted};
+use fingerprint_index::{
+    ExactIndex, FingerprintIndex, FingerprintIndexKind, FingerprintIndexOptions, LocalityIndex,
+};
 use metrics::{BackupMetrics, StageTimes};
 use resemble::dupadj::{DupAdj, ParentRecipe};
 use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
@@ -113,6 +118,8 @@ pub struct BackupOptions {
     /// Directory of this client's local caches (see [`crate::client::local_cache`]); `None`
     /// for none. The repository's base cache is in `<cache_dir>/<repository id>/`.
     pub cache_dir: Option<PathBuf>,
+    /// How duplicates of chunks stored before are found (see [`fingerprint_index`]).
+    pub lookup: FingerprintIndexOptions,
 }
 
 /// The result of a backup.
@@ -288,12 +295,28 @@ pub fn backup(
     let (damage, skipped) = crate::repository::damage::DamageSet::load(repo.backend().as_ref())?;
     notices.extend(skipped);
     let damage = Arc::new(damage);
-    // One read view for the pool, taken before anything of this backup is indexed.
+    // One read view for the pool and the dedup thread, taken before anything of this backup
+    // is indexed (the filter too: what this backup indexes goes into it as well, harmlessly).
+    let lookup: Arc<dyn FingerprintIndex> = match opts.lookup.kind {
+        FingerprintIndexKind::Exact => {
+            Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone()))
+        }
+        FingerprintIndexKind::Locality => {
+            let (filter, rebuilt) = repo.index().fingerprint_filter()?;
+            notices.extend(rebuilt);
+            Arc::new(LocalityIndex::new(
+                repo.index().reader()?,
+                damage.clone(),
+                filter,
+                // Metered as prefetches (issue 16 item 4's purpose for them).
+                repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
+                opts.lookup.cache_containers,
+            ))
+        }
+    };
+    let dedup_index = DedupIndex { lookup };
     let job = FingerprintJob {
-        index: Arc::new(DedupIndex {
-            reader: repo.index().reader()?,
-            damage: damage.clone(),
-        }),
+        index: Arc::new(dedup_index.clone()),
         // Sketching only DupAdj's misses, the delta stage sketches file data.
         sketcher: sketcher.clone().filter(|_| !sketches_misses_only),
         times: times.clone(),
@@ -313,10 +336,7 @@ pub fn backup(
     let (dedup_result, writer_result) = std::thread::scope(|s| {
         let spawn = |name: &str| std::thread::Builder::new().name(format!("dedelta-{name}"));
         let dedup = DedupStage::new(
-            DedupIndex {
-                reader: repo.index().reader()?,
-                damage: damage.clone(),
-            },
+            dedup_index.clone(),
             pack::RegionPacker::new(
                 config.region_size,
                 config.compression,
@@ -372,6 +392,11 @@ pub fn backup(
     jobs_in_flight.wait();
     let writer_stats = writer_result?;
     let dedup_out = dedup_result?;
+    // Every container is indexed, and with it added to a loaded filter: keep the filter for
+    // the next backup (a filter not written is rebuilt then; the backup stands).
+    if let Err(e) = repo.index().save_filter() {
+        notices.push(format!("fingerprint filter not saved: {e}"));
+    }
 
     notices.extend(dedup_out.notices);
     let mut summary = dedup_out.summary;
@@ -389,6 +414,15 @@ pub fn backup(
         sketched_chunks: times
             .sketched_chunks
             .load(std::sync::atomic::Ordering::Relaxed),
+        lookups: fingerprint_index::LookupCounters {
+            index_memory_bytes: repo
+                .index()
+                .memory_bytes()
+                .saturating_sub(repo.index().filter_memory_bytes())
+                as u64,
+            index_chunks: repo.index().runs().iter().map(|r| r.1).sum(),
+            ..dedup_index.lookup.counters()
+        },
     };
     let snapshot = Snapshot {
         time: opts.time,

@@ -1,5 +1,10 @@
 //! `backup`: the command's options and entry point; the pipeline is in [`crate::backup`].
 
 pub use crate::backup::{
-    backup, metrics::BackupMetrics, BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
+    backup,
+    fingerprint_index::{
+        FingerprintIndexKind, FingerprintIndexOptions, LookupCounters, DEFAULT_CACHE_CONTAINERS,
+    },
+    metrics::BackupMetrics,
+    BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
 };

@@ -15,8 +15,9 @@
 //! says which, and docs/reliability.md names the commit that fixed it).
 
 use crate::support::{
-    backup_files, config, container_of_first_chunk, files_restored, forget_ids, gone, locked, me,
-    noise, prune_with, read_files, restore_to, run_check, text, versioned_text, Files,
+    backup_files, backup_files_with, config, container_of_first_chunk, files_restored, forget_ids,
+    gone, locked, me, noise, prune_with, read_files, restore_to, run_check, text, versioned_text,
+    Files,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -25,6 +26,7 @@ use dedelta_store::backend::wrap::fault::{
     ALL_KINDS,
 };
 use dedelta_store::backend::{Backend, FileKind};
+use dedelta_store::commands::backup::{FingerprintIndexKind, FingerprintIndexOptions};
 use dedelta_store::commands::{prune, restore};
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::{ContainerId, FOOTER_LEN, HEADER_LEN};
@@ -401,10 +403,15 @@ fn at_every_crash_point(
 
 /// Backup crashed at every write, with the write lost or durable, on both backends.
 fn backup_crash_at_every_write(store: Store) {
+    backup_crash_at_every_write_with(store, FingerprintIndexOptions::default());
+}
+
+/// [`backup_crash_at_every_write`] finding duplicates with `lookup`.
+fn backup_crash_at_every_write_with(store: Store, lookup: FingerprintIndexOptions) {
     let base = base(0..2, 0);
     let next = tree(2);
     let backup_next = |repo: &IndexedRepository, t: &Trial| {
-        backup_files(repo, &t.src(), &next, 2, &gone()).map(|_| ())
+        backup_files_with(repo, &t.src(), &next, 2, &gone(), lookup).map(|_| ())
     };
     let log = writes_of(&base, store, |repo, t| backup_next(repo, t).unwrap());
     println!("backup writes: {:?}", kinds(&log));
@@ -457,6 +464,20 @@ fn backup_crashed_at_every_write_memory() {
 #[test]
 fn backup_crashed_at_every_write_local() {
     backup_crash_at_every_write(Store::Local);
+}
+
+/// A killed locality backup (issue 16 item 1) leaves a repository that `check --read-data`
+/// passes, whose snapshots restore, and whose filter file (written after the containers are
+/// indexed, or not at all) never makes a later backup miss a stored chunk.
+#[test]
+fn locality_backup_crashed_at_every_write_memory() {
+    backup_crash_at_every_write_with(
+        Store::Memory,
+        FingerprintIndexOptions {
+            kind: FingerprintIndexKind::Locality,
+            cache_containers: 2,
+        },
+    );
 }
 
 /// Prune (after forget) crashed at every write: nothing is lost, and the next prune finishes.

@@ -29,6 +29,9 @@ mod gc;
 mod golden;
 /// I/O accounting: a metered repository's requests by purpose (issue 16 item 4).
 mod io;
+/// The locality fingerprint index: deduplicates like the exact one, bounded cache, never
+/// against a chunk the index dropped; its filter file rebuilt when damaged.
+mod locality;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
 /// papers' restore speed factor.
 mod metrics;

@@ -223,6 +223,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         time,
         delta: None,
         cache_dir: None,
+        lookup: Default::default(),
     }
 }
 
@@ -261,6 +262,23 @@ pub fn backup_files(
 ) -> Result<BackupResult> {
     write_files(src, files);
     backup_dir(repo, src, n, who)
+}
+
+/// [`backup_files`] finding duplicates with `lookup`.
+pub fn backup_files_with(
+    repo: &IndexedRepository,
+    src: &Path,
+    files: &Files,
+    n: u64,
+    who: &LockInfo,
+    lookup: dedelta_store::commands::backup::FingerprintIndexOptions,
+) -> Result<BackupResult> {
+    write_files(src, files);
+    locked(repo, who, |lock| {
+        let mut opts = backup_options(vec![src.to_path_buf()], time_of(n));
+        opts.lookup = lookup;
+        backup_with(repo, lock, opts)
+    })
 }
 
 /// `forget` of the snapshots named (full hex ids), nothing kept by policy.

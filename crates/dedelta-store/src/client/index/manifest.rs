@@ -6,7 +6,8 @@
 //! next run number u64; next global entry number u64; run count u32, then per run: number
 //! u64, chunk entries u64, super-feature keys u64, file length u64, tail CRC-32C u32;
 //! container count u32, then per container: id (32 bytes), first global entry number u64,
-//! entry count u32, known u8; CRC-32C of everything before it (u32).
+//! entry count u32, flags u8 (bit 0 known, bit 1 trimmed, bit 2 deltas left out, the others
+//! zero); CRC-32C of everything before it (u32).
 
 use crate::error::{Error, Result};
 use crate::format::container::ContainerId;
@@ -16,7 +17,18 @@ use std::path::Path;
 const MAGIC: [u8; 8] = *b"DDIXMAN\0";
 /// The manifest version; an index with another is rebuilt. 2: the runs' super-feature keys
 /// are 40 bits (run version 2); an index of version 1 (32-bit keys) is rebuilt, never read.
-pub const VERSION: u32 = 2;
+/// 3: a container's byte is a set of flags (trimmed, deltas left out); a manifest of
+/// version 2 is still read, every container counting as trimmed (nothing is known of what
+/// was removed from it, so the locality fingerprint index trusts none of its entries).
+pub const VERSION: u32 = 3;
+
+/// The oldest manifest version this build reads.
+const OLDEST_VERSION: u32 = 2;
+
+/// Flag bits of a container's byte.
+const FLAG_KNOWN: u8 = 1;
+const FLAG_TRIMMED: u8 = 2;
+const FLAG_DELTAS_LEFT_OUT: u8 = 4;
 
 /// What the manifest records about one run file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +57,26 @@ pub struct Slot {
     /// Whether the index has taken it in (see `ChunkIndex::known_containers`); a container
     /// forgotten (deleted by this client) keeps its range until the next rebuild.
     pub known: bool,
+    /// Entries of it were removed from the index after it was taken in (a prune's dead
+    /// chunks, check's damaged copies): its metadata lists chunks the index does not hold.
+    pub trimmed: bool,
+    /// Delta entries of it were left out when it was taken in (a rebuild or catch-up sets
+    /// delta copies aside and takes only those whose base has a copy): its full entries are
+    /// all indexed unless it is also trimmed, its delta entries maybe not.
+    pub deltas_left_out: bool,
+}
+
+impl Slot {
+    fn flags(&self) -> u8 {
+        [
+            (self.known, FLAG_KNOWN),
+            (self.trimmed, FLAG_TRIMMED),
+            (self.deltas_left_out, FLAG_DELTAS_LEFT_OUT),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .fold(0, |flags, (_, bit)| flags | bit)
+    }
 }
 
 /// The manifest's contents.
@@ -86,7 +118,7 @@ impl Manifest {
             out.extend_from_slice(&s.id.0);
             out.extend_from_slice(&s.first.to_le_bytes());
             out.extend_from_slice(&s.entries.to_le_bytes());
-            out.push(u8::from(s.known));
+            out.push(s.flags());
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -100,9 +132,9 @@ impl Manifest {
             return Err("not an index manifest".into());
         }
         let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(format!(
-                "index manifest version {version}, this build reads {VERSION}"
+                "index manifest version {version}, this build reads {OLDEST_VERSION} to {VERSION}"
             ));
         }
         let (body, crc) = bytes.split_at(bytes.len() - 4);
@@ -138,11 +170,15 @@ impl Manifest {
             id.copy_from_slice(r.take(32).ok_or_else(bad)?);
             let first = r.u64().ok_or_else(bad)?;
             let entries = r.u32().ok_or_else(bad)?;
-            let known = match r.take(1).ok_or_else(bad)?[0] {
-                0 => false,
-                1 => true,
-                _ => return Err(bad()),
+            let flags = r.take(1).ok_or_else(bad)?[0];
+            let all = if version == 2 {
+                FLAG_KNOWN
+            } else {
+                FLAG_KNOWN | FLAG_TRIMMED | FLAG_DELTAS_LEFT_OUT
             };
+            if flags & !all != 0 {
+                return Err(bad());
+            }
             // Ranges follow each other: a lookup finds a container by binary search.
             if first < end {
                 return Err(bad());
@@ -152,7 +188,9 @@ impl Manifest {
                 id: ContainerId(id),
                 first,
                 entries,
-                known,
+                known: flags & FLAG_KNOWN != 0,
+                trimmed: version == 2 || flags & FLAG_TRIMMED != 0,
+                deltas_left_out: flags & FLAG_DELTAS_LEFT_OUT != 0,
             });
         }
         let seqs_ok = runs.iter().all(|run| run.seq < next_seq);
@@ -242,12 +280,16 @@ mod tests {
                     first: 0,
                     entries: 10,
                     known: true,
+                    trimmed: false,
+                    deltas_left_out: true,
                 },
                 Slot {
                     id: ContainerId([2; 32]),
                     first: 10,
                     entries: 20,
                     known: false,
+                    trimmed: true,
+                    deltas_left_out: false,
                 },
             ],
         }
@@ -274,6 +316,32 @@ mod tests {
         bytes[8] = 1;
         let err = Manifest::decode(&bytes).unwrap_err();
         assert!(err.contains("version 1"), "{err}");
+    }
+
+    /// A version 2 manifest (a known byte of 0 or 1) is read, every container trimmed: what
+    /// was removed from it is not recorded.
+    #[test]
+    fn version_2_reads_with_every_container_trimmed() {
+        let mut m = sample();
+        for s in &mut m.slots {
+            s.trimmed = false;
+            s.deltas_left_out = false;
+        }
+        let mut bytes = m.encode();
+        bytes[8] = 2;
+        let n = bytes.len();
+        let crc = crc32c::crc32c(&bytes[..n - 4]);
+        bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        let read = Manifest::decode(&bytes).unwrap();
+        assert!(read.slots.iter().all(|s| s.trimmed));
+        assert!(read.slots[0].known);
+        assert!(!read.slots[1].known);
+        // Flags other than known are refused in a version 2 manifest.
+        let mut bad = sample().encode();
+        bad[8] = 2;
+        let crc = crc32c::crc32c(&bad[..n - 4]);
+        bad[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        assert!(Manifest::decode(&bad).is_err());
     }
 
     #[test]

@@ -34,6 +34,7 @@
 //! applies to what is recorded and merged from then on (`repair index` rebuilds it whole).
 
 mod bloom;
+mod filter;
 mod manifest;
 mod rebuild;
 mod run;
@@ -43,6 +44,8 @@ use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta}
 use bloom::mix64;
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
+pub use filter::FingerprintFilter;
+use filter::{filter_path, index_digest};
 use manifest::{Manifest, RunRecord, Slot};
 use rebuild::{spill_left_path, spill_path};
 pub use rebuild::{DeltaCopy, Rebuild};
@@ -200,6 +203,9 @@ struct Shared {
     /// Whether super-feature keys keep the newest chunk ([`SketchKeep::Newest`]) rather than
     /// the oldest.
     keep_newest: AtomicBool,
+    /// The global fingerprint filter, once a locality lookup asked for it
+    /// ([`ChunkIndex::fingerprint_filter`]): kept up to date with every commit.
+    filter: Mutex<Option<Arc<FingerprintFilter>>>,
 }
 
 impl Shared {
@@ -215,15 +221,40 @@ impl Shared {
         self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    fn loaded_filter(&self) -> Option<Arc<FingerprintFilter>> {
+        self.filter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn drop_filter(&self) {
+        *self.filter.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// Passes `r` on; damage deletes the manifest, so the next open rebuilds the index.
     fn guard<T>(&self, r: Result<T>) -> Result<T> {
         if let Err(Error::IndexDamaged(_)) = &r {
             self.damaged.store(true, Ordering::SeqCst);
             // A cache: losing it costs a rebuild, keeping it would fail every command.
             let _ = std::fs::remove_file(&self.path);
+            self.drop_filter();
         }
         r
     }
+}
+
+/// How far a container's metadata agrees with the index (see [`IndexReader::trust`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// The index holds every entry of it but copies recorded as damaged (and may name
+    /// another copy of a chunk).
+    Whole,
+    /// Its full entries as [`Trust::Whole`]; delta entries may have been left out.
+    FullEntries,
+    /// Entries were removed from the index: its metadata may list chunks the index no
+    /// longer holds (a prune's dead chunks).
+    Nothing,
 }
 
 /// The runs and container ranges of one committed manifest: what a reader sees.
@@ -232,9 +263,35 @@ struct View {
     /// Oldest first.
     runs: Vec<Arc<Run>>,
     slots: Vec<Slot>,
+    /// The containers whose metadata the index does not wholly agree with (the newest slot
+    /// of each container id decides).
+    partial: HashMap<ContainerId, Trust>,
 }
 
 impl View {
+    fn new(runs: Vec<Arc<Run>>, slots: Vec<Slot>) -> Self {
+        let mut partial = HashMap::new();
+        for s in &slots {
+            let t = if s.trimmed {
+                Trust::Nothing
+            } else if s.deltas_left_out {
+                Trust::FullEntries
+            } else {
+                Trust::Whole
+            };
+            if t == Trust::Whole {
+                partial.remove(&s.id);
+            } else {
+                partial.insert(s.id, t);
+            }
+        }
+        View {
+            runs,
+            slots,
+            partial,
+        }
+    }
+
     /// The container and entry of global entry number `n`.
     fn location(&self, n: u64, path: &Path) -> Result<ChunkLocation> {
         let i = self
@@ -253,7 +310,22 @@ impl View {
     }
 
     fn get(&self, id: &ChunkId, path: &Path) -> Result<Option<ChunkLocation>> {
+        self.get_counting(id, path, &mut 0)
+    }
+
+    /// [`Self::get`], adding to `reads` the runs whose filter let it through (each costs a
+    /// read of one bucket).
+    fn get_counting(
+        &self,
+        id: &ChunkId,
+        path: &Path,
+        reads: &mut u64,
+    ) -> Result<Option<ChunkLocation>> {
         for run in self.runs.iter().rev() {
+            if !run.may_hold(id) {
+                continue;
+            }
+            *reads += 1;
             if let Some(n) = run.get(id)? {
                 return self.location(n, path).map(Some);
             }
@@ -331,6 +403,10 @@ struct Change {
     obsolete: Vec<PathBuf>,
     /// Which chunk a super-feature keeps in what this change writes and merges.
     keep: SketchKeep,
+    /// The loaded fingerprint filter, which every chunk entry this change adds goes into.
+    filter: Option<Arc<FingerprintFilter>>,
+    /// The change removes entries or replaces the index: the filter no longer matches it.
+    drops_filter: bool,
 }
 
 /// The persistent chunk index.
@@ -392,16 +468,14 @@ impl ChunkIndex {
             runs.push(Arc::new(run));
         }
         remove_orphans(path, &manifest.runs.iter().map(|r| r.seq).collect());
-        let view = View {
-            runs,
-            slots: manifest.slots.clone(),
-        };
+        let view = View::new(runs, manifest.slots.clone());
         Ok(ChunkIndex {
             shared: Arc::new(Shared {
                 path: path.to_path_buf(),
                 damaged: AtomicBool::new(false),
                 view: RwLock::new(Arc::new(view)),
                 keep_newest: AtomicBool::new(false),
+                filter: Mutex::new(None),
             }),
             state: Mutex::new(manifest),
             _lock: lock_file,
@@ -431,18 +505,26 @@ impl ChunkIndex {
             runs: self.current().runs.clone(),
             obsolete: Vec::new(),
             keep: self.shared.keep(),
+            filter: self.shared.loaded_filter(),
+            drops_filter: false,
         };
         let r = f(&mut change);
         self.shared.guard(r)?;
         change.manifest.runs = change.runs.iter().map(|r| record_of(r)).collect();
+        // Before the manifest: a filter file written while this commit lands still names
+        // the previous runs, and is rebuilt if the commit lands.
+        if change.drops_filter {
+            self.shared.drop_filter();
+        }
         change.manifest.store(self.path())?;
         for p in &change.obsolete {
             let _ = std::fs::remove_file(p);
         }
-        *self.shared.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View {
-            runs: change.runs,
-            slots: change.manifest.slots.clone(),
-        });
+        if let (Some(f), false) = (&change.filter, change.drops_filter) {
+            f.set_digest(index_digest(&change.manifest.runs));
+        }
+        *self.shared.view.write().unwrap_or_else(|e| e.into_inner()) =
+            Arc::new(View::new(change.runs, change.manifest.slots.clone()));
         *state = change.manifest;
         Ok(())
     }
@@ -471,6 +553,7 @@ impl ChunkIndex {
         };
         fresh.store(self.path())?;
         remove_orphans(self.path(), &HashSet::new());
+        self.shared.drop_filter();
         *self.shared.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(View::default());
         *state = fresh;
         self.shared.damaged.store(false, Ordering::SeqCst);
@@ -502,6 +585,8 @@ impl ChunkIndex {
             let n = c.runs.len();
             merge_runs(self.path(), c, 0, n)
         })?;
+        // The merge changed the runs, not what they hold: the filter follows them.
+        self.save_filter()?;
         Ok(Some((before, files_bytes(self.path()))))
     }
 
@@ -588,6 +673,9 @@ impl ChunkIndex {
     ) -> Result<()> {
         let spill = spill_path(self.path());
         let r = self.change(|c| {
+            // Replaced whole: the next locality backup rebuilds the filter from it.
+            c.drops_filter = true;
+            c.filter = None;
             c.obsolete
                 .extend(c.runs.drain(..).map(|r| r.path().to_path_buf()));
             c.manifest = Manifest {
@@ -634,10 +722,39 @@ impl ChunkIndex {
     /// deleting any container, so that no later backup deduplicates against a chunk about to
     /// disappear.
     pub fn remove_chunks(&self, dead: &HashSet<ChunkId>) -> Result<()> {
+        self.remove_chunks_trimming(dead, &[])
+    }
+
+    /// [`Self::remove_chunks`], marking as trimmed (see [`Trust::Nothing`]) in the same
+    /// commit the containers of the copies the index names and `also`: containers the caller
+    /// knows to hold other copies of `dead` chunks (prune's garbage copies), whose metadata
+    /// will list chunks the index no longer holds.
+    pub fn remove_chunks_trimming(
+        &self,
+        dead: &HashSet<ChunkId>,
+        also: &[ContainerId],
+    ) -> Result<()> {
         if dead.is_empty() {
             return Ok(());
         }
+        // The containers holding the indexed copies: their metadata will list chunks the
+        // index no longer holds.
+        let view = self.current();
+        let mut trimmed: HashSet<ContainerId> = also.iter().copied().collect();
+        for id in dead {
+            if let Some(loc) = self.shared.guard(view.get(id, self.path()))? {
+                trimmed.insert(loc.container);
+            }
+        }
+        drop(view);
         self.change(|c| {
+            c.drops_filter = true;
+            c.filter = None;
+            for s in &mut c.manifest.slots {
+                if trimmed.contains(&s.id) {
+                    s.trimmed = true;
+                }
+            }
             let mut i = 0;
             while i < c.runs.len() {
                 let run = c.runs[i].clone();
@@ -753,9 +870,76 @@ impl ChunkIndex {
     }
 
     /// Bytes the index holds in memory: the runs' filters and bucket directories (what a
-    /// lookup needs without reading a file).
+    /// lookup needs without reading a file), and the fingerprint filter if loaded.
     pub fn memory_bytes(&self) -> usize {
-        self.current().runs.iter().map(|r| r.memory_bytes()).sum()
+        self.current()
+            .runs
+            .iter()
+            .map(|r| r.memory_bytes())
+            .sum::<usize>()
+            + self.filter_memory_bytes()
+    }
+
+    /// Bytes of the fingerprint filter in memory (0 if it is not loaded).
+    pub fn filter_memory_bytes(&self) -> usize {
+        self.shared.loaded_filter().map_or(0, |f| f.memory_bytes())
+    }
+
+    /// The global fingerprint filter (see [`filter`]): the one loaded, else the file beside
+    /// the manifest if it was made for the index as it is and has one stage, else
+    /// one rebuilt from the index (reading it whole). From then on every chunk the index
+    /// takes in is added to it, until a removal or rebuild drops it. Returns it and whether
+    /// it was rebuilt, with the reason.
+    ///
+    /// # Errors
+    /// Reading the index to rebuild it ([`Error::IndexDamaged`] and I/O errors); a filter
+    /// file that cannot be read is rebuilt, not an error.
+    pub fn fingerprint_filter(&self) -> Result<(Arc<FingerprintFilter>, Option<String>)> {
+        // Held throughout: no commit lands between reading the digest and the filter.
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = self.shared.loaded_filter() {
+            return Ok((f, None));
+        }
+        let digest = index_digest(&state.runs);
+        let path = filter_path(self.path());
+        let why = match std::fs::read(&path) {
+            Ok(bytes) => match FingerprintFilter::decode(&bytes) {
+                Ok(f) if f.digest() != digest => {
+                    "it was made for another state of the index".to_string()
+                }
+                Ok(f) if f.stage_count() > 1 => {
+                    "it grew past the capacity it was built with".to_string()
+                }
+                Ok(f) => {
+                    let f = Arc::new(f);
+                    *self.shared.filter.lock().unwrap_or_else(|e| e.into_inner()) = Some(f.clone());
+                    return Ok((f, None));
+                }
+                Err(why) => why,
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "it is missing".to_string(),
+            Err(e) => e.to_string(),
+        };
+        let view = self.current();
+        let chunks: u64 = view.runs.iter().map(|r| r.chunks).sum();
+        let f = FingerprintFilter::with_capacity_for(chunks, digest);
+        let r = view.for_each(self.path(), |id, _| f.insert(&id));
+        self.shared.guard(r)?;
+        let f = Arc::new(f);
+        *self.shared.filter.lock().unwrap_or_else(|e| e.into_inner()) = Some(f.clone());
+        drop(state);
+        self.save_filter()?;
+        Ok((f, Some(format!("fingerprint filter rebuilt: {why}"))))
+    }
+
+    /// Writes the loaded fingerprint filter beside the manifest if it changed since it was
+    /// read or written (see [`filter`]); nothing if none is loaded.
+    pub fn save_filter(&self) -> Result<()> {
+        let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match self.shared.loaded_filter() {
+            Some(f) if f.is_dirty() => f.store(&filter_path(self.path())),
+            _ => Ok(()),
+        }
     }
 
     /// Run files and their chunk entries, oldest first (for tests and measurements).
@@ -805,7 +989,15 @@ fn add_batch_with<'m>(
         let first = slot(m, slot_of, id, meta.entries.len())?;
         for (i, e) in meta.entries.iter().enumerate() {
             if !keep(&id, i as u32, e) {
+                if e.kind != EntryKind::Full {
+                    if let Some(&s) = slot_of.get(&id) {
+                        m.slots[s].deltas_left_out = true;
+                    }
+                }
                 continue;
+            }
+            if let Some(f) = &c.filter {
+                f.insert(&e.id);
             }
             chunks.push((e.id.0, first + i as u64));
             if e.kind != EntryKind::Full {
@@ -882,6 +1074,8 @@ fn slot(
         first,
         entries,
         known: false,
+        trimmed: false,
+        deltas_left_out: false,
     });
     slot_of.insert(id, m.slots.len() - 1);
     Ok(first)
@@ -941,10 +1135,26 @@ fn merge_runs(path: &Path, c: &mut Change, from: usize, to: usize) -> Result<()>
 pub mod fuzzing {
     use super::*;
 
-    /// Decodes `bytes` as a manifest; one that decodes encodes back to the same bytes.
+    /// Decodes `bytes` as a manifest; one that decodes encodes back to the same bytes (a
+    /// version 2 one to a version 3 manifest that decodes to the same).
     pub fn manifest(bytes: &[u8]) {
         if let Ok(m) = Manifest::decode(bytes) {
-            assert_eq!(m.encode(), bytes);
+            let again = m.encode();
+            if bytes.get(8..12) == Some(&manifest::VERSION.to_le_bytes()[..]) {
+                assert_eq!(again, bytes);
+            }
+            assert_eq!(Manifest::decode(&again), Ok(m));
+        }
+    }
+
+    /// Decodes `bytes` as a fingerprint filter file; one that decodes encodes back to the
+    /// same bytes, and tests run without a panic.
+    pub fn filter(bytes: &[u8]) {
+        if let Ok(f) = FingerprintFilter::decode(bytes) {
+            assert_eq!(f.encode(), bytes);
+            let _ = f.contains(&ChunkId([0x5a; 32]));
+            f.insert(&ChunkId([0xa5; 32]));
+            assert!(f.contains(&ChunkId([0xa5; 32])));
         }
     }
 
@@ -989,6 +1199,19 @@ impl IndexReader {
     /// Looks up a chunk.
     pub fn get(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
         self.shared.guard(self.view.get(id, &self.shared.path))
+    }
+
+    /// [`Self::get`], adding to `reads` the buckets it read from run files (the lookups a
+    /// run's own Bloom filter did not spare).
+    pub fn get_counting(&self, id: &ChunkId, reads: &mut u64) -> Result<Option<ChunkLocation>> {
+        self.shared
+            .guard(self.view.get_counting(id, &self.shared.path, reads))
+    }
+
+    /// How far container `id`'s metadata agrees with this view of the index: whether a
+    /// chunk its metadata lists can be taken as indexed without looking it up.
+    pub fn trust(&self, id: &ContainerId) -> Trust {
+        self.view.partial.get(id).copied().unwrap_or(Trust::Whole)
     }
 
     /// The first full chunk recorded with super-feature `sf` at `position`, or the last one

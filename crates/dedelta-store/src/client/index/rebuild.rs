@@ -66,7 +66,7 @@ impl Rebuild<'_> {
     ) -> Result<()> {
         let view = View {
             runs: self.change.runs.clone(),
-            slots: Vec::new(),
+            ..View::default()
         };
         add_batch_with(
             self.path,

@@ -578,7 +578,15 @@ impl Run {
         Ok(())
     }
 
-    /// The global entry number of chunk `id`, if this run holds it.
+    /// Whether this run's filter lets chunk `id` through (a [`Self::get`] would read a
+    /// bucket).
+    pub fn may_hold(&self, id: &ChunkId) -> bool {
+        let (h1, h2) = chunk_hashes(id.as_bytes());
+        self.chunk_bloom.contains(h1, h2)
+    }
+
+    /// Looks up chunk `id`: its global entry number if this run holds it (reading one
+    /// bucket when the filter lets it through).
     pub fn get(&self, id: &ChunkId) -> Result<Option<u64>> {
         let id = id.as_bytes();
         let (h1, h2) = chunk_hashes(id);

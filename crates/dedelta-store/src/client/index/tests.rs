@@ -397,7 +397,7 @@ fn lookup_speed() {
     }
     let view = View {
         runs,
-        slots: vec![],
+        ..View::default()
     };
     let t = std::time::Instant::now();
     for i in 0..100_000u64 {
@@ -417,4 +417,106 @@ fn lookup_speed() {
             .unwrap();
     }
     eprintln!("100k sketch lookups: {:?}", t.elapsed());
+}
+
+/// The fingerprint filter follows the index: rebuilt when missing, read back when it matches,
+/// updated by every commit that adds chunks (so it never misses one, also after merges), and
+/// dropped by a removal (a Bloom filter cannot take a chunk out), after which it is rebuilt
+/// without the removed chunks' bits. A removal marks the containers it took chunks from as
+/// trimmed.
+#[test]
+fn the_fingerprint_filter_follows_the_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let index = ChunkIndex::open(&path).unwrap();
+    let (a, meta_a) = container(1, 300);
+    index.insert_container(a, &meta_a).unwrap();
+    let (f, why) = index.fingerprint_filter().unwrap();
+    assert!(why.unwrap().contains("missing"));
+    assert!(meta_a.entries.iter().all(|e| f.contains(&e.id)));
+    // Commits while it is loaded go into it, merges included.
+    let mut all = meta_a.entries.clone();
+    for seed in 2..40 {
+        let (id, meta) = container(seed, 50);
+        index.insert_container(id, &meta).unwrap();
+        all.extend(meta.entries);
+    }
+    index.compact_if_worthwhile().unwrap();
+    assert!(all.iter().all(|e| f.contains(&e.id)));
+    index.save_filter().unwrap();
+    drop((index, f));
+    let index = ChunkIndex::open(&path).unwrap();
+    let (f, why) = index.fingerprint_filter().unwrap();
+    assert_eq!(why, None, "the saved filter matches the index");
+    assert!(all.iter().all(|e| f.contains(&e.id)));
+    assert_eq!(index.reader().unwrap().trust(&a), Trust::Whole);
+    // A removal drops it and trims the container.
+    let dead: HashSet<ChunkId> = meta_a.entries[..100].iter().map(|e| e.id).collect();
+    index.remove_chunks(&dead).unwrap();
+    assert_eq!(index.reader().unwrap().trust(&a), Trust::Nothing);
+    let (g, why) = index.fingerprint_filter().unwrap();
+    assert!(why.unwrap().contains("another state"));
+    assert!(!Arc::ptr_eq(&f, &g));
+    assert!(all[100..].iter().all(|e| g.contains(&e.id)));
+    let still = dead.iter().filter(|id| g.contains(id)).count();
+    assert!(still < 10, "{still} of 100 removed chunks still pass");
+    // The trimmed flag survives a reopen (it is in the manifest).
+    drop((index, f, g));
+    let index = ChunkIndex::open(&path).unwrap();
+    assert_eq!(index.reader().unwrap().trust(&a), Trust::Nothing);
+    // A container the caller names (prune: one holding an unnamed copy of a dead chunk) is
+    // trimmed in the same commit.
+    let (b, meta_b) = container(2, 10);
+    index.insert_container(b, &meta_b).unwrap();
+    let other = ContainerId([9; 32]);
+    let dead_b: HashSet<ChunkId> = [meta_b.entries[0].id].into();
+    index.remove_chunks_trimming(&dead_b, &[other]).unwrap();
+    let r = index.reader().unwrap();
+    assert_eq!(r.trust(&b), Trust::Nothing);
+    // `other` has no slot: nothing to mark, and an unknown container is never prefetched.
+    assert_eq!(r.trust(&other), Trust::Whole);
+}
+
+/// A catch-up or rebuild that leaves a container's delta entries out marks it so: its full
+/// entries stay trusted, its delta entries do not.
+#[test]
+fn left_out_deltas_are_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
+    let (a, mut meta) = container(1, 10);
+    meta.entries[3].kind = EntryKind::Delta {
+        base: meta.entries[0].id,
+    };
+    index
+        .take_in([(a, &meta)], |_, _, e| e.kind == EntryKind::Full, [(a, 10)])
+        .unwrap();
+    assert_eq!(index.reader().unwrap().trust(&a), Trust::FullEntries);
+    let (b, meta_b) = container(2, 10);
+    index.insert_container(b, &meta_b).unwrap();
+    assert_eq!(index.reader().unwrap().trust(&b), Trust::Whole);
+}
+
+/// A commit made while no filter is loaded (an exact backup, a catch-up in another run)
+/// leaves the saved filter naming older runs: the next load rebuilds it, so it never misses
+/// the chunks that commit added.
+#[test]
+fn a_filter_saved_before_later_commits_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let index = ChunkIndex::open(&path).unwrap();
+    let (a, meta_a) = container(1, 100);
+    index.insert_container(a, &meta_a).unwrap();
+    index.fingerprint_filter().unwrap();
+    index.save_filter().unwrap();
+    drop(index);
+    let index = ChunkIndex::open(&path).unwrap();
+    let (b, meta_b) = container(2, 100);
+    index.insert_container(b, &meta_b).unwrap();
+    let (f, why) = index.fingerprint_filter().unwrap();
+    assert!(why.unwrap().contains("another state"));
+    assert!(meta_a
+        .entries
+        .iter()
+        .chain(&meta_b.entries)
+        .all(|e| f.contains(&e.id)));
 }

@@ -77,7 +77,8 @@ pub(super) fn execute(
     // prune is about to delete (an unindexed copy left by a killed prune). Never delete those.
     let written: HashSet<ContainerId> = writer.written.iter().copied().collect();
     // 2. Forget dead chunks in the index before any container disappears.
-    repo.index().remove_chunks(&work.dead)?;
+    repo.index()
+        .remove_chunks_trimming(&work.dead, &work.trimmed)?;
     // 3. Delete old containers.
     let mut deleted = Vec::new();
     for cid in plan.delete.iter().chain(plan.rewrite.iter()) {

@@ -31,6 +31,10 @@ pub(super) struct PruneWork {
     pub dead: HashSet<ChunkId>,
     /// Containers whose live entries are copied forward.
     pub rewrite: HashSet<ContainerId>,
+    /// Containers kept whose metadata lists a dead chunk in a copy the index does not name
+    /// (left by an interrupted backup): the index marks them trimmed with the removal, as it
+    /// does the containers of the copies it names (see `ChunkIndex::remove_chunks_trimming`).
+    pub trimmed: Vec<ContainerId>,
 }
 
 /// Marks and plans.
@@ -155,13 +159,24 @@ pub(super) fn plan(
         }
     }
     plan.dead_chunks = dead.len() as u64;
-    plan.dead_chunks = dead.len() as u64;
+    let deleted: HashSet<&ContainerId> = plan.delete.iter().collect();
+    let trimmed = metas
+        .iter()
+        .filter(|(cid, _, _)| !rewrite.contains(cid) && !deleted.contains(cid))
+        .filter(|(_, _, entries)| {
+            entries
+                .iter()
+                .any(|(e, indexed)| !*indexed && dead.contains(&e.id))
+        })
+        .map(|(cid, _, _)| *cid)
+        .collect();
     Ok((
         plan,
         PruneWork {
             live,
             dead,
             rewrite,
+            trimmed,
         },
     ))
 }

@@ -1,0 +1,422 @@
+//! Runs on: the worker pool (and the dedup thread for tree chunks), shared by both.
+//!
+//! How backup finds the duplicates of chunks stored before it: a [`FingerprintIndex`]
+//! strategy, chosen per backup ([`FingerprintIndexKind`]).
+//!
+//! - [`ExactIndex`]: every chunk is looked up in the client's on-disk index (each run's
+//!   Bloom filter first, then one bucket read per run it lets through). One random read per
+//!   duplicate chunk: about 120 per MiB of duplicate data at 8 KiB chunks.
+//! - [`LocalityIndex`]: locality-preserved caching (Zhu et al., FAST'08 §4.2, LoopDelta §4.3).
+//!   An LRU cache of whole containers' metadata (fingerprint -> entry, and the full entries'
+//!   super-features), `cache_containers` containers at most; then one global Bloom filter
+//!   over every fingerprint (the index's [`FingerprintFilter`], about 1.25-1.9 bytes a
+//!   chunk); only when the cache misses and the filter says "maybe" the on-disk index. A hit
+//!   there loads (prefetches) the metadata of the container it names, so the duplicates that
+//!   follow it in the stream, which were stored beside it, are found in memory. A backup of
+//!   data seen before costs one index lookup and one metadata read per container of it,
+//!   rather than one lookup per chunk; new data costs a filter test per chunk and the
+//!   filter's false positives (about 1 %).
+//!
+//! A cache hit must not deduplicate against a chunk the index would not name: a prune
+//! removes dead chunks from the index but keeps containers that are mostly live, dead
+//! entries and all, and a rebuild leaves out delta copies whose base has no copy. So a
+//! cached entry counts only if the index's record of its container says so
+//! ([`IndexReader::trust`]: no entry removed since it was taken in; for a delta entry, none
+//! left out either), its copy is not recorded as damaged, and the filter (which holds
+//! exactly the index's fingerprints, and a few false ones) lets it through; any other cached
+//! entry is looked up on disk. Prune marks trimmed both the containers of the copies it
+//! removes and the kept containers holding other copies of those chunks. Not covered: when
+//! `check` or `repair packs` removes a damaged copy, another container's good copy of the
+//! same chunk is not marked, so a cache hit on it (only through a filter false positive,
+//! since the filter is rebuilt after every removal) would name a chunk that is stored but
+//! not indexed: `repair index` takes it back in, and prune refuses to run until then, so no
+//! data is lost. The cache maps a fingerprint to the container loaded last
+//! that holds it; evicting that container forgets the fingerprint even if an older cached
+//! container holds it too (a miss more, never a wrong answer).
+//!
+//! Alternative rejected: an in-memory map of every fingerprint (DDFS before the summary
+//! vector; 40+ bytes a chunk, 40 GB for a billion chunks). Sparse indexing (Lillibridge et
+//! al.) samples hooks per segment instead of a filter per chunk; its miss rate depends on
+//! the sampling and it needs a segment layer this format does not have.
+
+use crate::backend::Backend;
+use crate::client::index::{FingerprintFilter, IndexReader, Trust};
+use crate::error::Result;
+use crate::format::container::{ContainerId, ContainerMeta, EntryKind};
+use crate::repository::damage::DamageSet;
+use crate::repository::read_container_meta;
+use dedelta_core::ChunkId;
+use lru::LruCache;
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Which strategy finds the duplicates of chunks stored before the backup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FingerprintIndexKind {
+    /// Every chunk looked up in the on-disk index.
+    #[default]
+    Exact,
+    /// A cache of whole containers' metadata, a global Bloom filter, then the on-disk index.
+    Locality,
+}
+
+impl FingerprintIndexKind {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FingerprintIndexKind::Exact => "exact",
+            FingerprintIndexKind::Locality => "locality",
+        }
+    }
+
+    /// Parses [`Self::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "exact" => Some(FingerprintIndexKind::Exact),
+            "locality" => Some(FingerprintIndexKind::Locality),
+            _ => None,
+        }
+    }
+}
+
+/// Containers the locality cache holds by default: the metadata of 64 containers of 4 MiB
+/// (256 MiB of stored data; about 2,000 entries each on SQLAlchemy, some 150 bytes an entry
+/// decoded and 80 in the fingerprint map: about 30 MB). Estimated, not measured.
+pub const DEFAULT_CACHE_CONTAINERS: usize = 64;
+
+/// How a backup finds duplicates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FingerprintIndexOptions {
+    /// The strategy.
+    pub kind: FingerprintIndexKind,
+    /// Containers of metadata the locality cache holds (at least 1).
+    pub cache_containers: usize,
+}
+
+impl Default for FingerprintIndexOptions {
+    fn default() -> Self {
+        FingerprintIndexOptions {
+            kind: FingerprintIndexKind::Exact,
+            cache_containers: DEFAULT_CACHE_CONTAINERS,
+        }
+    }
+}
+
+/// What a strategy counted (a backup reports them; never stored).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct LookupCounters {
+    /// The strategy's name.
+    pub strategy: String,
+    /// Chunks looked up.
+    pub lookups: u64,
+    /// Found in the locality cache.
+    pub cache_hits: u64,
+    /// Turned away by the global filter: known new without touching the disk.
+    pub filter_negatives: u64,
+    /// Let through by the global filter but not in the index.
+    pub filter_false_positives: u64,
+    /// Lookups that went to the on-disk index.
+    pub index_lookups: u64,
+    /// Run buckets those lookups read (one random read each; the runs' own filters spare
+    /// the others).
+    pub bucket_reads: u64,
+    /// Container metadata sections loaded into the cache.
+    pub prefetches: u64,
+    /// Prefetches that failed (the lookup's answer stands; the container is not cached).
+    pub prefetch_errors: u64,
+    /// The most containers the cache held at once.
+    pub cached_containers_max: u64,
+    /// Bytes of the global filter in memory (0 for the exact index).
+    pub filter_bytes: u64,
+    /// Fingerprints the global filter was sized for.
+    pub filter_capacity: u64,
+    /// Bytes the on-disk index holds in memory besides the global filter (its runs' own
+    /// filters, of fingerprints and of super-feature keys, and bucket directories), after
+    /// the backup.
+    pub index_memory_bytes: u64,
+    /// Chunk entries of the index's runs after the backup (a chunk in two runs counts
+    /// twice until they merge).
+    pub index_chunks: u64,
+}
+
+impl LookupCounters {
+    /// Random reads a disk would have made: bucket reads and metadata prefetches.
+    pub fn random_reads(&self) -> u64 {
+        self.bucket_reads + self.prefetches
+    }
+
+    /// The filter's false-positive rate among the lookups it answered for chunks the index
+    /// does not hold (`None` before any).
+    pub fn filter_fp_rate(&self) -> Option<f64> {
+        let absent = self.filter_negatives + self.filter_false_positives;
+        (absent > 0).then(|| self.filter_false_positives as f64 / absent as f64)
+    }
+}
+
+/// A way to find which container holds the stored copy of a chunk.
+pub trait FingerprintIndex: Send + Sync {
+    /// The container of the usable indexed copy of `id` (copies recorded as damaged count as
+    /// absent), if any, as the index stood when the backup started.
+    ///
+    /// # Errors
+    /// Reading the index or (locality) a container's metadata fails so that no answer can be
+    /// given; a failed prefetch alone is counted, not an error.
+    fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>>;
+
+    /// What it counted so far.
+    fn counters(&self) -> LookupCounters;
+}
+
+/// Counters shared by the pool's threads.
+#[derive(Debug, Default)]
+struct Counts {
+    lookups: AtomicU64,
+    cache_hits: AtomicU64,
+    filter_negatives: AtomicU64,
+    filter_false_positives: AtomicU64,
+    index_lookups: AtomicU64,
+    bucket_reads: AtomicU64,
+    prefetches: AtomicU64,
+    prefetch_errors: AtomicU64,
+    cached_containers_max: AtomicU64,
+}
+
+impl Counts {
+    fn bump(a: &AtomicU64) {
+        a.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self, strategy: &str) -> LookupCounters {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LookupCounters {
+            strategy: strategy.to_string(),
+            lookups: g(&self.lookups),
+            cache_hits: g(&self.cache_hits),
+            filter_negatives: g(&self.filter_negatives),
+            filter_false_positives: g(&self.filter_false_positives),
+            index_lookups: g(&self.index_lookups),
+            bucket_reads: g(&self.bucket_reads),
+            prefetches: g(&self.prefetches),
+            prefetch_errors: g(&self.prefetch_errors),
+            cached_containers_max: g(&self.cached_containers_max),
+            ..LookupCounters::default()
+        }
+    }
+
+    /// One on-disk lookup, counted.
+    fn disk_get(
+        &self,
+        reader: &IndexReader,
+        id: &ChunkId,
+    ) -> Result<Option<crate::client::index::ChunkLocation>> {
+        Counts::bump(&self.index_lookups);
+        let mut reads = 0;
+        let r = reader.get_counting(id, &mut reads);
+        self.bucket_reads.fetch_add(reads, Ordering::Relaxed);
+        r
+    }
+}
+
+/// Today's lookup: the on-disk index for every chunk.
+pub struct ExactIndex {
+    reader: IndexReader,
+    damage: Arc<DamageSet>,
+    counts: Counts,
+}
+
+impl ExactIndex {
+    /// Looks up in `reader`, counting copies `damage` records as absent.
+    pub fn new(reader: IndexReader, damage: Arc<DamageSet>) -> Self {
+        ExactIndex {
+            reader,
+            damage,
+            counts: Counts::default(),
+        }
+    }
+}
+
+impl FingerprintIndex for ExactIndex {
+    fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
+        Counts::bump(&self.counts.lookups);
+        Ok(self
+            .counts
+            .disk_get(&self.reader, id)?
+            .map(|loc| loc.container)
+            .filter(|c| self.damage.reason(c, id).is_none()))
+    }
+
+    fn counters(&self) -> LookupCounters {
+        self.counts.snapshot("exact")
+    }
+}
+
+/// A cached container: its metadata and how far the index agrees with it.
+struct Cached {
+    meta: Arc<ContainerMeta>,
+    trust: Trust,
+}
+
+/// The cache's state: the containers (LRU) and where each fingerprint is in them.
+struct ContainerCache {
+    containers: LruCache<ContainerId, Cached>,
+    /// Fingerprint -> (container, entry number) in the container loaded last holding it.
+    map: HashMap<ChunkId, (ContainerId, u32)>,
+}
+
+impl ContainerCache {
+    /// The cached entry of `id`: its container, whether it is a full entry, and the
+    /// container's trust; refreshes the container.
+    fn find(&mut self, id: &ChunkId) -> Option<(ContainerId, bool, Trust)> {
+        let &(c, entry) = self.map.get(id)?;
+        let cached = self.containers.get(&c)?;
+        let full = cached
+            .meta
+            .entries
+            .get(entry as usize)
+            .is_some_and(|e| e.kind == EntryKind::Full);
+        Some((c, full, cached.trust))
+    }
+
+    /// Takes in container `id`'s metadata as the most recently used, evicting the least
+    /// recently used container if full.
+    fn load(&mut self, id: ContainerId, meta: Arc<ContainerMeta>, trust: Trust) {
+        if self.containers.contains(&id) {
+            return;
+        }
+        for (i, e) in meta.entries.iter().enumerate() {
+            self.map.insert(e.id, (id, i as u32));
+        }
+        if let Some((old, gone)) = self.containers.push(id, Cached { meta, trust }) {
+            if old != id {
+                for e in &gone.meta.entries {
+                    if self.map.get(&e.id).is_some_and(|m| m.0 == old) {
+                        self.map.remove(&e.id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Locality-preserved caching (see the module doc).
+pub struct LocalityIndex {
+    reader: IndexReader,
+    damage: Arc<DamageSet>,
+    filter: Arc<FingerprintFilter>,
+    backend: Arc<dyn Backend>,
+    cache: Mutex<ContainerCache>,
+    /// Held across an on-disk lookup and the prefetch it leads to: the pool's threads work
+    /// on neighbouring blocks, which are usually in the same container, and without it each
+    /// looked the container up and loaded it (12 loads of 8 containers in a 30 MB backup).
+    disk: Mutex<()>,
+    counts: Counts,
+}
+
+impl LocalityIndex {
+    /// A locality index over `reader` with `filter` (holding every fingerprint of it),
+    /// caching up to `cache_containers` containers' metadata read from `backend`.
+    pub fn new(
+        reader: IndexReader,
+        damage: Arc<DamageSet>,
+        filter: Arc<FingerprintFilter>,
+        backend: Arc<dyn Backend>,
+        cache_containers: usize,
+    ) -> Self {
+        LocalityIndex {
+            reader,
+            damage,
+            filter,
+            backend,
+            cache: Mutex::new(ContainerCache {
+                containers: LruCache::new(
+                    NonZeroUsize::new(cache_containers).unwrap_or(NonZeroUsize::MIN),
+                ),
+                map: HashMap::new(),
+            }),
+            disk: Mutex::new(()),
+            counts: Counts::default(),
+        }
+    }
+
+    /// The cached entry of `id` if the index agrees with it (see the module doc).
+    fn cached(&self, id: &ChunkId) -> Option<ContainerId> {
+        let (c, full, trust) = self.cache().find(id)?;
+        let trusted = match trust {
+            Trust::Whole => true,
+            Trust::FullEntries => full,
+            Trust::Nothing => false,
+        };
+        (trusted && self.damage.reason(&c, id).is_none() && self.filter.contains(id)).then_some(c)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, ContainerCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The metadata of a cached container (fingerprints and super-features), without
+    /// refreshing it: for later stages that look for bases among recently used containers.
+    pub fn cached_meta(&self, id: &ContainerId) -> Option<Arc<ContainerMeta>> {
+        self.cache().containers.peek(id).map(|c| c.meta.clone())
+    }
+
+    /// Containers cached now.
+    pub fn cached_containers(&self) -> usize {
+        self.cache().containers.len()
+    }
+
+    /// Loads container `id`'s metadata into the cache unless it is there.
+    fn prefetch(&self, id: ContainerId) {
+        if self.cache().containers.contains(&id) {
+            return;
+        }
+        Counts::bump(&self.counts.prefetches);
+        match read_container_meta(self.backend.as_ref(), &id.to_hex()) {
+            Ok(meta) => {
+                let trust = self.reader.trust(&id);
+                let mut cache = self.cache();
+                cache.load(id, Arc::new(meta), trust);
+                self.counts
+                    .cached_containers_max
+                    .fetch_max(cache.containers.len() as u64, Ordering::Relaxed);
+            }
+            Err(_) => Counts::bump(&self.counts.prefetch_errors),
+        }
+    }
+}
+
+impl FingerprintIndex for LocalityIndex {
+    fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
+        Counts::bump(&self.counts.lookups);
+        if let Some(c) = self.cached(id) {
+            Counts::bump(&self.counts.cache_hits);
+            return Ok(Some(c));
+        }
+        if !self.filter.contains(id) {
+            Counts::bump(&self.counts.filter_negatives);
+            return Ok(None);
+        }
+        // Another thread may be loading the container that holds it: wait, and look again.
+        let _disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = self.cached(id) {
+            Counts::bump(&self.counts.cache_hits);
+            return Ok(Some(c));
+        }
+        let Some(loc) = self.counts.disk_get(&self.reader, id)? else {
+            Counts::bump(&self.counts.filter_false_positives);
+            return Ok(None);
+        };
+        self.prefetch(loc.container);
+        Ok(Some(loc.container).filter(|c| self.damage.reason(c, id).is_none()))
+    }
+
+    fn counters(&self) -> LookupCounters {
+        LookupCounters {
+            filter_bytes: self.filter.memory_bytes() as u64,
+            filter_capacity: self.filter.capacity(),
+            ..self.counts.snapshot("locality")
+        }
+    }
+}

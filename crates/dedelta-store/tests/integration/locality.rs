@@ -1,0 +1,255 @@
+//! The locality fingerprint index (issue 16 item 1): it deduplicates exactly as the exact
+//! index does, with one on-disk lookup per container of old data rather than one per chunk;
+//! its cache stays within its size; and it never deduplicates against a chunk the index no
+//! longer holds (a prune's dead chunk left in a container it kept).
+
+use crate::support::{
+    backup_options, backup_with, config, forget_ids, init_repo, locked, me, noise, prune_with,
+    read_files, restore_to, run_check, stored_bytes, time_of, versioned_text, write_files, Files,
+};
+use dedelta_store::commands::backup::{
+    BackupResult, FingerprintIndexKind, FingerprintIndexOptions,
+};
+use dedelta_store::format::config::DeltaConfig;
+use dedelta_store::IndexedRepository;
+use std::path::Path;
+
+fn locality(cache_containers: usize) -> FingerprintIndexOptions {
+    FingerprintIndexOptions {
+        kind: FingerprintIndexKind::Locality,
+        cache_containers,
+    }
+}
+
+fn exact() -> FingerprintIndexOptions {
+    FingerprintIndexOptions::default()
+}
+
+/// Backs up `files` (written to `src`) as backup `n` with `lookup`.
+fn backup(
+    repo: &IndexedRepository,
+    src: &Path,
+    files: &Files,
+    n: u64,
+    lookup: FingerprintIndexOptions,
+) -> BackupResult {
+    let _ = std::fs::remove_dir_all(src);
+    write_files(src, files);
+    // Fixed times, so that two repositories get the same tree stream.
+    let t = filetime::FileTime::from_unix_time(1_700_000_000, 0);
+    for name in files.keys() {
+        filetime::set_file_times(src.join(name), t, t).unwrap();
+    }
+    filetime::set_file_times(src, t, t).unwrap();
+    locked(repo, &me(), |lock| {
+        let mut opts = backup_options(vec![src.to_path_buf()], time_of(n));
+        opts.lookup = lookup;
+        backup_with(repo, lock, opts)
+    })
+    .unwrap()
+}
+
+/// Version `v`: eight text files edited a little per version, and incompressible data
+/// (several containers of it).
+fn tree(v: u64) -> Files {
+    let mut m = Files::new();
+    for f in 0..8u64 {
+        m.insert(format!("t{f}.txt"), versioned_text(f, 30_000, v));
+    }
+    m.insert("big.bin".into(), noise(600_000, 7));
+    m
+}
+
+fn restores(repo: &IndexedRepository, res: &BackupResult, src: &Path, files: &Files) {
+    let (_, snap) = repo.find_snapshot(&res.snapshot_id.to_hex()).unwrap();
+    let out = src.with_file_name("out");
+    let _ = std::fs::remove_dir_all(&out);
+    restore_to(repo, &snap, &out).unwrap();
+    let root = out.join(src.to_string_lossy().trim_start_matches('/'));
+    assert!(read_files(&root) == *files, "restored files differ");
+}
+
+/// The same backups, with the exact and the locality index, store the same bytes: the same
+/// data again stores nothing, and slightly changed data stores the same containers.
+#[test]
+fn locality_deduplicates_exactly_like_exact() {
+    for delta in [DeltaConfig::recommended(), DeltaConfig::default()] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut stored = Vec::new();
+        for (name, lookup) in [("exact", exact()), ("locality", locality(4))] {
+            let repo = init_repo(&dir.path().join(name), config(1, delta.clone()));
+            let src = dir.path().join("src"); // one path for both: the same tree stream
+            let mut sizes = Vec::new();
+            for (n, v) in [0u64, 0, 1, 1, 2].into_iter().enumerate() {
+                let files = tree(v);
+                let res = backup(&repo, &src, &files, n as u64, lookup);
+                sizes.push((res.summary.new_chunks, stored_bytes(&repo)));
+                if n == 1 || n == 3 {
+                    // Only the tree stream is new (the files' times changed).
+                    assert!(
+                        res.summary.bytes_new < 20_000,
+                        "{name}: backup {n}: {} {:?}",
+                        res.summary.bytes_new,
+                        res.metrics.lookups
+                    );
+                }
+                if name == "locality" && n == 1 {
+                    let l = &res.metrics.lookups;
+                    assert_eq!(l.strategy, "locality");
+                    // Old data: at most one on-disk lookup per container it was stored in
+                    // (plus the filter's few false positives); the rest hit the cache.
+                    assert!(
+                        l.index_lookups <= l.prefetches + l.filter_false_positives,
+                        "{l:?}"
+                    );
+                    assert!(l.cache_hits > 10 * l.index_lookups, "{l:?}");
+                    assert!(l.cached_containers_max <= 4, "{l:?}");
+                    assert!(l.filter_bytes > 0);
+                }
+                restores(&repo, &res, &src, &files);
+            }
+            stored.push(sizes);
+        }
+        assert_eq!(stored[0], stored[1], "exact vs locality, delta {delta:?}");
+    }
+}
+
+/// The cache never holds more containers than asked, whatever the data.
+#[test]
+fn the_cache_holds_at_most_its_containers() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = init_repo(&dir.path().join("repo"), config(1, DeltaConfig::default()));
+    let src = dir.path().join("src");
+    let mut files = Files::new();
+    for f in 0..6u64 {
+        files.insert(format!("n{f}.bin"), noise(200_000, f));
+    }
+    let first = backup(&repo, &src, &files, 0, exact());
+    assert!(first.summary.containers_written >= 10);
+    for n in [1, 2, 3] {
+        let res = backup(&repo, &src, &files, 1, locality(n));
+        let l = &res.metrics.lookups;
+        assert!(
+            res.summary.bytes_new < 20_000,
+            "{} new: {:?}",
+            res.summary.bytes_new,
+            res.metrics.lookups
+        );
+        assert!(l.cached_containers_max <= n as u64, "cache of {n}: {l:?}");
+        assert!(l.prefetches >= first.summary.containers_written, "{l:?}");
+    }
+}
+
+/// A prune that keeps a container with dead entries takes them out of the index: a locality
+/// backup that prefetches that container must not deduplicate against them (its snapshot
+/// would name chunks the index does not hold, and the next prune would free them).
+#[test]
+fn dead_entries_of_a_kept_container_are_stored_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = init_repo(&dir.path().join("repo"), config(4, DeltaConfig::default()));
+    let src = dir.path().join("src");
+    let kept = noise(60_000, 1);
+    let dead = noise(20_000, 2);
+    let both: Files = [
+        ("a.bin".to_string(), kept.clone()),
+        ("b.bin".to_string(), dead.clone()),
+    ]
+    .into();
+    let only_kept: Files = [("a.bin".to_string(), kept.clone())].into();
+    let first = backup(&repo, &src, &both, 0, exact());
+    backup(&repo, &src, &only_kept, 1, exact());
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, &[first.snapshot_id.to_hex()])?;
+        // Keep every partly dead container: b.bin's chunks stay in it, out of the index.
+        prune_with(&repo, lock, 1.0, false)
+    })
+    .unwrap();
+    let again = backup(&repo, &src, &both, 2, locality(8));
+    assert!(
+        again.summary.bytes_new >= dead.len() as u64,
+        "b.bin's chunks must be stored again: {:?}",
+        again.metrics.lookups
+    );
+    let report = run_check(&repo, true).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    restores(&repo, &again, &src, &both);
+    // And after a prune, the snapshot still restores.
+    locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, false)).unwrap();
+    restores(&repo, &again, &src, &both);
+}
+
+/// The filter file is kept beside the index: a second locality backup reads it instead of
+/// rebuilding it; a damaged one is rebuilt, with a notice, and the backup is unchanged.
+#[test]
+fn a_damaged_filter_file_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("repo");
+    let repo = init_repo(&path, config(1, DeltaConfig::default()));
+    let src = dir.path().join("src");
+    let files = tree(0);
+    let rebuilt = |r: &BackupResult| {
+        r.notices
+            .iter()
+            .any(|n| n.starts_with("fingerprint filter rebuilt"))
+    };
+    assert!(rebuilt(&backup(&repo, &src, &files, 0, locality(4))));
+    assert!(!rebuilt(&backup(&repo, &src, &files, 1, locality(4))));
+    drop(repo);
+    let cache = crate::support::cache_root_for(&path);
+    let filter = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("chunks.idx.filter"))
+        .find(|p| p.exists())
+        .expect("a filter file beside the index");
+    let mut bytes = std::fs::read(&filter).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&filter, bytes).unwrap();
+    let repo = crate::support::open_repo(&path)
+        .unwrap()
+        .open_index()
+        .unwrap();
+    let res = backup(&repo, &src, &files, 2, locality(4));
+    assert!(rebuilt(&res), "{:?}", res.notices);
+    assert!(res.notices.iter().any(|n| n.contains("checksum")));
+    assert!(
+        res.summary.bytes_new < 20_000,
+        "{} new: {:?}",
+        res.summary.bytes_new,
+        res.metrics.lookups
+    );
+    assert!(!rebuilt(&backup(&repo, &src, &files, 3, locality(4))));
+}
+
+/// A metered repository files the locality index's metadata loads as prefetches (issue 16
+/// item 4's purpose): a size query and two ranged reads of one container per prefetch, and
+/// an exact backup makes none.
+#[test]
+fn prefetches_are_metered_as_prefetch() {
+    use dedelta_store::backend::wrap::metered::{Direction, Purpose};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("repo");
+    let repo = dedelta_store::Repository::init_local_with_cache(
+        &path,
+        config(1, DeltaConfig::default()),
+        &crate::support::cache_root_for(&path),
+    )
+    .unwrap()
+    .metered()
+    .open_index()
+    .unwrap();
+    let src = dir.path().join("src");
+    let files = tree(0);
+    let before = repo.io_counts().unwrap();
+    backup(&repo, &src, &files, 0, exact());
+    let mid = repo.io_counts().unwrap();
+    assert_eq!(mid.since(&before).purpose(Purpose::Prefetch).requests, 0);
+    let res = backup(&repo, &src, &files, 1, locality(4));
+    let c = repo.io_counts().unwrap().since(&mid);
+    let prefetches = res.metrics.lookups.prefetches;
+    assert!(prefetches > 0);
+    let reads = c.get(Purpose::Prefetch, Direction::Read);
+    assert_eq!(reads.requests, 2 * prefetches, "{c:?}");
+    assert!(reads.bytes > 0);
+}

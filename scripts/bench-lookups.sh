@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Duplicate lookups of the exact and the locality fingerprint index (issue 16 item 1): backs up
+# FILE... in order (each as one snapshot through --stdin) into a fresh repository per strategy
+# and prints one JSON line per strategy: index lookups, random reads (bucket reads and
+# container metadata prefetches), per GB and per container of data, the filter's
+# false-positive rate, bytes per chunk of the filter and of the index's other in-memory parts,
+# the stored bytes, the backups' seconds, and the modelled disk time (every random read
+# costs SEEK_MS, 5 by default: a disk seek; page-cache hits in this run cost nothing).
+# Usage: scripts/bench-lookups.sh WORKDIR FILE...
+# CACHE_CONTAINERS (environment, default 64) sizes the locality cache.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${DEDELTA_BIN:-$here/target/release/dedelta}
+work=$1; shift
+cat "$@" > /dev/null  # page cache
+for kind in exact locality; do
+  repo="$work/repo-$kind"; rm -rf "$repo" "$work/cache-$kind"; mkdir -p "$work"
+  export DEDELTA_CACHE_DIR="$work/cache-$kind"
+  "$bin" init -r "$repo" >/dev/null
+  : > "$work/$kind.jsonl"
+  for f in "$@"; do
+    "$bin" backup -r "$repo" --stdin --stdin-name data.tar --json \
+      --fingerprint-index "$kind" --fingerprint-cache-containers "${CACHE_CONTAINERS:-64}" \
+      < "$f" >> "$work/$kind.jsonl"
+  done
+  container=$("$bin" stats -r "$repo" --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("stored_bytes", 0))')
+  python3 - "$work/$kind.jsonl" "$kind" "$container" "${SEEK_MS:-5}" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+kind, stored, seek = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]) / 1000
+L = lambda k: sum(r["lookups"][k] for r in rows)
+gb = sum(r["bytes_read"] for r in rows) / 1e9
+secs = sum(r["seconds"] for r in rows)
+reads = L("bucket_reads") + L("prefetches")
+# Data in containers of 4 MiB (the default container size).
+containers_of_data = sum(r["bytes_read"] for r in rows) / (4 << 20)
+absent = L("filter_negatives") + L("filter_false_positives")
+last = rows[-1]["lookups"]
+chunks = max(last["index_chunks"], 1)
+disk = reads * seek
+out = {
+    "strategy": kind, "versions": len(rows), "gb": round(gb, 3), "stored_bytes": stored,
+    "lookups": L("lookups"), "cache_hits": L("cache_hits"),
+    "index_lookups": L("index_lookups"), "bucket_reads": L("bucket_reads"),
+    "prefetches": L("prefetches"), "random_reads": reads,
+    "index_lookups_per_gb": round(L("index_lookups") / gb, 1),
+    "random_reads_per_gb": round(reads / gb, 1),
+    "index_lookups_per_container_of_data": round(L("index_lookups") / containers_of_data, 2),
+    "new_containers": sum(r["containers_written"] for r in rows),
+    "filter_false_positives": L("filter_false_positives"),
+    "filter_fp_rate": round(L("filter_false_positives") / absent, 4) if absent else None,
+    "filter_bytes_per_chunk": round(last["filter_bytes"] / chunks, 2),
+    "index_memory_bytes_per_chunk": round(last["index_memory_bytes"] / chunks, 2),
+    "backup_seconds": round(secs, 2), "modelled_disk_seconds": round(disk, 2),
+    "mb_per_s_with_modelled_disk": round(gb * 1000 / (secs + disk), 1),
+}
+print(json.dumps(out))
+PY
+done
