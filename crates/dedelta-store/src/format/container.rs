@@ -1,6 +1,6 @@
 //! Containers: the write-once files that hold chunk data.
 //!
-//! (Over 500 lines: the builder, header and footer with their tests, about 500 lines of
+//! (Over 500 lines: the builder, header and footer with their tests, about 450 lines of
 //! which are tests; each metadata layout has its own module.)
 //!
 //! A container is a header, compression regions back to back, a metadata section describing
