@@ -43,11 +43,11 @@ use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
 use crate::read::walk_tree;
 use crate::read::{
-    speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats,
-    RestoreCacheChoice, RestoreCacheStats,
+    speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats, RestoreCacheChoice,
+    RestoreCacheStats,
 };
-use dedelta_core::ChunkId;
 use crate::repository::IndexedRepository;
+use dedelta_core::ChunkId;
 use std::path::PathBuf;
 use target::{MTime, PendingFile, Target};
 
@@ -208,14 +208,7 @@ pub fn restore(
         let producer = std::thread::Builder::new()
             .name("dedelta-restore-reader".into())
             .spawn_scoped(s, move || {
-                read_events(
-                    repo,
-                    snapshot,
-                    &include,
-                    cache_bytes,
-                    opts.cache,
-                    &tx,
-                )
+                read_events(repo, snapshot, &include, cache_bytes, opts.cache, &tx)
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
         let mut stats = write_events(&rx, target, progress);
@@ -259,12 +252,14 @@ fn read_events(
         } else if let Err(e) = recipe_matches_size(&node, &chunks) {
             reader.step(Step::Send(Event::Refused(node, e)))
         } else {
-            reader.step(Step::Send(Event::FileStart(node))).and_then(|()| {
-                for c in &chunks {
-                    reader.step(Step::Chunk(c.id, c.len))?;
-                }
-                reader.step(Step::End)
-            })
+            reader
+                .step(Step::Send(Event::FileStart(node)))
+                .and_then(|()| {
+                    for c in &chunks {
+                        reader.step(Step::Chunk(c.id, c.len))?;
+                    }
+                    reader.step(Step::End)
+                })
         };
         // The writer is gone only if it panicked, which the caller reports; read no further.
         stopped = sent.is_err();

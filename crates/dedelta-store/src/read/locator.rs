@@ -2,7 +2,9 @@
 //! through an LRU region cache bounded in bytes, or for restore through a
 //! [`RestoreCache`] (the expensive half of a read).
 
-use super::{corrupt, lru, ReadStats, RestoreCache, RestoreCacheStats, META_CACHE_ENTRIES, SPARE_BUFFERS};
+use super::{
+    corrupt, lru, ReadStats, RestoreCache, RestoreCacheStats, META_CACHE_ENTRIES, SPARE_BUFFERS,
+};
 use crate::backend::FileKind;
 use crate::client::index::IndexReader;
 use crate::error::{Error, Result};

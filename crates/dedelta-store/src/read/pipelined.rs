@@ -8,8 +8,8 @@ use super::{
     RestoreCacheStats, RESTORE_BASE_CACHE_ENTRIES,
 };
 use crate::error::Result;
-use crate::format::container::ContainerId;
 use crate::format::config::MAX_DELTA_DEPTH;
+use crate::format::container::ContainerId;
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use lru::LruCache;

@@ -3,9 +3,9 @@
 //! every file that needs it; the local base cache changes speed, never what is stored.
 
 use crate::support::{
-    every_restore_cache, backup_options, backup_with, config, files, forget_ids, init_repo, locked, me, prune_with,
-    restore_to, restored_root, run_check, snapshot_ids, stored_bytes, text, time_of, write_files,
-    Files,
+    backup_options, backup_with, config, every_restore_cache, files, forget_ids, init_repo, locked,
+    me, prune_with, restore_to, restored_root, run_check, snapshot_ids, stored_bytes, text,
+    time_of, write_files, Files,
 };
 use dedelta_core::chunker::ChunkerKind;
 use dedelta_core::delta::DeltaKind;

@@ -148,14 +148,19 @@ fn restore_speed_factor_by_hand() {
         target: tmp.path().join("out-forward"),
         include: vec![],
         cache_bytes: 1 << 20,
-        cache: RestoreCacheChoice::Forward { area_bytes: 1 << 20 },
+        cache: RestoreCacheChoice::Forward {
+            area_bytes: 1 << 20,
+        },
     };
     let st = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
     assert_eq!(
         fs::read(restored_root(&tmp.path().join("out-forward"), &src).join("b")).unwrap(),
         b
     );
-    assert_eq!((st.restore_cache.containers_read, st.restore_cache.areas), (2, 1));
+    assert_eq!(
+        (st.restore_cache.containers_read, st.restore_cache.areas),
+        (2, 1)
+    );
     // An area of one chunk (2,048 bytes) per chunk: C1 (a0' and its base in C0: 2 reads), C0
     // (a1), C1 (x).
     let opts = restore::RestoreOptions {
@@ -164,5 +169,8 @@ fn restore_speed_factor_by_hand() {
         ..opts
     };
     let st = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
-    assert_eq!((st.restore_cache.containers_read, st.restore_cache.areas), (4, 3));
+    assert_eq!(
+        (st.restore_cache.containers_read, st.restore_cache.areas),
+        (4, 3)
+    );
 }

@@ -37,7 +37,13 @@ impl Backend for Counting {
     fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
         self.inner.get(kind, name)
     }
-    fn get_range(&self, kind: FileKind, name: &str, off: i64, len: usize) -> BackendResult<Vec<u8>> {
+    fn get_range(
+        &self,
+        kind: FileKind,
+        name: &str,
+        off: i64,
+        len: usize,
+    ) -> BackendResult<Vec<u8>> {
         self.inner.get_range(kind, name, off, len)
     }
     fn get_range_into(
@@ -87,7 +93,10 @@ fn data_reads(
     counting.take();
     walk_tree(repo, snap, |_, _| Ok(())).unwrap();
     for t in counting.take() {
-        let at = reads.iter().position(|r| *r == t).expect("the tree is read too");
+        let at = reads
+            .iter()
+            .position(|r| *r == t)
+            .expect("the tree is read too");
         reads.remove(at);
     }
     reads
@@ -168,7 +177,10 @@ fn every_restore_cache_restores_bit_exact_within_its_bounds() {
             assert!(st.errors.is_empty(), "{what}: {:?}", st.errors);
             let root = restored_root(&target, &src);
             for (name, data) in &trees[i] {
-                assert!(std::fs::read(root.join(name)).unwrap() == *data, "{what}: {name}");
+                assert!(
+                    std::fs::read(root.join(name)).unwrap() == *data,
+                    "{what}: {name}"
+                );
             }
             let c = st.restore_cache;
             let distinct: HashSet<&String> = reads.iter().collect();
