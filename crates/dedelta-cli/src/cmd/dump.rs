@@ -20,6 +20,8 @@ pub struct DumpArgs {
     snapshot: String,
     /// Path of the file inside the snapshot (any bytes: names need not be UTF-8).
     path: OsString,
+    #[command(flatten)]
+    cache: super::restore::CacheArgs,
 }
 
 /// Finds the file in the snapshot and streams its chunks to standard output.
@@ -28,6 +30,15 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-    ls::dump(&r, &id, &snap, args.path.as_bytes(), &mut out)?;
+    let (cache, cache_bytes) = args.cache.choice()?;
+    ls::dump_with(
+        &r,
+        &id,
+        &snap,
+        args.path.as_bytes(),
+        cache,
+        cache_bytes,
+        &mut out,
+    )?;
     Ok(0)
 }

@@ -60,17 +60,19 @@ pub fn dump(
     path: &[u8],
     out: &mut dyn Write,
 ) -> Result<u64> {
-    dump_with(repo, id, snapshot, path, RestoreCacheChoice::default(), out).map(|(n, _)| n)
+    let cache = RestoreCacheChoice::default();
+    dump_with(repo, id, snapshot, path, cache, DUMP_CACHE_BYTES, out).map(|(n, _)| n)
 }
 
-/// [`dump`] through the restore cache `cache`; returns the bytes written and what the cache
-/// read.
+/// [`dump`] through the restore cache `cache` (an LRU's regions also bounded by
+/// `cache_bytes`); returns the bytes written and what the cache read.
 pub fn dump_with(
     repo: &IndexedRepository,
     id: &SnapshotId,
     snapshot: &Snapshot,
     path: &[u8],
     cache: RestoreCacheChoice,
+    cache_bytes: usize,
     out: &mut dyn Write,
 ) -> Result<(u64, RestoreCacheStats)> {
     let (node, chunks) = find_node(repo, id, snapshot, path)?;
@@ -83,7 +85,7 @@ pub fn dump_with(
     let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);
     std::thread::scope(|s| {
         let producer = s.spawn(move || -> Result<RestoreCacheStats> {
-            let mut locator = PipelinedLocator::new(repo, cache, DUMP_CACHE_BYTES)?;
+            let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?;
             // Forward assembly: areas of the recipe, each assembled before it is fetched.
             let area = locator.area_bytes().unwrap_or(u64::MAX);
             let mut rest: &[ChunkRef] = &chunks;

@@ -226,7 +226,7 @@ fn dump_through_every_restore_cache() {
     for cache in every_restore_cache() {
         let mut out = Vec::new();
         counting.take();
-        let (n, c) = ls::dump_with(&repo, &id, &snap, path, cache, &mut out).unwrap();
+        let (n, c) = ls::dump_with(&repo, &id, &snap, path, cache, 1 << 20, &mut out).unwrap();
         assert!(out == trees[3]["big.txt"], "{cache:?}");
         assert_eq!(n, out.len() as u64);
         if let RestoreCacheChoice::Forward { .. } = cache {
