@@ -248,12 +248,12 @@ fn read_events(
             return Ok(());
         }
         let sent = if node.kind != NodeKind::File {
-            reader.step(Step::Send(Event::Node(node)))
+            reader.step(Step::Send(Box::new(Event::Node(node))))
         } else if let Err(e) = recipe_matches_size(&node, &chunks) {
-            reader.step(Step::Send(Event::Refused(node, e)))
+            reader.step(Step::Send(Box::new(Event::Refused(node, e))))
         } else {
             reader
-                .step(Step::Send(Event::FileStart(node)))
+                .step(Step::Send(Box::new(Event::FileStart(node))))
                 .and_then(|()| {
                     for c in &chunks {
                         reader.step(Step::Chunk(c.id, c.len))?;
@@ -273,8 +273,8 @@ fn read_events(
 
 /// One step of the reader, in tree order.
 enum Step {
-    /// An event sent as it is.
-    Send(Event),
+    /// An event sent as it is (boxed: nodes are few, chunks many).
+    Send(Box<Event>),
     /// The next chunk of the current file, and its length in the recipe.
     Chunk(ChunkId, u32),
     /// The current file's recipe ends.
@@ -330,10 +330,10 @@ impl Reader<'_, '_> {
         let send = |ev: Event| self.tx.send(ev).map_err(|_| Stopped);
         match step {
             Step::Send(ev) => {
-                if matches!(ev, Event::FileStart(_)) {
+                if matches!(*ev, Event::FileStart(_)) {
                     self.failed = false;
                 }
-                send(ev)
+                send(*ev)
             }
             Step::Chunk(_, _) if self.failed => Ok(()),
             Step::Chunk(id, len) => {
