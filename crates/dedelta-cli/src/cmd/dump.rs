@@ -11,6 +11,10 @@ use dedelta_store::commands::ls;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
+/// MiB of decompressed regions a dump's LRU holds at most, by default: one file needs less
+/// than a restore, and fewer fresh buffers cost fewer page faults.
+const DUMP_CACHE_MIB: usize = 32;
+
 /// Arguments of `dedelta dump`.
 #[derive(Args)]
 pub struct DumpArgs {
@@ -30,7 +34,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-    let (cache, cache_bytes) = args.cache.choice()?;
+    let (cache, cache_bytes) = args.cache.choice(DUMP_CACHE_MIB)?;
     ls::dump_with(
         &r,
         &id,

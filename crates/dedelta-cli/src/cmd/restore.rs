@@ -17,6 +17,9 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
+/// MiB of decompressed regions a restore's LRU holds at most, by default.
+const RESTORE_CACHE_MIB: usize = 256;
+
 /// Arguments of `dedelta restore`.
 #[derive(Args)]
 pub struct RestoreArgs {
@@ -50,9 +53,9 @@ pub struct CacheArgs {
     /// bounded by --cache-mib, whichever binds first.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "512")]
     cache_containers: Option<usize>,
-    /// MiB of decompressed regions the LRU holds at most.
-    #[arg(long, value_name = "MIB", default_value_t = 256)]
-    cache_mib: usize,
+    /// MiB of decompressed regions the LRU holds at most (restore: 256, dump: 32).
+    #[arg(long, value_name = "MIB")]
+    cache_mib: Option<usize>,
     /// Forward assembly's area, in MiB of restored data (at least one chunk).
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_ASSEMBLY_BYTES >> 20)]
     assembly_mib: u64,
@@ -68,8 +71,8 @@ enum CacheKind {
 }
 
 impl CacheArgs {
-    /// The cache chosen, and the LRU's bound in bytes.
-    pub fn choice(&self) -> Result<(RestoreCacheChoice, usize)> {
+    /// The cache chosen, and the LRU's bound in bytes (`default_mib` without --cache-mib).
+    pub fn choice(&self, default_mib: usize) -> Result<(RestoreCacheChoice, usize)> {
         let containers = self.cache_containers.unwrap_or(PAPER_CACHE_CONTAINERS);
         anyhow::ensure!(containers >= 1, "--cache-containers must be at least 1");
         anyhow::ensure!(self.assembly_mib >= 1, "--assembly-mib must be at least 1");
@@ -79,7 +82,8 @@ impl CacheArgs {
                 area_bytes: self.assembly_mib << 20,
             },
         };
-        Ok((choice, self.cache_mib.saturating_mul(1 << 20)))
+        let mib = self.cache_mib.unwrap_or(default_mib);
+        Ok((choice, mib.saturating_mul(1 << 20)))
     }
 }
 
@@ -88,7 +92,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     let r = open(&args.repo)?;
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let progress = progress_bar(args.json);
-    let (cache, cache_bytes) = args.cache.choice()?;
+    let (cache, cache_bytes) = args.cache.choice(RESTORE_CACHE_MIB)?;
     let started = std::time::Instant::now();
     let opts = restore::RestoreOptions {
         target: args.target.clone(),

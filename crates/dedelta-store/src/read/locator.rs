@@ -3,7 +3,8 @@
 //! [`RestoreCache`] (the expensive half of a read).
 
 use super::{
-    corrupt, lru, ReadStats, RestoreCache, RestoreCacheStats, META_CACHE_ENTRIES, SPARE_BUFFERS,
+    corrupt, lru, ReadStats, RestoreCache, RestoreCacheStats, META_CACHE_ENTRIES,
+    RESTORE_SPARE_BUFFERS, SPARE_BUFFERS,
 };
 use crate::backend::FileKind;
 use crate::client::index::IndexReader;
@@ -58,6 +59,8 @@ pub struct ChunkLocator<'a> {
     spare: Vec<Vec<u8>>,
     /// Evicted regions still shared with the decoding thread; reused once it lets go.
     retired: Vec<Arc<Vec<u8>>>,
+    /// How many buffers `spare` and `retired` keep each.
+    spare_cap: usize,
     region_bytes: usize,
     cache_bytes: usize,
     stats: ReadStats,
@@ -78,6 +81,7 @@ impl<'a> ChunkLocator<'a> {
             stored: Vec::new(),
             spare: Vec::new(),
             retired: Vec::new(),
+            spare_cap: SPARE_BUFFERS,
             region_bytes: 0,
             cache_bytes,
             stats: ReadStats::default(),
@@ -92,6 +96,7 @@ impl<'a> ChunkLocator<'a> {
     ) -> Result<Self> {
         let mut l = ChunkLocator::new(repo, 0)?;
         l.restore_cache = Some(cache);
+        l.spare_cap = RESTORE_SPARE_BUFFERS;
         Ok(l)
     }
 
@@ -285,9 +290,9 @@ impl<'a> ChunkLocator<'a> {
     /// Keeps the buffer of a region let go of, for reuse.
     fn recycle(&mut self, old: Arc<Vec<u8>>) {
         match Arc::try_unwrap(old) {
-            Ok(buf) if self.spare.len() < SPARE_BUFFERS => self.spare.push(buf),
+            Ok(buf) if self.spare.len() < self.spare_cap => self.spare.push(buf),
             Ok(_) => {}
-            Err(shared) if self.retired.len() < SPARE_BUFFERS => self.retired.push(shared),
+            Err(shared) if self.retired.len() < self.spare_cap => self.retired.push(shared),
             Err(_) => {}
         }
     }

@@ -6,10 +6,13 @@
 //! - [`ContainerLru`] (the default): the papers' restore cache (DARE §4.5, LoopDelta §5.1:
 //!   "a 512-container-sized (2GB) LRU cache"), an LRU of containers. A chunk whose container
 //!   is not held reads it (one container read) and evicts the least recently used container
-//!   once more than N are held, or once the regions held pass a byte bound (whichever binds
-//!   first). Of a held container, restore keeps the regions it needed: each is read and
-//!   decompressed on its first use (a range read of 256 KiB by default, counted in
-//!   [`super::ReadStats::regions_read`], not as another container read).
+//!   once more than N are held. Of a held container, restore keeps the regions it needed:
+//!   each is read and decompressed on its first use (a range read of one region, 256 KiB
+//!   before compression by default, counted in `regions_read`, not as another container
+//!   read). The regions held are also bounded in bytes: past it the least recently used
+//!   region goes, and a container whose last region goes is no longer held. With N large,
+//!   that is the region cache bounded in bytes that check and backup use; with the byte bound
+//!   large, the papers' cache.
 //! - [`ForwardAssembly`] (Lillibridge et al., FAST'13, §3.2): restore looks ahead over the
 //!   next M bytes of the snapshot's recipe (an assembly area, which may span files and split
 //!   a large one), finds every region those chunks and the delta bases they need lie in, and
@@ -136,18 +139,14 @@ pub trait RestoreCache: Send {
     fn stats(&self) -> RestoreCacheStats;
 }
 
-/// The regions held of one container.
-#[derive(Default)]
-struct Held {
-    /// Few per container (16 of 256 KiB in a 4 MiB container): a vector beats a map.
-    regions: Vec<(u32, Arc<Vec<u8>>)>,
-    bytes: usize,
-}
-
 /// An LRU of containers, bounded in containers and in bytes of the regions held (see the
 /// module docs).
 pub struct ContainerLru {
-    containers: LruCache<ContainerId, Held>,
+    /// Regions held, least recently used first out under the byte bound.
+    regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
+    /// Containers held (those with a region held), least recently used first out under the
+    /// bound in containers, with the regions held of each.
+    containers: LruCache<ContainerId, Vec<u32>>,
     max_containers: usize,
     max_bytes: usize,
     bytes: usize,
@@ -155,11 +154,12 @@ pub struct ContainerLru {
 }
 
 impl ContainerLru {
-    /// At most `containers` containers (at least 1) and `max_bytes` of regions (one
-    /// container's regions are kept whatever their size).
+    /// At most `containers` containers (at least 1) and `max_bytes` of regions (the region
+    /// just read is kept whatever its size).
     pub fn new(containers: usize, max_bytes: usize) -> Self {
         let containers = containers.max(1);
         ContainerLru {
+            regions: LruCache::unbounded(),
             containers: LruCache::unbounded(),
             max_containers: containers,
             max_bytes,
@@ -185,8 +185,8 @@ impl ContainerLru {
 
 impl RestoreCache for ContainerLru {
     fn get(&mut self, container: &ContainerId, region: u32) -> Option<Arc<Vec<u8>>> {
-        let held = self.containers.get(container)?;
-        let r = held.regions.iter().find(|(i, _)| *i == region)?.1.clone();
+        let r = self.regions.get(&(*container, region))?.clone();
+        self.containers.promote(container);
         self.stats.region_hits += 1;
         Some(r)
     }
@@ -204,33 +204,46 @@ impl RestoreCache for ContainerLru {
         evicted: &mut Vec<Arc<Vec<u8>>>,
     ) {
         self.stats.regions_read += 1;
-        let len = bytes.len();
         match self.containers.get_mut(&container) {
-            Some(held) => {
-                held.regions.push((region, bytes));
-                held.bytes += len;
-            }
+            Some(held) => held.push(region),
             None => {
                 self.stats.containers_read += 1;
                 self.stats.container_bytes_read += container_bytes;
-                self.containers.put(
-                    container,
-                    Held {
-                        regions: vec![(region, bytes)],
-                        bytes: len,
-                    },
-                );
+                self.containers.put(container, vec![region]);
             }
         }
-        self.bytes += len;
-        while self.containers.len() > self.max_containers
-            || (self.bytes > self.max_bytes && self.containers.len() > 1)
-        {
-            let Some((_, old)) = self.containers.pop_lru() else {
+        self.bytes += bytes.len();
+        if let Some(old) = self.regions.put((container, region), bytes) {
+            // Not held (get missed), so never here; kept consistent all the same.
+            self.bytes -= old.len();
+            evicted.push(old);
+        }
+        // The bound in containers: the least recently used one goes, all its regions.
+        while self.containers.len() > self.max_containers {
+            let Some((cid, held)) = self.containers.pop_lru() else {
                 break;
             };
-            self.bytes -= old.bytes;
-            evicted.extend(old.regions.into_iter().map(|(_, r)| r));
+            for i in held {
+                if let Some(r) = self.regions.pop(&(cid, i)) {
+                    self.bytes -= r.len();
+                    evicted.push(r);
+                }
+            }
+        }
+        // The byte bound: the least recently used region goes; a container whose last
+        // region goes is no longer held (using it again is a container read).
+        while self.bytes > self.max_bytes && self.regions.len() > 1 {
+            let Some(((cid, i), r)) = self.regions.pop_lru() else {
+                break;
+            };
+            self.bytes -= r.len();
+            evicted.push(r);
+            if let Some(held) = self.containers.peek_mut(&cid) {
+                held.retain(|&x| x != i);
+                if held.is_empty() {
+                    self.containers.pop(&cid);
+                }
+            }
         }
         self.stats.max_containers_held = self.stats.max_containers_held.max(self.containers.len());
     }
