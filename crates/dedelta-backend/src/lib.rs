@@ -5,9 +5,11 @@
 //! store (S3) can implement it without touching the pipelines. Implementations, one file each:
 //! the local directory ([`local::LocalBackend`], the default) and memory
 //! ([`memory::MemoryBackend`], test support). Wrappers ([`wrap`]) implement the same trait
-//! around any backend: fault injection for tests, request metering for I/O accounting. This
-//! crate knows nothing of what the objects contain.
+//! around any backend: fault injection for tests, request metering for I/O accounting, whose
+//! counts [`cost`] turns into modelled time on a disk and on an object store. This crate knows
+//! nothing of what the objects contain.
 
+pub mod cost;
 pub mod local;
 pub mod memory;
 pub mod wrap;

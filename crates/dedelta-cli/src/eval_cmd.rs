@@ -76,6 +76,8 @@ pub struct EvalArgs {
     /// they are always restored.
     #[arg(long, value_name = "N", default_value_t = dedelta_eval::runner::SPEED_FACTOR_VERSIONS)]
     speed_factor_versions: usize,
+    #[command(flatten)]
+    io_models: crate::cmd::IoModelArgs,
 }
 
 fn shell_quote(s: &str) -> String {
@@ -151,6 +153,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         cache_containers: args.restore_cache_containers,
         assembly_bytes: (args.restore_cache == "forward").then_some(args.assembly_mib << 20),
         speed_factor_versions: args.speed_factor_versions,
+        io_models: args.io_models.models()?,
     };
     let report = dedelta_eval::run_eval(&opts, &mut |line| eprintln!("{line}"))?;
     for n in &report.notes {

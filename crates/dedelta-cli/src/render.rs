@@ -9,10 +9,12 @@
 //! panicking, so that a closed pipe ends the command quietly (see [`crate::is_broken_pipe`]).
 
 use anyhow::Result;
+use dedelta_store::backend::wrap::metered::Purpose;
 use dedelta_store::commands::{
     backup, check, prune, repair, repair_packs, repair_snapshots, stats,
 };
 use dedelta_store::format::snapshot::ratio;
+use dedelta_store::io_report::IoReport;
 use serde::Serialize;
 use serde_json::json;
 
@@ -64,7 +66,7 @@ fn lines(prefix: &str, items: &[impl std::fmt::Display]) -> Result<()> {
 
 /// The result of `backup`: the summary with the derived factors (as JSON, with the
 /// warnings and notices inside), or warnings and notices on stderr and a few lines of text.
-pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
+pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<()> {
     let s = &res.summary;
     let mbps = s.bytes_read as f64 / 1e6 / s.seconds.max(1e-9);
     if json {
@@ -86,6 +88,7 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
         v["base_cache_misses"] = json!(m.bases.read_back);
         v["stage_seconds"] = json!(m.stage_seconds);
         v["sketched_chunks"] = json!(m.sketched_chunks);
+        v["io"] = serde_json::to_value(io)?;
         return print_json(&v);
     }
     print_warnings(&res.warnings);
@@ -143,7 +146,26 @@ pub fn backup(res: &backup::BackupResult, json: bool) -> Result<()> {
         s.seconds,
         mbps
     );
+    outln!("{}", io_line(io));
     Ok(())
+}
+
+/// The one line of a command's I/O: requests and bytes, the three purposes that matter most
+/// to reads, and the modelled seconds.
+pub fn io_line(io: &IoReport) -> String {
+    let c = &io.counts;
+    let t = c.total();
+    let req = |p: Purpose| c.purpose(p).requests;
+    format!(
+        "I/O: {} requests, {} (metadata {}, data {}, bases {} requests); modelled {:.2} s on disk, {:.2} s on an object store",
+        t.requests,
+        mb(t.bytes),
+        req(Purpose::ContainerMeta),
+        req(Purpose::ChunkData),
+        req(Purpose::BaseRead),
+        io.modelled.disk,
+        io.modelled.object_store
+    )
 }
 
 /// The report of `check`: each problem with where it was found, then a summary line (which

@@ -81,6 +81,7 @@ fn eval_small_synthetic_report_matches_repositories() {
         "## Storage",
         "## Detection and acceptance",
         "## Speed",
+        "## I/O",
         "## Memory",
     ] {
         assert!(report.contains(section), "{section} missing");
@@ -136,6 +137,24 @@ fn eval_small_synthetic_report_matches_repositories() {
         assert_eq!(r["restore_cache_containers"], "2");
         assert_eq!(r["speed_factor_versions"], "4");
         assert!(num("restore_containers_read") >= 4.0, "{}", r["name"]);
+        // Metered I/O: containers written, metadata and regions read back; bases read back
+        // only where there are deltas (no local base cache is kept across configurations,
+        // but one is across versions: zero is possible, negative is not).
+        for k in [
+            "backup_io_requests",
+            "backup_io_data_requests",
+            "restore_io_requests",
+            "restore_io_metadata_requests",
+            "restore_io_data_requests",
+            "backup_modelled_disk_seconds",
+            "restore_modelled_object_store_seconds",
+        ] {
+            assert!(num(k) > 0.0, "{k} of {}: {:?}", r["name"], r[k]);
+        }
+        assert_eq!(num("restore_io_base_requests"), 0.0, "{}", r["name"]);
+        if r["name"] == "dedup" {
+            assert_eq!(num("backup_io_base_requests"), 0.0);
+        }
         // Every configuration ran with min_saving off; the counts add up, and match the
         // snapshots' (summed by `stats`).
         assert_eq!(num("min_saving_percent"), 0.0);
@@ -162,6 +181,10 @@ fn eval_small_synthetic_report_matches_repositories() {
 
     let versions = std::fs::read_to_string(out.join("versions.csv")).unwrap();
     assert_eq!(versions.lines().count(), 1 + 4 * 4);
+    let per_version = parse_csv(&versions);
+    assert!(per_version
+        .iter()
+        .all(|v| v["backup_io_requests"].parse::<u64>().unwrap() > 0));
     // Plots are drawn where a font is installed (Debian's fonts-dejavu-core).
     if Path::new(dedelta_eval_font()).exists() {
         for png in [

@@ -1,7 +1,8 @@
 //! The configurations an evaluation compares: one fresh repository each.
 //!
 //! Each differs from the recommended one ([`DeltaConfig::recommended`]: Odess 3x2, DupAdj,
-//! full sketch index, Ddelta, re-anchoring at 30 %) in one dimension, so each row of the
+//! full sketch index, Ddelta, delta chains, re-anchoring at 60 %, a second candidate for poor
+//! deltas) in one dimension, so each row of the
 //! report isolates one choice. Sketch methods are measured with DupAdj off, so the sketch
 //! alone finds the bases. Then the papers' systems by name (`dare`, `sidc`, `greedy`), each
 //! labelled by what it runs: they reproduce a paper's comparison side by side.
@@ -17,7 +18,9 @@ use crate::error::{EvalError, Result};
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
-use dedelta_store::format::config::{ChunkerConfig, DeltaConfig, SketchIndexKind};
+use dedelta_store::format::config::{
+    ChunkerConfig, DeltaConfig, SketchIndexKind, ONE_LEVEL_REANCHOR,
+};
 
 /// One configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +63,15 @@ fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
     d.dupadj = false;
 }
 
+/// The papers' rules where they differ from the default: one-level deltas against the first
+/// full copy for as long as they save space, FirstFit (one candidate base).
+fn papers(d: &mut DeltaConfig) {
+    d.reanchor = None;
+    d.max_depth = 1;
+    d.candidates = 1;
+    d.candidates_enough = None;
+}
+
 /// DARE (§3.1, §4): DupAdj first, SF-2F for its misses only.
 fn dare(d: &mut DeltaConfig) {
     d.sketch = Some(SketchKind::NTransform);
@@ -67,8 +79,7 @@ fn dare(d: &mut DeltaConfig) {
         sf_count: 3,
         features_per_sf: 2,
     };
-    d.reanchor = None;
-    d.max_depth = 1;
+    papers(d);
     d.sketch_dupadj_misses = true;
 }
 
@@ -104,8 +115,8 @@ pub fn all() -> Vec<EvalConfig> {
         }),
         cfg(
             "recommended",
-            "Odess 3x2 + DupAdj, full sketch index, Ddelta, re-anchoring at 30 %, delta chains \
-             up to 8 deep (the default)",
+            "Odess 3x2 + DupAdj, full sketch index, Ddelta, delta chains up to 8 deep, \
+             re-anchoring at 60 %, a second candidate base below 10 % (the default)",
             |_| {},
         ),
         cfg(
@@ -128,26 +139,35 @@ pub fn all() -> Vec<EvalConfig> {
         ),
         cfg(
             "depth-1",
-            "recommended with one-level deltas (bases stored in full; re-anchoring at 30 %): \
-             the default until 2026-11-25",
-            |d| d.max_depth = 1,
+            "recommended with one-level deltas (bases stored in full; re-anchoring at 30 %) and \
+             one candidate base: the default until 2026-11-24 (with 256 KiB regions)",
+            |d| {
+                d.max_depth = 1;
+                d.reanchor = Some(ONE_LEVEL_REANCHOR);
+                d.candidates = 1;
+                d.candidates_enough = None;
+            },
+        ),
+        cfg(
+            "first-fit",
+            "recommended with one candidate base per chunk (the papers' FirstFit)",
+            |d| {
+                d.candidates = 1;
+                d.candidates_enough = None;
+            },
         ),
         cfg(
             "one-level",
             "recommended without base re-anchoring: one-level deltas against the first full \
              copy for as long as they save space (the papers' rule)",
-            |d| {
-                d.reanchor = None;
-                d.max_depth = 1;
-            },
+            papers,
         ),
         cfg(
             "dupadj-one-level",
             "DupAdj alone (no sketch), one-level, no re-anchoring: DARE Table 3's DupAdj row",
             |d| {
                 d.sketch = None;
-                d.reanchor = None;
-                d.max_depth = 1;
+                papers(d);
             },
         ),
         cfg(
@@ -172,8 +192,7 @@ pub fn all() -> Vec<EvalConfig> {
             |d| {
                 sketch_only(d, SketchKind::NTransform, 3, 4);
                 d.sketch_index = SketchIndexKind::Stream;
-                d.reanchor = None;
-                d.max_depth = 1;
+                papers(d);
             },
         ),
         cfg(
@@ -182,8 +201,7 @@ pub fn all() -> Vec<EvalConfig> {
              index, no DupAdj, one-level",
             |d| {
                 sketch_only(d, SketchKind::NTransform, 3, 4);
-                d.reanchor = None;
-                d.max_depth = 1;
+                papers(d);
             },
         ),
         cfg(
@@ -192,8 +210,7 @@ pub fn all() -> Vec<EvalConfig> {
              §3.1.3 replaces the entry; greedy keeps the oldest, FirstFit)",
             |d| {
                 sketch_only(d, SketchKind::NTransform, 3, 4);
-                d.reanchor = None;
-                d.max_depth = 1;
+                papers(d);
                 d.sketch_keep = SketchKeep::Newest;
             },
         ),

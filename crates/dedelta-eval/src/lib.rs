@@ -74,6 +74,8 @@ pub struct EvalOptions {
     pub assembly_bytes: Option<u64>,
     /// Versions the restore speed factor averages (the last ones).
     pub speed_factor_versions: usize,
+    /// The models of the modelled I/O seconds (see [`RunOptions::io_models`]).
+    pub io_models: dedelta_store::backend::cost::IoModels,
 }
 
 /// What an evaluation produced.
@@ -109,6 +111,7 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         cache_containers: opts.cache_containers,
         assembly_bytes: opts.assembly_bytes,
         speed_factor_versions: opts.speed_factor_versions,
+        io_models: opts.io_models,
     };
     let mut report = EvalReport::default();
     log("reading every version once (page cache)");

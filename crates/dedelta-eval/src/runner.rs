@@ -10,6 +10,8 @@ use crate::configs::EvalConfig;
 use crate::dataset::{Dataset, Version};
 use crate::error::{EvalError, IoContext, Result, StoreContext};
 use crate::kernels::Kernels;
+use dedelta_store::backend::cost::IoModels;
+use dedelta_store::backend::wrap::metered::{IoCounts, Purpose};
 use dedelta_store::commands::backup::{backup, BackupOptions, StdinSource};
 use dedelta_store::commands::restore::{restore, RestoreOptions};
 use dedelta_store::commands::stats::{stats, RepoStats};
@@ -59,6 +61,117 @@ pub struct RunOptions {
     /// The restore speed factor is the mean over the last this many versions, which are
     /// always restored (besides [`Self::restore_sample`]).
     pub speed_factor_versions: usize,
+    /// The disk and object-store models of the backups' and restores' modelled I/O seconds.
+    pub io_models: IoModels,
+}
+
+/// A backup's or restore's metered I/O, as the eval's columns have it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IoSummary {
+    /// Requests, all purposes and directions.
+    pub requests: u64,
+    /// Bytes they moved.
+    pub bytes: u64,
+    /// Container metadata requests.
+    pub metadata_requests: u64,
+    /// Chunk data requests.
+    pub data_requests: u64,
+    /// Base read requests.
+    pub base_requests: u64,
+    /// Modelled seconds on a disk.
+    pub disk_seconds: f64,
+    /// Modelled seconds on an object store.
+    pub object_store_seconds: f64,
+}
+
+impl IoSummary {
+    /// The summary of `counts` under `models`.
+    pub fn of(counts: &IoCounts, models: &IoModels) -> Self {
+        let m = models.seconds(counts);
+        IoSummary {
+            requests: counts.total().requests,
+            bytes: counts.total().bytes,
+            metadata_requests: counts.purpose(Purpose::ContainerMeta).requests,
+            data_requests: counts.purpose(Purpose::ChunkData).requests,
+            base_requests: counts.purpose(Purpose::BaseRead).requests,
+            disk_seconds: m.disk,
+            object_store_seconds: m.object_store,
+        }
+    }
+
+    /// The sum of two summaries.
+    pub fn plus(self, o: IoSummary) -> IoSummary {
+        IoSummary {
+            requests: self.requests + o.requests,
+            bytes: self.bytes + o.bytes,
+            metadata_requests: self.metadata_requests + o.metadata_requests,
+            data_requests: self.data_requests + o.data_requests,
+            base_requests: self.base_requests + o.base_requests,
+            disk_seconds: self.disk_seconds + o.disk_seconds,
+            object_store_seconds: self.object_store_seconds + o.object_store_seconds,
+        }
+    }
+}
+
+/// The I/O columns of versions.csv and results.csv (flattened into [`VersionRow`], for one
+/// backup and its restore, and [`ConfigResult`], for all of them): requests and bytes as
+/// [`IoSummary`] has them; `None` where not measured (peers, versions not restored).
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct IoColumns {
+    /// Requests the backup made to the repository (metered: reads, writes and queries; its
+    /// lock included; the index is opened once per configuration, before the first backup).
+    pub backup_io_requests: Option<u64>,
+    /// Bytes they moved.
+    pub backup_io_bytes: Option<u64>,
+    /// Of the requests, those for container metadata (footer, metadata section, size).
+    pub backup_io_metadata_requests: Option<u64>,
+    /// Of the requests, those for chunk data (regions read, containers written).
+    pub backup_io_data_requests: Option<u64>,
+    /// Of the requests, regions read back as delta bases.
+    pub backup_io_base_requests: Option<u64>,
+    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
+    pub backup_modelled_disk_seconds: Option<f64>,
+    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
+    pub backup_modelled_object_store_seconds: Option<f64>,
+    /// Requests its restore made to the repository, when restored (metered; finding the
+    /// snapshot not included).
+    pub restore_io_requests: Option<u64>,
+    /// Bytes they moved.
+    pub restore_io_bytes: Option<u64>,
+    /// Of the requests, those for container metadata (footer, metadata section, size).
+    pub restore_io_metadata_requests: Option<u64>,
+    /// Of the requests, those for chunk data (regions read, containers written).
+    pub restore_io_data_requests: Option<u64>,
+    /// Of the requests, regions read back as delta bases.
+    pub restore_io_base_requests: Option<u64>,
+    /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
+    pub restore_modelled_disk_seconds: Option<f64>,
+    /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
+    pub restore_modelled_object_store_seconds: Option<f64>,
+}
+
+impl IoColumns {
+    /// Sets the backup columns.
+    pub fn set_backup(&mut self, io: IoSummary) {
+        self.backup_io_requests = Some(io.requests);
+        self.backup_io_bytes = Some(io.bytes);
+        self.backup_io_metadata_requests = Some(io.metadata_requests);
+        self.backup_io_data_requests = Some(io.data_requests);
+        self.backup_io_base_requests = Some(io.base_requests);
+        self.backup_modelled_disk_seconds = Some(io.disk_seconds);
+        self.backup_modelled_object_store_seconds = Some(io.object_store_seconds);
+    }
+
+    /// Sets the restore columns.
+    pub fn set_restore(&mut self, io: IoSummary) {
+        self.restore_io_requests = Some(io.requests);
+        self.restore_io_bytes = Some(io.bytes);
+        self.restore_io_metadata_requests = Some(io.metadata_requests);
+        self.restore_io_data_requests = Some(io.data_requests);
+        self.restore_io_base_requests = Some(io.base_requests);
+        self.restore_modelled_disk_seconds = Some(io.disk_seconds);
+        self.restore_modelled_object_store_seconds = Some(io.object_store_seconds);
+    }
 }
 
 /// One version of one configuration or peer.
@@ -93,6 +206,9 @@ pub struct VersionRow {
     /// the configured container size): the speed factor with partly filled containers
     /// counted by their size.
     pub restore_speed_factor_by_size: Option<f64>,
+    /// The backup's and the restore's metered I/O.
+    #[serde(flatten)]
+    pub io: IoColumns,
 }
 
 /// The summary of one configuration or peer.
@@ -213,6 +329,10 @@ pub struct ConfigResult {
     pub base_cache_hit_rate: Option<f64>,
     /// Peak resident set of the process during this configuration (VmHWM after a reset).
     pub peak_rss_bytes: Option<u64>,
+    /// All backups' and all restores' metered I/O (the sums of the versions' rows).
+    #[serde(flatten)]
+    pub io: IoColumns,
+
     /// Anything notable (skips, approximations).
     pub note: String,
 }
@@ -289,6 +409,7 @@ pub fn run_config(
     repo_config.chunker = config.chunker;
     let repo = Repository::init_local_with_cache(&repo_dir, repo_config, &cache_dir)
         .store_ctx(|| ctx("init"))?
+        .metered()
         .open_index()
         .store_ctx(|| ctx("opening the index"))?;
     let me = LockInfo {
@@ -307,7 +428,10 @@ pub fn run_config(
     let mut sketched = 0u64;
     let (mut hits, mut misses) = (0u64, 0u64);
     let mut detection = dedelta_store::format::snapshot::BackupSummary::default();
+    let io_now = |repo: &dedelta_store::IndexedRepository| repo.io_counts().unwrap_or_default();
+    let (mut backup_io, mut restore_io) = (IoSummary::default(), IoSummary::default());
     for (i, v) in dataset.versions.iter().enumerate() {
+        let io_before = io_now(&repo);
         let lock = repo.lock(&me).store_ctx(|| ctx("lock"))?;
         let stdin = if v.is_dir {
             None
@@ -343,6 +467,8 @@ pub fn run_config(
         .store_ctx(|| ctx(&format!("backup of {}", v.name)))?;
         let secs = started.elapsed().as_secs_f64();
         drop(lock);
+        let io = IoSummary::of(&io_now(&repo).since(&io_before), &opts.io_models);
+        backup_io = backup_io.plus(io);
         let s = &result.summary;
         cumulative += s.bytes_added;
         backup_seconds += secs;
@@ -361,7 +487,7 @@ pub fn run_config(
         hits += m.bases.memory;
         misses += m.bases.read_back;
         snapshots.push(result.snapshot_id);
-        rows.push(VersionRow {
+        let mut row = VersionRow {
             config: config.name.clone(),
             version: i,
             version_name: v.name.clone(),
@@ -369,7 +495,9 @@ pub fn run_config(
             cumulative_stored_bytes: cumulative,
             backup_seconds: secs,
             ..VersionRow::default()
-        });
+        };
+        row.io.set_backup(io);
+        rows.push(row);
     }
     // Restores, verified.
     let (mut restore_s, mut restored, mut read_bytes) = (0.0, 0u64, 0u64);
@@ -388,6 +516,7 @@ pub fn run_config(
         if target.exists() {
             std::fs::remove_dir_all(&target).ctx(|| format!("clearing {}", target.display()))?;
         }
+        let io_before = io_now(&repo);
         let started = Instant::now();
         let st = restore(
             &repo,
@@ -407,6 +536,8 @@ pub fn run_config(
         )
         .store_ctx(|| ctx(&format!("restore of {}", v.name)))?;
         let secs = started.elapsed().as_secs_f64();
+        let io = IoSummary::of(&io_now(&repo).since(&io_before), &opts.io_models);
+        restore_io = restore_io.plus(io);
         verify(config, v, &target)?;
         std::fs::remove_dir_all(&target).ctx(|| format!("clearing {}", target.display()))?;
         restore_s += secs;
@@ -415,6 +546,7 @@ pub fn run_config(
         let row = &mut rows[i];
         row.restore_seconds = Some(secs);
         row.restore_read_bytes = Some(st.reads.bytes_read);
+        row.io.set_restore(io);
         let c = st.restore_cache;
         row.restore_containers_read = Some(c.containers_read);
         row.restore_regions_read = Some(c.regions_read);
@@ -493,6 +625,8 @@ pub fn run_config(
         note: String::new(),
         ..ConfigResult::default()
     };
+    r.io.set_backup(backup_io);
+    r.io.set_restore(restore_io);
     if let Some(k) = kernels {
         if let Some(kind) = config.delta.sketch {
             r.sf_mb_s = Some(k.sketch_mb_s(kind, config.delta.sketch_params)?);

@@ -10,8 +10,9 @@
 //! - [`backup`]: the backup pipeline, one module per stage.
 //! - [`commands`]: one file per command (backup, restore, check, ls/dump, stats, forget,
 //!   prune, repair).
+//! - [`io_report`]: a command's metered I/O by purpose, with its modelled seconds.
 //! - [`backend`]: the `dedelta-backend` crate (named write-once objects; local directory,
-//!   memory, fault injection, metering), re-exported.
+//!   memory, fault injection, metering, the I/O cost models), re-exported.
 
 pub use dedelta_backend as backend;
 pub mod backup;
@@ -20,6 +21,7 @@ pub mod client;
 pub mod commands;
 pub mod error;
 pub mod format;
+pub mod io_report;
 pub mod progress;
 pub mod read;
 pub mod repository;

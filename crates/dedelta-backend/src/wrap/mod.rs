@@ -2,7 +2,7 @@
 //! [`crate::Backend`] trait, so they stack.
 //!
 //! - [`fault::FaultBackend`]: crashes, disk-full, short and flipped reads, for tests.
-//! - [`metered::MeteredBackend`]: counts requests and bytes per object kind.
+//! - [`metered::MeteredBackend`]: counts requests and bytes per object kind and per purpose.
 
 pub mod fault;
 pub mod metered;

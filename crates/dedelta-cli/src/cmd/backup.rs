@@ -4,7 +4,9 @@
 //! Exit codes: 0 saved; 3 saved, but some sources could not be read (each named in a
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
-use super::{finish, host, now_rfc3339, open_locked, progress_bar, DeltaArgs, RepoArg};
+use super::{
+    finish, host, now_rfc3339, open_locked, progress_bar, DeltaArgs, IoModelArgs, RepoArg,
+};
 use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
 use clap::Args;
@@ -42,11 +44,15 @@ pub struct BackupArgs {
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    io_models: IoModelArgs,
 }
 
 /// Runs the backup pipeline with the repository's delta settings overridden by the
 /// arguments, then prints the summary.
 pub fn run(args: BackupArgs) -> Result<u8> {
+    // Bad model flags are refused before anything is locked or read, not after the backup.
+    args.io_models.models()?;
     // Lock first, then the index: every writer takes them in this order.
     let (r, lock) = open_locked(&args.repo, "backup")?;
     let mut delta_cfg = r.config().default_delta();
@@ -88,7 +94,8 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     let res = backup::backup(&r, &lock, opts, &workers, &progress)?;
     progress.finish();
     finish(&r, lock)?;
-    render::backup(&res, args.json)?;
+    let io = args.io_models.report(&r)?;
+    render::backup(&res, &io, args.json)?;
     Ok(if res.warnings.is_empty() {
         0
     } else {

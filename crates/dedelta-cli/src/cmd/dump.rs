@@ -1,10 +1,13 @@
 //! `dedelta dump`: writes one file of a snapshot to standard output, byte for byte (for
 //! pipes; `restore` is the way to get many files back).
 //!
+//! Standard output is the file's bytes only, so `--io-json` writes the I/O accounting (the
+//! `io` object of `restore --json`) to standard error.
+//!
 //! Exit codes: 0 written; 1 no such snapshot, the path is not a regular file of it, or a
 //! chunk could not be read (the output may then be cut short); 10 no repository.
 
-use super::{open, RepoArg};
+use super::{open, IoModelArgs, RepoArg};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::ls;
@@ -26,10 +29,17 @@ pub struct DumpArgs {
     path: OsString,
     #[command(flatten)]
     cache: super::restore::CacheArgs,
+    /// After the file, write `{"io": ...}` (requests and bytes by purpose, modelled seconds,
+    /// as `restore --json` reports them) as one line to standard error.
+    #[arg(long)]
+    io_json: bool,
+    #[command(flatten)]
+    io_models: IoModelArgs,
 }
 
 /// Finds the file in the snapshot and streams its chunks to standard output.
 pub fn run(args: DumpArgs) -> Result<u8> {
+    args.io_models.models()?;
     let r = open(&args.repo)?;
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let stdout = std::io::stdout();
@@ -44,5 +54,10 @@ pub fn run(args: DumpArgs) -> Result<u8> {
         cache_bytes,
         &mut out,
     )?;
+    drop(out);
+    if args.io_json {
+        let io = args.io_models.report(&r)?;
+        eprintln!("{}", serde_json::json!({ "io": io }));
+    }
     Ok(0)
 }

@@ -3,9 +3,10 @@
 //! the exit code of a command that finished (0, or a code its module doc names); errors go
 //! back to `main`, which maps them to exit codes.
 //!
-//! This file holds what several commands share: the option groups [`RepoArg`] and
-//! [`DeltaArgs`], and opening, locking and describing the caller ([`open`], [`open_locked`],
-//! [`lock_info`]). `bench` and `eval` are not here: they use no repository.
+//! This file holds what several commands share: the option groups [`RepoArg`],
+//! [`DeltaArgs`] and [`IoModelArgs`], and opening (metered, for the `io` report), locking and
+//! describing the caller ([`open`], [`open_locked`], [`lock_info`]). `bench` and `eval` are
+//! not here: they use no repository.
 
 pub mod backup;
 pub mod check;
@@ -25,7 +26,9 @@ use anyhow::Result;
 use clap::Args;
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKeep, SketchKind};
-use dedelta_store::format::config::{DeltaConfig, SketchIndexKind};
+use dedelta_store::backend::cost::{DiskModel, IoModels, ObjectStoreModel};
+use dedelta_store::format::config::{default_reanchor, DeltaConfig, SketchIndexKind};
+use dedelta_store::io_report::IoReport;
 use dedelta_store::repository::lock::{LockInfo, RepoLock};
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
@@ -52,12 +55,73 @@ impl RepoArg {
             .unwrap_or_else(dedelta_store::client::cache::root_or_temp)
     }
 
-    /// Opens the repository (config only), its index to be kept under [`Self::cache_root`].
+    /// Opens the repository (config only), its index to be kept under [`Self::cache_root`],
+    /// metered from here on (see [`IoModelArgs::report`]).
     pub fn open_repository(&self) -> Result<Repository> {
-        Ok(Repository::open_local_with_cache(
-            &self.repo,
-            &self.cache_root(),
-        )?)
+        Ok(Repository::open_local_with_cache(&self.repo, &self.cache_root())?.metered())
+    }
+}
+
+/// The parameters of the modelled I/O times `backup` and `restore` report (see
+/// `dedelta_store::backend::cost` for the defaults and why).
+#[derive(Args, Clone, Debug)]
+pub struct IoModelArgs {
+    /// Disk model: milliseconds of one seek (per read or write request).
+    #[arg(long, value_name = "MS", default_value_t = 8.0)]
+    model_disk_seek_ms: f64,
+    /// Disk model: sequential transfer rate, MB/s.
+    #[arg(long, value_name = "MB_S", default_value_t = 150.0)]
+    model_disk_mb_s: f64,
+    /// Object-store model: milliseconds of latency per request.
+    #[arg(long, value_name = "MS", default_value_t = 30.0)]
+    model_object_store_request_ms: f64,
+    /// Object-store model: transfer rate, MB/s.
+    #[arg(long, value_name = "MB_S", default_value_t = 80.0)]
+    model_object_store_mb_s: f64,
+}
+
+impl IoModelArgs {
+    /// The models these parameters describe.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for a negative time or a rate that is not positive.
+    pub fn models(&self) -> Result<IoModels> {
+        let ms = |v: f64, flag: &str| {
+            if v >= 0.0 && v.is_finite() {
+                Ok(v / 1e3)
+            } else {
+                Err(Error::InvalidOption(format!("{flag} must be 0 or more")))
+            }
+        };
+        let rate = |v: f64, flag: &str| {
+            if v > 0.0 && v.is_finite() {
+                Ok(v * 1e6)
+            } else {
+                Err(Error::InvalidOption(format!("{flag} must be more than 0")))
+            }
+        };
+        Ok(IoModels {
+            disk: DiskModel {
+                seek_seconds: ms(self.model_disk_seek_ms, "--model-disk-seek-ms")?,
+                bytes_per_second: rate(self.model_disk_mb_s, "--model-disk-mb-s")?,
+            },
+            object_store: ObjectStoreModel {
+                request_seconds: ms(
+                    self.model_object_store_request_ms,
+                    "--model-object-store-request-ms",
+                )?,
+                bytes_per_second: rate(self.model_object_store_mb_s, "--model-object-store-mb-s")?,
+            },
+        })
+    }
+
+    /// The I/O `r` counted since it was opened (by [`RepoArg::open_repository`]: the whole
+    /// command, the index catch-up and the lock included), under these models.
+    pub fn report(&self, r: &Repository) -> Result<IoReport> {
+        Ok(IoReport::new(
+            r.io_counts().unwrap_or_default(),
+            &self.models()?,
+        ))
     }
 }
 
@@ -104,6 +168,10 @@ pub struct DeltaArgs {
     /// keeps the smallest delta of FirstFit's further matches too; at most 8).
     #[arg(long)]
     candidates: Option<usize>,
+    /// With more than one candidate: try a further candidate only while the delta kept so far
+    /// is above P percent of the chunk (0: try every candidate, best-of-N).
+    #[arg(long, value_name = "P")]
+    candidates_enough_percent: Option<f64>,
     /// Base re-anchoring: store a data chunk in full when its best delta is above P percent
     /// of the chunk, so later versions delta against the newer copy (0: never, the papers'
     /// one-level deltas against the first full copy).
@@ -175,10 +243,20 @@ impl DeltaArgs {
         if let Some(n) = self.candidates {
             cfg.candidates = n;
         }
+        if let Some(p) = self.candidates_enough_percent {
+            cfg.candidates_enough = (p != 0.0).then_some(p / 100.0);
+        }
         if let Some(p) = self.reanchor_percent {
             cfg.reanchor = (p != 0.0).then_some(p / 100.0);
         }
         if let Some(d) = self.max_depth {
+            // The default re-anchoring bound follows the depth (one level drifts more), unless
+            // the bound was set.
+            if self.reanchor_percent.is_none()
+                && cfg.reanchor == Some(default_reanchor(cfg.max_depth))
+            {
+                cfg.reanchor = Some(default_reanchor(d));
+            }
             cfg.max_depth = d;
         }
         cfg.validate()?;
@@ -248,4 +326,27 @@ pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
 /// JSON (whose reader is a program).
 pub fn progress_bar(json: bool) -> progress::Bar {
     progress::Bar::new(std::io::stderr().is_terminal() && !json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        models: IoModelArgs,
+    }
+
+    /// The flags' defaults are the library's (which docs/benchmarks.md justifies), and a
+    /// rate of 0 is refused by name.
+    #[test]
+    fn model_flag_defaults_are_the_library_defaults() {
+        let cli = Cli::parse_from(["t"]);
+        assert_eq!(cli.models.models().unwrap(), IoModels::default());
+        let cli = Cli::parse_from(["t", "--model-object-store-mb-s", "0"]);
+        let err = cli.models.models().unwrap_err().to_string();
+        assert!(err.contains("--model-object-store-mb-s"), "{err}");
+    }
 }

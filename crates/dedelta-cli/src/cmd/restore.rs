@@ -5,8 +5,8 @@
 //! Exit codes: 0 everything restored; 3 restored, but some files could not be; 1 the
 //! restore stopped (no such snapshot, a target that cannot be used); 10 no repository.
 
-use super::{open, progress_bar, RepoArg};
-use crate::render::{mb, outln, print_json};
+use super::{open, progress_bar, IoModelArgs, RepoArg};
+use crate::render::{io_line, mb, outln, print_json};
 use crate::EXIT_PARTIAL;
 use anyhow::Result;
 use clap::Args;
@@ -38,6 +38,8 @@ pub struct RestoreArgs {
     json: bool,
     #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    io_models: IoModelArgs,
 }
 
 /// The restore cache, for `restore` and `dump`.
@@ -50,7 +52,7 @@ pub struct CacheArgs {
     #[arg(long, value_enum, default_value = "lru")]
     cache: CacheKind,
     /// The LRU's size in containers (LoopDelta's 512 by default); its regions are also
-    /// bounded by --cache-mib, whichever binds first.
+    /// bounded by --cache-mib.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "512")]
     cache_containers: Option<usize>,
     /// MiB of decompressed regions the LRU holds at most (restore: 256, dump: 32).
@@ -89,6 +91,7 @@ impl CacheArgs {
 
 /// Restores the snapshot and prints what was restored, with the time taken.
 pub fn run(args: RestoreArgs) -> Result<u8> {
+    args.io_models.models()?;
     let r = open(&args.repo)?;
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let progress = progress_bar(args.json);
@@ -104,6 +107,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     progress.finish();
     let secs = started.elapsed().as_secs_f64();
     let mbps = st.bytes_written as f64 / 1e6 / secs.max(1e-9);
+    let io = args.io_models.report(&r)?;
     // Each file that could not be restored, then the summary: the last line says
     // what happened as a whole.
     for e in &st.errors {
@@ -124,6 +128,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
         v["seconds"] = json!(secs);
         v["mb_per_s"] = json!(mbps);
         v["speed_factor"] = json!(st.speed_factor());
+        v["io"] = serde_json::to_value(io)?;
         print_json(&v)?;
     } else {
         outln!(
@@ -157,6 +162,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
             c.containers_read,
             c.regions_read
         );
+        outln!("{}", io_line(&io));
     }
     Ok(if st.errors.is_empty() {
         0

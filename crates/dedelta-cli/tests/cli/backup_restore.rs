@@ -108,6 +108,24 @@ fn stdin_backup_and_dump() {
     let out = f.cmd(&["dump", "latest", "db.sql"]).output().unwrap();
     assert!(out.status.success());
     assert!(out.stdout == data);
+    assert!(out.stderr.is_empty());
+    // --io-json: the file alone on stdout, its I/O on stderr.
+    let out = f
+        .cmd(&["dump", "latest", "db.sql", "--io-json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout == data);
+    let v: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
+    let read = &v["io"]["purposes"]["chunk_data"]["read"];
+    assert!(read["requests"].as_u64().unwrap() > 0, "{v}");
+    assert!(read["bytes"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        v["io"]["modelled_seconds"]["object_store"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 }
 
 #[test]
@@ -219,4 +237,121 @@ fn a_legacy_index_in_the_repository_is_removed() {
     assert!(err.contains("client cache"), "{err}");
     assert!(!legacy.exists());
     f.ok(&["check", "--read-data"]);
+}
+
+/// `backup --json` and `restore --json` report their I/O (issue 16 item 4): every purpose and
+/// direction, nonzero container writes, metadata and data reads, and modelled seconds that
+/// follow the model flags; the text output has one `I/O:` line.
+#[test]
+fn backup_and_restore_report_io() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    make_tree(&src, 3);
+    let b = f.backup(&[&src]);
+    let io = &b["io"];
+    let purposes = [
+        "container_metadata",
+        "chunk_data",
+        "base_reads",
+        "prefetch",
+        "index",
+        "snapshots",
+        "other",
+    ];
+    for p in purposes {
+        for d in ["read", "write", "query"] {
+            assert!(io["purposes"][p][d]["requests"].is_u64(), "{p} {d}: {io}");
+        }
+    }
+    assert!(
+        io["purposes"]["chunk_data"]["write"]["requests"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{io}"
+    );
+    assert_eq!(
+        io["purposes"]["chunk_data"]["write"]["bytes"], b["bytes_added"],
+        "{io}"
+    );
+    assert_eq!(io["purposes"]["snapshots"]["write"]["requests"], 1, "{io}");
+    let sum: u64 = purposes
+        .iter()
+        .map(|p| io["purposes"][p]["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(io["requests"].as_u64().unwrap(), sum, "{io}");
+    assert!(
+        io["modelled_seconds"]["disk"].as_f64().unwrap() > 0.0,
+        "{io}"
+    );
+
+    let restore = |target: &str, extra: &[&str]| -> serde_json::Value {
+        let t = f.path(target);
+        let mut args = vec![
+            "restore",
+            "latest",
+            "--json",
+            "--target",
+            t.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        serde_json::from_str(&f.ok(&args)).unwrap()
+    };
+    let r = restore("out", &[]);
+    let io = &r["io"];
+    for p in ["container_metadata", "chunk_data"] {
+        let read = &io["purposes"][p]["read"];
+        assert!(read["requests"].as_u64().unwrap() > 0, "{p}: {io}");
+        assert!(read["bytes"].as_u64().unwrap() > 0, "{p}: {io}");
+    }
+    assert_eq!(io["write"]["requests"], 0, "{io}");
+    assert_eq!(io["purposes"]["base_reads"]["requests"], 0, "{io}");
+    // A model of 1 s per request and 1 MB/s: seconds = requests (+ reads and writes for the
+    // disk) + MB.
+    let r = restore(
+        "out2",
+        &[
+            "--model-disk-seek-ms",
+            "1000",
+            "--model-disk-mb-s",
+            "1",
+            "--model-object-store-request-ms",
+            "1000",
+            "--model-object-store-mb-s",
+            "1",
+        ],
+    );
+    let io = &r["io"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap() as f64;
+    let mb = n(&io["bytes"]) / 1e6;
+    let os = io["modelled_seconds"]["object_store"].as_f64().unwrap();
+    assert!((os - (n(&io["requests"]) + mb)).abs() < 1e-9, "{io}");
+    let disk = io["modelled_seconds"]["disk"].as_f64().unwrap();
+    let moves = n(&io["read"]["requests"]) + n(&io["write"]["requests"]);
+    assert!((disk - (moves + mb)).abs() < 1e-9, "{io}");
+
+    let out = f.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        f.path("out3").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("I/O: ")).count(),
+        1,
+        "{out}"
+    );
+    let bad = f
+        .cmd(&[
+            "restore",
+            "latest",
+            "--target",
+            "x",
+            "--model-disk-mb-s",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--model-disk-mb-s"));
 }

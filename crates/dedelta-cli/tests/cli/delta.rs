@@ -188,15 +188,27 @@ fn bad_delta_options_are_refused() {
     }
 }
 
-/// `init` records re-anchoring in the config: 30 % by default, what `--reanchor-percent P`
-/// says, and nothing (the papers' rule) for 0.
+/// `init` records re-anchoring in the config: 60 % by default (30 % with one-level deltas),
+/// what `--reanchor-percent P` says, and nothing (the papers' rule) for 0; and the second
+/// candidate's bound, 10 % by default (kept, unused, with one candidate).
 #[test]
 fn reanchor_percent_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
     for (i, (args, want)) in [
-        (&[][..], Some("\"reanchor\": 0.3")),
+        (&[][..], Some("\"reanchor\": 0.6")),
+        // One-level deltas drift further: their default bound is 30 %.
+        (&["--max-depth", "1"][..], Some("\"reanchor\": 0.3")),
+        (
+            &["--max-depth", "1", "--reanchor-percent", "45"][..],
+            Some("\"reanchor\": 0.45"),
+        ),
         (&["--reanchor-percent", "25"], Some("\"reanchor\": 0.25")),
         (&["--reanchor-percent", "0"], None),
+        (
+            &["--candidates-enough-percent", "25"],
+            Some("\"candidates_enough\": 0.25"),
+        ),
+        (&["--candidates", "1"], Some("\"candidates_enough\": 0.1")),
     ]
     .into_iter()
     .enumerate()

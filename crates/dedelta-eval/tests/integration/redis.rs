@@ -67,6 +67,7 @@ fn redis_small_backs_up_and_restores() {
         cache_containers: dedelta_store::read::PAPER_CACHE_CONTAINERS,
         assembly_bytes: None,
         speed_factor_versions: dedelta_eval::runner::SPEED_FACTOR_VERSIONS,
+        io_models: Default::default(),
     };
     std::fs::create_dir_all(&opts.scratch_dir).unwrap();
     let (r, _) = run_config(&data, &config, &opts, None).unwrap();

@@ -183,7 +183,8 @@ impl<'a> BaseFetcher<'a> {
         Ok(BaseFetcher {
             cache: BaseCache::new(budget),
             max_base_depth: max_depth.saturating_sub(1),
-            reader: ChunkReader::new(repo, 32 << 20)?,
+            reader: ChunkReader::new(repo, 32 << 20)?
+                .reading_for(crate::backend::wrap::metered::Purpose::BaseRead),
             local: None,
             local_path: None,
             budget,

@@ -406,6 +406,7 @@ impl<'a> DeltaStage<'a> {
         StageTimes::add(&self.times.base_read, t);
         // 2. Bases and delta encoding, one round per candidate rank.
         let best_of = self.cfg.candidates;
+        let enough = self.cfg.candidates_enough;
         let mut rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
         let mut round = 0;
         // Sketching DupAdj's misses only, round 1 comes even if no chunk had two candidates:
@@ -423,6 +424,12 @@ impl<'a> DeltaStage<'a> {
                 // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
                 if best_of == 1 && !c.tree && matches!(c.stored, Stored::Delta { .. }) {
                     continue;
+                }
+                // Best-of-N stops at a delta that is good enough (`candidates_enough`).
+                if let (Some(enough), Stored::Delta { delta, .. }) = (enough, &c.stored) {
+                    if !c.tree && delta.len() as f64 <= c.data.len() as f64 * enough {
+                        continue;
+                    }
                 }
                 let Some(&(candidate, source)) = c.candidates.get(round) else {
                     continue;

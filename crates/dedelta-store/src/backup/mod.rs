@@ -259,7 +259,7 @@ pub fn backup(
                 )),
                 (Some(_), crate::format::config::SketchIndexKind::Stream) => {
                     Some(Box::new(StreamSketchIndex::new(
-                        repo.backend().clone(),
+                        repo.backend_for(crate::backend::wrap::metered::Purpose::ContainerMeta),
                         delta_cfg.stream_cache_containers,
                     )))
                 }

@@ -41,9 +41,10 @@ pub const DEFAULT_MAX_DEPTH: u8 = 8;
 pub const MIN_FORMAT_VERSION: u16 = 1;
 /// The only fingerprint hash.
 pub const HASH_BLAKE3: &str = "blake3-256";
-/// Default compression region size (raw bytes): see docs/format.md for the measurement (1 MiB
-/// stores 6% less with delta chains but restores prettier's versions about 10% slower).
-pub const DEFAULT_REGION_SIZE: usize = 256 * 1024;
+/// Default compression region size (raw bytes): see docs/format.md for the measurement (with
+/// delta chains 512 KiB stores 3 % less than 256 KiB on 20 SQLAlchemy sdists and 1 MiB 6 %
+/// less, but 1 MiB restores prettier's versions about 10 % slower).
+pub const DEFAULT_REGION_SIZE: usize = 512 * 1024;
 /// Default container size (stored bytes).
 pub const DEFAULT_CONTAINER_SIZE: usize = 4 * 1024 * 1024;
 
@@ -111,15 +112,40 @@ impl SketchIndexKind {
 /// Most candidate bases tried per chunk ([`DeltaConfig::candidates`]).
 pub const MAX_CANDIDATES: usize = 8;
 
-/// The re-anchoring bound of new repositories ([`DeltaConfig::reanchor`]): a data chunk whose
-/// best delta is above 30 % of the chunk is stored in full. Measured (docs/benchmarks.md §6,
-/// "Base re-anchoring"): on 30 Redis dumps the repository shrank from 300.4 to 265.2 MB (20 %:
-/// 269.5, 25 %: 264.5, 40 %: 274.3, 50 %: 287.6), on 10 of them from 92.4 to 89.9 MB,
+/// The re-anchoring bound with one-level deltas ([`DeltaConfig::reanchor`]): a data chunk
+/// whose best delta is above 30 % of the chunk is stored in full. Measured (docs/benchmarks.md
+/// §6, "Base re-anchoring"): on 30 Redis dumps the repository shrank from 300.4 to 265.2 MB
+/// (20 %: 269.5, 25 %: 264.5, 40 %: 274.3, 50 %: 287.6), on 10 of them from 92.4 to 89.9 MB,
 /// because with one-level deltas a database file's chunks drift further from their first copy
 /// in every version; on series that do not drift it costs little (10 SQLite copies +0.8 %, 20
 /// SQLAlchemy sdists +0.2 %, 10 uncompressed Redis dumps +0.5 %), and a series of backups does
 /// not end at ten.
-pub const DEFAULT_REANCHOR: f64 = 0.3;
+pub const ONE_LEVEL_REANCHOR: f64 = 0.3;
+
+/// The re-anchoring bound of new repositories, whose deltas form chains: a version's delta is
+/// against the previous version, so drift matters less and a full copy costs more than it
+/// saves below 60 % (20 SQLAlchemy sdists, depth 8, 512 KiB regions: 30 % 15.79 MB, 45 %
+/// 15.51, 60 % 15.55, 75 % 15.75, none 15.85; 10 prettier packs: 45 % 6.25, 60 % 6.13, 75 %
+/// 6.14; docs/benchmarks.md §6, "Meeting the size targets").
+pub const DEFAULT_REANCHOR: f64 = 0.6;
+
+/// The re-anchoring bound that suits delta chains `max_depth` deep.
+pub fn default_reanchor(max_depth: u8) -> f64 {
+    if max_depth > 1 {
+        DEFAULT_REANCHOR
+    } else {
+        ONE_LEVEL_REANCHOR
+    }
+}
+
+/// Candidate bases tried per chunk by new repositories ([`DeltaConfig::candidates`]), and when
+/// the second is tried ([`DEFAULT_CANDIDATES_ENOUGH`]).
+pub const DEFAULT_CANDIDATES: usize = 2;
+
+/// A delta of at most 10 % of its chunk is good enough: no further candidate is tried (20
+/// SQLAlchemy sdists, 2 candidates: 5 % 15.07 MB, 10 % 15.12, 20 % 15.18, every candidate
+/// 14.96 MB for 25 % more backup CPU; one candidate 15.55).
+pub const DEFAULT_CANDIDATES_ENOUGH: f64 = 0.1;
 
 /// Resemblance detection and delta compression settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -147,6 +173,14 @@ pub struct DeltaConfig {
     /// keeps the smallest delta (beyond the papers). Absent means 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub candidates: usize,
+    /// With more than one candidate: a further candidate is tried only while the delta kept so
+    /// far is above this fraction of the chunk (beyond the papers). Most chunks of versioned
+    /// data get a delta of a few percent from their first candidate, which another base could
+    /// shave by bytes at the cost of a base read and an encoding each; the chunks whose first
+    /// delta is poor are where a second base pays. `None` tries every candidate (best-of-N).
+    /// Absent means `None`; in (0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidates_enough: Option<f64>,
     /// Base re-anchoring of file data (beyond the papers): a data chunk whose best delta is
     /// larger than this fraction of the chunk is stored in full, so that the next versions
     /// take it as their base instead of an ever older one. `None` is the papers' rule:
@@ -211,6 +245,7 @@ impl Default for DeltaConfig {
             base_cache_bytes: 256 << 20,
             stream_cache_containers: 64,
             candidates: 1,
+            candidates_enough: None,
             reanchor: None,
             max_depth: 1,
             sketch_keep: SketchKeep::Oldest,
@@ -222,7 +257,9 @@ impl Default for DeltaConfig {
 impl DeltaConfig {
     /// The defaults for a new repository: the measured best (docs/benchmarks.md): Odess
     /// with DupAdj stored the least on 20 SQLAlchemy sdists and was among the fastest;
-    /// re-anchoring at [`DEFAULT_REANCHOR`]. Two features per super-feature (DARE's SF-2F,
+    /// delta chains up to [`DEFAULT_MAX_DEPTH`] deep, re-anchoring at [`DEFAULT_REANCHOR`], a
+    /// second candidate base for chunks whose first delta is poor
+    /// ([`DEFAULT_CANDIDATES_ENOUGH`]). Two features per super-feature (DARE's SF-2F,
     /// with Odess's sampling): on DupAdj's misses, the more sensitive match finds the
     /// previous versions of rewritten minified code that 3 x 4 misses (prettier: 7.43 ->
     /// 6.87 MB; Redis 89.15 -> 86.49; SQLAlchemy 17.80 -> 17.74), for about 4% more backup
@@ -237,6 +274,8 @@ impl DeltaConfig {
             dupadj: true,
             reanchor: Some(DEFAULT_REANCHOR),
             max_depth: DEFAULT_MAX_DEPTH,
+            candidates: DEFAULT_CANDIDATES,
+            candidates_enough: Some(DEFAULT_CANDIDATES_ENOUGH),
             ..DeltaConfig::default()
         }
     }
@@ -259,6 +298,13 @@ impl DeltaConfig {
             return Err(Error::InvalidOption(format!(
                 "candidates must be 1 to {MAX_CANDIDATES}"
             )));
+        }
+        if let Some(r) = self.candidates_enough {
+            if !(r > 0.0 && r <= 1.0) {
+                return Err(Error::InvalidOption(
+                    "candidates_enough must be in (0, 1] (a fraction of the chunk)".into(),
+                ));
+            }
         }
         if let Some(r) = self.reanchor {
             if !(r > 0.0 && r <= 1.0) {
@@ -475,11 +521,12 @@ mod tests {
             "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
             "hash": "blake3-256",
             "compression": { "codec": "zstd", "level": 3, "text_level": 6 },
-            "region_size": 262144, "container_size": 4194304,
+            "region_size": 524288, "container_size": 4194304,
             "delta": { "sketch": "odess", "sf_count": 3, "features_per_sf": 2, "codec": "ddelta",
                        "sketch_index": "full", "dupadj": true, "min_saving": 0.1,
                        "base_cache_bytes": 268435456, "stream_cache_containers": 64,
-                       "reanchor": 0.3, "max_depth": 8 }
+                       "candidates": 2, "candidates_enough": 0.1,
+                       "reanchor": 0.6, "max_depth": 8 }
         });
         assert_eq!(v, expected);
         let bytes = cfg.to_bytes();
@@ -489,7 +536,11 @@ mod tests {
     /// `delta.candidates`: absent means 1, written only when not 1, 1 ..= 8.
     #[test]
     fn candidates_key() {
-        let cfg = DeltaConfig::recommended();
+        let cfg = DeltaConfig {
+            candidates: 1,
+            candidates_enough: None,
+            ..DeltaConfig::recommended()
+        };
         assert!(serde_json::to_value(&cfg)
             .unwrap()
             .get("candidates")
@@ -505,6 +556,25 @@ mod tests {
             let c = DeltaConfig {
                 candidates: bad,
                 ..cfg.clone()
+            };
+            assert!(c.validate().is_err(), "{bad} accepted");
+        }
+        // `delta.candidates_enough`: absent means none (every candidate), in (0, 1].
+        assert!(serde_json::to_value(&four)
+            .unwrap()
+            .get("candidates_enough")
+            .is_none());
+        let enough = DeltaConfig {
+            candidates_enough: Some(0.25),
+            ..four.clone()
+        };
+        let v = serde_json::to_value(&enough).unwrap();
+        assert_eq!(v["candidates_enough"], 0.25);
+        assert_eq!(serde_json::from_value::<DeltaConfig>(v).unwrap(), enough);
+        for bad in [0.0, -0.1, 1.5, f64::NAN] {
+            let c = DeltaConfig {
+                candidates_enough: Some(bad),
+                ..four.clone()
             };
             assert!(c.validate().is_err(), "{bad} accepted");
         }

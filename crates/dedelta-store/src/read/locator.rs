@@ -6,7 +6,8 @@ use super::{
     corrupt, lru, ReadStats, RestoreCache, RestoreCacheStats, META_CACHE_ENTRIES,
     RESTORE_SPARE_BUFFERS, SPARE_BUFFERS,
 };
-use crate::backend::FileKind;
+use crate::backend::wrap::metered::Purpose;
+use crate::backend::{Backend, FileKind};
 use crate::client::index::IndexReader;
 use crate::error::{Error, Result};
 use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
@@ -47,6 +48,8 @@ impl LocatedChunk {
 /// Finds chunks and decompresses their regions.
 pub struct ChunkLocator<'a> {
     repo: &'a IndexedRepository,
+    /// Where regions are read from: the backend, tagged with what they are read for.
+    data: Arc<dyn Backend>,
     index: IndexReader,
     metas: LruCache<ContainerId, Arc<ContainerMeta>>,
     regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
@@ -73,6 +76,7 @@ impl<'a> ChunkLocator<'a> {
     pub fn new(repo: &'a IndexedRepository, cache_bytes: usize) -> Result<Self> {
         Ok(ChunkLocator {
             repo,
+            data: repo.backend_for(Purpose::ChunkData),
             index: repo.index().reader()?,
             metas: lru(META_CACHE_ENTRIES),
             regions: LruCache::unbounded(),
@@ -98,6 +102,13 @@ impl<'a> ChunkLocator<'a> {
         l.restore_cache = Some(cache);
         l.spare_cap = RESTORE_SPARE_BUFFERS;
         Ok(l)
+    }
+
+    /// Meters the regions this locator reads as read for `purpose` (by default
+    /// [`Purpose::ChunkData`]; metadata is always [`Purpose::ContainerMeta`]).
+    pub fn reading_for(mut self, purpose: Purpose) -> Self {
+        self.data = self.repo.backend_for(purpose);
+        self
     }
 
     /// Counters so far.
@@ -175,7 +186,7 @@ impl<'a> ChunkLocator<'a> {
             .regions
             .get(index as usize)
             .ok_or_else(|| Error::corrupt(&what, format!("no region {index}")))?;
-        self.repo.backend().get_range_into(
+        self.data.get_range_into(
             FileKind::Container,
             &cid.to_hex(),
             i64::from(r.offset),
@@ -225,7 +236,7 @@ impl<'a> ChunkLocator<'a> {
             return Ok(());
         };
         let mut span = std::mem::take(&mut self.stored);
-        let read = self.repo.backend().get_range_into(
+        let read = self.data.get_range_into(
             FileKind::Container,
             &cid.to_hex(),
             i64::from(start),

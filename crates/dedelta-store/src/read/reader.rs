@@ -27,6 +27,13 @@ impl<'a> ChunkReader<'a> {
         })
     }
 
+    /// Meters the regions this reader reads as read for `purpose` (see
+    /// [`ChunkLocator::reading_for`]).
+    pub fn reading_for(mut self, purpose: crate::backend::wrap::metered::Purpose) -> Self {
+        self.locator = self.locator.reading_for(purpose);
+        self
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> ReadStats {
         self.locator.stats().merged(self.decoder.stats())

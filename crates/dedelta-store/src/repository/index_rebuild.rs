@@ -11,6 +11,7 @@
 //! never picked.
 
 use super::{read_container_meta, IndexedRepository};
+use crate::backend::wrap::metered::Purpose;
 use crate::backend::FileKind;
 use crate::client::index::{ChunkLocation, DeltaCopy, Rebuild};
 use crate::error::Result;
@@ -58,12 +59,13 @@ fn rebuild_in_batches(
     batch_entries: usize,
 ) -> Result<RepairStats> {
     let mut stats = RepairStats::default();
-    let (damage, notices) = DamageSet::load(repo.backend().as_ref())?;
+    let backend = repo.backend_for(Purpose::Index);
+    let (damage, notices) = DamageSet::load(backend.as_ref())?;
     for n in notices {
         warn(&n);
         stats.problems.push(n);
     }
-    let listed = repo.backend().list(FileKind::Container)?;
+    let listed = backend.list(FileKind::Container)?;
     repo.index().rebuild_in_steps(damage.digest(), |r| {
         let mut batch = Batch::default();
         for (name, _) in &listed {
@@ -168,8 +170,9 @@ pub(super) fn read_meta_retrying(
     name: &str,
     note: &mut dyn FnMut(String),
 ) -> Result<ContainerMeta> {
-    read_container_meta(repo.backend().as_ref(), name).or_else(|first| {
-        read_container_meta(repo.backend().as_ref(), name).inspect(|_| {
+    let backend = repo.backend_for(Purpose::Index);
+    read_container_meta(backend.as_ref(), name).or_else(|first| {
+        read_container_meta(backend.as_ref(), name).inspect(|_| {
             note(format!(
                 "container {name}: a metadata read failed ({first}) and a second read was \
                  intact: the storage may be unreliable"

@@ -18,6 +18,7 @@
 
 use super::index_rebuild::{read_meta_retrying, Batch, RepairStats, BATCH_ENTRIES};
 use super::IndexedRepository;
+use crate::backend::wrap::metered::Purpose;
 use crate::backend::FileKind;
 use crate::error::Result;
 use crate::format::container::ContainerId;
@@ -42,10 +43,10 @@ pub struct SyncStats {
 /// documentation). Cheap when nothing changed: one listing of containers and of damage records.
 pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
     let mut out = SyncStats::default();
-    let (damage, skipped) = DamageSet::load(repo.backend().as_ref())?;
+    let backend = repo.backend_for(Purpose::Index);
+    let (damage, skipped) = DamageSet::load(backend.as_ref())?;
     out.notices.extend(skipped);
-    let listed: HashSet<ContainerId> = repo
-        .backend()
+    let listed: HashSet<ContainerId> = backend
         .list(FileKind::Container)?
         .iter()
         .filter_map(|(name, _)| ContainerId::from_hex(name))

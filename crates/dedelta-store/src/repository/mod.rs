@@ -2,6 +2,10 @@
 //!
 //! Typestate in two steps: [`Repository`] is open (config read), [`IndexedRepository`] also has
 //! the chunk index, and only it can read or write chunks. Writing also needs a [`RepoLock`].
+//!
+//! A repository can meter its I/O ([`Repository::metered`]): every request is then counted by
+//! purpose (see [`crate::backend::wrap::metered`]), and readers that read for one purpose take
+//! a handle tagged with it from [`Repository::backend_for`].
 
 pub mod damage;
 pub mod index_rebuild;
@@ -10,6 +14,7 @@ pub mod lock;
 pub mod snapshots;
 
 use crate::backend::local::LocalBackend;
+use crate::backend::wrap::metered::{IoCounts, MeteredBackend, Purpose};
 use crate::backend::{Backend, FileKind};
 use crate::client::index::ChunkIndex;
 use crate::error::{Error, Result};
@@ -23,6 +28,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct Repository {
     backend: Arc<dyn Backend>,
+    /// With [`Self::metered`]: the meter `backend` is, for tagged handles and counts.
+    metered: Option<Arc<MeteredBackend>>,
     config: RepoConfig,
     index_path: PathBuf,
     /// The directory of a local repository (for removing a legacy in-repository index).
@@ -96,6 +103,7 @@ impl Repository {
         let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
         Ok(Repository {
             backend,
+            metered: None,
             config,
             index_path: dir.join(crate::client::cache::INDEX_FILE),
             local_root: None,
@@ -107,6 +115,7 @@ impl Repository {
         let config = read_config(backend.as_ref())?;
         Ok(Repository {
             backend,
+            metered: None,
             config,
             index_path,
             local_root: None,
@@ -146,6 +155,43 @@ impl Repository {
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    /// Meters every request made from now on (the config, already read, is not counted), by
+    /// purpose: see [`Self::backend_for`] and [`Self::io_counts`]. Counting costs two relaxed
+    /// atomic additions per request. Metering twice keeps the first meter.
+    pub fn metered(mut self) -> Self {
+        if self.metered.is_none() {
+            let m = Arc::new(MeteredBackend::new(self.backend.clone()));
+            self.backend = m.clone();
+            self.metered = Some(m);
+        }
+        self
+    }
+
+    /// The backend for requests made for `purpose`: with [`Self::metered`] a handle that files
+    /// every request under it, else [`Self::backend`]. Requests through [`Self::backend`] are
+    /// filed by their kind ([`Purpose::of_kind`]: containers as chunk data).
+    pub fn backend_for(&self, purpose: Purpose) -> Arc<dyn Backend> {
+        match &self.metered {
+            Some(m) => Arc::new(m.tagged(purpose)),
+            None => self.backend.clone(),
+        }
+    }
+
+    /// The backend under the meter: for reads that only serve a measurement and would
+    /// distort the counts. [`Self::backend`] when not metered.
+    pub fn unmetered_backend(&self) -> Arc<dyn Backend> {
+        match &self.metered {
+            Some(m) => m.inner().clone(),
+            None => self.backend.clone(),
+        }
+    }
+
+    /// The requests and bytes counted since [`Self::metered`], by purpose and direction;
+    /// `None` when not metered.
+    pub fn io_counts(&self) -> Option<IoCounts> {
+        self.metered.as_ref().map(|m| m.meter().counts())
     }
 
     /// Every snapshot, readable or not (see [`snapshots::list`]).
@@ -269,9 +315,13 @@ impl IndexedRepository {
         self.notices.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads and checks the metadata section of a container (two ranged reads).
+    /// Reads and checks the metadata section of a container (a size query and two ranged
+    /// reads, metered as [`Purpose::ContainerMeta`]).
     pub fn read_container_meta(&self, id: &ContainerId) -> Result<ContainerMeta> {
-        read_container_meta(self.backend.as_ref(), &id.to_hex())
+        read_container_meta(
+            self.backend_for(Purpose::ContainerMeta).as_ref(),
+            &id.to_hex(),
+        )
     }
 }
 

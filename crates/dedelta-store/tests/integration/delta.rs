@@ -201,6 +201,7 @@ fn best_of_n_candidates_round_trip() {
             let cfg = DeltaConfig {
                 sketch_index: index,
                 candidates,
+                candidates_enough: None,
                 ..DeltaConfig::recommended()
             };
             let (repo, contents, sums) = three_versions(tmp.path(), cfg);
@@ -216,6 +217,51 @@ fn best_of_n_candidates_round_trip() {
             "{index:?}: {delta_bytes:?}"
         );
     }
+}
+
+/// `candidates_enough`: a further candidate is tried only for a chunk whose kept delta is
+/// above the bound. At 100 % every kept delta is good enough, so four candidates store what
+/// FirstFit stores, byte for byte; with no bound (best-of-N) the bases differ. In between,
+/// what is stored restores exactly and checks clean.
+#[test]
+fn good_enough_deltas_stop_the_candidates() {
+    // One source tree backed up into every repository, so that their trees (paths, mtimes)
+    // are the same bytes too.
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = [(1, None), (4, Some(1.0)), (4, None), (2, Some(0.1))];
+    let repos: Vec<IndexedRepository> = settings
+        .iter()
+        .enumerate()
+        .map(|(i, &(candidates, enough))| {
+            let cfg = DeltaConfig {
+                candidates,
+                candidates_enough: enough,
+                ..DeltaConfig::recommended()
+            };
+            init_repo(&tmp.path().join(format!("repo-{i}")), config(2, cfg))
+        })
+        .collect();
+    let src = tmp.path().join("src");
+    let mut contents = Vec::new();
+    let mut stored: Vec<Vec<(u64, u64, u64, u64)>> = vec![Vec::new(); repos.len()];
+    for v in 0..3 {
+        contents.push(write_versions(&src, v));
+        for (repo, sums) in repos.iter().zip(stored.iter_mut()) {
+            let s = run_backup(repo, &src, v);
+            sums.push((
+                s.bytes_after_delta,
+                s.delta_chunks,
+                s.delta_bytes,
+                s.sketch_deltas,
+            ));
+        }
+    }
+    for (i, repo) in repos.iter().enumerate() {
+        restore_all(repo, tmp.path(), &contents, (64 << 20) + i);
+        assert!(run_check(repo, true).unwrap().problems.is_empty());
+    }
+    assert_eq!(stored[1], stored[0], "100 %: FirstFit");
+    assert_ne!(stored[2], stored[0], "best-of-N chose no other base");
 }
 
 #[test]
@@ -707,6 +753,8 @@ fn dare_sketches_only_dupadj_misses() {
                     features_per_sf: 2,
                 },
                 reanchor: None,
+                candidates: 1,
+                candidates_enough: None,
                 sketch_dupadj_misses: misses_only,
                 ..DeltaConfig::recommended()
             };

@@ -10,7 +10,8 @@
 //! version-1 containers, byte for byte as before version 2 existed (so that builds that know
 //! only version 1 keep reading it), a version-2 repository the lean version-2 metadata with
 //! one-level deltas, and a version-3 repository the same layout with delta chains (whose
-//! writers also compare a delta compressed, not raw, when deciding to keep it).
+//! writers also compare a delta compressed, not raw, when deciding to keep it), with the
+//! first version-3 defaults and with today's.
 //! The version-1 tables are written with zstd level 3 for every region and Odess 3 x 4, as
 //! every version-1 repository's config says; the version-2 tables with the defaults (level 6
 //! for regions that look compressible, which these text records do; Odess 3 x 2).
@@ -19,7 +20,7 @@ use crate::support::{backup_options, config, init_repo, locked, me, time_of, xor
 use dedelta_core::compress::Compression;
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::{self, StdinSource};
-use dedelta_store::format::config::{DeltaConfig, RepoConfig};
+use dedelta_store::format::config::{DeltaConfig, RepoConfig, ONE_LEVEL_REANCHOR};
 use dedelta_store::progress::NoProgress;
 
 /// Version `v` of a tar-like stream: text records, a few edited per version, one inserted.
@@ -106,10 +107,22 @@ fn version_1_delta() -> DeltaConfig {
     d
 }
 
-/// The delta settings of version-2 repositories: the defaults, one level deep.
+/// The delta settings of version-2 repositories: the defaults of the time, one level deep,
+/// re-anchoring at 30 %, one candidate base.
 fn version_2_delta() -> DeltaConfig {
     DeltaConfig {
         max_depth: 1,
+        ..version_3_first_delta()
+    }
+}
+
+/// The delta settings of the first version-3 repositories (2026-11-24): chains 8 deep,
+/// re-anchoring at 30 %, one candidate base.
+fn version_3_first_delta() -> DeltaConfig {
+    DeltaConfig {
+        reanchor: Some(ONE_LEVEL_REANCHOR),
+        candidates: 1,
+        candidates_enough: None,
         ..DeltaConfig::recommended()
     }
 }
@@ -137,10 +150,25 @@ fn delta_containers_are_unchanged_v2() {
 
 #[test]
 fn delta_containers_are_unchanged_v3() {
-    let names = container_names(3, DeltaConfig::recommended(), 2);
+    let names = container_names(3, version_3_first_delta(), 2);
     assert_eq!(prefixes(&names), EXPECTED_DELTA_V3, "{names:#?}");
+    assert_eq!(container_names(3, version_3_first_delta(), 1), names);
+}
+
+/// Today's defaults: re-anchoring at 60 %, a second candidate base below 10 %.
+#[test]
+fn delta_containers_are_unchanged_v3_defaults() {
+    let names = container_names(3, DeltaConfig::recommended(), 2);
+    assert_eq!(prefixes(&names), EXPECTED_DELTA_V3_DEFAULTS, "{names:#?}");
     assert_eq!(container_names(3, DeltaConfig::recommended(), 1), names);
 }
+
+const EXPECTED_DELTA_V3_DEFAULTS: &[&str] = &[
+    "4cb2b0d7f295a5d1",
+    "837740159e84d998",
+    "d9fa4783019f8b9c",
+    "febe5db407828b3e",
+];
 
 const EXPECTED_DELTA_V3: &[&str] = &[
     "0211cbaed6200cd9",

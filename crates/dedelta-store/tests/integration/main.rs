@@ -27,6 +27,8 @@ mod format;
 mod gc;
 /// Container names for a fixed input series: the stored bytes do not change by accident.
 mod golden;
+/// I/O accounting: a metered repository's requests by purpose (issue 16 item 4).
+mod io;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
 /// papers' restore speed factor.
 mod metrics;

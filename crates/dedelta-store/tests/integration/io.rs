@@ -1,0 +1,152 @@
+//! I/O accounting (issue 16 item 4): a metered repository files backup's and restore's
+//! requests under the purpose they were made for. Guards the tags at their narrow points:
+//! a region read for a delta base must count as a base read, a metadata section as metadata,
+//! and a restore cache's reads (either strategy) as chunk data.
+
+use crate::support::{
+    backup_options, backup_with, cache_root_for, config, files, locked, me, restored_root, text,
+    time_of, write_files, Files,
+};
+use dedelta_store::backend::wrap::metered::{Direction, IoCounts, Purpose, Traffic};
+use dedelta_store::commands::restore;
+use dedelta_store::format::config::DeltaConfig;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::read::RestoreCacheChoice;
+use dedelta_store::{IndexedRepository, Repository};
+use std::path::Path;
+
+/// Version `v` of the test tree: two texts with a few edits per version (deltas of the last).
+fn tree(v: u64) -> Files {
+    let edit = |mut t: Vec<u8>, seed: u64| {
+        for k in 0..8 * v {
+            let pos = ((k * 7919 + seed * 104_729 + v * 31) as usize) % t.len();
+            t[pos] = b'#';
+        }
+        t
+    };
+    files([
+        ("a.txt", edit(text(200_000, 1), 1)),
+        ("b.txt", edit(text(150_000, 2), 2)),
+    ])
+}
+
+fn metered_repo(path: &Path) -> IndexedRepository {
+    let cfg = config(1, DeltaConfig::recommended());
+    Repository::init_local_with_cache(path, cfg, &cache_root_for(path))
+        .unwrap()
+        .metered()
+        .open_index()
+        .unwrap()
+}
+
+/// What `f` did to the repository's counters.
+fn counted<T>(repo: &IndexedRepository, f: impl FnOnce() -> T) -> (T, IoCounts) {
+    let before = repo.io_counts().expect("metered");
+    let out = f();
+    (out, repo.io_counts().expect("metered").since(&before))
+}
+
+fn restore_with(
+    repo: &IndexedRepository,
+    target: &Path,
+    cache: RestoreCacheChoice,
+) -> restore::RestoreStats {
+    let (_, snap) = repo.find_snapshot("latest").unwrap();
+    let opts = restore::RestoreOptions {
+        target: target.to_path_buf(),
+        include: vec![],
+        cache_bytes: 1 << 20,
+        cache,
+    };
+    restore::restore(repo, &snap, &opts, &NoProgress).unwrap()
+}
+
+#[test]
+fn backup_and_restore_count_requests_by_purpose() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let src = tmp.path().join("src");
+    let zero = Traffic::default();
+    for v in 0..2 {
+        write_files(&src, &tree(v));
+        let (res, c) = counted(&repo, || {
+            // No local base cache: every base of the second backup is read back.
+            locked(&repo, &me(), |lock| {
+                backup_with(&repo, lock, backup_options(vec![src.clone()], time_of(v)))
+            })
+            .unwrap()
+        });
+        let data = c.get(Purpose::ChunkData, Direction::Write);
+        assert!(data.requests > 0, "v{v}: no container written: {c:?}");
+        assert_eq!(data.bytes, res.summary.bytes_added, "v{v}");
+        assert_eq!(c.get(Purpose::Snapshot, Direction::Write).requests, 1);
+        // The lock: created, then deleted.
+        assert!(c.purpose(Purpose::Other).requests >= 2, "{c:?}");
+        assert_eq!(c.purpose(Purpose::Prefetch), zero);
+        if v == 1 {
+            assert!(res.summary.delta_chunks > 0, "no deltas: {:?}", res.summary);
+            let bases = c.get(Purpose::BaseRead, Direction::Read);
+            assert!(bases.requests > 0 && bases.bytes > 0, "{c:?}");
+            // The bases' containers' metadata: a size query and two ranged reads each.
+            let meta = c.get(Purpose::ContainerMeta, Direction::Read);
+            assert!(meta.requests > 0 && meta.bytes > 0, "{c:?}");
+            assert_eq!(
+                meta.requests,
+                2 * c.get(Purpose::ContainerMeta, Direction::Query).requests
+            );
+        }
+    }
+
+    // Restore: reads only, regions as chunk data and their containers' metadata.
+    let (st, c) = counted(&repo, || {
+        restore_with(&repo, &tmp.path().join("t1"), RestoreCacheChoice::default())
+    });
+    assert!(st.errors.is_empty());
+    let data = c.get(Purpose::ChunkData, Direction::Read);
+    assert!(
+        data.requests >= st.reads.regions_read && data.requests > 0,
+        "{c:?}"
+    );
+    assert!(data.bytes >= st.reads.bytes_read && data.bytes > 0, "{c:?}");
+    let meta = c.get(Purpose::ContainerMeta, Direction::Read);
+    assert!(meta.requests >= 2 * st.reads.container_metas_read && meta.requests > 0);
+    assert_eq!(c.direction(Direction::Write), zero);
+    assert_eq!(c.purpose(Purpose::BaseRead), zero);
+    assert!(restored_root(&tmp.path().join("t1"), &src)
+        .join("a.txt")
+        .exists());
+
+    // Forward assembly's reads are chunk data too: one request per container read (and
+    // the tree's), nothing written.
+    let forward = RestoreCacheChoice::Forward {
+        area_bytes: 1 << 20,
+    };
+    let (st, c) = counted(&repo, || {
+        restore_with(&repo, &tmp.path().join("t2"), forward)
+    });
+    assert!(st.errors.is_empty());
+    let data = c.get(Purpose::ChunkData, Direction::Read);
+    assert!(data.requests >= st.restore_cache.containers_read, "{c:?}");
+    assert!(st.restore_cache.containers_read > 0);
+    assert_eq!(c.direction(Direction::Write), zero);
+}
+
+/// A repository opened without metering counts nothing and reports no counts.
+#[test]
+fn unmetered_repository_reports_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cfg = config(1, DeltaConfig::default());
+    let repo = Repository::init_local_with_cache(&path, cfg, &cache_root_for(&path)).unwrap();
+    assert_eq!(repo.io_counts(), None);
+    let repo = repo.metered().metered();
+    let after_open = repo.io_counts().unwrap();
+    assert_eq!(after_open, IoCounts::default());
+    let repo = repo.open_index().unwrap();
+    // Opening the index lists the containers and damage records, as index traffic.
+    let c = repo.io_counts().unwrap();
+    assert!(
+        c.get(Purpose::Index, Direction::Query).requests >= 2,
+        "{c:?}"
+    );
+}
