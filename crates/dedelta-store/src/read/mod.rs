@@ -55,8 +55,8 @@ pub(crate) const RESTORE_BASE_CACHE_ENTRIES: usize = 512;
 /// Decompression buffers kept for reuse.
 pub(crate) const SPARE_BUFFERS: usize = 16;
 /// Decompression buffers kept for reuse behind a restore cache, which lets go of many regions
-/// at once: a whole container's (the LRU's bound in containers; a 4 MiB container holds 40
-/// to 60 compressed regions), or an assembly area's.
+/// at once: a whole container's (the LRU's bound in containers; a 4 MiB container of text
+/// held 40 to 60 compressed regions of 256 KiB), or an assembly area's.
 pub(crate) const RESTORE_SPARE_BUFFERS: usize = 64;
 
 pub(crate) fn lru<K: std::hash::Hash + Eq, V>(entries: usize) -> LruCache<K, V> {

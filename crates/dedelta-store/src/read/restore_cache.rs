@@ -7,9 +7,8 @@
 //!   "a 512-container-sized (2GB) LRU cache"), an LRU of containers. A chunk whose container
 //!   is not held reads it (one container read) and evicts the least recently used container
 //!   once more than N are held. Of a held container, restore keeps the regions it needed:
-//!   each is read and decompressed on its first use (a range read of one region, 256 KiB
-//!   before compression by default, counted in `regions_read`, not as another container
-//!   read). The regions held are also bounded in bytes: past it the least recently used
+//!   each is read and decompressed on its first use (a range read of one region, counted in
+//!   `regions_read`, not as another container read). The regions held are also bounded in bytes: past it the least recently used
 //!   region goes, and a container whose last region goes is no longer held. With N large,
 //!   that is the region cache bounded in bytes that check and backup use; with the byte bound
 //!   large, the papers' cache.
