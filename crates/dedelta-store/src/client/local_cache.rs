@@ -42,8 +42,12 @@ pub const VERSION: u32 = 2;
 const HEAD_LEN: usize = 24;
 /// Fingerprint, offset (u64) and length (u32) of one entry.
 const ENTRY_LEN: usize = CHUNK_ID_LEN + 12;
-/// Default size budget of the live entries.
-pub const DEFAULT_BYTES: usize = 32 << 20;
+/// Default size budget of the live entries. With delta chains a version's candidates are the
+/// previous versions' chunks, which a cache holding little more than the last backup's new
+/// chunks misses: 20 SQLAlchemy sdists (about 22 MB of new chunks each) read 6,786 bases back
+/// from the repository with 32 MiB, 4,379 with 64 MiB and 2,486 with 128 MiB, for 4.50, 4.46
+/// and 4.26 s of backup CPU (docs/benchmarks.md §6, "Meeting the size targets").
+pub const DEFAULT_BYTES: usize = 64 << 20;
 /// The index file's name.
 const INDEX_FILE: &str = "bases.idx";
 
