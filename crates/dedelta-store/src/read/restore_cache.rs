@@ -20,7 +20,7 @@
 //!   dropped when the next area starts. Unlike the paper, which copies each chunk into an
 //!   M-byte buffer and drops the container, the area keeps the regions its chunks lie in
 //!   (chunks are slices of them, so nothing is copied): memory is the area's regions, at
-//!   most one region per chunk of the area.
+//!   most one per chunk of the area and per delta base it needs.
 //!
 //! Delta bases go through the same cache: restore's decoder keeps the bases it rebuilt
 //! ([`super::RESTORE_BASE_CACHE_ENTRIES`]), and a base it lacks is located like any chunk, so
