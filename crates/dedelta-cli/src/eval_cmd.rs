@@ -65,6 +65,13 @@ pub struct EvalArgs {
     /// containers; LoopDelta §5.1 uses 512).
     #[arg(long, value_name = "N", default_value_t = dedelta_store::read::PAPER_CACHE_CONTAINERS)]
     restore_cache_containers: usize,
+    /// The restore cache: `lru` (of --restore-cache-containers) or `forward` (forward
+    /// assembly over areas of --assembly-mib).
+    #[arg(long, value_name = "CACHE", default_value = "lru", value_parser = ["lru", "forward"])]
+    restore_cache: String,
+    /// Forward assembly's area, in MiB of restored data.
+    #[arg(long, value_name = "MIB", default_value_t = dedelta_store::read::DEFAULT_ASSEMBLY_BYTES >> 20)]
+    assembly_mib: u64,
     /// The restore speed factor is the mean over the last N versions (LoopDelta §5.1: 20);
     /// they are always restored.
     #[arg(long, value_name = "N", default_value_t = dedelta_eval::runner::SPEED_FACTOR_VERSIONS)]
@@ -123,6 +130,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
             dedelta_store::format::config::MAX_DELTA_DEPTH
         );
     }
+    anyhow::ensure!(args.assembly_mib >= 1, "--assembly-mib must be at least 1");
     anyhow::ensure!(
         args.restore_cache_containers >= 1,
         "--restore-cache-containers must be at least 1"
@@ -145,6 +153,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         min_saving_percent: args.min_saving_percent,
         max_depth: args.max_depth,
         cache_containers: args.restore_cache_containers,
+        assembly_bytes: (args.restore_cache == "forward").then_some(args.assembly_mib << 20),
         speed_factor_versions: args.speed_factor_versions,
         lookup: args.lookup.options()?,
         io_models: args.io_models.models()?,

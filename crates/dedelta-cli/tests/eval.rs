@@ -260,6 +260,11 @@ fn eval_chunker_dimension_runs_each_configuration_per_chunker() {
             "rabin,gear:2k",
             "--max-depth",
             "2",
+            // The restore speed factor through forward assembly instead of the LRU.
+            "--restore-cache",
+            "forward",
+            "--assembly-mib",
+            "1",
         ])
         .arg("--data-dir")
         .arg(tmp.path().join("data"))
@@ -289,8 +294,17 @@ fn eval_chunker_dimension_runs_each_configuration_per_chunker() {
             r["name"]
         );
     }
+    assert!(
+        rows.iter()
+            .all(|r| r["restore_speed_factor"].parse::<f64>().unwrap() > 0.0),
+        "{rows:?}"
+    );
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("dedup@gear-2k"));
+    assert!(
+        report.contains("forward assembly over areas of 1 MiB"),
+        "{report}"
+    );
     let bad = Command::cargo_bin("dedelta")
         .unwrap()
         .args(["eval", "--dataset", "synthetic-small", "--no-peers"])

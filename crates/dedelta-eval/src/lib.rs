@@ -70,6 +70,8 @@ pub struct EvalOptions {
     pub max_depth: Option<u8>,
     /// The papers' restore cache, in containers (see [`RunOptions::cache_containers`]).
     pub cache_containers: usize,
+    /// Forward assembly's area instead of the LRU (see [`RunOptions::assembly_bytes`]).
+    pub assembly_bytes: Option<u64>,
     /// Versions the restore speed factor averages (the last ones).
     pub speed_factor_versions: usize,
     /// How backups find duplicates (see [`RunOptions::lookup`]).
@@ -109,6 +111,7 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         host: opts.host.clone(),
         time: opts.time.clone(),
         cache_containers: opts.cache_containers,
+        assembly_bytes: opts.assembly_bytes,
         speed_factor_versions: opts.speed_factor_versions,
         lookup: opts.lookup,
         io_models: opts.io_models,

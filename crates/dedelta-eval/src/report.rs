@@ -361,10 +361,11 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          second summed over worker threads. *Backup MB/s*: logical bytes over the wall time \
          of all backups. *Restore MB/s*: bytes restored over wall time (written to disk, \
          every chunk verified). *Restore speed factor* (DARE §4.5, LoopDelta §5.1): MB \
-         restored per container read through a restore cache of {} whole containers, LRU \
-         (LoopDelta's 512 by default), counted in restore order with each delta's base, \
+         restored per container read by restore's own cache, {} (an LRU of containers is \
+         the papers' cache, LoopDelta's 512 by default), deltas' bases read through it \
+         unless restore's cache of rebuilt bases holds them, \
          the mean over the last {} versions (LoopDelta: the last 20); *containers read* and \
-         *regions read* (regions decompressed from the cached containers) are summed over \
+         *regions read* (regions read and decompressed into the cache) are summed over \
          those restores. *Speed factor by size*: the same with each container read counted \
          as its stored bytes over the configured container size (4 MiB): every backup seals \
          its last container partly filled, and where a version's new data fill one \
@@ -372,12 +373,15 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
          depends on, however much it stores; by size, a configuration that stores less \
          reads less. The tree stream (the papers' recipes) is not counted. *Read \
          amplification*: stored bytes read per byte restored (restore's real reads, \
-         through a region cache of 64 MiB). *Index file*: size of the \
+         through that cache). *Index file*: size of the \
          client's chunk index (manifest and runs); *base cache*: the configured delta base cache of the backup; \
          *peak RSS*: VmHWM of the eval process, reset before each configuration (the whole \
          process: backup pipeline, caches, restore).",
         report.kernel_pairs,
-        opts.cache_containers,
+        match opts.assembly_bytes {
+            Some(area) => format!("forward assembly over areas of {} MiB", area >> 20),
+            None => format!("an LRU of {} containers", opts.cache_containers),
+        },
         opts.speed_factor_versions
     );
     let _ = writeln!(

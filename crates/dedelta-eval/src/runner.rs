@@ -19,6 +19,7 @@ use dedelta_store::commands::restore::{restore, RestoreOptions};
 use dedelta_store::commands::stats::{stats, RepoStats};
 use dedelta_store::format::config::RepoConfig;
 use dedelta_store::progress::NoProgress;
+use dedelta_store::read::RestoreCacheChoice;
 use dedelta_store::repository::lock::LockInfo;
 use dedelta_store::Repository;
 use std::io::Read;
@@ -27,8 +28,10 @@ use std::time::Instant;
 
 /// The file name single-file versions are stored under.
 pub const STREAM_NAME: &str = "data";
-/// Bytes of decompressed regions the restore caches.
-pub const RESTORE_CACHE_BYTES: usize = 64 << 20;
+/// Bytes of decompressed regions the restore cache holds at most: unbounded, so that the LRU
+/// is bounded in containers alone, as the papers' cache is (512 containers of 4 MB stored
+/// may hold several GB of regions; the eval's datasets restore far less).
+pub const RESTORE_CACHE_BYTES: usize = usize::MAX;
 /// The restore speed factor is averaged over the last this many versions, as LoopDelta §5.1
 /// does ("the shown speed factor is the average of the last 20 backups").
 pub const SPEED_FACTOR_VERSIONS: usize = 20;
@@ -50,10 +53,13 @@ pub struct RunOptions {
     /// Time recorded in locks and in the first version's snapshot (RFC 3339); version `i`'s
     /// snapshot records it plus `i` seconds (see [`version_time`]).
     pub time: String,
-    /// Containers the papers' restore cache holds (LRU; see
-    /// [`dedelta_store::read::RestoreCacheModel`]): the restore speed factor is MB restored
-    /// per container it reads.
+    /// Containers the papers' restore cache holds (an LRU; see
+    /// [`dedelta_store::read::ContainerLru`]): the restore speed factor is MB restored per
+    /// container it reads.
     pub cache_containers: usize,
+    /// Restore with forward assembly over areas of this many bytes instead of the LRU
+    /// ([`dedelta_store::read::ForwardAssembly`]).
+    pub assembly_bytes: Option<u64>,
     /// The restore speed factor is the mean over the last this many versions, which are
     /// always restored (besides [`Self::restore_sample`]).
     pub speed_factor_versions: usize,
@@ -206,8 +212,8 @@ pub struct VersionRow {
     pub restore_seconds: Option<f64>,
     /// Stored bytes read by the restore.
     pub restore_read_bytes: Option<u64>,
-    /// Containers the papers' restore cache read for this restore (LRU of
-    /// [`RunOptions::cache_containers`] whole containers).
+    /// Containers the restore cache read for this restore (an LRU of
+    /// [`RunOptions::cache_containers`] containers, or forward assembly).
     pub restore_containers_read: Option<u64>,
     /// Regions it decompressed from them.
     pub restore_regions_read: Option<u64>,
@@ -307,7 +313,8 @@ pub struct ConfigResult {
     /// restored MB / restore seconds.
     pub restore_mb_s: Option<f64>,
     /// The restore speed factor (DARE §4.5, LoopDelta §5.1): MB restored per container read
-    /// through an LRU restore cache of [`Self::restore_cache_containers`] whole containers,
+    /// through the restore cache (an LRU of [`Self::restore_cache_containers`] containers, or
+    /// forward assembly),
     /// the mean of the last [`Self::speed_factor_versions`] versions' factors.
     pub restore_speed_factor: Option<f64>,
     /// The same with each container read counted by its stored bytes over the configured
@@ -545,7 +552,12 @@ pub fn run_config(
                 target: target.clone(),
                 include: vec![],
                 cache_bytes: RESTORE_CACHE_BYTES,
-                cache_containers: Some(opts.cache_containers),
+                cache: match opts.assembly_bytes {
+                    Some(area_bytes) => RestoreCacheChoice::Forward { area_bytes },
+                    None => RestoreCacheChoice::Lru {
+                        containers: opts.cache_containers,
+                    },
+                },
             },
             &NoProgress,
         )
@@ -562,14 +574,13 @@ pub fn run_config(
         row.restore_seconds = Some(secs);
         row.restore_read_bytes = Some(st.reads.bytes_read);
         row.io.set_restore(io);
-        if let Some(c) = st.restore_cache {
-            row.restore_containers_read = Some(c.containers_read);
-            row.restore_regions_read = Some(c.regions_read);
-            row.restore_container_bytes_read = Some(c.container_bytes_read);
-            row.restore_speed_factor = st.speed_factor();
-            row.restore_speed_factor_by_size =
-                speed_factor_by_size(st.bytes_written, c.container_bytes_read, container_size);
-        }
+        let c = st.restore_cache;
+        row.restore_containers_read = Some(c.containers_read);
+        row.restore_regions_read = Some(c.regions_read);
+        row.restore_container_bytes_read = Some(c.container_bytes_read);
+        row.restore_speed_factor = st.speed_factor();
+        row.restore_speed_factor_by_size =
+            speed_factor_by_size(st.bytes_written, c.container_bytes_read, container_size);
     }
     let last = dataset
         .versions

@@ -14,6 +14,10 @@ use dedelta_store::commands::ls;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
+/// MiB of decompressed regions a dump's LRU holds at most, by default: one file needs less
+/// than a restore, and fewer fresh buffers cost fewer page faults.
+const DUMP_CACHE_MIB: usize = 32;
+
 /// Arguments of `dedelta dump`.
 #[derive(Args)]
 pub struct DumpArgs {
@@ -23,6 +27,8 @@ pub struct DumpArgs {
     snapshot: String,
     /// Path of the file inside the snapshot (any bytes: names need not be UTF-8).
     path: OsString,
+    #[command(flatten)]
+    cache: super::restore::CacheArgs,
     /// After the file, write `{"io": ...}` (requests and bytes by purpose, modelled seconds,
     /// as `restore --json` reports them) as one line to standard error.
     #[arg(long)]
@@ -38,7 +44,16 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-    ls::dump(&r, &id, &snap, args.path.as_bytes(), &mut out)?;
+    let (cache, cache_bytes) = args.cache.choice(DUMP_CACHE_MIB)?;
+    ls::dump_with(
+        &r,
+        &id,
+        &snap,
+        args.path.as_bytes(),
+        cache,
+        cache_bytes,
+        &mut out,
+    )?;
     drop(out);
     if args.io_json {
         let io = args.io_models.report(&r)?;

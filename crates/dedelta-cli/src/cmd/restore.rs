@@ -11,13 +11,14 @@ use crate::EXIT_PARTIAL;
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::restore;
+use dedelta_store::read::{RestoreCacheChoice, DEFAULT_ASSEMBLY_BYTES, PAPER_CACHE_CONTAINERS};
 use serde_json::json;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-/// Bytes of decompressed regions a restore caches.
-const RESTORE_CACHE_BYTES: usize = 256 << 20;
+/// MiB of decompressed regions a restore's LRU holds at most, by default.
+const RESTORE_CACHE_MIB: usize = 256;
 
 /// Arguments of `dedelta restore`.
 #[derive(Args)]
@@ -35,13 +36,57 @@ pub struct RestoreArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
-    /// Also count the containers the papers' restore cache, an LRU of N whole containers,
-    /// would read, and report their restore speed factor (MB restored per container read;
-    /// DARE §4.5, LoopDelta §5.1). Without N: 512, LoopDelta's cache.
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "512")]
-    cache_containers: Option<usize>,
+    #[command(flatten)]
+    cache: CacheArgs,
     #[command(flatten)]
     io_models: IoModelArgs,
+}
+
+/// The restore cache, for `restore` and `dump`.
+#[derive(Args)]
+pub struct CacheArgs {
+    /// Restore cache: `lru`, an LRU of containers (the papers' restore cache), or `forward`,
+    /// forward assembly (Lillibridge et al., FAST'13: look ahead over an area of the recipe
+    /// and read each container it needs once). Restore reports the containers read and the
+    /// restore speed factor, MB restored per container read (DARE §4.5, LoopDelta §5.1).
+    #[arg(long, value_enum, default_value = "lru")]
+    cache: CacheKind,
+    /// The LRU's size in containers (LoopDelta's 512 by default); its regions are also
+    /// bounded by --cache-mib.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "512")]
+    cache_containers: Option<usize>,
+    /// MiB of decompressed regions the LRU holds at most (restore: 256, dump: 32).
+    #[arg(long, value_name = "MIB")]
+    cache_mib: Option<usize>,
+    /// Forward assembly's area, in MiB of restored data (at least one chunk).
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_ASSEMBLY_BYTES >> 20)]
+    assembly_mib: u64,
+}
+
+/// `--cache`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CacheKind {
+    /// An LRU of containers.
+    Lru,
+    /// Forward assembly.
+    Forward,
+}
+
+impl CacheArgs {
+    /// The cache chosen, and the LRU's bound in bytes (`default_mib` without --cache-mib).
+    pub fn choice(&self, default_mib: usize) -> Result<(RestoreCacheChoice, usize)> {
+        let containers = self.cache_containers.unwrap_or(PAPER_CACHE_CONTAINERS);
+        anyhow::ensure!(containers >= 1, "--cache-containers must be at least 1");
+        anyhow::ensure!(self.assembly_mib >= 1, "--assembly-mib must be at least 1");
+        let choice = match self.cache {
+            CacheKind::Lru => RestoreCacheChoice::Lru { containers },
+            CacheKind::Forward => RestoreCacheChoice::Forward {
+                area_bytes: self.assembly_mib << 20,
+            },
+        };
+        let mib = self.cache_mib.unwrap_or(default_mib);
+        Ok((choice, mib.saturating_mul(1 << 20)))
+    }
 }
 
 /// Restores the snapshot and prints what was restored, with the time taken.
@@ -50,12 +95,13 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     let r = open(&args.repo)?;
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let progress = progress_bar(args.json);
+    let (cache, cache_bytes) = args.cache.choice(RESTORE_CACHE_MIB)?;
     let started = std::time::Instant::now();
     let opts = restore::RestoreOptions {
         target: args.target.clone(),
         include: args.include.iter().map(|p| p.as_bytes().to_vec()).collect(),
-        cache_bytes: RESTORE_CACHE_BYTES,
-        cache_containers: args.cache_containers,
+        cache_bytes,
+        cache,
     };
     let st = restore::restore(&r, &snap, &opts, &progress)?;
     progress.finish();
@@ -81,9 +127,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
         v["snapshot_id"] = json!(id.to_hex());
         v["seconds"] = json!(secs);
         v["mb_per_s"] = json!(mbps);
-        if st.restore_cache.is_some() {
-            v["speed_factor"] = json!(st.speed_factor());
-        }
+        v["speed_factor"] = json!(st.speed_factor());
         v["io"] = serde_json::to_value(io)?;
         print_json(&v)?;
     } else {
@@ -103,15 +147,21 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
                 format!("; {} could not be restored", st.errors.len())
             }
         );
-        if let Some(c) = &st.restore_cache {
-            outln!(
-                "restore speed factor: {} MB per container read ({} containers read through a cache of {}, {} regions)",
-                st.speed_factor().map_or("–".into(), |f| format!("{f:.2}")),
-                c.containers_read,
-                c.cache_containers,
-                c.regions_read
-            );
-        }
+        let c = &st.restore_cache;
+        let through = match cache {
+            RestoreCacheChoice::Lru { containers } => {
+                format!("an LRU of {containers} containers")
+            }
+            RestoreCacheChoice::Forward { area_bytes } => {
+                format!("forward assembly, {} areas of {}", c.areas, mb(area_bytes))
+            }
+        };
+        outln!(
+            "restore speed factor: {} MB per container read ({} containers read through {through}, {} regions)",
+            st.speed_factor().map_or("–".into(), |f| format!("{f:.2}")),
+            c.containers_read,
+            c.regions_read
+        );
         outln!("{}", io_line(&io));
     }
     Ok(if st.errors.is_empty() {

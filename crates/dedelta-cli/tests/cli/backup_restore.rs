@@ -59,9 +59,22 @@ fn snapshots_json_ls_dump_include_tags_exclude() {
     assert!(ls.contains("text.txt") && !ls.contains("big.bin"), "{ls}");
     assert!(ls.contains("link -> small.txt"));
     let file = format!("{}/text.txt", src.display());
-    let out = f.cmd(&["dump", "latest", &file]).output().unwrap();
-    assert!(out.status.success());
-    assert_eq!(out.stdout, fs::read(src.join("text.txt")).unwrap());
+    // Through each restore cache.
+    for cache in [
+        &[][..],
+        &["--cache", "lru", "--cache-containers", "1"],
+        &["--cache", "forward", "--assembly-mib", "1"],
+    ] {
+        let mut args = vec!["dump", "latest", &file];
+        args.extend_from_slice(cache);
+        let out = f.cmd(&args).output().unwrap();
+        assert!(out.status.success(), "{cache:?}: {out:?}");
+        assert_eq!(
+            out.stdout,
+            fs::read(src.join("text.txt")).unwrap(),
+            "{cache:?}"
+        );
+    }
     // --include restores only the named subtree.
     let target = f.path("out");
     let inc = format!("{}/deep", src.display());

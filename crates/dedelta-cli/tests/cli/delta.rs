@@ -123,14 +123,16 @@ fn delta_options_and_statistics() {
         .arg(&repo)
         .assert()
         .success();
-    // The papers' restore speed factor: without N, LoopDelta's 512 containers; with it, the
-    // cache given; without the option, not counted.
-    for (args, cache) in [
-        (&["--cache-containers"][..], Some(512)),
-        (&["--cache-containers", "1"], Some(1)),
-        (&[], None),
+    // The papers' restore speed factor, from the restore cache's own container reads: an
+    // LRU of LoopDelta's 512 containers by default (also `--cache-containers` without N), of
+    // N with it, or forward assembly.
+    for (args, cache, n) in [
+        (&["--cache-containers"][..], "lru", 512),
+        (&["--cache-containers", "1"], "lru", 1),
+        (&[], "lru", 512),
+        (&["--cache", "forward", "--assembly-mib", "1"], "forward", 0),
     ] {
-        let target = dir.path().join(format!("out-{cache:?}"));
+        let target = dir.path().join(format!("out-{}", args.join("")));
         let out = dedelta()
             .args(["restore", "latest", "--json", "-r"])
             .arg(&repo)
@@ -141,20 +143,20 @@ fn delta_options_and_statistics() {
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        match cache {
-            Some(n) => {
-                let c = &r["restore_cache"];
-                assert_eq!(c["cache_containers"], n, "{r}");
-                let read = c["containers_read"].as_u64().unwrap();
-                assert!(read >= 1, "{r}");
-                let want = r["bytes_written"].as_f64().unwrap() / 1e6 / read as f64;
-                assert!(
-                    (r["speed_factor"].as_f64().unwrap() - want).abs() < 1e-9,
-                    "{r}"
-                );
-            }
-            None => assert!(r.get("restore_cache").is_none() && r.get("speed_factor").is_none()),
+        let c = &r["restore_cache"];
+        assert_eq!(c["cache"], cache, "{r}");
+        assert_eq!(c["cache_containers"], n, "{r}");
+        if cache == "forward" {
+            assert_eq!(c["assembly_bytes"], 1 << 20, "{r}");
+            assert!(c["areas"].as_u64().unwrap() >= 1, "{r}");
         }
+        let read = c["containers_read"].as_u64().unwrap();
+        assert!(read >= 1, "{r}");
+        let want = r["bytes_written"].as_f64().unwrap() / 1e6 / read as f64;
+        assert!(
+            (r["speed_factor"].as_f64().unwrap() - want).abs() < 1e-9,
+            "{r}"
+        );
     }
 }
 

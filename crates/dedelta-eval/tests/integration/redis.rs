@@ -65,6 +65,7 @@ fn redis_small_backs_up_and_restores() {
         host: "test".into(),
         time: "2026-11-24T00:00:00Z".into(),
         cache_containers: dedelta_store::read::PAPER_CACHE_CONTAINERS,
+        assembly_bytes: None,
         speed_factor_versions: dedelta_eval::runner::SPEED_FACTOR_VERSIONS,
         lookup: Default::default(),
         io_models: Default::default(),

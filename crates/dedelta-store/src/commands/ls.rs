@@ -5,7 +5,9 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::read::walk_tree;
-use crate::read::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
+use crate::read::{
+    FetchedChunk, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice, RestoreCacheStats,
+};
 use crate::repository::IndexedRepository;
 use std::io::Write;
 
@@ -58,6 +60,21 @@ pub fn dump(
     path: &[u8],
     out: &mut dyn Write,
 ) -> Result<u64> {
+    let cache = RestoreCacheChoice::default();
+    dump_with(repo, id, snapshot, path, cache, DUMP_CACHE_BYTES, out).map(|(n, _)| n)
+}
+
+/// [`dump`] through the restore cache `cache` (an LRU's regions also bounded by
+/// `cache_bytes`); returns the bytes written and what the cache read.
+pub fn dump_with(
+    repo: &IndexedRepository,
+    id: &SnapshotId,
+    snapshot: &Snapshot,
+    path: &[u8],
+    cache: RestoreCacheChoice,
+    cache_bytes: usize,
+    out: &mut dyn Write,
+) -> Result<(u64, RestoreCacheStats)> {
     let (node, chunks) = find_node(repo, id, snapshot, path)?;
     if node.kind != NodeKind::File {
         return Err(Error::InvalidOption(format!(
@@ -67,15 +84,31 @@ pub fn dump(
     }
     let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);
     std::thread::scope(|s| {
-        let producer = s.spawn(move || -> Result<()> {
-            let mut locator = PipelinedLocator::new(repo, DUMP_CACHE_BYTES)?;
-            for c in &chunks {
-                let fetched = locator.fetch(&c.id)?;
-                if tx.send(fetched).is_err() {
-                    break; // the writing side failed and reports why
+        let producer = s.spawn(move || -> Result<RestoreCacheStats> {
+            let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?;
+            // Forward assembly: areas of the recipe, each assembled before it is fetched.
+            let area = locator.area_bytes().unwrap_or(u64::MAX);
+            let mut rest: &[ChunkRef] = &chunks;
+            while !rest.is_empty() {
+                let (mut n, mut bytes) = (0, 0u64);
+                while n < rest.len() && (n == 0 || bytes + u64::from(rest[n].len) <= area) {
+                    bytes += u64::from(rest[n].len);
+                    n += 1;
+                }
+                let (now, later) = rest.split_at(n);
+                rest = later;
+                if area != u64::MAX {
+                    locator.assemble(&now.iter().map(|c| c.id).collect::<Vec<_>>());
+                }
+                for c in now {
+                    let fetched = locator.fetch(&c.id)?;
+                    if tx.send(fetched).is_err() {
+                        // The writing side failed and reports why.
+                        return Ok(locator.cache_stats());
+                    }
                 }
             }
-            Ok(())
+            Ok(locator.cache_stats())
         });
         let mut decoder = PipelinedDecoder::default();
         let written = (|| -> Result<u64> {
@@ -95,7 +128,8 @@ pub fn dump(
             .join()
             .unwrap_or_else(|_| Err(Error::ThreadPanicked("dump reader".into())));
         // A read error ends the stream early: it is the cause, not the short output.
-        read.and(written)
+        let cache = read?;
+        written.map(|n| (n, cache))
     })
 }
 

@@ -4,8 +4,14 @@
 //!  reader thread ("dedelta-restore-reader")      caller's thread
 //!  walk the tree, PipelinedLocator:               PipelinedDecoder: decode deltas, verify
 //!  index lookup, region decompression  --Event--> every chunk; Target: write through
-//!                   (bounded channel, 256)        directory handles, rename into place
+//!  through the restore cache                      directory handles, rename into place
+//!                   (bounded channel, 256)
 //! ```
+//!
+//! The restore cache ([`RestoreOptions::cache`], [`crate::read::RestoreCache`]) is an LRU of
+//! containers, read chunk by chunk, or forward assembly: then the reader gathers the next
+//! assembly area's worth of the recipe (nodes and chunks, across files; a large file is split),
+//! reads the regions it needs container by container, and only then fetches and sends them.
 //!
 //! Three promises, each against a bug that restore once had:
 //!
@@ -37,10 +43,11 @@ use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
 use crate::read::walk_tree;
 use crate::read::{
-    speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats, RestoreCacheModel,
+    speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats, RestoreCacheChoice,
     RestoreCacheStats,
 };
 use crate::repository::IndexedRepository;
+use dedelta_core::ChunkId;
 use std::path::PathBuf;
 use target::{MTime, PendingFile, Target};
 
@@ -59,13 +66,12 @@ pub struct RestoreOptions {
     /// everything. Raw bytes, since stored names need not be UTF-8; a leading or trailing `/`
     /// is ignored.
     pub include: Vec<Vec<u8>>,
-    /// Bytes of decompressed regions to cache.
+    /// Bytes of decompressed regions the LRU restore cache holds at most (besides its bound
+    /// in containers; whichever binds first). At least 8 MiB is used.
     pub cache_bytes: usize,
-    /// Count the containers the papers' restore cache of this many containers would read
-    /// ([`RestoreCacheModel`]), for their restore speed factor; `None` counts nothing (and
-    /// costs nothing; counting costs an index lookup per chunk and a read of each container's
-    /// metadata, on the reader thread).
-    pub cache_containers: Option<usize>,
+    /// The restore cache: an LRU of containers (the default, 512 containers) or forward
+    /// assembly. Its container reads give the papers' restore speed factor.
+    pub cache: RestoreCacheChoice,
 }
 
 /// A node that could not be restored.
@@ -106,19 +112,15 @@ pub struct RestoreStats {
     pub errors: Vec<NodeError>,
     /// Reads from the repository.
     pub reads: ReadStats,
-    /// With [`RestoreOptions::cache_containers`]: what the papers' restore cache would have
-    /// read for the files restored.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub restore_cache: Option<RestoreCacheStats>,
+    /// What the restore cache ([`RestoreOptions::cache`]) read.
+    pub restore_cache: RestoreCacheStats,
 }
 
 impl RestoreStats {
     /// The papers' restore speed factor (DARE §4.5, LoopDelta §5.1): MB restored per
-    /// container read through the restore cache of [`RestoreOptions::cache_containers`]
-    /// containers; `None` without that option or when no container was read.
+    /// container read through the restore cache; `None` when no container was read.
     pub fn speed_factor(&self) -> Option<f64> {
-        self.restore_cache
-            .and_then(|c| speed_factor(self.bytes_written, c.containers_read))
+        speed_factor(self.bytes_written, self.restore_cache.containers_read)
     }
 }
 
@@ -206,14 +208,7 @@ pub fn restore(
         let producer = std::thread::Builder::new()
             .name("dedelta-restore-reader".into())
             .spawn_scoped(s, move || {
-                read_events(
-                    repo,
-                    snapshot,
-                    &include,
-                    cache_bytes,
-                    opts.cache_containers,
-                    &tx,
-                )
+                read_events(repo, snapshot, &include, cache_bytes, opts.cache, &tx)
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
         let mut stats = write_events(&rx, target, progress);
@@ -235,60 +230,133 @@ fn read_events(
     snapshot: &Snapshot,
     include: &[&[u8]],
     cache_bytes: usize,
-    cache_containers: Option<usize>,
+    cache: RestoreCacheChoice,
     tx: &crossbeam_channel::Sender<Event>,
-) -> Result<(ReadStats, Option<RestoreCacheStats>)> {
-    let mut locator = PipelinedLocator::new(repo, cache_bytes)?;
-    let mut model = cache_containers
-        .map(|n| RestoreCacheModel::new(repo, n))
-        .transpose()?;
-    let send = |ev: Event| tx.send(ev).map_err(|_| Stopped);
+) -> Result<(ReadStats, RestoreCacheStats)> {
+    let mut reader = Reader {
+        area: None,
+        locator: PipelinedLocator::new(repo, cache, cache_bytes)?,
+        pending: Vec::new(),
+        pending_bytes: 0,
+        failed: false,
+        tx,
+    };
+    reader.area = reader.locator.area_bytes();
     let mut stopped = false;
     let walked = walk_tree(repo, snapshot, |node, chunks| {
         if stopped || !included(&node.path, include) {
             return Ok(());
         }
         let sent = if node.kind != NodeKind::File {
-            send(Event::Node(node))
+            reader.step(Step::Send(Box::new(Event::Node(node))))
         } else if let Err(e) = recipe_matches_size(&node, &chunks) {
-            send(Event::Refused(node, e))
+            reader.step(Step::Send(Box::new(Event::Refused(node, e))))
         } else {
-            send(Event::FileStart(node)).and_then(|()| {
-                let mut end = Event::FileEnd;
-                for c in &chunks {
-                    if let Some(m) = model.as_mut() {
-                        m.access(&c.id);
+            reader
+                .step(Step::Send(Box::new(Event::FileStart(node))))
+                .and_then(|()| {
+                    for c in &chunks {
+                        reader.step(Step::Chunk(c.id, c.len))?;
                     }
-                    match locator.fetch(&c.id) {
-                        Ok(fetched) if fetched.len() == c.len as usize => {
-                            send(Event::Data(fetched))?
-                        }
-                        Ok(fetched) => {
-                            end = Event::FileFailed(Error::corrupt(
-                                "recipe",
-                                format!(
-                                    "chunk {} has length {} but the recipe says {}",
-                                    c.id,
-                                    fetched.len(),
-                                    c.len
-                                ),
-                            ));
-                            break;
-                        }
-                        Err(e) => {
-                            end = Event::FileFailed(e);
-                            break;
-                        }
-                    }
-                }
-                send(end)
-            })
+                    reader.step(Step::End)
+                })
         };
         // The writer is gone only if it panicked, which the caller reports; read no further.
         stopped = sent.is_err();
         Ok(())
     });
-    walked.map(|()| (locator.stats(), model.map(|m| m.stats())))
+    let flushed = if stopped { Ok(()) } else { reader.flush() };
+    // A flush fails only if the writer is gone, which the caller reports.
+    drop(flushed);
+    walked.map(|()| (reader.locator.stats(), reader.locator.cache_stats()))
+}
+
+/// One step of the reader, in tree order.
+enum Step {
+    /// An event sent as it is (boxed: nodes are few, chunks many).
+    Send(Box<Event>),
+    /// The next chunk of the current file, and its length in the recipe.
+    Chunk(ChunkId, u32),
+    /// The current file's recipe ends.
+    End,
+}
+
+/// The reading side: runs steps at once (an LRU cache), or gathers an assembly area of them
+/// and reads its containers first (forward assembly).
+struct Reader<'r, 'a> {
+    locator: PipelinedLocator<'a>,
+    /// Forward assembly's area in restored bytes.
+    area: Option<u64>,
+    pending: Vec<Step>,
+    pending_bytes: u64,
+    /// The current file failed: its remaining chunks are skipped.
+    failed: bool,
+    tx: &'r crossbeam_channel::Sender<Event>,
+}
+
+impl Reader<'_, '_> {
+    fn step(&mut self, step: Step) -> std::result::Result<(), Stopped> {
+        let Some(area) = self.area else {
+            return self.run(step);
+        };
+        if let Step::Chunk(_, len) = step {
+            if self.pending_bytes > 0 && self.pending_bytes + u64::from(len) > area {
+                self.flush()?;
+            }
+            self.pending_bytes += u64::from(len);
+        }
+        self.pending.push(step);
+        Ok(())
+    }
+
+    /// Assembles the pending area and runs its steps.
+    fn flush(&mut self) -> std::result::Result<(), Stopped> {
+        let steps = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        let ids: Vec<ChunkId> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Chunk(id, _) => Some(*id),
+                _ => None,
+            })
+            .collect();
+        if !ids.is_empty() {
+            self.locator.assemble(&ids);
+        }
+        steps.into_iter().try_for_each(|s| self.run(s))
+    }
+
+    fn run(&mut self, step: Step) -> std::result::Result<(), Stopped> {
+        let send = |ev: Event| self.tx.send(ev).map_err(|_| Stopped);
+        match step {
+            Step::Send(ev) => {
+                if matches!(*ev, Event::FileStart(_)) {
+                    self.failed = false;
+                }
+                send(*ev)
+            }
+            Step::Chunk(_, _) if self.failed => Ok(()),
+            Step::Chunk(id, len) => {
+                let failure = match self.locator.fetch(&id) {
+                    Ok(fetched) if fetched.len() == len as usize => {
+                        return send(Event::Data(fetched))
+                    }
+                    Ok(fetched) => Error::corrupt(
+                        "recipe",
+                        format!(
+                            "chunk {id} has length {} but the recipe says {len}",
+                            fetched.len(),
+                        ),
+                    ),
+                    Err(e) => e,
+                };
+                self.failed = true;
+                send(Event::FileFailed(failure))
+            }
+            Step::End if self.failed => Ok(()),
+            Step::End => send(Event::FileEnd),
+        }
+    }
 }
 
 /// The file being written, if any.

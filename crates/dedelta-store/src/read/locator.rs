@@ -1,7 +1,11 @@
 //! Finding a chunk: index lookup, container metadata, and its region read and decompressed
-//! through an LRU region cache (the expensive half of a read).
+//! through an LRU region cache bounded in bytes, or for restore through a
+//! [`RestoreCache`] (the expensive half of a read).
 
-use super::{corrupt, lru, ReadStats, META_CACHE_ENTRIES, SPARE_BUFFERS};
+use super::{
+    corrupt, lru, ReadStats, RestoreCache, RestoreCacheStats, META_CACHE_ENTRIES,
+    RESTORE_SPARE_BUFFERS, SPARE_BUFFERS,
+};
 use crate::backend::wrap::metered::Purpose;
 use crate::backend::{Backend, FileKind};
 use crate::client::index::IndexReader;
@@ -49,6 +53,8 @@ pub struct ChunkLocator<'a> {
     index: IndexReader,
     metas: LruCache<ContainerId, Arc<ContainerMeta>>,
     regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
+    /// Restore's cache, which replaces `regions` when set.
+    restore_cache: Option<Box<dyn RestoreCache>>,
     decompressor: RegionDecompressor,
     /// Reused buffer for stored (compressed) region bytes.
     stored: Vec<u8>,
@@ -56,6 +62,8 @@ pub struct ChunkLocator<'a> {
     spare: Vec<Vec<u8>>,
     /// Evicted regions still shared with the decoding thread; reused once it lets go.
     retired: Vec<Arc<Vec<u8>>>,
+    /// How many buffers `spare` and `retired` keep each.
+    spare_cap: usize,
     region_bytes: usize,
     cache_bytes: usize,
     stats: ReadStats,
@@ -72,15 +80,28 @@ impl<'a> ChunkLocator<'a> {
             index: repo.index().reader()?,
             metas: lru(META_CACHE_ENTRIES),
             regions: LruCache::unbounded(),
+            restore_cache: None,
             decompressor: RegionDecompressor::default(),
             stored: Vec::new(),
             spare: Vec::new(),
             retired: Vec::new(),
+            spare_cap: SPARE_BUFFERS,
             region_bytes: 0,
             cache_bytes,
             stats: ReadStats::default(),
             damage: None,
         })
+    }
+
+    /// A locator whose regions go through `cache` (restore, dump).
+    pub fn with_restore_cache(
+        repo: &'a IndexedRepository,
+        cache: Box<dyn RestoreCache>,
+    ) -> Result<Self> {
+        let mut l = ChunkLocator::new(repo, 0)?;
+        l.restore_cache = Some(cache);
+        l.spare_cap = RESTORE_SPARE_BUFFERS;
+        Ok(l)
     }
 
     /// Meters the regions this locator reads as read for `purpose` (by default
@@ -93,6 +114,16 @@ impl<'a> ChunkLocator<'a> {
     /// Counters so far.
     pub fn stats(&self) -> ReadStats {
         self.stats
+    }
+
+    /// The restore cache's counters, if it has one.
+    pub fn restore_cache_stats(&self) -> Option<RestoreCacheStats> {
+        self.restore_cache.as_ref().map(|c| c.stats())
+    }
+
+    /// The restore cache's assembly area, if it looks ahead.
+    pub fn area_bytes(&self) -> Option<u64> {
+        self.restore_cache.as_ref().and_then(|c| c.area_bytes())
     }
 
     /// Re-reads the index, to see chunks committed since this locator was made.
@@ -117,10 +148,39 @@ impl<'a> ChunkLocator<'a> {
         meta: &ContainerMeta,
         index: u32,
     ) -> Result<Arc<Vec<u8>>> {
+        if let Some(cache) = self.restore_cache.as_mut() {
+            if let Some(r) = cache.get(&cid, index) {
+                self.stats.region_cache_hits += 1;
+                return Ok(r);
+            }
+            let r = self.read_region(cid, meta, index)?;
+            self.keep(cid, meta, index, r.clone());
+            return Ok(r);
+        }
         if let Some(r) = self.regions.get(&(cid, index)) {
             self.stats.region_cache_hits += 1;
             return Ok(r.clone());
         }
+        let raw = self.read_region(cid, meta, index)?;
+        self.region_bytes += raw.len();
+        self.regions.put((cid, index), raw.clone());
+        while self.region_bytes > self.cache_bytes && self.regions.len() > 1 {
+            let Some((_, old)) = self.regions.pop_lru() else {
+                break;
+            };
+            self.region_bytes -= old.len();
+            self.recycle(old);
+        }
+        Ok(raw)
+    }
+
+    /// Reads region `index` of `cid` from the backend and decompresses it.
+    fn read_region(
+        &mut self,
+        cid: ContainerId,
+        meta: &ContainerMeta,
+        index: u32,
+    ) -> Result<Arc<Vec<u8>>> {
         let what = format!("container {cid}");
         let r = meta
             .regions
@@ -137,22 +197,115 @@ impl<'a> ChunkLocator<'a> {
         self.stats.bytes_read += self.stored.len() as u64;
         let mut raw = self.spare_buffer();
         container::open_region_into(&mut self.decompressor, &self.stored, r, &what, &mut raw)?;
-        let raw = Arc::new(raw);
-        self.region_bytes += raw.len();
-        self.regions.put((cid, index), raw.clone());
-        while self.region_bytes > self.cache_bytes && self.regions.len() > 1 {
-            let Some((_, old)) = self.regions.pop_lru() else {
-                break;
-            };
-            self.region_bytes -= old.len();
-            match Arc::try_unwrap(old) {
-                Ok(buf) if self.spare.len() < SPARE_BUFFERS => self.spare.push(buf),
-                Ok(_) => {}
-                Err(shared) if self.retired.len() < SPARE_BUFFERS => self.retired.push(shared),
-                Err(_) => {}
+        Ok(Arc::new(raw))
+    }
+
+    /// Forward assembly: reads the regions `wanted` of container `cid` that the restore cache
+    /// does not hold, in one backend read spanning them (the container's regions lie back to
+    /// back), decompresses each and hands it to the cache. Nothing is read if the cache holds
+    /// them all.
+    ///
+    /// # Errors
+    /// The container or its metadata cannot be read, or a region is damaged; the caller
+    /// leaves it to the chunk's own [`Self::locate`] to report, with its retry.
+    pub(crate) fn read_regions(&mut self, cid: ContainerId, wanted: &[u32]) -> Result<()> {
+        let meta = self.meta(cid)?;
+        let what = format!("container {cid}");
+        let mut regions = Vec::with_capacity(wanted.len());
+        for &i in wanted {
+            let held = self
+                .restore_cache
+                .as_mut()
+                .is_some_and(|c| c.get(&cid, i).is_some());
+            if held {
+                continue;
             }
+            let r = meta
+                .regions
+                .get(i as usize)
+                .ok_or_else(|| Error::corrupt(&what, format!("no region {i}")))?;
+            regions.push((i, r));
         }
-        Ok(raw)
+        let (Some(start), Some(end)) = (
+            regions.iter().map(|(_, r)| r.offset).min(),
+            regions
+                .iter()
+                .map(|(_, r)| u64::from(r.offset) + u64::from(r.stored_len))
+                .max(),
+        ) else {
+            return Ok(());
+        };
+        let mut span = std::mem::take(&mut self.stored);
+        let read = self.data.get_range_into(
+            FileKind::Container,
+            &cid.to_hex(),
+            i64::from(start),
+            (end - u64::from(start)) as usize,
+            &mut span,
+        );
+        let opened = read.map_err(Error::from).and_then(|()| {
+            self.stats.bytes_read += span.len() as u64;
+            for (i, r) in regions {
+                let at = (r.offset - start) as usize;
+                let stored = span
+                    .get(at..at + r.stored_len as usize)
+                    .ok_or_else(|| Error::corrupt(&what, "a short read".to_string()))?;
+                let mut raw = self.spare_buffer();
+                container::open_region_into(&mut self.decompressor, stored, r, &what, &mut raw)?;
+                self.stats.regions_read += 1;
+                self.keep(cid, &meta, i, Arc::new(raw));
+            }
+            Ok(())
+        });
+        self.stored = span;
+        opened
+    }
+
+    /// The next assembly area starts: the restore cache lets go of the last one's regions.
+    pub(crate) fn start_area(&mut self) {
+        let mut evicted = Vec::new();
+        if let Some(c) = self.restore_cache.as_mut() {
+            c.start_area(&mut evicted);
+        }
+        for old in evicted {
+            self.recycle(old);
+        }
+    }
+
+    /// Where chunk `id` lies and its delta base, from the index and its container's
+    /// metadata, without reading its region; `None` if either cannot say.
+    pub(crate) fn place(&mut self, id: &ChunkId) -> Option<(ContainerId, u32, Option<ChunkId>)> {
+        let loc = self.index.get(id).ok()??;
+        let meta = self.meta(loc.container).ok()?;
+        let e = meta.entries.get(loc.entry as usize)?;
+        let base = match e.kind {
+            EntryKind::Full => None,
+            EntryKind::Delta { base } => Some(base),
+        };
+        (e.id == *id).then_some((loc.container, e.region, base))
+    }
+
+    /// Hands a region just read to the restore cache, recycling what it lets go of.
+    fn keep(&mut self, cid: ContainerId, meta: &ContainerMeta, index: u32, r: Arc<Vec<u8>>) {
+        let Some(cache) = self.restore_cache.as_mut() else {
+            return;
+        };
+        let container_bytes = meta.regions.iter().map(|r| u64::from(r.stored_len)).sum();
+        let mut evicted = Vec::new();
+        cache.put(cid, index, r, container_bytes, &mut evicted);
+        for old in evicted {
+            self.recycle(old);
+        }
+    }
+
+    /// Keeps the buffer of a region let go of, for reuse.
+    fn recycle(&mut self, old: Arc<Vec<u8>>) {
+        match Arc::try_unwrap(old) {
+            Ok(buf) if self.spare.len() < self.spare_cap => self.spare.push(buf),
+            Ok(_) => {}
+            Err(shared) if self.retired.len() < self.spare_cap => self.retired.push(shared),
+            Err(_) => {}
+        }
     }
 
     /// A buffer for the next region: an evicted one if any is free again, else a new one.

@@ -2,7 +2,8 @@
 //! restore and dump.
 //!
 //! - [`ChunkLocator`]: index lookup, container metadata, and the stored bytes of the chunk's
-//!   region, read and decompressed through an LRU region cache (the expensive part).
+//!   region, read and decompressed through an LRU region cache bounded in bytes, or for
+//!   restore and dump through a [`RestoreCache`] (the expensive part).
 //! - [`ChunkDecoder`]: rebuilds a delta against its base (bases are verified once and kept in
 //!   an LRU cache) and checks every chunk's fingerprint.
 //!
@@ -11,8 +12,9 @@
 //! [`PipelinedDecoder`]: one thread decompresses regions while the other decodes deltas,
 //! hashes and writes.
 //!
-//! [`RestoreCacheModel`] counts, beside a restore's reads, the containers the papers' restore
-//! cache (an LRU of whole containers) would read: their restore speed factor.
+//! A [`RestoreCache`] holds restore's regions and counts its container reads, the papers'
+//! restore speed factor: [`ContainerLru`] (an LRU bounded in containers) or
+//! [`ForwardAssembly`] (Lillibridge's forward assembly over an area of the recipe).
 
 mod decoder;
 mod locator;
@@ -27,7 +29,8 @@ pub use locator::{ChunkLocator, LocatedChunk};
 pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
-    speed_factor, RestoreCacheModel, RestoreCacheStats, PAPER_CACHE_CONTAINERS,
+    speed_factor, ContainerLru, ForwardAssembly, RestoreCache, RestoreCacheChoice,
+    RestoreCacheStats, DEFAULT_ASSEMBLY_BYTES, PAPER_CACHE_CONTAINERS,
 };
 pub use stream::ChunkStreamReader;
 pub use tree::{walk_tree, walk_tree_measured};
@@ -51,6 +54,10 @@ pub(crate) const BASE_CACHE_ENTRIES: usize = 4096;
 pub(crate) const RESTORE_BASE_CACHE_ENTRIES: usize = 512;
 /// Decompression buffers kept for reuse.
 pub(crate) const SPARE_BUFFERS: usize = 16;
+/// Decompression buffers kept for reuse behind a restore cache, which lets go of many regions
+/// at once: a whole container's (the LRU's bound in containers; a 4 MiB container of text
+/// held 40 to 60 compressed regions of 256 KiB), or an assembly area's.
+pub(crate) const RESTORE_SPARE_BUFFERS: usize = 64;
 
 pub(crate) fn lru<K: std::hash::Hash + Eq, V>(entries: usize) -> LruCache<K, V> {
     LruCache::new(NonZeroUsize::new(entries.max(1)).expect("at least 1"))

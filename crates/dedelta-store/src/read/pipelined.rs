@@ -3,12 +3,17 @@
 
 use super::decoder::base_unreadable;
 use super::reader::chain_too_long;
-use super::{lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, RESTORE_BASE_CACHE_ENTRIES};
+use super::{
+    lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, RestoreCacheChoice,
+    RestoreCacheStats, RESTORE_BASE_CACHE_ENTRIES,
+};
 use crate::error::Result;
 use crate::format::config::MAX_DELTA_DEPTH;
+use crate::format::container::ContainerId;
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use lru::LruCache;
+use std::collections::HashMap;
 
 /// What the locating thread hands over for one chunk: the chunk, and for a delta whose base
 /// the decoding thread does not hold yet, the located bases down its chain, nearest first, to
@@ -44,10 +49,15 @@ pub struct PipelinedLocator<'a> {
 }
 
 impl<'a> PipelinedLocator<'a> {
-    /// A locator with `cache_bytes` of decompressed regions.
-    pub fn new(repo: &'a IndexedRepository, cache_bytes: usize) -> Result<Self> {
+    /// A locator whose regions go through the restore cache `cache` (an LRU's regions also
+    /// bounded by `cache_bytes`).
+    pub fn new(
+        repo: &'a IndexedRepository,
+        cache: RestoreCacheChoice,
+        cache_bytes: usize,
+    ) -> Result<Self> {
         Ok(PipelinedLocator {
-            locator: ChunkLocator::new(repo, cache_bytes)?,
+            locator: ChunkLocator::with_restore_cache(repo, cache.build(cache_bytes))?,
             held: lru(RESTORE_BASE_CACHE_ENTRIES),
         })
     }
@@ -55,6 +65,69 @@ impl<'a> PipelinedLocator<'a> {
     /// Counters so far.
     pub fn stats(&self) -> ReadStats {
         self.locator.stats()
+    }
+
+    /// The restore cache's counters.
+    pub fn cache_stats(&self) -> RestoreCacheStats {
+        self.locator.restore_cache_stats().unwrap_or_default()
+    }
+
+    /// The restore cache's assembly area in restored bytes, if it looks ahead (forward
+    /// assembly): then the caller hands each area's chunks to [`Self::assemble`] before
+    /// fetching them.
+    pub fn area_bytes(&self) -> Option<u64> {
+        self.locator.area_bytes()
+    }
+
+    /// Starts an assembly area of chunks `ids`, to be fetched next in this order: finds the
+    /// regions they and the delta bases the decoder will lack lie in (following the
+    /// decoder's base cache as [`Self::fetch`] will), and reads them container by container,
+    /// each container once. What cannot be found or read here is left to [`Self::fetch`],
+    /// which reports it for its file.
+    pub fn assemble(&mut self, ids: &[ChunkId]) {
+        self.locator.start_area();
+        let mut held = self.held.clone();
+        let mut order: Vec<(ContainerId, Vec<u32>)> = Vec::new();
+        let mut slot: HashMap<ContainerId, usize> = HashMap::new();
+        let mut want = |cid: ContainerId, region: u32| {
+            let i = *slot.entry(cid).or_insert_with(|| {
+                order.push((cid, Vec::new()));
+                order.len() - 1
+            });
+            order[i].1.push(region);
+        };
+        for id in ids {
+            let Some((cid, region, mut next)) = self.locator.place(id) else {
+                continue;
+            };
+            want(cid, region);
+            let mut chain = Vec::new();
+            while let Some(b) = next {
+                if held.get(&b).is_some() {
+                    break;
+                }
+                if chain.len() >= usize::from(MAX_DELTA_DEPTH) {
+                    chain.clear();
+                    break;
+                }
+                let Some((cid, region, below)) = self.locator.place(&b) else {
+                    chain.clear();
+                    break;
+                };
+                want(cid, region);
+                chain.push(b);
+                next = below;
+            }
+            for b in chain.iter().rev() {
+                held.put(*b, ());
+            }
+        }
+        for (cid, mut regions) in order {
+            regions.sort_unstable();
+            regions.dedup();
+            // An error is the chunk's, reported when it is fetched.
+            let _ = self.locator.read_regions(cid, &regions);
+        }
     }
 
     /// Locates chunk `id` (and the bases down its delta chain that the decoder will need).

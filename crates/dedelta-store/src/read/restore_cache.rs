@@ -1,167 +1,329 @@
-//! Runs on: restore's reader thread, beside the locator.
+//! Runs on: restore's (and dump's) reader thread, inside its [`super::ChunkLocator`].
 //!
-//! The papers' restore cache, counted: the restore speed factor of DARE §4.5 and LoopDelta
-//! §5.1 is the MB restored per container read through an LRU restore cache that holds whole
-//! containers, as many as the user sets (LoopDelta: 512 containers of 4 MB; DARE: 256 and
-//! 512 MB, 64 and 128 such containers). [`RestoreCacheModel`] is fed every data chunk a
-//! restore needs, in restore order, and counts the containers such a cache reads: a chunk
-//! whose container is not cached reads the container (one container read) and evicts the
-//! least recently used one; a delta needs its base too, whose container is looked up the
-//! same way (the papers' systems keep no other cache, so a base costs a container read unless
-//! its container is cached). Beside them it counts the regions the cache would decompress
-//! from the containers it holds (a region read on the first use of each region of a cached
-//! container), and the stored bytes of the containers read.
+//! Restore caches: where a restore keeps the decompressed regions it read, and what it counts
+//! as a container read. Two strategies behind one trait, [`RestoreCache`]:
 //!
-//! Counted, not held: restore's data go through [`super::ChunkLocator`]'s region cache,
-//! bounded in bytes, and its decoder's cache of verified bases, and the counters of those
-//! real reads stay in [`super::ReadStats`] (`regions_read`, `bytes_read`). A cache of
-//! containers that held their data would change what restore reads, not what the papers'
-//! metric counts; counting it beside the real reads keeps restore's memory bound in bytes
-//! and measures the metric the same way for every configuration. The tree stream (the
-//! papers' recipes, read apart from the containers) is not counted.
+//! - [`ContainerLru`] (the default): the papers' restore cache (DARE §4.5, LoopDelta §5.1:
+//!   "a 512-container-sized (2GB) LRU cache"), an LRU of containers. A chunk whose container
+//!   is not held reads it (one container read) and evicts the least recently used container
+//!   once more than N are held. Of a held container, restore keeps the regions it needed:
+//!   each is read and decompressed on its first use (a range read of one region, counted in
+//!   `regions_read`, not as another container read). The regions held are also bounded in bytes: past it the least recently used
+//!   region goes, and a container whose last region goes is no longer held. With N large,
+//!   that is the region cache bounded in bytes that check and backup use; with the byte bound
+//!   large, the papers' cache.
+//! - [`ForwardAssembly`] (Lillibridge et al., FAST'13, §3.2): restore looks ahead over the
+//!   next M bytes of the snapshot's recipe (an assembly area, which may span files and split
+//!   a large one), finds every region those chunks and the delta bases they need lie in, and
+//!   reads each container once for the area: one backend read spanning the regions it needs
+//!   of it, after which the area's chunks are all served from memory. The area's regions are
+//!   dropped when the next area starts. Unlike the paper, which copies each chunk into an
+//!   M-byte buffer and drops the container, the area keeps the regions its chunks lie in
+//!   (chunks are slices of them, so nothing is copied): memory is the area's regions, at
+//!   most one per chunk of the area and per delta base it needs.
+//!
+//! Delta bases go through the same cache: restore's decoder keeps the bases it rebuilt
+//! ([`super::RESTORE_BASE_CACHE_ENTRIES`]), and a base it lacks is located like any chunk, so
+//! a base in a container the cache does not hold costs a container read. (The papers'
+//! systems have no cache of bases; this one spares some reads they would count.)
+//!
+//! The restore speed factor ([`speed_factor`]) is MB restored per container read counted
+//! here. The tree stream (the papers' recipes, read apart from the containers) is not
+//! counted.
 
-use super::{lru, META_CACHE_ENTRIES};
-use crate::client::index::IndexReader;
-use crate::error::Result;
-use crate::format::container::{ContainerId, ContainerMeta, EntryKind};
-use crate::repository::IndexedRepository;
-use dedelta_core::ChunkId;
+use crate::format::container::ContainerId;
 use lru::LruCache;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// The restore cache size of LoopDelta §5.1 ("a 512-container-sized (2GB) LRU cache"), the
 /// default of `restore --cache-containers` and of the eval.
 pub const PAPER_CACHE_CONTAINERS: usize = 512;
 
-/// Deltas followed to their bases at most this deep (one level today; a bound so that a
-/// damaged repository whose bases form a cycle cannot loop).
-const MAX_BASE_DEPTH: usize = 16;
+/// The default assembly area of [`ForwardAssembly`]: 64 MiB of restored bytes.
+pub const DEFAULT_ASSEMBLY_BYTES: u64 = 64 << 20;
 
-/// What the modelled restore cache read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct RestoreCacheStats {
-    /// Containers the cache holds at most.
-    pub cache_containers: usize,
-    /// Containers read: cache misses.
-    pub containers_read: u64,
-    /// Stored bytes of their regions (what reading the whole containers transfers, headers
-    /// and metadata sections aside).
-    pub container_bytes_read: u64,
-    /// Regions decompressed from the cached containers (first use of each).
-    pub regions_read: u64,
-    /// Chunks looked up (data chunks and the bases of deltas).
-    pub chunks: u64,
-    /// Chunks the model could not place (not indexed, or their container unreadable): the
-    /// restore reports those itself; they count no read here.
-    pub unplaced: u64,
+/// Which restore cache to use, and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "cache", rename_all = "snake_case")]
+pub enum RestoreCacheChoice {
+    /// [`ContainerLru`] of this many containers (at least 1).
+    Lru {
+        /// Containers held at most.
+        containers: usize,
+    },
+    /// [`ForwardAssembly`] over areas of this many restored bytes (at least 1).
+    Forward {
+        /// The assembly area, in bytes of restored data.
+        area_bytes: u64,
+    },
 }
 
-/// An LRU cache of whole containers, counted (see the module docs).
-pub struct RestoreCacheModel<'a> {
-    repo: &'a IndexedRepository,
-    index: IndexReader,
-    metas: LruCache<ContainerId, Arc<ContainerMeta>>,
-    cache: ContainerLru,
+impl Default for RestoreCacheChoice {
+    fn default() -> Self {
+        RestoreCacheChoice::Lru {
+            containers: PAPER_CACHE_CONTAINERS,
+        }
+    }
+}
+
+impl RestoreCacheChoice {
+    /// The cache, its regions bounded by `cache_bytes` too (the LRU only; an assembly area
+    /// holds what its chunks need).
+    pub fn build(self, cache_bytes: usize) -> Box<dyn RestoreCache> {
+        match self {
+            RestoreCacheChoice::Lru { containers } => {
+                Box::new(ContainerLru::new(containers, cache_bytes))
+            }
+            RestoreCacheChoice::Forward { area_bytes } => {
+                Box::new(ForwardAssembly::new(area_bytes))
+            }
+        }
+    }
+}
+
+/// What a restore cache read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RestoreCacheStats {
+    /// `"lru"` or `"forward"`.
+    pub cache: &'static str,
+    /// The LRU's bound in containers (0 for forward assembly).
+    pub cache_containers: usize,
+    /// Forward assembly's area in bytes (0 for the LRU).
+    pub assembly_bytes: u64,
+    /// Containers read: the LRU's misses, or each container once per assembly area that
+    /// needs it.
+    pub containers_read: u64,
+    /// Stored bytes of the regions of the containers read (what reading the whole
+    /// containers transfers, headers and metadata sections aside).
+    pub container_bytes_read: u64,
+    /// Regions read and decompressed into the cache.
+    pub regions_read: u64,
+    /// Regions served from the cache.
+    pub region_hits: u64,
+    /// The most containers held at once.
+    pub max_containers_held: usize,
+    /// Assembly areas restored (forward assembly).
+    pub areas: u64,
+}
+
+/// Where restore keeps decompressed regions, and what counts as a container read.
+///
+/// The locator asks [`RestoreCache::get`] first; on a miss it reads the region and hands it
+/// to [`RestoreCache::put`]. A cache with an assembly area ([`RestoreCache::area_bytes`]) is
+/// filled ahead: restore starts each area with [`RestoreCache::start_area`] and reads the
+/// regions the area needs, container by container, before fetching its chunks.
+pub trait RestoreCache: Send {
+    /// Region `region` of `container`, if held.
+    fn get(&mut self, container: &ContainerId, region: u32) -> Option<Arc<Vec<u8>>>;
+    /// Whether `container` is held: reading another of its regions is no container read.
+    fn holds(&self, container: &ContainerId) -> bool;
+    /// Keeps region `region` of `container`, just read; `container_bytes` is the stored size
+    /// of the container's regions. Regions let go of are pushed onto `evicted` (their buffers
+    /// are reused).
+    fn put(
+        &mut self,
+        container: ContainerId,
+        region: u32,
+        bytes: Arc<Vec<u8>>,
+        container_bytes: u64,
+        evicted: &mut Vec<Arc<Vec<u8>>>,
+    );
+    /// The assembly area, in restored bytes, over which restore looks ahead; `None` reads
+    /// chunk by chunk.
+    fn area_bytes(&self) -> Option<u64>;
+    /// The next assembly area starts: the last one's regions go onto `evicted`.
+    fn start_area(&mut self, evicted: &mut Vec<Arc<Vec<u8>>>);
+    /// Counters so far.
+    fn stats(&self) -> RestoreCacheStats;
+}
+
+/// An LRU of containers, bounded in containers and in bytes of the regions held (see the
+/// module docs).
+pub struct ContainerLru {
+    /// Regions held, least recently used first out under the byte bound.
+    regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
+    /// Containers held (those with a region held), least recently used first out under the
+    /// bound in containers, with the regions held of each.
+    containers: LruCache<ContainerId, Vec<u32>>,
+    max_containers: usize,
+    max_bytes: usize,
+    bytes: usize,
     stats: RestoreCacheStats,
 }
 
-/// The cache itself: the containers it holds, least recently used first out, with the
-/// regions decompressed from each.
-struct ContainerLru(LruCache<ContainerId, HashSet<u32>>);
-
 impl ContainerLru {
-    fn new(containers: usize) -> Self {
-        ContainerLru(lru(containers))
+    /// At most `containers` containers (at least 1) and `max_bytes` of regions (the region
+    /// just read is kept whatever its size).
+    pub fn new(containers: usize, max_bytes: usize) -> Self {
+        let containers = containers.max(1);
+        ContainerLru {
+            regions: LruCache::unbounded(),
+            containers: LruCache::unbounded(),
+            max_containers: containers,
+            max_bytes,
+            bytes: 0,
+            stats: RestoreCacheStats {
+                cache: "lru",
+                cache_containers: containers,
+                ..RestoreCacheStats::default()
+            },
+        }
     }
 
-    /// Uses `region` of `container`; returns whether the container had to be read, and
-    /// whether the region had to be decompressed.
-    fn touch(&mut self, container: ContainerId, region: u32) -> (bool, bool) {
-        match self.0.get_mut(&container) {
-            Some(regions) => (false, regions.insert(region)),
+    /// Containers held now.
+    pub fn len(&self) -> usize {
+        self.containers.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty()
+    }
+}
+
+impl RestoreCache for ContainerLru {
+    fn get(&mut self, container: &ContainerId, region: u32) -> Option<Arc<Vec<u8>>> {
+        let r = self.regions.get(&(*container, region))?.clone();
+        self.containers.promote(container);
+        self.stats.region_hits += 1;
+        Some(r)
+    }
+
+    fn holds(&self, container: &ContainerId) -> bool {
+        self.containers.contains(container)
+    }
+
+    fn put(
+        &mut self,
+        container: ContainerId,
+        region: u32,
+        bytes: Arc<Vec<u8>>,
+        container_bytes: u64,
+        evicted: &mut Vec<Arc<Vec<u8>>>,
+    ) {
+        self.stats.regions_read += 1;
+        match self.containers.get_mut(&container) {
+            Some(held) => held.push(region),
             None => {
-                self.0.put(container, HashSet::from([region]));
-                (true, true)
+                self.stats.containers_read += 1;
+                self.stats.container_bytes_read += container_bytes;
+                self.containers.put(container, vec![region]);
             }
+        }
+        self.bytes += bytes.len();
+        if let Some(old) = self.regions.put((container, region), bytes) {
+            // Not held (get missed), so never here; kept consistent all the same.
+            self.bytes -= old.len();
+            evicted.push(old);
+        }
+        // The bound in containers: the least recently used one goes, all its regions.
+        while self.containers.len() > self.max_containers {
+            let Some((cid, held)) = self.containers.pop_lru() else {
+                break;
+            };
+            for i in held {
+                if let Some(r) = self.regions.pop(&(cid, i)) {
+                    self.bytes -= r.len();
+                    evicted.push(r);
+                }
+            }
+        }
+        // The byte bound: the least recently used region goes; a container whose last
+        // region goes is no longer held (using it again is a container read).
+        while self.bytes > self.max_bytes && self.regions.len() > 1 {
+            let Some(((cid, i), r)) = self.regions.pop_lru() else {
+                break;
+            };
+            self.bytes -= r.len();
+            evicted.push(r);
+            if let Some(held) = self.containers.peek_mut(&cid) {
+                held.retain(|&x| x != i);
+                if held.is_empty() {
+                    self.containers.pop(&cid);
+                }
+            }
+        }
+        self.stats.max_containers_held = self.stats.max_containers_held.max(self.containers.len());
+    }
+
+    fn area_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    fn start_area(&mut self, _evicted: &mut Vec<Arc<Vec<u8>>>) {}
+
+    fn stats(&self) -> RestoreCacheStats {
+        self.stats
+    }
+}
+
+/// Forward assembly: the regions of one assembly area (see the module docs).
+pub struct ForwardAssembly {
+    area_bytes: u64,
+    regions: HashMap<(ContainerId, u32), Arc<Vec<u8>>>,
+    /// Containers read for this area.
+    read: HashSet<ContainerId>,
+    stats: RestoreCacheStats,
+}
+
+impl ForwardAssembly {
+    /// Areas of `area_bytes` restored bytes (at least 1; an area holds at least one chunk).
+    pub fn new(area_bytes: u64) -> Self {
+        let area_bytes = area_bytes.max(1);
+        ForwardAssembly {
+            area_bytes,
+            regions: HashMap::new(),
+            read: HashSet::new(),
+            stats: RestoreCacheStats {
+                cache: "forward",
+                assembly_bytes: area_bytes,
+                ..RestoreCacheStats::default()
+            },
         }
     }
 }
 
-impl<'a> RestoreCacheModel<'a> {
-    /// A cache of at most `containers` containers (at least 1).
-    ///
-    /// # Errors
-    /// The index cannot be read.
-    pub fn new(repo: &'a IndexedRepository, containers: usize) -> Result<Self> {
-        let containers = containers.max(1);
-        Ok(RestoreCacheModel {
-            repo,
-            index: repo.index().reader()?,
-            metas: lru(META_CACHE_ENTRIES),
-            cache: ContainerLru::new(containers),
-            stats: RestoreCacheStats {
-                cache_containers: containers,
-                ..RestoreCacheStats::default()
-            },
-        })
+impl RestoreCache for ForwardAssembly {
+    fn get(&mut self, container: &ContainerId, region: u32) -> Option<Arc<Vec<u8>>> {
+        let r = self.regions.get(&(*container, region))?.clone();
+        self.stats.region_hits += 1;
+        Some(r)
     }
 
-    /// Counters so far.
-    pub fn stats(&self) -> RestoreCacheStats {
-        self.stats
+    fn holds(&self, container: &ContainerId) -> bool {
+        self.read.contains(container)
     }
 
-    /// Chunk `id` is restored next: its container (and for a delta, its base's) is used.
-    pub fn access(&mut self, id: &ChunkId) {
-        let mut next = Some(*id);
-        for _ in 0..MAX_BASE_DEPTH {
-            let Some(id) = next.take() else {
-                return;
-            };
-            self.stats.chunks += 1;
-            match self.place(&id) {
-                Some((container, region, kind)) => {
-                    self.touch(container, region);
-                    if let EntryKind::Delta { base } = kind {
-                        next = Some(base);
-                    }
-                }
-                None => self.stats.unplaced += 1,
-            }
-        }
-    }
-
-    /// The container, region and kind of chunk `id`, if the index and metadata say.
-    fn place(&mut self, id: &ChunkId) -> Option<(ContainerId, u32, EntryKind)> {
-        let loc = self.index.get(id).ok()??;
-        let meta = match self.metas.get(&loc.container) {
-            Some(m) => m.clone(),
-            None => {
-                // Unmetered: the model's reads are not the restore's.
-                let backend = self.repo.unmetered_backend();
-                let m = crate::repository::read_container_meta(
-                    backend.as_ref(),
-                    &loc.container.to_hex(),
-                );
-                let m = Arc::new(m.ok()?);
-                self.metas.put(loc.container, m.clone());
-                m
-            }
-        };
-        let e = meta.entries.get(loc.entry as usize)?;
-        (e.id == *id).then_some((loc.container, e.region, e.kind))
-    }
-
-    fn touch(&mut self, container: ContainerId, region: u32) {
-        let (container_read, region_read) = self.cache.touch(container, region);
-        self.stats.regions_read += u64::from(region_read);
-        if container_read {
+    fn put(
+        &mut self,
+        container: ContainerId,
+        region: u32,
+        bytes: Arc<Vec<u8>>,
+        container_bytes: u64,
+        _evicted: &mut Vec<Arc<Vec<u8>>>,
+    ) {
+        self.stats.regions_read += 1;
+        if self.read.insert(container) {
             self.stats.containers_read += 1;
-            self.stats.container_bytes_read += self.metas.peek(&container).map_or(0, |m| {
-                m.regions.iter().map(|r| u64::from(r.stored_len)).sum()
-            });
+            self.stats.container_bytes_read += container_bytes;
+            self.stats.max_containers_held = self.stats.max_containers_held.max(self.read.len());
         }
+        self.regions.insert((container, region), bytes);
+    }
+
+    fn area_bytes(&self) -> Option<u64> {
+        Some(self.area_bytes)
+    }
+
+    fn start_area(&mut self, evicted: &mut Vec<Arc<Vec<u8>>>) {
+        evicted.extend(self.regions.drain().map(|(_, r)| r));
+        self.read.clear();
+        self.stats.areas += 1;
+    }
+
+    fn stats(&self) -> RestoreCacheStats {
+        self.stats
     }
 }
 
@@ -175,6 +337,23 @@ pub fn speed_factor(restored_bytes: u64, containers_read: u64) -> Option<f64> {
 mod tests {
     use super::*;
 
+    fn region() -> Arc<Vec<u8>> {
+        Arc::new(vec![0; 10])
+    }
+
+    /// Uses `(container, region)` in order through `cache`, reading on a miss; returns the
+    /// containers and regions read.
+    fn run(cache: &mut dyn RestoreCache, uses: &[(ContainerId, u32)]) -> (u64, u64) {
+        let mut evicted = Vec::new();
+        for &(cid, r) in uses {
+            if cache.get(&cid, r).is_none() {
+                cache.put(cid, r, region(), 100, &mut evicted);
+            }
+        }
+        let s = cache.stats();
+        (s.containers_read, s.regions_read)
+    }
+
     /// The LRU by hand, with a cache of 2 containers: chunks in containers A A B C A B, then
     /// a delta in C whose base is in A.
     /// - A: miss (1 read), A: hit, B: miss (2), C: miss (3, evicts A), A: miss (4, evicts
@@ -186,31 +365,60 @@ mod tests {
     fn lru_of_containers_by_hand() {
         let ids: Vec<ContainerId> = (1..=3u8).map(|b| ContainerId([b; 32])).collect();
         let (a, b, c) = (ids[0], ids[1], ids[2]);
-        let count = |n: usize| {
-            let mut cache = ContainerLru::new(n);
-            let (mut containers, mut regions) = (0, 0);
-            for (cid, region) in [
-                (a, 0),
-                (a, 1),
-                (b, 0),
-                (c, 0),
-                (a, 0),
-                (b, 0),
-                (c, 1),
-                (a, 0),
-            ] {
-                let (cr, rr) = cache.touch(cid, region);
-                containers += u64::from(cr);
-                regions += u64::from(rr);
-            }
-            (containers, regions)
-        };
+        let uses = [
+            (a, 0),
+            (a, 1),
+            (b, 0),
+            (c, 0),
+            (a, 0),
+            (b, 0),
+            (c, 1),
+            (a, 0),
+        ];
         // Every miss reads one region; the hit on A reads its region 1.
-        assert_eq!(count(2), (7, 8));
+        assert_eq!(run(&mut ContainerLru::new(2, usize::MAX), &uses), (7, 8));
         // A0 A1 B0 C0, then C1: three containers, five distinct regions.
-        assert_eq!(count(3), (3, 5));
+        let mut three = ContainerLru::new(3, usize::MAX);
+        assert_eq!(run(&mut three, &uses), (3, 5));
+        assert_eq!(three.stats().max_containers_held, 3);
+        // A byte bound of two regions (10 bytes each) holds fewer containers than 3.
+        let mut small = ContainerLru::new(3, 20);
+        run(&mut small, &uses);
+        assert!(small.stats().containers_read > 3 && small.len() <= 2);
         // 10 MB restored over 4 container reads.
         assert_eq!(speed_factor(10_000_000, 4), Some(2.5));
         assert_eq!(speed_factor(10_000_000, 0), None);
+    }
+
+    /// The LRU never holds more containers than its bound, whatever the sequence.
+    #[test]
+    fn lru_holds_at_most_its_bound() {
+        for n in 1..5 {
+            let mut cache = ContainerLru::new(n, usize::MAX);
+            let mut evicted = Vec::new();
+            for i in 0..200u32 {
+                let cid = ContainerId([(i * 7 % 11) as u8; 32]);
+                if cache.get(&cid, i % 3).is_none() {
+                    cache.put(cid, i % 3, region(), 100, &mut evicted);
+                }
+                assert!(cache.len() <= n);
+            }
+            assert_eq!(cache.stats().max_containers_held, n);
+        }
+    }
+
+    /// Forward assembly counts a container once per area, whatever its regions.
+    #[test]
+    fn forward_assembly_counts_a_container_once_per_area() {
+        let (a, b) = (ContainerId([1; 32]), ContainerId([2; 32]));
+        let mut fa = ForwardAssembly::new(1 << 20);
+        let mut evicted = Vec::new();
+        fa.start_area(&mut evicted);
+        assert_eq!(run(&mut fa, &[(a, 0), (a, 1), (b, 0), (a, 0)]), (2, 3));
+        fa.start_area(&mut evicted);
+        assert_eq!(evicted.len(), 3);
+        assert!(fa.get(&a, 0).is_none() && !fa.holds(&a));
+        assert_eq!(run(&mut fa, &[(a, 0)]), (3, 4));
+        assert_eq!(fa.stats().areas, 2);
     }
 }

@@ -179,8 +179,8 @@ impl Repository {
         }
     }
 
-    /// The backend under the meter: for reads that only serve a measurement (the restore
-    /// cache model) and would distort the counts. [`Self::backend`] when not metered.
+    /// The backend under the meter: for reads that only serve a measurement and would
+    /// distort the counts. [`Self::backend`] when not metered.
     pub fn unmetered_backend(&self) -> Arc<dyn Backend> {
         match &self.metered {
             Some(m) => m.inner().clone(),

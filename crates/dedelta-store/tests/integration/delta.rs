@@ -3,9 +3,9 @@
 //! every file that needs it; the local base cache changes speed, never what is stored.
 
 use crate::support::{
-    backup_options, backup_with, config, files, forget_ids, init_repo, locked, me, prune_with,
-    restore_to, restored_root, run_check, snapshot_ids, stored_bytes, text, time_of, write_files,
-    Files,
+    backup_options, backup_with, config, every_restore_cache, files, forget_ids, init_repo, locked,
+    me, prune_with, restore_to, restored_root, run_check, snapshot_ids, stored_bytes, text,
+    time_of, write_files, Files,
 };
 use dedelta_core::chunker::ChunkerKind;
 use dedelta_core::delta::DeltaKind;
@@ -108,21 +108,26 @@ fn restore_all(repo: &IndexedRepository, dir: &Path, contents: &[Files], cache_b
     let snaps = repo.snapshots().unwrap().snapshots;
     assert_eq!(snaps.len(), contents.len());
     let src = dir.join("src");
-    for (i, (_, snap)) in snaps.iter().enumerate() {
-        let target = dir.join(format!("out{i}-{cache_bytes}"));
-        let opts = restore::RestoreOptions {
-            target: target.clone(),
-            include: vec![],
-            cache_bytes,
-            cache_containers: None,
-        };
-        restore::restore(repo, snap, &opts, &NoProgress).unwrap();
-        let root = restored_root(&target, &src);
-        for (name, data) in &contents[i] {
-            assert!(
-                fs::read(root.join(name)).unwrap() == *data,
-                "snapshot {i} file {name}"
-            );
+    // Every restore cache restores bit-exact: the default LRU, an LRU of one container,
+    // forward assembly with the default area and with areas smaller than most files.
+    for (k, cache) in every_restore_cache().into_iter().enumerate() {
+        for (i, (_, snap)) in snaps.iter().enumerate() {
+            let target = dir.join(format!("out{i}-{cache_bytes}-{k}"));
+            let opts = restore::RestoreOptions {
+                target: target.clone(),
+                include: vec![],
+                cache_bytes,
+                cache,
+            };
+            let st = restore::restore(repo, snap, &opts, &NoProgress).unwrap();
+            assert!(st.errors.is_empty(), "{cache:?}: {:?}", st.errors);
+            let root = restored_root(&target, &src);
+            for (name, data) in &contents[i] {
+                assert!(
+                    fs::read(root.join(name)).unwrap() == *data,
+                    "{cache:?}: snapshot {i} file {name}"
+                );
+            }
         }
     }
 }

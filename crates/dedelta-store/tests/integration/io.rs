@@ -1,7 +1,7 @@
 //! I/O accounting (issue 16 item 4): a metered repository files backup's and restore's
 //! requests under the purpose they were made for. Guards the tags at their narrow points:
 //! a region read for a delta base must count as a base read, a metadata section as metadata,
-//! and the restore cache model's own reads not at all.
+//! and a restore cache's reads (either strategy) as chunk data.
 
 use crate::support::{
     backup_options, backup_with, cache_root_for, config, files, locked, me, restored_root, text,
@@ -11,6 +11,7 @@ use dedelta_store::backend::wrap::metered::{Direction, IoCounts, Purpose, Traffi
 use dedelta_store::commands::restore;
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::progress::NoProgress;
+use dedelta_store::read::RestoreCacheChoice;
 use dedelta_store::{IndexedRepository, Repository};
 use std::path::Path;
 
@@ -48,14 +49,14 @@ fn counted<T>(repo: &IndexedRepository, f: impl FnOnce() -> T) -> (T, IoCounts) 
 fn restore_with(
     repo: &IndexedRepository,
     target: &Path,
-    cache_containers: Option<usize>,
+    cache: RestoreCacheChoice,
 ) -> restore::RestoreStats {
     let (_, snap) = repo.find_snapshot("latest").unwrap();
     let opts = restore::RestoreOptions {
         target: target.to_path_buf(),
         include: vec![],
         cache_bytes: 1 << 20,
-        cache_containers,
+        cache,
     };
     restore::restore(repo, &snap, &opts, &NoProgress).unwrap()
 }
@@ -97,7 +98,9 @@ fn backup_and_restore_count_requests_by_purpose() {
     }
 
     // Restore: reads only, regions as chunk data and their containers' metadata.
-    let (st, c) = counted(&repo, || restore_with(&repo, &tmp.path().join("t1"), None));
+    let (st, c) = counted(&repo, || {
+        restore_with(&repo, &tmp.path().join("t1"), RestoreCacheChoice::default())
+    });
     assert!(st.errors.is_empty());
     let data = c.get(Purpose::ChunkData, Direction::Read);
     assert!(
@@ -113,11 +116,19 @@ fn backup_and_restore_count_requests_by_purpose() {
         .join("a.txt")
         .exists());
 
-    // The restore cache model reads metadata of its own: not counted.
-    let (_, modelled) = counted(&repo, || {
-        restore_with(&repo, &tmp.path().join("t2"), Some(2))
+    // Forward assembly's reads are chunk data too: one request per container read (and
+    // the tree's), nothing written.
+    let forward = RestoreCacheChoice::Forward {
+        area_bytes: 1 << 20,
+    };
+    let (st, c) = counted(&repo, || {
+        restore_with(&repo, &tmp.path().join("t2"), forward)
     });
-    assert_eq!(modelled, c);
+    assert!(st.errors.is_empty());
+    let data = c.get(Purpose::ChunkData, Direction::Read);
+    assert!(data.requests >= st.restore_cache.containers_read, "{c:?}");
+    assert!(st.restore_cache.containers_read > 0);
+    assert_eq!(c.direction(Direction::Write), zero);
 }
 
 /// A repository opened without metering counts nothing and reports no counts.

@@ -35,6 +35,8 @@ mod locality;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
 /// papers' restore speed factor.
 mod metrics;
+/// Every restore cache restores bit-exact, within its bounds and reading what it says.
+mod restore_cache;
 /// Restore against hostile snapshots, damaged repositories and concurrent prunes.
 mod restore_safety;
 /// restore(backup(x)) == x on random trees.

@@ -439,7 +439,7 @@ fn restore_and_dump_take_names_that_are_not_utf8() {
             target: target.clone(),
             include: vec![b"/d/caf\xff".to_vec()],
             cache_bytes: 1 << 20,
-            cache_containers: None,
+            cache: Default::default(),
         },
         &NoProgress,
     )

@@ -13,6 +13,7 @@ use dedelta_store::format::config::{DeltaConfig, RepoConfig};
 use dedelta_store::format::container::ContainerId;
 use dedelta_store::format::snapshot::Snapshot;
 use dedelta_store::progress::NoProgress;
+use dedelta_store::read::{RestoreCacheChoice, DEFAULT_ASSEMBLY_BYTES};
 use dedelta_store::repository::lock::{LockInfo, RepoLock};
 use dedelta_store::{Error, IndexedRepository, Repository, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -306,6 +307,20 @@ pub fn run_check(repo: &IndexedRepository, read_data: bool) -> Result<CheckRepor
     check::check(repo, &lock, read_data, "2026-01-01T00:00:00Z", &NoProgress)
 }
 
+/// Every restore cache, in sizes that stress it: the default LRU (512 containers), an LRU of
+/// one container, forward assembly with its default area, and with 8 KiB areas (a few
+/// chunks: files span many areas, and a delta's base often lies in another area).
+pub fn every_restore_cache() -> Vec<RestoreCacheChoice> {
+    vec![
+        RestoreCacheChoice::default(),
+        RestoreCacheChoice::Lru { containers: 1 },
+        RestoreCacheChoice::Forward {
+            area_bytes: DEFAULT_ASSEMBLY_BYTES,
+        },
+        RestoreCacheChoice::Forward { area_bytes: 8192 },
+    ]
+}
+
 /// Restores all of `snap` into `target` (created if missing) with a 1 MiB region cache.
 pub fn restore_to(
     repo: &IndexedRepository,
@@ -316,7 +331,7 @@ pub fn restore_to(
         target: target.to_path_buf(),
         include: vec![],
         cache_bytes: 1 << 20,
-        cache_containers: None,
+        cache: Default::default(),
     };
     restore::restore(repo, snap, &opts, &NoProgress)
 }

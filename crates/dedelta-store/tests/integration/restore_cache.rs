@@ -1,0 +1,266 @@
+//! The restore caches (issue 16): every one restores bit-exact (delta chains, chunks repeated
+//! inside a file, files larger than the assembly area, a cache of one container), the LRU
+//! never holds more containers than its bound, and forward assembly reads each container
+//! once per area, each container read one backend read. Reads are counted by a backend
+//! wrapper that logs every data read (`get_range_into`; metadata sections are read with
+//! `get_range`); the reads of the snapshot's tree stream, which no restore cache counts, are
+//! taken out.
+
+use crate::delta::run_backup;
+use crate::support::{
+    cache_root_for, config, every_restore_cache, files, init_repo, noise, restored_root, text,
+    write_files, Files,
+};
+use dedelta_store::backend::{Backend, FileKind, Result as BackendResult};
+use dedelta_store::commands::{ls, restore};
+use dedelta_store::format::config::DeltaConfig;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::read::{walk_tree, RestoreCacheChoice};
+use dedelta_store::{IndexedRepository, Repository};
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Logs the container named by every data read, and passes every request on.
+struct Counting {
+    inner: Arc<dyn Backend>,
+    reads: Mutex<Vec<String>>,
+}
+
+impl Counting {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.reads.lock().unwrap())
+    }
+}
+
+impl Backend for Counting {
+    fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
+        self.inner.get(kind, name)
+    }
+    fn get_range(
+        &self,
+        kind: FileKind,
+        name: &str,
+        off: i64,
+        len: usize,
+    ) -> BackendResult<Vec<u8>> {
+        self.inner.get_range(kind, name, off, len)
+    }
+    fn get_range_into(
+        &self,
+        kind: FileKind,
+        name: &str,
+        off: i64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> BackendResult<()> {
+        if kind == FileKind::Container {
+            self.reads.lock().unwrap().push(name.to_string());
+        }
+        self.inner.get_range_into(kind, name, off, len, buf)
+    }
+    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
+        self.inner.put(kind, name, data)
+    }
+    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
+        self.inner.create_new(kind, name, data)
+    }
+    fn list(&self, kind: FileKind) -> BackendResult<Vec<(String, u64)>> {
+        self.inner.list(kind)
+    }
+    fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
+        self.inner.delete(kind, name)
+    }
+    fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
+        self.inner.size(kind, name)
+    }
+    fn exists(&self, kind: FileKind, name: &str) -> BackendResult<bool> {
+        self.inner.exists(kind, name)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+}
+
+/// The data reads of restoring `snap`, without those of reading its tree (a walk of the tree
+/// alone reads the same).
+fn data_reads(
+    repo: &IndexedRepository,
+    counting: &Counting,
+    snap: &dedelta_store::format::snapshot::Snapshot,
+    mut reads: Vec<String>,
+) -> Vec<String> {
+    counting.take();
+    walk_tree(repo, snap, |_, _| Ok(())).unwrap();
+    for t in counting.take() {
+        let at = reads
+            .iter()
+            .position(|r| *r == t)
+            .expect("the tree is read too");
+        reads.remove(at);
+    }
+    reads
+}
+
+/// Version `v` of the test tree: a 400 KB text edited a little more each version (deltas,
+/// chained: each version's chunks are deltas of the last one's), a file of one noise block
+/// repeated (chunks repeated inside a file), and a small file.
+fn tree(v: u64) -> Files {
+    let mut big = text(400_000, 7);
+    for k in 0..v * 40 {
+        let at = ((k * 7919 + v * 104_729) as usize * 31) % big.len();
+        big[at] = b'#';
+    }
+    let block = noise(6_000, 9);
+    let mut repeated = Vec::new();
+    for _ in 0..8 {
+        repeated.extend_from_slice(&block);
+    }
+    repeated.extend(text(3_000, 10 + v));
+    files([
+        ("big.txt", big),
+        ("repeated.bin", repeated),
+        ("small.txt", format!("version {v}\n").into_bytes()),
+    ])
+}
+
+/// Four versions backed up; returns the repository reopened through a [`Counting`]
+/// backend, the counter, and each version's tree.
+fn four_versions(dir: &Path) -> (IndexedRepository, Arc<Counting>, Vec<Files>) {
+    let path = dir.join("repo");
+    let repo = init_repo(&path, config(1, DeltaConfig::recommended()));
+    let src = dir.join("src");
+    let mut trees = Vec::new();
+    for v in 0..4 {
+        let t = tree(v);
+        write_files(&src, &t);
+        run_backup(&repo, &src, v);
+        trees.push(t);
+    }
+    let counting = Arc::new(Counting {
+        inner: repo.backend().clone(),
+        reads: Mutex::new(Vec::new()),
+    });
+    let counted = Repository::open_in_cache(counting.clone(), &cache_root_for(&path))
+        .unwrap()
+        .open_index()
+        .unwrap();
+    (counted, counting, trees)
+}
+
+#[test]
+fn every_restore_cache_restores_bit_exact_within_its_bounds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, counting, trees) = four_versions(tmp.path());
+    let snaps = repo.snapshots().unwrap().snapshots;
+    assert_eq!(snaps.len(), 4);
+    let src = tmp.path().join("src");
+    let mut caches = every_restore_cache();
+    caches.push(RestoreCacheChoice::Lru { containers: 2 });
+    caches.push(RestoreCacheChoice::Forward {
+        area_bytes: 64 << 10,
+    });
+    for (k, cache) in caches.into_iter().enumerate() {
+        for (i, (_, snap)) in snaps.iter().enumerate() {
+            let target = tmp.path().join(format!("out-{k}-{i}"));
+            let opts = restore::RestoreOptions {
+                target: target.clone(),
+                include: vec![],
+                cache_bytes: 64 << 20,
+                cache,
+            };
+            counting.take();
+            let st = restore::restore(&repo, snap, &opts, &NoProgress).unwrap();
+            let reads = counting.take();
+            let reads = data_reads(&repo, &counting, snap, reads);
+            let what = format!("{cache:?}, version {i}: {:?}", st.restore_cache);
+            assert!(st.errors.is_empty(), "{what}: {:?}", st.errors);
+            let root = restored_root(&target, &src);
+            for (name, data) in &trees[i] {
+                assert!(
+                    std::fs::read(root.join(name)).unwrap() == *data,
+                    "{what}: {name}"
+                );
+            }
+            let c = st.restore_cache;
+            let distinct: HashSet<&String> = reads.iter().collect();
+            assert!(c.containers_read >= distinct.len() as u64, "{what}");
+            let want = st.bytes_written as f64 / 1e6 / c.containers_read as f64;
+            assert!((st.speed_factor().unwrap() - want).abs() < 1e-12, "{what}");
+            match cache {
+                RestoreCacheChoice::Lru { containers } => {
+                    assert_eq!(c.cache, "lru");
+                    assert!(c.max_containers_held <= containers, "{what}");
+                    // Regions are read one backend read each, on first use.
+                    assert_eq!(reads.len() as u64, st.reads.regions_read, "{what}");
+                    assert_eq!(c.regions_read, st.reads.regions_read, "{what}");
+                }
+                RestoreCacheChoice::Forward { area_bytes } => {
+                    assert_eq!(c.cache, "forward");
+                    // Each container read is one backend read (of the regions the area
+                    // needs of it), and nothing else is read.
+                    assert_eq!(reads.len() as u64, c.containers_read, "{what}");
+                    if area_bytes >= 64 << 20 {
+                        // One area holds the whole snapshot: each container is read once.
+                        assert_eq!(c.areas, 1, "{what}");
+                        assert_eq!(reads.len(), distinct.len(), "{what}: {reads:?}");
+                    } else {
+                        // 8 KiB and 64 KiB areas split big.txt (400 KB).
+                        assert!(c.areas > 5, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The latest version's big file, dumped through every cache, is the file.
+#[test]
+fn dump_through_every_restore_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, counting, trees) = four_versions(tmp.path());
+    let (id, snap) = repo.find_snapshot("latest").unwrap();
+    let src = tmp.path().join("src");
+    let path = src.join("big.txt");
+    let path = path.to_str().unwrap().as_bytes();
+    for cache in every_restore_cache() {
+        let mut out = Vec::new();
+        counting.take();
+        let (n, c) = ls::dump_with(&repo, &id, &snap, path, cache, 1 << 20, &mut out).unwrap();
+        assert!(out == trees[3]["big.txt"], "{cache:?}");
+        assert_eq!(n, out.len() as u64);
+        if let RestoreCacheChoice::Forward { .. } = cache {
+            let reads = data_reads(&repo, &counting, &snap, counting.take());
+            assert_eq!(reads.len() as u64, c.containers_read, "{cache:?}");
+        }
+    }
+}
+
+/// With one container, the LRU reads at least as often as with 512; forward assembly with
+/// one area reads no container twice, so never more than an LRU large enough to hold them all.
+#[test]
+fn fewer_containers_read_with_more_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, _) = four_versions(tmp.path());
+    let (_, snap) = repo.find_snapshot("latest").unwrap();
+    let read = |cache: RestoreCacheChoice, name: &str| {
+        let opts = restore::RestoreOptions {
+            target: tmp.path().join(name),
+            include: vec![],
+            cache_bytes: 64 << 20,
+            cache,
+        };
+        let st = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
+        st.restore_cache.containers_read
+    };
+    let one = read(RestoreCacheChoice::Lru { containers: 1 }, "one");
+    let all = read(RestoreCacheChoice::default(), "all");
+    let fa = read(
+        RestoreCacheChoice::Forward {
+            area_bytes: 64 << 20,
+        },
+        "fa",
+    );
+    assert!(one > all, "{one} vs {all}");
+    assert!(fa <= all, "{fa} vs {all}");
+}
