@@ -66,4 +66,7 @@ pub struct BackupMetrics {
     /// Chunks given super-features: every new chunk, or with `delta.sketch_dupadj_misses`
     /// only those DupAdj did not resolve (DARE §3.1).
     pub sketched_chunks: u64,
+    /// Duplicates stored again by the backup's rewriting (Capping); counted in the summary's
+    /// new chunks too.
+    pub rewritten: super::dedup::RewriteCounts,
 }

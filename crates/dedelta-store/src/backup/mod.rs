@@ -38,6 +38,7 @@ mod fingerprint;
 pub mod metrics;
 mod pack;
 pub mod resemble;
+pub mod rewrite;
 mod store;
 mod tree_writer;
 mod walk;
@@ -113,6 +114,9 @@ pub struct BackupOptions {
     /// Directory of this client's local caches (see [`crate::client::local_cache`]); `None`
     /// for none. The repository's base cache is in `<cache_dir>/<repository id>/`.
     pub cache_dir: Option<PathBuf>,
+    /// Which duplicates to store again for restore speed (see [`rewrite`]); `None` rewrites
+    /// nothing.
+    pub rewriting: Option<Box<dyn rewrite::Rewriting>>,
 }
 
 /// The result of a backup.
@@ -312,7 +316,7 @@ pub fn backup(
     let region_buffers = crate::buffers::BufferPool::default();
     let (dedup_result, writer_result) = std::thread::scope(|s| {
         let spawn = |name: &str| std::thread::Builder::new().name(format!("dedelta-{name}"));
-        let dedup = DedupStage::new(
+        let mut dedup = DedupStage::new(
             DedupIndex {
                 reader: repo.index().reader()?,
                 damage: damage.clone(),
@@ -329,6 +333,9 @@ pub fn backup(
             sketcher,
             times.clone(),
         );
+        if let Some(r) = opts.rewriting.take() {
+            dedup = dedup.rewriting(r);
+        }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
@@ -389,6 +396,7 @@ pub fn backup(
         sketched_chunks: times
             .sketched_chunks
             .load(std::sync::atomic::Ordering::Relaxed),
+        rewritten: dedup_out.rewritten,
     };
     let snapshot = Snapshot {
         time: opts.time,

@@ -1,5 +1,6 @@
 //! `backup`: the command's options and entry point; the pipeline is in [`crate::backup`].
 
 pub use crate::backup::{
-    backup, metrics::BackupMetrics, BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
+    backup, metrics::BackupMetrics, rewrite, BackupOptions, BackupResult, StdinSource, Workers,
+    MAX_THREADS,
 };

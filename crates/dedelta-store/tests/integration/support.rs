@@ -223,6 +223,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         time,
         delta: None,
         cache_dir: None,
+        rewriting: None,
     }
 }
 
