@@ -88,6 +88,9 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         v["base_cache_misses"] = json!(m.bases.read_back);
         v["stage_seconds"] = json!(m.stage_seconds);
         v["sketched_chunks"] = json!(m.sketched_chunks);
+        v["rewritten_chunks"] = json!(m.rewritten.chunks);
+        v["rewritten_bytes"] = json!(m.rewritten.bytes);
+        v["capping_segments"] = json!(m.rewritten.segments);
         v["io"] = serde_json::to_value(io)?;
         return print_json(&v);
     }
@@ -108,6 +111,14 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         s.chunks,
         mb(s.bytes_added)
     );
+    if res.metrics.rewritten.chunks > 0 {
+        outln!(
+            "capping: {} duplicate chunks ({}) stored again over {} segments, for restore speed",
+            res.metrics.rewritten.chunks,
+            mb(res.metrics.rewritten.bytes),
+            res.metrics.rewritten.segments
+        );
+    }
     if s.delta_chunks > 0 {
         outln!(
             "delta: {} chunks as deltas ({} by DupAdj, {} by sketch), {} after delta, DCR {:.2} (new bytes / after delta), DCE {:.3} (fraction saved on the delta chunks)",
