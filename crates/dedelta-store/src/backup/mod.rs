@@ -12,6 +12,7 @@
 //!                                          |  results in stream order (one-shot receivers)
 //!                                          v
 //! dedup thread     dedup.rs              duplicate or new, in order
+//!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
 //!                  delta.rs                (encoding on a pool of its own with 4+ threads)
 //!                  tree_writer.rs        the tree stream, stored as chunks

@@ -15,7 +15,8 @@
 //!   test checks the stored result that way). Tree chunks are not capped (a tree is about
 //!   0.4% of the data it describes and changes nearly everywhere).
 //! - The dedup thread holds the segment's chunks, bytes included, until it is decided:
-//!   memory is bounded by `segment_bytes` (plus one chunk). A look-ahead holding only the ids
+//!   memory is bounded by `segment_bytes` plus a block (the chunks are slices of the
+//!   walker's 1 MiB blocks, each kept whole while a chunk of it waits). A look-ahead holding only the ids
 //!   was rejected: the bytes of a rewritten duplicate are needed when it is stored, and the
 //!   pipeline does not keep them anywhere else.
 //! - A rewritten chunk is stored in full, never as a delta, as in LoopDelta's Dedup-Cap: a
@@ -25,6 +26,9 @@
 //! - Containers are ranked by the number of the segment's duplicate chunks they hold (as in
 //!   Capping), ties broken by first reference in the segment, so the choice is
 //!   deterministic.
+//!
+//! The trait lives here, not in `dedelta-core` with the other strategies: it decides over
+//! containers, which are the store's.
 //!
 //! The rewritten copy is the one later reads use: a backup's containers are indexed after
 //! those before it, and the index names the newest entry of a chunk (see
