@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn capping_keeps_the_most_referenced_containers() {
-        let refs = [c(1), c(2), c(2), c(3), c(3), c(3), c(4), c(1), c(5)];
+        let refs = [c(1), c(2), c(2), c(3), c(3), c(3), c(4), c(2), c(5)];
         let keep = Capping {
             segment_bytes: 1,
             level: 2,
