@@ -5,7 +5,7 @@
 //! the base, then the delta.
 #![no_main]
 
-use dedelta_core::delta::{format, new_codec, DeltaKind};
+use dedelta_core::delta::{format, new_codec, DeltaError, DeltaKind};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -23,6 +23,11 @@ fuzz_target!(|data: &[u8]| {
             let declared = format::target_len(delta).expect("decoded, so the header is valid");
             assert_eq!(out.len(), 3 + declared);
             assert_eq!(&out[..3], &[0xEE; 3]);
+            // A version-2 delta (zstd with the base as prefix) has no instruction list: the
+            // parser names its version, and the decoder alone checks it.
+            if let Err(DeltaError::UnsupportedVersion { version: 2 }) = parsed {
+                return;
+            }
             let list = parsed.expect("decode accepted it, so must the parser");
             let mut rebuilt = Vec::new();
             for i in list {

@@ -23,7 +23,8 @@ pub struct EvalArgs {
     /// Comma-separated configurations: all, quick, or names (dedup, ntransform-4f,
     /// ntransform-2f, finesse, odess, dupadj-only, recommended, stream-index,
     /// stream-nodupadj, recommended-4f, depth-1, one-level, dupadj-one-level, dare, dare-sketch-all, sidc,
-    /// greedy, greedy-newest, recommended-newest, xdelta, edelta).
+    /// greedy, greedy-newest, recommended-newest, xdelta, edelta, dedup-cap, recommended-cap;
+    /// NAME-capT: NAME with Capping at level T, 20 MiB segments; -cap alone is LoopDelta's 15).
     #[arg(long, default_value = "all")]
     config: String,
     /// Run every configuration once per chunker of this comma-separated list, named

@@ -96,6 +96,9 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
             json!((gb > 0.0).then(|| m.lookups.index_lookups as f64 / gb));
         v["lookups"]["index_lookups_per_new_container"] = json!((s.containers_written > 0)
             .then(|| m.lookups.index_lookups as f64 / s.containers_written as f64));
+        v["rewritten_chunks"] = json!(m.rewritten.chunks);
+        v["rewritten_bytes"] = json!(m.rewritten.bytes);
+        v["capping_segments"] = json!(m.rewritten.segments);
         v["io"] = serde_json::to_value(io)?;
         return print_json(&v);
     }
@@ -116,6 +119,14 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         s.chunks,
         mb(s.bytes_added)
     );
+    if res.metrics.rewritten.chunks > 0 {
+        outln!(
+            "capping: {} duplicate chunks ({}) stored again over {} segments, for restore speed",
+            res.metrics.rewritten.chunks,
+            mb(res.metrics.rewritten.bytes),
+            res.metrics.rewritten.segments
+        );
+    }
     if s.delta_chunks > 0 {
         outln!(
             "delta: {} chunks as deltas ({} by DupAdj, {} by sketch), {} after delta, DCR {:.2} (new bytes / after delta), DCE {:.3} (fraction saved on the delta chunks)",

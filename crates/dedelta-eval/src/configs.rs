@@ -18,6 +18,7 @@ use crate::error::{EvalError, Result};
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
+use dedelta_store::commands::backup::rewrite::Capping;
 use dedelta_store::format::config::{
     ChunkerConfig, DeltaConfig, SketchIndexKind, ONE_LEVEL_REANCHOR,
 };
@@ -33,7 +34,13 @@ pub struct EvalConfig {
     pub delta: DeltaConfig,
     /// The chunker of its repository (the repository default unless `--chunker`).
     pub chunker: ChunkerConfig,
+    /// Capping for every backup (LoopDelta's `-Cap` rows), or none.
+    pub capping: Option<Capping>,
 }
+
+/// LoopDelta's capping level (§5: "Dedup-Cap15", "LD-Cap15"): 15 old containers per 20 MB
+/// segment, with containers of 4 MB as ours.
+pub const LOOPDELTA_CAPPING_LEVEL: usize = 15;
 
 /// The repository default chunker: FastCDC 2/8/64 KiB.
 pub fn default_chunker() -> ChunkerConfig {
@@ -51,7 +58,35 @@ fn cfg(name: &str, description: &str, f: impl FnOnce(&mut DeltaConfig)) -> EvalC
         description: description.into(),
         delta,
         chunker: default_chunker(),
+        capping: None,
     }
+}
+
+/// `base` with Capping at `level` (20 MiB segments), named `NAME-capLEVEL`, or `NAME-cap` at
+/// LoopDelta's level.
+fn capped(base: &EvalConfig, name: &str, level: usize) -> EvalConfig {
+    EvalConfig {
+        name: name.into(),
+        description: format!(
+            "{} + Capping: at most {level} old containers per 20 MiB segment (Lillibridge et \
+             al. FAST'13; LoopDelta's -Cap{level})",
+            base.description
+        ),
+        capping: Some(Capping::new(level)),
+        ..base.clone()
+    }
+}
+
+/// The capped presets: `dedup-cap` and `recommended-cap` at LoopDelta's level 15, and any
+/// `dedup-capT` / `recommended-capT` for a sweep over T.
+fn parse_capped(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
+    let (base, level) = name.split_once("-cap")?;
+    let level = match level {
+        "" => LOOPDELTA_CAPPING_LEVEL,
+        t => t.parse::<usize>().ok().filter(|&t| t > 0)?,
+    };
+    let base = presets.iter().find(|c| c.name == base)?;
+    Some(capped(base, name, level))
 }
 
 fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
@@ -85,7 +120,7 @@ fn dare(d: &mut DeltaConfig) {
 
 /// Every preset configuration, in report order.
 pub fn all() -> Vec<EvalConfig> {
-    vec![
+    let mut v = vec![
         cfg(
             "dedup",
             "deduplication only (no resemblance detection)",
@@ -225,7 +260,13 @@ pub fn all() -> Vec<EvalConfig> {
         cfg("edelta", "recommended with the Edelta codec", |d| {
             d.codec = DeltaKind::Edelta
         }),
-    ]
+    ];
+    let extra: Vec<EvalConfig> = ["dedup-cap", "recommended-cap"]
+        .iter()
+        .filter_map(|n| parse_capped(&v, n))
+        .collect();
+    v.extend(extra);
+    v
 }
 
 /// Parses a comma-separated list of names; `all` is every preset, `quick` is dedup,
@@ -246,12 +287,18 @@ pub fn parse(list: &str) -> Result<Vec<EvalConfig>> {
                 })
                 .cloned()
                 .collect(),
-            _ => match presets.iter().find(|c| c.name == name) {
-                Some(c) => vec![c.clone()],
+            _ => match presets
+                .iter()
+                .find(|c| c.name == name)
+                .cloned()
+                .or_else(|| parse_capped(&presets, name))
+            {
+                Some(c) => vec![c],
                 None => {
                     let known: Vec<&str> = presets.iter().map(|c| c.name.as_str()).collect();
                     return Err(EvalError::InvalidOption(format!(
-                        "unknown configuration {name:?}; known: all, quick, {}",
+                        "unknown configuration {name:?}; known: all, quick, {} (and \
+                         NAME-capT: NAME with Capping at level T)",
                         known.join(", ")
                     )));
                 }
@@ -381,6 +428,7 @@ pub fn with_chunkers(configs: &[EvalConfig], chunkers: &[ChunkerConfig]) -> Vec<
                     ),
                     delta: c.delta.clone(),
                     chunker: *k,
+                    capping: c.capping,
                 }
             })
         })
@@ -398,6 +446,15 @@ mod tests {
         }
         assert_eq!(parse("quick").unwrap().len(), 4);
         assert_eq!(parse("dedup,dedup,all").unwrap().len(), all().len());
+        let cap = &parse("dedup-cap,dedup-cap8").unwrap();
+        assert_eq!(
+            cap[0].capping.map(|c| c.level),
+            Some(LOOPDELTA_CAPPING_LEVEL)
+        );
+        assert_eq!(cap[1].capping.map(|c| c.level), Some(8));
+        assert_eq!(cap[1].delta, parse("dedup").unwrap()[0].delta);
+        assert!(parse("dedup-cap0").is_err());
+        assert!(parse("nothing-cap3").is_err());
         assert!(parse("nope").unwrap_err().to_string().contains("known"));
     }
 

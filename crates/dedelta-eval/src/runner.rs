@@ -12,6 +12,7 @@ use crate::error::{EvalError, IoContext, Result, StoreContext};
 use crate::kernels::Kernels;
 use dedelta_store::backend::cost::IoModels;
 use dedelta_store::backend::wrap::metered::{IoCounts, Purpose};
+use dedelta_store::commands::backup::rewrite::Rewriting;
 use dedelta_store::commands::backup::{
     backup, BackupOptions, FingerprintIndexOptions, StdinSource,
 };
@@ -273,6 +274,12 @@ pub struct ConfigResult {
     pub delta_ratio: Option<f64>,
     /// Chunks stored as deltas.
     pub delta_chunks: Option<u64>,
+    /// The capping level of the backups (`None`: no rewriting).
+    pub capping_level: Option<usize>,
+    /// Duplicate chunks the backups rewrote (Capping), over all versions.
+    pub rewritten_chunks: Option<u64>,
+    /// Their raw bytes.
+    pub rewritten_bytes: Option<u64>,
     /// Detected pairs over all backups: chunks a delta was encoded for, kept or not.
     pub delta_detected: Option<u64>,
     /// Detected pairs dropped by `min_saving`.
@@ -445,6 +452,8 @@ pub fn run_config(
     let mut backup_seconds = 0.0;
     let (mut new_bytes, mut sketch_s, mut delta_src, mut delta_s) = (0u64, 0.0, 0u64, 0.0);
     let mut sketched = 0u64;
+    // Duplicates rewritten by Capping: chunks, bytes.
+    let mut rewritten = (0u64, 0u64);
     let (mut hits, mut misses) = (0u64, 0u64);
     let mut detection = dedelta_store::format::snapshot::BackupSummary::default();
     let io_now = |repo: &dedelta_store::IndexedRepository| repo.io_counts().unwrap_or_default();
@@ -480,6 +489,7 @@ pub fn run_config(
                 delta: None,
                 cache_dir: Some(cache_dir.clone()),
                 lookup: opts.lookup,
+                rewriting: config.capping.map(|c| Box::new(c) as Box<dyn Rewriting>),
             },
             &workers,
             &NoProgress,
@@ -504,6 +514,8 @@ pub fn run_config(
         detection.detected_source_bytes += s.detected_source_bytes;
         detection.detected_delta_bytes += s.detected_delta_bytes;
         delta_s += m.stage_seconds.get("delta").copied().unwrap_or(0.0);
+        rewritten.0 += m.rewritten.chunks;
+        rewritten.1 += m.rewritten.bytes;
         hits += m.bases.memory;
         misses += m.bases.read_back;
         snapshots.push(result.snapshot_id);
@@ -610,6 +622,9 @@ pub fn run_config(
         dce: Some(st.dce),
         delta_ratio: Some(st.delta_ratio),
         delta_chunks: Some(st.delta_chunks),
+        capping_level: config.capping.map(|c| c.level),
+        rewritten_chunks: Some(rewritten.0),
+        rewritten_bytes: Some(rewritten.1),
         delta_detected: Some(detection.delta_detected),
         delta_rejected_min_saving: Some(detection.delta_rejected_min_saving),
         delta_rejected_reanchor: Some(detection.delta_rejected_reanchor),

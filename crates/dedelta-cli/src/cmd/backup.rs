@@ -38,6 +38,14 @@ pub struct BackupArgs {
     threads: Option<usize>,
     #[command(flatten)]
     delta: DeltaArgs,
+    /// Capping (rewriting for restore speed): reference at most this many old containers per
+    /// segment of the stream, storing the other duplicates again (0: off). A prune reclaims
+    /// the copies they replace.
+    #[arg(long, default_value_t = 0)]
+    capping_level: usize,
+    /// Capping's segment, in MiB of file data.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    capping_segment_mib: u64,
     /// Keep no local base cache (every base is read back from the repository).
     #[arg(long)]
     no_cache: bool,
@@ -125,6 +133,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
             Some(args.repo.cache_root())
         },
         lookup,
+        rewriting: capping(args.capping_level, args.capping_segment_mib),
     };
     let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
@@ -140,6 +149,16 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         0
     } else {
         EXIT_PARTIAL
+    })
+}
+
+/// The rewriting strategy `--capping-level` and `--capping-segment-mib` ask for.
+fn capping(level: usize, segment_mib: u64) -> Option<Box<dyn backup::rewrite::Rewriting>> {
+    (level > 0).then(|| {
+        Box::new(backup::rewrite::Capping {
+            segment_bytes: segment_mib << 20,
+            level,
+        }) as Box<dyn backup::rewrite::Rewriting>
     })
 }
 

@@ -6,6 +6,11 @@
 //! on), which decides per block whether each is stored in full or as a delta, and then to the
 //! region packer. The tree stream's records are written as the items arrive, and its chunks
 //! take the same way (with the parent snapshot's tree chunks as their first candidate bases).
+//!
+//! With a [`Rewriting`] strategy (Capping), file data chunks are held a segment at a time and
+//! decided together: the duplicates whose old container the strategy gives up are stored again
+//! in full (see [`super::rewrite`]). The recipe is written as the chunks arrive; only storing
+//! waits for the segment.
 
 use super::bases::BaseCounts;
 use super::delta::{DeltaStage, Stored};
@@ -13,6 +18,7 @@ use super::fingerprint::{Fingerprinted, IndexLookup};
 use super::fingerprint_index::FingerprintIndex;
 use super::metrics::StageTimes;
 use super::pack::RegionPacker;
+use super::rewrite::Rewriting;
 use super::tree_writer::TreeWriter;
 use super::{closed, Item};
 use crate::error::Result;
@@ -55,6 +61,27 @@ pub(super) struct DedupOutput {
     pub notices: Vec<String>,
     /// Where delta bases came from.
     pub base_counts: BaseCounts,
+    /// What the rewriting strategy did.
+    pub rewritten: RewriteCounts,
+}
+
+/// Duplicates stored again by the rewriting strategy (they are also counted as new chunks).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RewriteCounts {
+    /// Segments decided.
+    pub segments: u64,
+    /// Duplicate chunks rewritten.
+    pub chunks: u64,
+    /// Their raw bytes.
+    pub bytes: u64,
+}
+
+/// The file data chunks of the current segment, waiting for the rewriting decision.
+struct Segment {
+    strategy: Box<dyn Rewriting>,
+    chunks: Vec<Fingerprinted>,
+    /// Raw bytes of `chunks`.
+    len_bytes: u64,
 }
 
 /// The dedup thread's state.
@@ -68,6 +95,9 @@ pub(super) struct DedupStage<'a> {
     /// The backup's sketch method, for tree chunks (file data is sketched on the pool).
     sketcher: Option<Arc<dyn Sketcher>>,
     times: Arc<StageTimes>,
+    /// The segment being gathered, when the backup rewrites.
+    segment: Option<Segment>,
+    rewritten: RewriteCounts,
 }
 
 impl<'a> DedupStage<'a> {
@@ -87,7 +117,19 @@ impl<'a> DedupStage<'a> {
             delta,
             sketcher,
             times,
+            segment: None,
+            rewritten: RewriteCounts::default(),
         }
+    }
+
+    /// Rewrites duplicates by `strategy` (see [`super::rewrite`]).
+    pub fn rewriting(mut self, strategy: Box<dyn Rewriting>) -> Self {
+        self.segment = Some(Segment {
+            strategy,
+            chunks: Vec::new(),
+            len_bytes: 0,
+        });
+        self
     }
 
     /// Consumes the walker's items until the walker closes the channel.
@@ -97,16 +139,22 @@ impl<'a> DedupStage<'a> {
                 Item::Node(n) => tree.node(&n),
                 Item::FileStart(n) => tree.file_start(n),
                 Item::FileData(rx) => {
-                    for Fingerprinted {
-                        id,
-                        data,
-                        sfs,
-                        lookup,
-                    } in rx.recv().map_err(closed)?
-                    {
-                        let len = data.len() as u32;
-                        self.add(id, data, sfs, lookup)?;
-                        tree.file_chunk(ChunkRef { id, len })?;
+                    for c in rx.recv().map_err(closed)? {
+                        let chunk = ChunkRef {
+                            id: c.id,
+                            len: c.data.len() as u32,
+                        };
+                        match self.segment.as_mut() {
+                            Some(seg) => {
+                                seg.len_bytes += c.data.len() as u64;
+                                seg.chunks.push(c);
+                                if seg.len_bytes >= seg.strategy.segment_bytes() {
+                                    self.end_segment()?;
+                                }
+                            }
+                            None => self.add(c.id, c.data, c.sfs, c.lookup)?,
+                        }
+                        tree.file_chunk(chunk)?;
                     }
                     self.end_block(true)?;
                 }
@@ -114,6 +162,7 @@ impl<'a> DedupStage<'a> {
             }
             tree.maybe_drain(&mut self)?;
         }
+        self.end_segment()?;
         self.end_block(false)?;
         let mut notices: Vec<String> = Vec::new();
         if let Some(d) = self.delta.as_mut() {
@@ -132,7 +181,86 @@ impl<'a> DedupStage<'a> {
                 .as_ref()
                 .map(|d| d.base_counts())
                 .unwrap_or_default(),
+            rewritten: self.rewritten,
         })
+    }
+
+    /// Decides the gathered segment (if any): which of its duplicates are rewritten, then
+    /// stores its chunks in stream order.
+    fn end_segment(&mut self) -> Result<()> {
+        let Some(seg) = self.segment.as_mut() else {
+            return Ok(());
+        };
+        if seg.chunks.is_empty() {
+            return Ok(());
+        }
+        let chunks = std::mem::take(&mut seg.chunks);
+        seg.len_bytes = 0;
+        // The old container of each chunk: None for a chunk new to the repository, or one
+        // this backup stored (at this point, or earlier in the segment: the second is decided
+        // when it is stored, below).
+        let mut old = Vec::with_capacity(chunks.len());
+        for c in &chunks {
+            old.push(if self.pending.contains(&c.id) {
+                None
+            } else {
+                self.old_container(&c.id, c.lookup)?
+            });
+        }
+        let refs: Vec<ContainerId> = old.iter().flatten().copied().collect();
+        let keep = match self.segment.as_ref() {
+            Some(seg) => seg.strategy.keep(&refs),
+            None => return Ok(()),
+        };
+        self.rewritten.segments += 1;
+        for (c, container) in chunks.into_iter().zip(old) {
+            let lookup = match container {
+                Some(cid) if !keep.contains(&cid) && !self.pending.contains(&c.id) => {
+                    self.rewrite(c.id, c.data, c.sfs)?;
+                    continue;
+                }
+                Some(cid) => IndexLookup::Stored(cid),
+                None => match c.lookup {
+                    // Looked up above, and not found.
+                    IndexLookup::NotLookedUp => IndexLookup::Absent,
+                    l => l,
+                },
+            };
+            self.add(c.id, c.data, c.sfs, lookup)?;
+        }
+        self.end_block(true)
+    }
+
+    /// The container that held `id` when the backup started, if any.
+    fn old_container(&self, id: &ChunkId, lookup: IndexLookup) -> Result<Option<ContainerId>> {
+        Ok(match lookup {
+            IndexLookup::Stored(c) => Some(c),
+            IndexLookup::Absent => None,
+            IndexLookup::NotLookedUp => {
+                let t = Instant::now();
+                let found = self.index.container_of(id)?;
+                StageTimes::add(&self.times.index, t);
+                found
+            }
+        })
+    }
+
+    /// Stores duplicate `id` again, in full (see [`super::rewrite`] for why not as a delta);
+    /// it counts as a new chunk, and DupAdj sees it as a duplicate of the parent's stream.
+    fn rewrite(&mut self, id: ChunkId, data: Bytes, sfs: Option<SuperFeatures>) -> Result<()> {
+        self.summary.chunks += 1;
+        self.rewritten.chunks += 1;
+        self.rewritten.bytes += data.len() as u64;
+        if let Some(d) = self.delta.as_mut() {
+            d.on_duplicate(&id, None, false)?;
+        }
+        self.pending.insert(id);
+        self.summary.new_chunks += 1;
+        self.summary.bytes_new += data.len() as u64;
+        self.summary.bytes_after_delta += data.len() as u64;
+        let len = data.len();
+        let sfs = sfs.map(|s| s.0).unwrap_or_default();
+        self.packer.push(id, EntryKind::Full, &data, len, sfs)
     }
 
     /// One chunk of file data.

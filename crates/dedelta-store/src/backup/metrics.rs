@@ -69,4 +69,7 @@ pub struct BackupMetrics {
     /// What the fingerprint index strategy counted (cache hits, filter answers, on-disk
     /// lookups, prefetches).
     pub lookups: super::fingerprint_index::LookupCounters,
+    /// Duplicates stored again by the backup's rewriting (Capping); counted in the summary's
+    /// new chunks too.
+    pub rewritten: super::dedup::RewriteCounts,
 }

@@ -13,6 +13,7 @@
 //!                                          |  results in stream order (one-shot receivers)
 //!                                          v
 //! dedup thread     dedup.rs              duplicate or new, in order
+//!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
 //!                  delta.rs                (encoding on a pool of its own with 4+ threads)
 //!                  tree_writer.rs        the tree stream, stored as chunks
@@ -40,6 +41,7 @@ pub mod fingerprint_index;
 pub mod metrics;
 mod pack;
 pub mod resemble;
+pub mod rewrite;
 mod store;
 mod tree_writer;
 mod walk;
@@ -120,6 +122,9 @@ pub struct BackupOptions {
     pub cache_dir: Option<PathBuf>,
     /// How duplicates of chunks stored before are found (see [`fingerprint_index`]).
     pub lookup: FingerprintIndexOptions,
+    /// Which duplicates to store again for restore speed (see [`rewrite`]); `None` rewrites
+    /// nothing.
+    pub rewriting: Option<Box<dyn rewrite::Rewriting>>,
 }
 
 /// The result of a backup.
@@ -335,7 +340,7 @@ pub fn backup(
     let region_buffers = crate::buffers::BufferPool::default();
     let (dedup_result, writer_result) = std::thread::scope(|s| {
         let spawn = |name: &str| std::thread::Builder::new().name(format!("dedelta-{name}"));
-        let dedup = DedupStage::new(
+        let mut dedup = DedupStage::new(
             dedup_index.clone(),
             pack::RegionPacker::new(
                 config.region_size,
@@ -349,6 +354,9 @@ pub fn backup(
             sketcher,
             times.clone(),
         );
+        if let Some(r) = opts.rewriting.take() {
+            dedup = dedup.rewriting(r);
+        }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
@@ -423,6 +431,7 @@ pub fn backup(
             index_chunks: repo.index().runs().iter().map(|r| r.1).sum(),
             ..dedup_index.lookup.counters()
         },
+        rewritten: dedup_out.rewritten,
     };
     let snapshot = Snapshot {
         time: opts.time,

@@ -6,5 +6,5 @@ pub use crate::backup::{
         FingerprintIndexKind, FingerprintIndexOptions, LookupCounters, DEFAULT_CACHE_CONTAINERS,
     },
     metrics::BackupMetrics,
-    BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
+    rewrite, BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
 };

@@ -15,9 +15,9 @@
 //! says which, and docs/reliability.md names the commit that fixed it).
 
 use crate::support::{
-    backup_files, backup_files_with, config, container_of_first_chunk, files_restored, forget_ids,
-    gone, locked, me, noise, prune_with, read_files, restore_to, run_check, text, versioned_text,
-    Files,
+    backup_files, backup_files_with, backup_options, backup_with, config, container_of_first_chunk,
+    files_restored, forget_ids, gone, locked, me, noise, prune_with, read_files, restore_to,
+    run_check, text, time_of, versioned_text, write_files, Files,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -26,6 +26,8 @@ use dedelta_store::backend::wrap::fault::{
     ALL_KINDS,
 };
 use dedelta_store::backend::{Backend, FileKind};
+use dedelta_store::commands::backup::rewrite::Capping;
+use dedelta_store::commands::backup::BackupOptions;
 use dedelta_store::commands::backup::{FingerprintIndexKind, FingerprintIndexOptions};
 use dedelta_store::commands::{prune, restore};
 use dedelta_store::format::config::DeltaConfig;
@@ -478,6 +480,63 @@ fn locality_backup_crashed_at_every_write_memory() {
             cache_containers: 2,
         },
     );
+}
+
+/// A backup with Capping (issue 16 item 2) stores duplicates again; killed at every write,
+/// it leaves a repository whose `check --read-data` passes and whose snapshots restore, and
+/// that takes new backups.
+#[test]
+fn capping_backup_crashed_at_every_write() {
+    let base = base(0..2, 0);
+    let next = tree(2);
+    let backup_capped = |repo: &IndexedRepository, t: &Trial| {
+        write_files(&t.src(), &next);
+        let opts = BackupOptions {
+            rewriting: Some(Box::new(Capping {
+                segment_bytes: 16 * 1024,
+                level: 1,
+            })),
+            ..backup_options(vec![t.src()], time_of(2))
+        };
+        locked(repo, &gone(), |lock| backup_with(repo, lock, opts))
+    };
+    let rewritten = {
+        let t = Trial::of(&base, Store::Memory);
+        let repo = t.open().unwrap();
+        backup_capped(&repo, &t).unwrap().metrics.rewritten.chunks
+    };
+    assert!(rewritten > 0, "the capped backup rewrites duplicates");
+    let log = writes_of(&base, Store::Memory, |repo, t| {
+        backup_capped(repo, t).unwrap();
+    });
+    let snapshot_write = log
+        .iter()
+        .position(|(k, _)| *k == FileKind::Snapshot)
+        .expect("a backup writes its snapshot");
+    let trials = at_every_crash_point(
+        &base,
+        Store::Memory,
+        "capped backup",
+        &log,
+        1,
+        |repo, t| backup_capped(repo, t).map(|_| ()),
+        |t, repo, n, effect, when| {
+            let written = n as usize > snapshot_write
+                || (n as usize == snapshot_write && effect == CrashEffect::Durable);
+            let mut model = base.model.clone();
+            let extra: Vec<String> = snapshot_ids(repo)
+                .into_iter()
+                .filter(|id| !model.contains_key(id))
+                .collect();
+            assert_eq!(extra.len(), usize::from(written), "{when}: {extra:?}");
+            for id in extra {
+                model.insert(id, next.clone());
+            }
+            assert_consistent(repo, &model, t, when);
+            assert_takes_new_backups(repo, t, 3, when);
+        },
+    );
+    assert!(trials >= 4);
 }
 
 /// Prune (after forget) crashed at every write: nothing is lost, and the next prune finishes.

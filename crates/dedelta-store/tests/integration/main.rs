@@ -39,6 +39,8 @@ mod metrics;
 mod restore_cache;
 /// Restore against hostile snapshots, damaged repositories and concurrent prunes.
 mod restore_safety;
+/// Capping: rewriting duplicates for restore speed, and prune reclaiming what they replace.
+mod rewrite;
 /// restore(backup(x)) == x on random trees.
 mod roundtrip;
 /// Test data, configs, locks, and commands as the tests run them.

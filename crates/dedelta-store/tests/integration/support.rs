@@ -225,6 +225,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         delta: None,
         cache_dir: None,
         lookup: Default::default(),
+        rewriting: None,
     }
 }
 
