@@ -107,6 +107,14 @@ pub struct RestoreCacheStats {
     pub areas: u64,
 }
 
+impl RestoreCacheStats {
+    /// A container read: a miss of the cache, of `container_bytes` stored bytes.
+    fn container_read(&mut self, container_bytes: u64) {
+        self.containers_read += 1;
+        self.container_bytes_read += container_bytes;
+    }
+}
+
 /// Where restore keeps decompressed regions, and what counts as a container read.
 ///
 /// The locator asks [`RestoreCache::get`] first; on a miss it reads the region and hands it
@@ -206,8 +214,7 @@ impl RestoreCache for ContainerLru {
         match self.containers.get_mut(&container) {
             Some(held) => held.push(region),
             None => {
-                self.stats.containers_read += 1;
-                self.stats.container_bytes_read += container_bytes;
+                self.stats.container_read(container_bytes);
                 self.containers.put(container, vec![region]);
             }
         }
@@ -305,8 +312,7 @@ impl RestoreCache for ForwardAssembly {
     ) {
         self.stats.regions_read += 1;
         if self.read.insert(container) {
-            self.stats.containers_read += 1;
-            self.stats.container_bytes_read += container_bytes;
+            self.stats.container_read(container_bytes);
             self.stats.max_containers_held = self.stats.max_containers_held.max(self.read.len());
         }
         self.regions.insert((container, region), bytes);
