@@ -188,6 +188,20 @@ fn bad_delta_options_are_refused() {
     }
 }
 
+/// `init` with `args` of a repository `name` in `dir`; its path and its config as text.
+fn init_config(dir: &std::path::Path, name: &str, args: &[&str]) -> (std::path::PathBuf, String) {
+    let repo = dir.join(name);
+    dedelta()
+        .arg("init")
+        .args(args)
+        .arg("-r")
+        .arg(&repo)
+        .assert()
+        .success();
+    let config = String::from_utf8_lossy(&fs::read(repo.join("config")).unwrap()).into_owned();
+    (repo, config)
+}
+
 /// `init` records re-anchoring in the config: 60 % by default (30 % with one-level deltas),
 /// what `--reanchor-percent P` says, and nothing (the papers' rule) for 0; and the second
 /// candidate's bound, 10 % by default (kept, unused, with one candidate).
@@ -213,15 +227,7 @@ fn reanchor_percent_is_recorded() {
     .into_iter()
     .enumerate()
     {
-        let repo = dir.path().join(format!("r{i}"));
-        dedelta()
-            .arg("init")
-            .args(args)
-            .arg("-r")
-            .arg(&repo)
-            .assert()
-            .success();
-        let config = String::from_utf8_lossy(&fs::read(repo.join("config")).unwrap()).into_owned();
+        let (_, config) = init_config(dir.path(), &format!("r{i}"), args);
         match want {
             Some(w) => assert!(config.contains(w), "{args:?}: {config}"),
             None => assert!(!config.contains("reanchor"), "{args:?}: {config}"),
@@ -235,18 +241,7 @@ fn reanchor_percent_is_recorded() {
 #[test]
 fn sketch_keep_and_dupadj_misses_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    let init = |name: &str, args: &[&str]| {
-        let repo = dir.path().join(name);
-        dedelta()
-            .arg("init")
-            .args(args)
-            .arg("-r")
-            .arg(&repo)
-            .assert()
-            .success();
-        let config = String::from_utf8_lossy(&fs::read(repo.join("config")).unwrap()).into_owned();
-        (repo, config)
-    };
+    let init = |name: &str, args: &[&str]| init_config(dir.path(), name, args);
     let (plain, config) = init("plain", &[]);
     assert!(!config.contains("sketch_keep"), "{config}");
     assert!(!config.contains("sketch_dupadj_misses"), "{config}");
