@@ -34,14 +34,17 @@
 //! applies to what is recorded and merged from then on (`repair index` rebuilds it whole).
 
 mod bloom;
+mod change;
 mod filter;
 mod manifest;
 mod rebuild;
 mod run;
+mod view;
 
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
 use bloom::mix64;
+use change::{add_batch, merge_runs, new_seq, record_of, slots_by_id, Change};
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
 pub use filter::FingerprintFilter;
@@ -54,6 +57,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use view::View;
+pub use view::{IndexReader, Trust};
 
 /// The file name the index had when it was a redb database: deleted when the index opens.
 pub const LEGACY_FILE: &str = "chunks.redb";
@@ -242,171 +247,6 @@ impl Shared {
         }
         r
     }
-}
-
-/// How far a container's metadata agrees with the index (see [`IndexReader::trust`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Trust {
-    /// The index holds every entry of it but copies recorded as damaged (and may name
-    /// another copy of a chunk).
-    Whole,
-    /// Its full entries as [`Trust::Whole`]; delta entries may have been left out.
-    FullEntries,
-    /// Entries were removed from the index: its metadata may list chunks the index no
-    /// longer holds (a prune's dead chunks).
-    Nothing,
-}
-
-/// The runs and container ranges of one committed manifest: what a reader sees.
-#[derive(Debug, Default)]
-struct View {
-    /// Oldest first.
-    runs: Vec<Arc<Run>>,
-    slots: Vec<Slot>,
-    /// The containers whose metadata the index does not wholly agree with (the newest slot
-    /// of each container id decides).
-    partial: HashMap<ContainerId, Trust>,
-}
-
-impl View {
-    fn new(runs: Vec<Arc<Run>>, slots: Vec<Slot>) -> Self {
-        let mut partial = HashMap::new();
-        for s in &slots {
-            let t = if s.trimmed {
-                Trust::Nothing
-            } else if s.deltas_left_out {
-                Trust::FullEntries
-            } else {
-                Trust::Whole
-            };
-            if t == Trust::Whole {
-                partial.remove(&s.id);
-            } else {
-                partial.insert(s.id, t);
-            }
-        }
-        View {
-            runs,
-            slots,
-            partial,
-        }
-    }
-
-    /// The container and entry of global entry number `n`.
-    fn location(&self, n: u64, path: &Path) -> Result<ChunkLocation> {
-        let i = self
-            .slots
-            .partition_point(|s| s.first + u64::from(s.entries) <= n);
-        match self.slots.get(i) {
-            Some(s) if s.first <= n => Ok(ChunkLocation {
-                container: s.id,
-                entry: (n - s.first) as u32,
-            }),
-            _ => Err(Error::IndexDamaged(format!(
-                "{}: an entry names no container",
-                path.display()
-            ))),
-        }
-    }
-
-    fn get(&self, id: &ChunkId, path: &Path) -> Result<Option<ChunkLocation>> {
-        self.get_counting(id, path, &mut 0)
-    }
-
-    /// [`Self::get`], adding to `reads` the runs whose filter let it through (each costs a
-    /// read of one bucket).
-    fn get_counting(
-        &self,
-        id: &ChunkId,
-        path: &Path,
-        reads: &mut u64,
-    ) -> Result<Option<ChunkLocation>> {
-        for run in self.runs.iter().rev() {
-            if !run.may_hold(id) {
-                continue;
-            }
-            *reads += 1;
-            if let Some(n) = run.get(id)? {
-                return self.location(n, path).map(Some);
-            }
-        }
-        Ok(None)
-    }
-
-    /// The chunk key `key` names: in the oldest run holding it, or the newest.
-    fn sketch(&self, key: u64, keep: SketchKeep) -> Result<Option<ChunkId>> {
-        let mut runs: Box<dyn Iterator<Item = &Arc<Run>>> = match keep {
-            SketchKeep::Oldest => Box::new(self.runs.iter()),
-            SketchKeep::Newest => Box::new(self.runs.iter().rev()),
-        };
-        runs.try_fold(None, |found, run| match found {
-            Some(id) => Ok(Some(id)),
-            None => run.sketch(key),
-        })
-    }
-
-    fn has_sketch(&self, key: u64) -> Result<bool> {
-        for run in &self.runs {
-            if run.may_hold_sketch(key) && run.sketch(key)?.is_some() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    /// Calls `f` for every chunk once, with its newest entry, in id order.
-    fn for_each(&self, path: &Path, mut f: impl FnMut(ChunkId, ChunkLocation)) -> Result<()> {
-        let mut cursors: Vec<run::Cursor<'_>> =
-            self.runs.iter().map(|r| r.chunk_cursor()).collect();
-        let mut heads = Vec::with_capacity(cursors.len());
-        for c in &mut cursors {
-            heads.push(next_chunk(c)?);
-        }
-        while let Some(min) = heads.iter().flatten().map(|h: &([u8; 32], u64)| h.0).min() {
-            let newest = heads
-                .iter()
-                .rposition(|h| h.is_some_and(|h| h.0 == min))
-                .unwrap_or(0);
-            let n = heads[newest].map(|h| h.1).unwrap_or(0);
-            f(ChunkId(min), self.location(n, path)?);
-            for (h, c) in heads.iter_mut().zip(cursors.iter_mut()) {
-                if h.is_some_and(|h| h.0 == min) {
-                    *h = next_chunk(c)?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-fn next_chunk(c: &mut run::Cursor<'_>) -> Result<Option<([u8; 32], u64)>> {
-    Ok(match c.next()? {
-        Some(run::Entry::Chunk(id, n)) => Some((id, n)),
-        _ => None,
-    })
-}
-
-fn record_of(r: &Run) -> RunRecord {
-    RunRecord {
-        seq: r.seq,
-        chunks: r.chunks,
-        sketches: r.sketches,
-        file_len: r.file_len,
-        tail_crc: r.tail_crc,
-    }
-}
-
-/// A change being prepared: the next manifest and runs, and the run files it makes obsolete.
-struct Change {
-    manifest: Manifest,
-    runs: Vec<Arc<Run>>,
-    obsolete: Vec<PathBuf>,
-    /// Which chunk a super-feature keeps in what this change writes and merges.
-    keep: SketchKeep,
-    /// The loaded fingerprint filter, which every chunk entry this change adds goes into.
-    filter: Option<Arc<FingerprintFilter>>,
-    /// The change removes entries or replaces the index: the filter no longer matches it.
-    drops_filter: bool,
 }
 
 /// The persistent chunk index.
@@ -952,184 +792,6 @@ impl ChunkIndex {
     }
 }
 
-/// Adds the entries of `containers` that `keep` accepts as one new run (keeping the oldest
-/// chunk per super-feature, FirstFit: a super-feature `view` holds already is not recorded
-/// again), marks `known` as taken in, and merges runs if there are too many.
-fn add_batch<'m>(
-    path: &Path,
-    c: &mut Change,
-    view: &View,
-    containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
-    keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
-    known: impl IntoIterator<Item = (ContainerId, usize)>,
-) -> Result<()> {
-    let mut slot_of = slots_by_id(&c.manifest);
-    add_batch_with(path, c, &mut slot_of, view, containers, keep, known)
-}
-
-/// Where each container's slot is in the manifest.
-fn slots_by_id(m: &Manifest) -> HashMap<ContainerId, usize> {
-    m.slots.iter().enumerate().map(|(i, s)| (s.id, i)).collect()
-}
-
-/// [`add_batch`] with the slots by id kept by the caller (a rebuild adds many batches).
-fn add_batch_with<'m>(
-    path: &Path,
-    c: &mut Change,
-    slot_of: &mut HashMap<ContainerId, usize>,
-    view: &View,
-    containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
-    keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
-    known: impl IntoIterator<Item = (ContainerId, usize)>,
-) -> Result<()> {
-    let m = &mut c.manifest;
-    let mut chunks: Vec<([u8; 32], u64)> = Vec::new();
-    let mut sketches: Vec<(u64, [u8; 32])> = Vec::new();
-    for (id, meta) in containers {
-        let first = slot(m, slot_of, id, meta.entries.len())?;
-        for (i, e) in meta.entries.iter().enumerate() {
-            if !keep(&id, i as u32, e) {
-                if e.kind != EntryKind::Full {
-                    if let Some(&s) = slot_of.get(&id) {
-                        m.slots[s].deltas_left_out = true;
-                    }
-                }
-                continue;
-            }
-            if let Some(f) = &c.filter {
-                f.insert(&e.id);
-            }
-            chunks.push((e.id.0, first + i as u64));
-            if e.kind != EntryKind::Full {
-                continue;
-            }
-            for (pos, sf) in e.super_features.iter().enumerate() {
-                let key = sketch_key(pos, *sf);
-                // Keeping the newest, every batch records its keys and lookups ask the
-                // newest run first.
-                if c.keep == SketchKeep::Newest || !view.has_sketch(key)? {
-                    sketches.push((key, e.id.0));
-                }
-            }
-        }
-    }
-    for (id, entries) in known {
-        let i = match slot_of.get(&id) {
-            Some(&i) => i,
-            None => {
-                slot(m, slot_of, id, entries)?;
-                m.slots.len() - 1
-            }
-        };
-        m.slots[i].known = true;
-    }
-    if chunks.is_empty() {
-        return Ok(());
-    }
-    let seq = new_seq(path, m);
-    if let Some(run) = run::write_batch(&run_path(path, seq), seq, chunks, sketches, c.keep)? {
-        c.runs.push(Arc::new(run));
-        merge_as_needed(path, c)?;
-    }
-    Ok(())
-}
-
-/// A number for a new run file: the manifest's next one that names no file (another handle
-/// on the index in this process may have used it).
-fn new_seq(path: &Path, m: &mut Manifest) -> u64 {
-    loop {
-        let seq = m.next_seq;
-        m.next_seq += 1;
-        if !run_path(path, seq).exists() {
-            return seq;
-        }
-    }
-}
-
-/// The first global entry number of container `id` with `entries` entries: its range if it
-/// has one of that size, else a new one.
-fn slot(
-    m: &mut Manifest,
-    slot_of: &mut HashMap<ContainerId, usize>,
-    id: ContainerId,
-    entries: usize,
-) -> Result<u64> {
-    let entries = u32::try_from(entries)
-        .map_err(|_| Error::Index(format!("container {} has too many entries", id.to_hex())))?;
-    if let Some(&i) = slot_of.get(&id) {
-        if m.slots[i].entries == entries {
-            return Ok(m.slots[i].first);
-        }
-    }
-    let first = m.next_entry;
-    let next = first + u64::from(entries);
-    if next > run::MAX_LOC {
-        return Err(Error::Index(
-            "the index has numbered 2^40 entries; `repair index` renumbers them".into(),
-        ));
-    }
-    m.next_entry = next;
-    m.slots.push(Slot {
-        id,
-        first,
-        entries,
-        known: false,
-        trimmed: false,
-        deltas_left_out: false,
-    });
-    slot_of.insert(id, m.slots.len() - 1);
-    Ok(first)
-}
-
-/// Merges the newest runs while together they reach half the size of the run before them
-/// (a binary counter: each entry is rewritten about log2 of the index's size times), and
-/// the two smallest neighbours while there are more than [`MAX_RUNS`]; never past
-/// [`MAX_MERGE_ENTRIES`].
-fn merge_as_needed(path: &Path, c: &mut Change) -> Result<()> {
-    loop {
-        let n = c.runs.len();
-        if n < 2 {
-            return Ok(());
-        }
-        let mut k = n - 1;
-        let mut acc = c.runs[k].chunks;
-        while k > 0 {
-            let prev = c.runs[k - 1].chunks;
-            if acc * 2 < prev || acc + prev > MAX_MERGE_ENTRIES {
-                break;
-            }
-            acc += prev;
-            k -= 1;
-        }
-        if k < n - 1 {
-            merge_runs(path, c, k, n)?;
-            continue;
-        }
-        if n <= MAX_RUNS {
-            return Ok(());
-        }
-        let sum = |i: usize| c.runs[i - 1].chunks + c.runs[i].chunks;
-        match (1..n)
-            .filter(|&i| sum(i) <= MAX_MERGE_ENTRIES)
-            .min_by_key(|&i| sum(i))
-        {
-            Some(i) => merge_runs(path, c, i - 1, i + 1)?,
-            None => return Ok(()),
-        }
-    }
-}
-
-/// Replaces runs `from..to` with their merge.
-fn merge_runs(path: &Path, c: &mut Change, from: usize, to: usize) -> Result<()> {
-    let seq = new_seq(path, &mut c.manifest);
-    let inputs: Vec<&Run> = c.runs[from..to].iter().map(|r| r.as_ref()).collect();
-    let merged = run::merge(&inputs, None, &run_path(path, seq), seq, c.keep)?;
-    c.obsolete
-        .extend(inputs.iter().map(|r| r.path().to_path_buf()));
-    c.runs.splice(from..to, merged.map(Arc::new));
-    Ok(())
-}
-
 /// Entry points for the fuzz targets: the decoders of the index's files.
 #[doc(hidden)]
 pub mod fuzzing {
@@ -1179,48 +841,6 @@ pub mod fuzzing {
         for key in keys.iter().take(64).copied().chain([0, run::MAX_KEY]) {
             let _ = run.sketch(key);
         }
-    }
-}
-
-/// A read view of the index: the runs of one commit (their files stay readable after a
-/// later merge deletes them, while the view holds them open).
-pub struct IndexReader {
-    view: Arc<View>,
-    shared: Arc<Shared>,
-}
-
-impl IndexReader {
-    /// Moves this reader to the index as last committed (what [`ChunkIndex::reader`] would
-    /// return now): a long-lived reader sees what was indexed since it was made.
-    pub fn refresh(&mut self) {
-        self.view = self.shared.current();
-    }
-
-    /// Looks up a chunk.
-    pub fn get(&self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
-        self.shared.guard(self.view.get(id, &self.shared.path))
-    }
-
-    /// [`Self::get`], adding to `reads` the buckets it read from run files (the lookups a
-    /// run's own Bloom filter did not spare).
-    pub fn get_counting(&self, id: &ChunkId, reads: &mut u64) -> Result<Option<ChunkLocation>> {
-        self.shared
-            .guard(self.view.get_counting(id, &self.shared.path, reads))
-    }
-
-    /// How far container `id`'s metadata agrees with this view of the index: whether a
-    /// chunk its metadata lists can be taken as indexed without looking it up.
-    pub fn trust(&self, id: &ContainerId) -> Trust {
-        self.view.partial.get(id).copied().unwrap_or(Trust::Whole)
-    }
-
-    /// The first full chunk recorded with super-feature `sf` at `position`, or the last one
-    /// when the index keeps the newest ([`ChunkIndex::set_sketch_keep`]); rarely another whose
-    /// super-feature has the same truncated key: a candidate only.
-    pub fn sketch(&self, position: usize, sf: u64) -> Result<Option<ChunkId>> {
-        let keep = self.shared.keep();
-        self.shared
-            .guard(self.view.sketch(sketch_key(position, sf), keep))
     }
 }
 

@@ -2,8 +2,10 @@
 //! batch of containers becomes a run at once, and delta copies, which can be chosen only once
 //! the copies they rest on are known, wait in a file beside the index.
 
+use super::change::{add_batch_with, merge_as_needed, new_seq, Change};
 use super::run::{self, Run};
-use super::{add_batch_with, merge_as_needed, new_seq, run_path, Change, ChunkLocation, View};
+use super::view::View;
+use super::{run_path, ChunkLocation};
 use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{ContainerId, ContainerMeta, EntryMeta};
