@@ -63,6 +63,9 @@ pub(super) struct DedupOutput {
     pub base_counts: BaseCounts,
     /// What the rewriting strategy did.
     pub rewritten: RewriteCounts,
+    /// The old containers whose copies the backup's duplicates reference (the snapshot
+    /// records them with the ones it wrote, see [`crate::format::snapshot::Snapshot::containers`]).
+    pub referenced: HashSet<ContainerId>,
 }
 
 /// Duplicates stored again by the rewriting strategy (they are also counted as new chunks).
@@ -98,6 +101,8 @@ pub(super) struct DedupStage<'a> {
     /// The segment being gathered, when the backup rewrites.
     segment: Option<Segment>,
     rewritten: RewriteCounts,
+    /// Old containers referenced by duplicates so far.
+    referenced: HashSet<ContainerId>,
 }
 
 impl<'a> DedupStage<'a> {
@@ -119,6 +124,7 @@ impl<'a> DedupStage<'a> {
             times,
             segment: None,
             rewritten: RewriteCounts::default(),
+            referenced: HashSet::new(),
         }
     }
 
@@ -182,6 +188,7 @@ impl<'a> DedupStage<'a> {
                 .map(|d| d.base_counts())
                 .unwrap_or_default(),
             rewritten: self.rewritten,
+            referenced: self.referenced,
         })
     }
 
@@ -321,6 +328,7 @@ impl<'a> DedupStage<'a> {
             }
         };
         if let Some(container) = known {
+            self.referenced.extend(container);
             if let Some(d) = self.delta.as_mut() {
                 d.on_duplicate(id, container, tree)?;
             }

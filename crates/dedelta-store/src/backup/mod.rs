@@ -48,7 +48,7 @@ mod walk;
 
 use crate::error::{Error, Result};
 use crate::format::config::DeltaConfig;
-use crate::format::container::CompressedRegion;
+use crate::format::container::{CompressedRegion, ContainerId};
 use crate::format::snapshot::{BackupSummary, Snapshot, SnapshotId};
 use crate::format::tree::Node;
 use crate::progress::Progress;
@@ -413,7 +413,7 @@ pub fn backup(
     summary.symlinks = walked.symlinks;
     summary.bytes_read = walked.bytes_read;
     summary.bytes_added = writer_stats.bytes_written;
-    summary.containers_written = writer_stats.containers;
+    summary.containers_written = writer_stats.containers.len() as u64;
     summary.warnings = warnings.len() as u64;
     summary.seconds = started.elapsed().as_secs_f64();
     let metrics = BackupMetrics {
@@ -440,6 +440,13 @@ pub fn backup(
         tags: opts.tags,
         tree: dedup_out.tree,
         summary: summary.clone(),
+        containers: {
+            let mut c: Vec<ContainerId> = dedup_out.referenced.iter().copied().collect();
+            c.extend(&writer_stats.containers);
+            c.sort_unstable();
+            c.dedup();
+            c
+        },
         ..Default::default()
     };
     let snapshot_id = crate::repository::snapshots::save(repo.backend().as_ref(), &snapshot)?;

@@ -8,7 +8,7 @@
 use super::closed;
 use super::metrics::StageTimes;
 use crate::error::Result;
-use crate::format::container::CompressedRegion;
+use crate::format::container::{CompressedRegion, ContainerId};
 use crate::repository::{ContainerWriter, IndexedRepository};
 use crossbeam_channel::Receiver;
 use std::time::Instant;
@@ -16,8 +16,8 @@ use std::time::Instant;
 /// What the writer stored.
 #[derive(Debug, Default)]
 pub(super) struct WriterStats {
-    /// Containers written.
-    pub containers: u64,
+    /// Containers written, in order.
+    pub containers: Vec<ContainerId>,
     /// Their bytes.
     pub bytes_written: u64,
 }
@@ -46,7 +46,7 @@ pub(super) fn run(
     writer.index_pending()?;
     StageTimes::add(&times.write, t);
     Ok(WriterStats {
-        containers: writer.written.len() as u64,
+        containers: std::mem::take(&mut writer.written),
         bytes_written: writer.bytes_written,
     })
 }

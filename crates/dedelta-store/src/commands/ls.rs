@@ -85,7 +85,8 @@ pub fn dump_with(
     let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);
     std::thread::scope(|s| {
         let producer = s.spawn(move || -> Result<RestoreCacheStats> {
-            let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?;
+            let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?
+                .reading_own_copies(&snapshot.containers);
             // Forward assembly: areas of the recipe, each assembled before it is fetched.
             let area = locator.area_bytes().unwrap_or(u64::MAX);
             let mut rest: &[ChunkRef] = &chunks;

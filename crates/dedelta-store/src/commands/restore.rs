@@ -235,7 +235,8 @@ fn read_events(
 ) -> Result<(ReadStats, RestoreCacheStats)> {
     let mut reader = Reader {
         area: None,
-        locator: PipelinedLocator::new(repo, cache, cache_bytes)?,
+        locator: PipelinedLocator::new(repo, cache, cache_bytes)?
+            .reading_own_copies(&snapshot.containers),
         pending: Vec::new(),
         pending_bytes: 0,
         failed: false,

@@ -5,6 +5,7 @@
 //! file, so ids are unique without coordination between clients, and any unique prefix names it.
 
 use crate::error::{Error, Result};
+use crate::format::container::ContainerId;
 use crate::format::envelope;
 use dedelta_core::ChunkId;
 use serde::{Deserialize, Serialize};
@@ -205,6 +206,12 @@ pub struct Snapshot {
     /// directories after that point are missing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tree_truncated: bool,
+    /// The containers whose copies of its chunks the backup referenced (the duplicates'
+    /// containers and the ones it wrote), sorted: restore reads a chunk from one of these
+    /// when a later backup stored the chunk again (Capping), and prune keeps those copies.
+    /// Empty in snapshots written before it was recorded: they read the index's copy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub containers: Vec<ContainerId>,
 }
 
 impl Snapshot {

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::backend::wrap::metered::Purpose;
 use crate::backend::{Backend, FileKind};
-use crate::client::index::IndexReader;
+use crate::client::index::{ChunkLocation, IndexReader};
 use crate::error::{Error, Result};
 use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
 use crate::repository::damage::DamageSet;
@@ -16,6 +16,7 @@ use crate::repository::IndexedRepository;
 use dedelta_core::compress::RegionDecompressor;
 use dedelta_core::ChunkId;
 use lru::LruCache;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -69,6 +70,27 @@ pub struct ChunkLocator<'a> {
     stats: ReadStats,
     /// Damage records, read the first time a chunk is not in the index (to say why).
     damage: Option<DamageSet>,
+    /// The containers of the snapshot being read, when it names them.
+    own: Option<OwnCopies>,
+}
+
+/// The copies of its chunks a snapshot's own backup referenced ([`ChunkLocator::reading_own_copies`]).
+///
+/// The index names one copy of a chunk, the newest; after a later backup stored the chunk
+/// again (Capping rewrites duplicates), the older snapshot would read that new copy, in a
+/// container holding the later backup's data, and lose the locality its own backup had.
+/// The snapshot names its containers, not where in them each chunk lies, so the copy is
+/// found by searching their metadata, only when the index's copy is not in one of them: the
+/// containers already in the metadata cache first (the restore has just read them: a
+/// rewritten chunk's old neighbours), each searched once, its chunks remembered. Memory:
+/// the entries of the searched containers, at most those of the snapshot's containers.
+#[derive(Default)]
+struct OwnCopies {
+    containers: HashSet<ContainerId>,
+    /// Own containers whose metadata has not been searched yet.
+    unsearched: BTreeSet<ContainerId>,
+    /// Chunks of the searched containers.
+    found: HashMap<ChunkId, ChunkLocation>,
 }
 
 impl<'a> ChunkLocator<'a> {
@@ -90,6 +112,7 @@ impl<'a> ChunkLocator<'a> {
             cache_bytes,
             stats: ReadStats::default(),
             damage: None,
+            own: None,
         })
     }
 
@@ -109,6 +132,79 @@ impl<'a> ChunkLocator<'a> {
     pub fn reading_for(mut self, purpose: Purpose) -> Self {
         self.data = self.repo.backend_for(purpose);
         self
+    }
+
+    /// Reads each chunk from the copy that the backup of the snapshot being read referenced,
+    /// `containers` being the snapshot's own containers
+    /// ([`crate::format::snapshot::Snapshot::containers`]); empty: the index's copy, always.
+    /// A copy that is gone (pruned) or unreadable is replaced by the index's.
+    pub fn reading_own_copies(mut self, containers: &[ContainerId]) -> Self {
+        self.own = (!containers.is_empty()).then(|| OwnCopies {
+            containers: containers.iter().copied().collect(),
+            unsearched: containers.iter().copied().collect(),
+            found: HashMap::new(),
+        });
+        self
+    }
+
+    /// Where to read `id`: the index's copy, or with [`Self::reading_own_copies`] and `own`
+    /// the snapshot's own copy when the index's lies outside its containers.
+    fn location(&mut self, id: &ChunkId, own: bool) -> Result<Option<ChunkLocation>> {
+        let Some(loc) = self.index.get(id)? else {
+            return Ok(None);
+        };
+        let Some(mut copies) = self.own.take().filter(|_| own) else {
+            return Ok(Some(loc));
+        };
+        let found = if copies.containers.contains(&loc.container) {
+            Some(loc)
+        } else {
+            self.search_own(&mut copies, id)
+                .filter(|o| self.decodable(o))
+        };
+        self.own = Some(copies);
+        Ok(Some(found.unwrap_or(loc)))
+    }
+
+    /// Whether the copy at `at` can be rebuilt: stored in full, or a delta whose base is
+    /// indexed. The index's copies always can (prune keeps their bases); an own copy's base
+    /// may have been pruned by a build that did not keep own copies.
+    fn decodable(&mut self, at: &ChunkLocation) -> bool {
+        let Ok(meta) = self.meta(at.container) else {
+            return false;
+        };
+        match meta.entries.get(at.entry as usize).map(|e| e.kind) {
+            Some(EntryKind::Full) => true,
+            Some(EntryKind::Delta { base }) => self.index.get(&base).is_ok_and(|b| b.is_some()),
+            None => false,
+        }
+    }
+
+    /// `id`'s copy in one of the snapshot's own containers, searching their metadata (cached
+    /// first) until one lists it.
+    fn search_own(&mut self, copies: &mut OwnCopies, id: &ChunkId) -> Option<ChunkLocation> {
+        loop {
+            if let Some(l) = copies.found.get(id) {
+                return Some(*l);
+            }
+            let cached = self
+                .metas
+                .iter()
+                .map(|(c, _)| *c)
+                .find(|c| copies.unsearched.contains(c));
+            let cid = cached.or_else(|| copies.unsearched.iter().next().copied())?;
+            copies.unsearched.remove(&cid);
+            // A container gone or unreadable has no copy to offer: the index's is read.
+            let Ok(meta) = self.meta(cid) else {
+                continue;
+            };
+            for (i, e) in meta.entries.iter().enumerate() {
+                copies.found.entry(e.id).or_insert(ChunkLocation {
+                    container: cid,
+                    entry: i as u32,
+                });
+            }
+        }
     }
 
     /// Counters so far.
@@ -275,7 +371,7 @@ impl<'a> ChunkLocator<'a> {
     /// Where chunk `id` lies and its delta base, from the index and its container's
     /// metadata, without reading its region; `None` if either cannot say.
     pub(crate) fn place(&mut self, id: &ChunkId) -> Option<(ContainerId, u32, Option<ChunkId>)> {
-        let loc = self.index.get(id).ok()??;
+        let loc = self.location(id, true).ok()??;
         let meta = self.meta(loc.container).ok()?;
         let e = meta.entries.get(loc.entry as usize)?;
         let base = match e.kind {
@@ -322,7 +418,7 @@ impl<'a> ChunkLocator<'a> {
     /// How `id` is stored, from its container's metadata, without reading its region;
     /// `None` if it is not indexed.
     pub fn kind_of(&mut self, id: &ChunkId) -> Result<Option<EntryKind>> {
-        let Some(loc) = self.index.get(id)? else {
+        let Some(loc) = self.location(id, true)? else {
             return Ok(None);
         };
         let meta = self.meta(loc.container)?;
@@ -342,13 +438,19 @@ impl<'a> ChunkLocator<'a> {
     /// [`Error::CorruptChunk`] naming the container and chunk if its metadata or region is
     /// damaged.
     pub fn locate(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
-        match self.locate_once(id) {
+        if self.own.is_some() {
+            // If the snapshot's own copy fails, the index's may still be sound.
+            if let Ok(c) = self.locate_once(id, true) {
+                return Ok(c);
+            }
+        }
+        match self.locate_once(id, false) {
             Err(Located::Gone(first)) => {
                 // Caught up with the repository first: another client's prune may have moved
                 // the chunk, and only this client's own commands update its index.
                 self.repo.sync_index()?;
                 self.refresh_index()?;
-                match self.locate_once(id) {
+                match self.locate_once(id, false) {
                     Ok(c) => Ok(c),
                     Err(Located::Gone(_)) => Err(gone(&first, id)),
                     // No longer indexed: the chunk itself was pruned since our first view.
@@ -386,10 +488,14 @@ impl<'a> ChunkLocator<'a> {
         }
     }
 
-    fn locate_once(&mut self, id: &ChunkId) -> std::result::Result<LocatedChunk, Located> {
+    /// One attempt to locate `id`: in the snapshot's own copy with `own`, else the index's.
+    fn locate_once(
+        &mut self,
+        id: &ChunkId,
+        own: bool,
+    ) -> std::result::Result<LocatedChunk, Located> {
         let loc = self
-            .index
-            .get(id)?
+            .location(id, own)?
             .ok_or_else(|| Error::ChunkMissing(id.to_hex()))?;
         let bad = |e: Error| match e {
             Error::ObjectMissing { .. } => Located::Gone(loc.container),

@@ -62,6 +62,13 @@ impl<'a> PipelinedLocator<'a> {
         })
     }
 
+    /// Reads each chunk from the copy the snapshot's own backup referenced (see
+    /// [`ChunkLocator::reading_own_copies`]).
+    pub fn reading_own_copies(mut self, containers: &[ContainerId]) -> Self {
+        self.locator = self.locator.reading_own_copies(containers);
+        self
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> ReadStats {
         self.locator.stats()

@@ -10,9 +10,12 @@ use crate::support::{
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::rewrite::Capping;
 use dedelta_store::commands::backup::{BackupOptions, BackupResult};
+use dedelta_store::commands::restore::{restore, RestoreOptions};
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::ContainerId;
 use dedelta_store::format::snapshot::SnapshotId;
+use dedelta_store::progress::NoProgress;
+use dedelta_store::read::{walk_tree, ChunkLocator, RestoreCacheChoice};
 use dedelta_store::IndexedRepository;
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -222,4 +225,124 @@ fn capping_at_level_zero_references_no_old_container() {
     }
     restores_exact(&repo, tmp.path(), &src, &res.snapshot_id, 1);
     check_clean(&repo);
+}
+
+/// Containers read restoring `id` with `cache` (bit-exact checked), and the containers the
+/// locator reads each of its file chunks from.
+fn restore_reads(
+    repo: &IndexedRepository,
+    dir: &Path,
+    src: &Path,
+    id: &SnapshotId,
+    v: u64,
+    cache: RestoreCacheChoice,
+) -> (u64, HashSet<ContainerId>) {
+    let (_, snap) = repo.find_snapshot(&id.to_hex()).unwrap();
+    let target = dir.join("restore");
+    let _ = fs::remove_dir_all(&target);
+    let opts = RestoreOptions {
+        target: target.clone(),
+        include: vec![],
+        cache_bytes: 1 << 20,
+        cache,
+    };
+    let stats = restore(repo, &snap, &opts, &NoProgress).unwrap();
+    assert!(stats.errors.is_empty(), "{:?}", stats.errors);
+    assert!(
+        read_files(&restored_root(&target, src)) == version(v),
+        "version {v} differs"
+    );
+    let mut locator = ChunkLocator::new(repo, 1 << 20)
+        .unwrap()
+        .reading_own_copies(&snap.containers);
+    let mut read_from = HashSet::new();
+    walk_tree(repo, &snap, |_, chunks| {
+        for c in chunks {
+            read_from.insert(locator.locate(&c.id)?.container);
+        }
+        Ok(())
+    })
+    .unwrap();
+    (stats.restore_cache.containers_read, read_from)
+}
+
+/// Issue 16: after a capped backup stored some of an older snapshot's chunks again (the index
+/// now names the new copies), restoring the older snapshot still reads only its own
+/// containers, as many as before the capped backup, with either restore cache, bit-exact; a
+/// prune keeps those copies while the older snapshot remains, and reclaims them once it is
+/// forgotten.
+#[test]
+fn restore_after_capping_reads_the_snapshots_own_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        sketch: None,
+        dupadj: false,
+        ..DeltaConfig::recommended()
+    };
+    let repo = init_repo(&tmp.path().join("repo"), config(1, delta));
+    let src = tmp.path().join("src");
+    let mut ids = Vec::new();
+    for v in 0..6 {
+        ids.push(backup(&repo, &src, v, None).snapshot_id);
+    }
+    let old = ids[5];
+    let (_, old_snap) = repo.find_snapshot(&old.to_hex()).unwrap();
+    let own: HashSet<ContainerId> = old_snap.containers.iter().copied().collect();
+    assert!(!own.is_empty(), "the snapshot names its containers");
+    let caches = [
+        RestoreCacheChoice::Lru { containers: 2 },
+        RestoreCacheChoice::Forward {
+            area_bytes: 64 * 1024,
+        },
+    ];
+    let before: Vec<(u64, HashSet<ContainerId>)> = caches
+        .iter()
+        .map(|c| restore_reads(&repo, tmp.path(), &src, &old, 5, *c))
+        .collect();
+    assert!(before[0].1.is_subset(&own));
+
+    let capped = backup(&repo, &src, 6, Some(1));
+    assert!(
+        capped.metrics.rewritten.chunks > 0,
+        "capping rewrote nothing"
+    );
+    // The index now names new copies of some of the old snapshot's chunks.
+    let index = repo.index().reader().unwrap();
+    let mut moved = 0;
+    walk_tree(&repo, &old_snap, |_, chunks| {
+        moved += chunks
+            .iter()
+            .filter(|c| !own.contains(&index.get(&c.id).unwrap().unwrap().container))
+            .count();
+        Ok(())
+    })
+    .unwrap();
+    assert!(moved > 0, "no chunk of the old snapshot was rewritten");
+
+    for (cache, was) in caches.iter().zip(&before) {
+        let now = restore_reads(&repo, tmp.path(), &src, &old, 5, *cache);
+        assert_eq!(now, *was, "{cache:?}");
+    }
+    restores_exact(&repo, tmp.path(), &src, &capped.snapshot_id, 6);
+
+    // A prune keeps the old snapshot's copies while it remains.
+    locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, false)).unwrap();
+    check_clean(&repo);
+    for (cache, was) in caches.iter().zip(&before) {
+        assert_eq!(
+            restore_reads(&repo, tmp.path(), &src, &old, 5, *cache),
+            *was
+        );
+    }
+    // Forgetting every snapshot but the capped one lets prune reclaim them.
+    let stored = stored_bytes(&repo);
+    let forget: Vec<String> = ids.iter().map(|i| i.to_hex()).collect();
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, &forget)?;
+        prune_with(&repo, lock, 0.0, false)
+    })
+    .unwrap();
+    assert!(stored_bytes(&repo) < stored);
+    check_clean(&repo);
+    restores_exact(&repo, tmp.path(), &src, &capped.snapshot_id, 6);
 }

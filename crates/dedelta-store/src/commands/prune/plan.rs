@@ -48,6 +48,9 @@ pub(super) fn plan(
     progress.message("reading snapshots");
     let mut live: HashSet<ChunkId> = HashSet::new();
     let snapshots = list(backend.as_ref())?;
+    // Containers whose copies a remaining snapshot's backup referenced: restore reads those
+    // copies even when a later backup stored the chunk again (Capping), so they stay.
+    let mut own: HashSet<ContainerId> = HashSet::new();
     // A snapshot that cannot be read cannot mark its chunks: pruning now would delete them.
     if let Some(bad) = snapshots.damaged().next() {
         return Err(Error::InvalidOption(format!(
@@ -58,6 +61,7 @@ pub(super) fn plan(
         )));
     }
     for (_, snap) in snapshots.snapshots {
+        own.extend(snap.containers.iter().copied());
         live.extend(snap.tree.chunks.iter().copied());
         walk_tree(repo, &snap, |_, chunks| {
             live.extend(chunks.iter().map(|c| c.id));
@@ -119,6 +123,25 @@ pub(super) fn plan(
     let bases = bases_needed(&live, &base_of);
     plan.bases_kept = bases.len() as u64;
     live.extend(bases);
+    // Copies the index does not name, kept for the remaining snapshots whose containers
+    // hold them: copies of live chunks, in full or deltas whose base is live anyway (restore
+    // reads no other own copy). They keep no base alive themselves, so what prune keeps
+    // stays the same from one prune to the next; in a container rewritten they are dropped
+    // (the snapshots do not name the new container) and those snapshots read the index's copy.
+    let kept_own: HashSet<(ContainerId, usize)> = metas
+        .iter()
+        .filter(|(cid, _, _)| own.contains(cid))
+        .flat_map(|(cid, _, entries)| {
+            entries
+                .iter()
+                .enumerate()
+                .filter(|(_, (e, indexed))| {
+                    !indexed && live.contains(&e.id) && e.base.is_none_or(|b| live.contains(&b))
+                })
+                .map(|(i, _)| (*cid, i))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     // Every live chunk must be indexed: else the index is stale and sweeping could lose data.
     for id in &live {
         if index.get(id)?.is_none() {
@@ -139,8 +162,8 @@ pub(super) fn plan(
     for (cid, size, entries) in &metas {
         let total: u64 = entries.iter().map(|(e, _)| e.stored_len).sum();
         let mut live_bytes = 0;
-        for (e, indexed) in entries {
-            if *indexed && live.contains(&e.id) {
+        for (i, (e, indexed)) in entries.iter().enumerate() {
+            if (*indexed && live.contains(&e.id)) || kept_own.contains(&(*cid, i)) {
                 live_bytes += e.stored_len;
             } else if *indexed {
                 dead.insert(e.id);
