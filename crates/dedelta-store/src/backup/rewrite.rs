@@ -30,12 +30,15 @@
 //! The trait lives here, not in `dedelta-core` with the other strategies: it decides over
 //! containers, which are the store's.
 //!
-//! The rewritten copy is the one later reads use: a backup's containers are indexed after
-//! those before it, and the index names the newest entry of a chunk (see
-//! [`crate::client::index`]). The old copy is then garbage: prune counts only the copy the
-//! index names as live (see [`crate::commands::prune`]), and reclaims the old one when its
-//! container is deleted or rewritten. Delta bases are named by chunk id, so a delta whose base
-//! was rewritten reads the base's new copy.
+//! The rewritten copy is the one later backups and reads use: a backup's containers are
+//! indexed after those before it, and the index names the newest entry of a chunk (see
+//! [`crate::client::index`]). Snapshots older than the rewrite keep reading their own copy:
+//! each snapshot names the containers its backup referenced
+//! ([`crate::format::snapshot::Snapshot::containers`]), restore prefers a copy in them
+//! ([`crate::read::ChunkLocator::reading_own_copies`]), and prune keeps such copies while a
+//! snapshot naming their container remains, reclaiming them after (see
+//! [`crate::commands::prune`]). Delta bases are named by chunk id, so a delta whose base was
+//! rewritten reads the base's new copy.
 
 use crate::format::container::ContainerId;
 use std::collections::{HashMap, HashSet};

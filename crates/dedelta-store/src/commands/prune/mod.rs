@@ -4,7 +4,8 @@
 //! Mark: every chunk a remaining snapshot references (tree and file content), plus the base of
 //! every live delta, down every delta chain. A stored entry is live when its chunk is live
 //! *and* the index points at it (other copies of the same chunk, left by interrupted backups,
-//! are garbage). Plan: containers with no live entry are deleted; containers whose live
+//! are garbage), or when it is a remaining snapshot's own copy (its container named by the
+//! snapshot, see [`crate::read::ChunkLocator::reading_own_copies`]). Plan: containers with no live entry are deleted; containers whose live
 //! fraction (of entry bytes) is below `1 - max_unused` are rewritten: their live entries, full
 //! or delta, are copied as they are into new containers. Sweep, in an order that a crash at any
 //! point cannot turn into data loss:
