@@ -96,6 +96,74 @@ impl Bloom {
     }
 }
 
+/// A run's filter, read from its file the first time a lookup asks it, not when the run is
+/// opened: a locality backup's lookups reach the runs only after the global fingerprint
+/// filter said "maybe", and only the full sketch index asks the super-feature filters, so an
+/// index that held every run's filters in memory held up to 4.7 bytes per chunk for nothing
+/// (issue 16: at most 4 bytes per chunk outside the bounded caches).
+#[derive(Debug)]
+pub struct LazyBloom {
+    /// Where the encoded filter lies in the file.
+    at: u64,
+    /// Its encoded length.
+    len: usize,
+    /// CRC-32C of the encoded bytes, taken when the tail was verified: bytes read later must
+    /// be the same.
+    crc: u32,
+    /// `None` once reading it failed: every key is then a "maybe" (the bucket read that
+    /// follows verifies its own checksum, so a lost filter costs reads, never a wrong answer).
+    bloom: std::sync::OnceLock<Option<Bloom>>,
+}
+
+impl LazyBloom {
+    /// The filter whose encoding is `encoded`, found at byte `at` of the file; not held.
+    pub fn unloaded(at: u64, encoded: &[u8]) -> Self {
+        LazyBloom {
+            at,
+            len: encoded.len(),
+            crc: crc32c::crc32c(encoded),
+            bloom: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The filter, read from `file` if it is not held yet.
+    fn get(&self, file: &std::fs::File) -> Option<&Bloom> {
+        self.bloom
+            .get_or_init(|| {
+                use std::os::unix::fs::FileExt;
+                let mut buf = vec![0u8; self.len];
+                file.read_exact_at(&mut buf, self.at).ok()?;
+                if crc32c::crc32c(&buf) != self.crc {
+                    return None;
+                }
+                Bloom::decode(&buf)
+                    .filter(|(_, n)| *n == self.len)
+                    .map(|(b, _)| b)
+            })
+            .as_ref()
+    }
+
+    /// Whether the key hashed to (`h1`, `h2`) may be in the run (reading the filter from
+    /// `file` the first time).
+    pub fn contains(&self, file: &std::fs::File, h1: u64, h2: u64) -> bool {
+        self.get(file).is_none_or(|b| b.contains(h1, h2))
+    }
+
+    /// Where the encoded filter lies in the file, and its length.
+    #[cfg(test)]
+    pub fn span(&self) -> (u64, usize) {
+        (self.at, self.len)
+    }
+
+    /// Bytes it holds in memory: 0 until a lookup asked it.
+    pub fn memory_bytes(&self) -> usize {
+        self.bloom
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, Bloom::memory_bytes)
+    }
+}
+
 /// SplitMix64's finaliser: spreads a 64-bit value's bits (for keys that are not already
 /// uniform hashes).
 pub fn mix64(mut x: u64) -> u64 {

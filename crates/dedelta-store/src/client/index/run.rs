@@ -18,9 +18,10 @@
 //! bucket (about 64 entries) with one `pread`, after the in-memory Bloom filter let it
 //! through, and verifies the bucket's CRC before trusting a byte of it. The tail (buckets'
 //! starts and CRCs, filters: about 1.4 bytes per chunk and 1.2 per super-feature) is read
-//! into memory when the run is opened and verified whole.
+//! and verified whole when the run is opened; the bucket directories stay in memory, the
+//! filters are read again when a lookup first needs them ([`LazyBloom`]).
 
-use super::bloom::{mix64, Bloom};
+use super::bloom::{mix64, Bloom, LazyBloom};
 use crate::error::{Error, Result};
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
@@ -346,9 +347,10 @@ impl RunWriter {
 
     /// Writes the tail and trailer, makes the file durable and returns it as run `seq`.
     ///
-    /// The tail is written piece by piece and the run keeps the writer's filters and bucket
-    /// directories: encoding the tail whole and reading it back (as [`Run::open`] does) held
-    /// three copies of the filters at once, 35 MB at the end of a merge of 1.5 M chunks.
+    /// The tail is written piece by piece and the run keeps the writer's bucket directories
+    /// (its filters are let go of, and read back when a lookup asks them): encoding the tail
+    /// whole and reading it back (as [`Run::open`] does) held three copies of the filters at
+    /// once, 35 MB at the end of a merge of 1.5 M chunks.
     pub fn finish(self, seq: u64) -> Result<Run> {
         let RunWriter {
             path,
@@ -370,24 +372,27 @@ impl RunWriter {
             + sketch_count * (key_len(sketches.bits) + usize::from(ref_width)) as u64;
         let mut tail_crc = 0u32;
         let mut tail_len = 0u64;
-        let mut piece = Vec::new();
-        for part in 0..3 {
-            piece.clear();
-            match part {
-                0 => {
-                    piece.extend_from_slice(&chunk_count.to_le_bytes());
-                    piece.extend_from_slice(&sketch_count.to_le_bytes());
-                    piece.extend_from_slice(&[chunks.bits, sketches.bits, ref_width]);
-                    chunks.encode(&mut piece);
-                    sketches.encode(&mut piece);
-                }
-                1 => chunk_bloom.encode(&mut piece),
-                _ => sketch_bloom.encode(&mut piece),
-            }
-            tail_crc = crc32c::crc32c_append(tail_crc, &piece);
+        // Appends a piece of the tail; returns it as a filter not held (see [`LazyBloom`]).
+        let mut put = |piece: &[u8]| -> Result<LazyBloom> {
+            let lazy = LazyBloom::unloaded(tail_offset + tail_len, piece);
+            tail_crc = crc32c::crc32c_append(tail_crc, piece);
             tail_len += piece.len() as u64;
-            out.write_all(&piece).map_err(io(&path))?;
-        }
+            out.write_all(piece).map_err(io(&path))?;
+            Ok(lazy)
+        };
+        let mut piece = Vec::new();
+        piece.extend_from_slice(&chunk_count.to_le_bytes());
+        piece.extend_from_slice(&sketch_count.to_le_bytes());
+        piece.extend_from_slice(&[chunks.bits, sketches.bits, ref_width]);
+        chunks.encode(&mut piece);
+        sketches.encode(&mut piece);
+        put(&piece)?;
+        piece.clear();
+        chunk_bloom.encode(&mut piece);
+        let chunk_bloom = put(&piece)?;
+        piece.clear();
+        sketch_bloom.encode(&mut piece);
+        let sketch_bloom = put(&piece)?;
         drop(piece);
         let mut trailer = Vec::with_capacity(TRAILER_LEN);
         trailer.extend_from_slice(&tail_offset.to_le_bytes());
@@ -435,8 +440,8 @@ pub struct Run {
     ref_width: u8,
     chunk_buckets: Buckets,
     sketch_buckets: Buckets,
-    chunk_bloom: Bloom,
-    sketch_bloom: Bloom,
+    chunk_bloom: LazyBloom,
+    sketch_bloom: LazyBloom,
 }
 
 impl Run {
@@ -496,9 +501,12 @@ impl Run {
         at += n;
         let (sketch_buckets, n) = Buckets::decode(&tail[at..], sbits, sketches).ok_or_else(bad)?;
         at += n;
-        let (chunk_bloom, n) = Bloom::decode(&tail[at..]).ok_or_else(bad)?;
+        // Decoded to check them, then let go of (see [`LazyBloom`]).
+        let (_, n) = Bloom::decode(&tail[at..]).ok_or_else(bad)?;
+        let chunk_bloom = LazyBloom::unloaded(tail_offset + at as u64, &tail[at..at + n]);
         at += n;
-        let (sketch_bloom, n) = Bloom::decode(&tail[at..]).ok_or_else(bad)?;
+        let (_, n) = Bloom::decode(&tail[at..]).ok_or_else(bad)?;
+        let sketch_bloom = LazyBloom::unloaded(tail_offset + at as u64, &tail[at..at + n]);
         at += n;
         let areas = chunks
             .checked_mul(CHUNK_ENTRY as u64)
@@ -531,7 +539,8 @@ impl Run {
         &self.path
     }
 
-    /// Bytes this run holds in memory (its tail).
+    /// Bytes this run holds in memory: its bucket directories, and the filters lookups have
+    /// asked so far.
     pub fn memory_bytes(&self) -> usize {
         self.chunk_bloom.memory_bytes()
             + self.sketch_bloom.memory_bytes()
@@ -582,7 +591,7 @@ impl Run {
     /// bucket).
     pub fn may_hold(&self, id: &ChunkId) -> bool {
         let (h1, h2) = chunk_hashes(id.as_bytes());
-        self.chunk_bloom.contains(h1, h2)
+        self.chunk_bloom.contains(&self.file, h1, h2)
     }
 
     /// Looks up chunk `id`: its global entry number if this run holds it (reading one
@@ -590,7 +599,7 @@ impl Run {
     pub fn get(&self, id: &ChunkId) -> Result<Option<u64>> {
         let id = id.as_bytes();
         let (h1, h2) = chunk_hashes(id);
-        if !self.chunk_bloom.contains(h1, h2) {
+        if !self.chunk_bloom.contains(&self.file, h1, h2) {
             return Ok(None);
         }
         let b = chunk_bucket(id, self.chunk_buckets.bits);
@@ -610,7 +619,7 @@ impl Run {
     /// The chunk entry a super-feature key names, if this run holds the key.
     pub fn sketch(&self, key: u64) -> Result<Option<ChunkId>> {
         let (h1, h2) = sketch_hashes(key);
-        if key > MAX_KEY || !self.sketch_bloom.contains(h1, h2) {
+        if key > MAX_KEY || !self.sketch_bloom.contains(&self.file, h1, h2) {
             return Ok(None);
         }
         let bits = self.sketch_buckets.bits;
@@ -647,7 +656,7 @@ impl Run {
     /// Whether this run may hold the key (its filter's answer).
     pub fn may_hold_sketch(&self, key: u64) -> bool {
         let (h1, h2) = sketch_hashes(key);
-        self.sketch_bloom.contains(h1, h2)
+        self.sketch_bloom.contains(&self.file, h1, h2)
     }
 
     /// Reads the chunk entries in order.
@@ -1134,7 +1143,19 @@ mod tests {
                 reopened.tail_crc
             )
         );
-        assert_eq!(run.memory_bytes(), reopened.memory_bytes());
+        // Only the bucket directories are held until a lookup asks a filter (issue 16: RAM
+        // per chunk outside the bounded caches); then the filter it asked, about 10 bits per
+        // chunk or 9 per key.
+        let dirs = reopened.memory_bytes();
+        assert_eq!(run.memory_bytes(), dirs);
+        // 8 bytes per bucket of about 64 entries: under 1 byte per chunk with three keys.
+        assert!(dirs < n as usize, "{dirs} bytes of directories");
+        assert_eq!(reopened.get(&ChunkId(id(7))).unwrap(), Some(7));
+        let chunk_filter = reopened.memory_bytes() - dirs;
+        assert!((n * 10 / 8..n * 11 / 8).contains(&(chunk_filter as u64)));
+        assert!(reopened.may_hold_sketch(sketches[0].0));
+        let sketch_filter = reopened.memory_bytes() - dirs - chunk_filter;
+        assert!((3 * n * 9 / 8..3 * n * 10 / 8).contains(&(sketch_filter as u64)));
         let per_chunk = run.file_len as f64 / n as f64;
         // 37 + 3 x 7 bytes of entries (a 40-bit key's top 8 bits are its bucket's), 4.6 of
         // filters, under 1 of bucket directories.
@@ -1157,9 +1178,39 @@ mod tests {
         let misses = (n..n + 100_000)
             .filter(|c| {
                 let (h1, h2) = chunk_hashes(&id(*c));
-                run.chunk_bloom.contains(h1, h2)
+                run.chunk_bloom.contains(&run.file, h1, h2)
             })
             .count();
         assert!(misses < 2_000, "{misses} false positives in 100000");
+    }
+
+    /// A filter read after the run was opened that no longer matches what the open verified
+    /// (the file changed under it) is not used: every key is a "maybe", and the bucket reads
+    /// give the right answers.
+    #[test]
+    fn a_filter_damaged_after_open_costs_reads_not_answers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("r.run");
+        let chunks: Vec<_> = (0..5_000u64).map(|c| (id(c), c)).collect();
+        write_batch(&path, 1, chunks, Vec::new(), SketchKeep::Oldest)
+            .unwrap()
+            .unwrap();
+        let run = Run::open(&path, 1).unwrap();
+        // Zero the chunk filter's words on disk (they follow the probes byte and the count).
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let filter = &run.chunk_bloom;
+        let (at, len) = filter.span();
+        f.write_all_at(&vec![0u8; len - 9], at + 9).unwrap();
+        assert_eq!(run.get(&ChunkId(id(4_321))).unwrap(), Some(4_321));
+        assert_eq!(run.get(&ChunkId(id(9_999))).unwrap(), None);
+        assert!(
+            run.may_hold(&ChunkId(id(9_999))),
+            "a damaged filter answers maybe"
+        );
+        assert_eq!(filter.memory_bytes(), 0, "nothing held for it");
+        assert!(
+            Run::open(&path, 1).is_err(),
+            "the tail no longer matches its checksum"
+        );
     }
 }
