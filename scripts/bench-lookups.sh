@@ -7,7 +7,8 @@
 # the stored bytes, the backups' seconds, and the modelled disk time (every random read
 # costs SEEK_MS, 5 by default: a disk seek; page-cache hits in this run cost nothing).
 # Usage: scripts/bench-lookups.sh WORKDIR FILE...
-# CACHE_CONTAINERS (environment, default 64) sizes the locality cache.
+# CACHE_CONTAINERS (environment, default 64) sizes the locality cache; INIT_FLAGS (environment)
+# are passed to `init` (e.g. "--sketch none --dupadj off" for deduplication only).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -16,7 +17,8 @@ cat "$@" > /dev/null  # page cache
 for kind in exact locality; do
   repo="$work/repo-$kind"; rm -rf "$repo" "$work/cache-$kind"; mkdir -p "$work"
   export DEDELTA_CACHE_DIR="$work/cache-$kind"
-  "$bin" init -r "$repo" >/dev/null
+  # shellcheck disable=SC2086
+  "$bin" init -r "$repo" ${INIT_FLAGS:-} >/dev/null
   : > "$work/$kind.jsonl"
   for f in "$@"; do
     "$bin" backup -r "$repo" --stdin --stdin-name data.tar --json \

@@ -141,6 +141,15 @@ pub trait Backend: Send + Sync {
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>>;
     /// Reads `len` bytes at `offset`; a negative `offset` counts from the end.
     fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>>;
+    /// Reads the last `max_len` bytes of an object, or the whole object if it is shorter: an
+    /// HTTP suffix range (`Range: bytes=-N`), one request where asking the size first and
+    /// then reading a range takes two (a container's footer and metadata section, read
+    /// together). This default asks the size; backends that can do it in one override it.
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
+        let size = self.size(kind, name)?;
+        let len = usize::try_from(size).map_or(max_len, |s| s.min(max_len));
+        self.get_range(kind, name, -(len as i64), len)
+    }
     /// Like [`Backend::get_range`], into `buf` (replacing its contents), so that a caller
     /// reading many ranges can reuse one buffer.
     fn get_range_into(

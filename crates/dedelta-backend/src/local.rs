@@ -86,6 +86,22 @@ impl Backend for LocalBackend {
         Ok(buf)
     }
 
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
+        let p = self.path(kind, name);
+        let mut f = File::open(&p).map_err(|e| read_error(e, &p, kind, name))?;
+        let size = f
+            .metadata()
+            .ctx(|| format!("reading the size of {}", p.display()))?
+            .len();
+        let len = usize::try_from(size).map_or(max_len, |s| s.min(max_len));
+        f.seek(SeekFrom::Start(size - len as u64))
+            .ctx(|| format!("seeking in {}", p.display()))?;
+        let mut buf = vec![0; len];
+        f.read_exact(&mut buf)
+            .ctx(|| format!("reading the last {len} bytes of {}", p.display()))?;
+        Ok(buf)
+    }
+
     fn get_range_into(
         &self,
         kind: FileKind,

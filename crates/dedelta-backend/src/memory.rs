@@ -53,6 +53,11 @@ impl Backend for MemoryBackend {
             .ok_or_else(|| out_of_range(kind, name))
     }
 
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
+        let data = self.get(kind, name)?;
+        Ok(data[data.len().saturating_sub(max_len)..].to_vec())
+    }
+
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
         self.map().insert(key(kind, name), data.to_vec());
         Ok(())

@@ -515,6 +515,13 @@ impl Backend for FaultBackend {
         Ok(buf)
     }
 
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
+        self.check_alive(kind, name)?;
+        let mut buf = self.inner.get_tail(kind, name, max_len)?;
+        self.after_read(kind, name, &mut buf);
+        Ok(buf)
+    }
+
     fn get_range_into(
         &self,
         kind: FileKind,

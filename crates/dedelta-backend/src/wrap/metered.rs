@@ -390,6 +390,16 @@ impl Backend for MeteredBackend {
         Ok(data)
     }
 
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
+        let c = self.of(kind);
+        add(&c.range_gets, 1);
+        let bytes = self.request(kind, Direction::Read);
+        let data = self.inner.get_tail(kind, name, max_len)?;
+        add(&c.bytes_read, data.len() as u64);
+        add(bytes, data.len() as u64);
+        Ok(data)
+    }
+
     fn get_range_into(
         &self,
         kind: FileKind,

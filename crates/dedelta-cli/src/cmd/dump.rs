@@ -2,7 +2,8 @@
 //! pipes; `restore` is the way to get many files back).
 //!
 //! Standard output is the file's bytes only, so `--io-json` writes the I/O accounting (the
-//! `io` object of `restore --json`) to standard error.
+//! `io` object of `restore --json`) and the restore cache's counters and speed factor (as
+//! `restore --json` reports them) to standard error.
 //!
 //! Exit codes: 0 written; 1 no such snapshot, the path is not a regular file of it, or a
 //! chunk could not be read (the output may then be cut short); 10 no repository.
@@ -11,6 +12,7 @@ use super::{open, IoModelArgs, RepoArg};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::ls;
+use dedelta_store::read::speed_factor;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
@@ -29,8 +31,10 @@ pub struct DumpArgs {
     path: OsString,
     #[command(flatten)]
     cache: super::restore::CacheArgs,
-    /// After the file, write `{"io": ...}` (requests and bytes by purpose, modelled seconds,
-    /// as `restore --json` reports them) as one line to standard error.
+    /// After the file, write `{"io": ..., "bytes_written": ..., "restore_cache": ...,
+    /// "speed_factor": ...}` (requests and bytes by purpose, modelled seconds, the restore
+    /// cache's container reads and the speed factor, as `restore --json` reports them) as one
+    /// line to standard error.
     #[arg(long)]
     io_json: bool,
     #[command(flatten)]
@@ -45,7 +49,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let (cache, cache_bytes) = args.cache.choice(DUMP_CACHE_MIB)?;
-    ls::dump_with(
+    let (bytes_written, restore_cache) = ls::dump_with(
         &r,
         &id,
         &snap,
@@ -57,7 +61,15 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     drop(out);
     if args.io_json {
         let io = args.io_models.report(&r)?;
-        eprintln!("{}", serde_json::json!({ "io": io }));
+        eprintln!(
+            "{}",
+            serde_json::json!({
+                "io": io,
+                "bytes_written": bytes_written,
+                "restore_cache": restore_cache,
+                "speed_factor": speed_factor(bytes_written, restore_cache.containers_read),
+            })
+        );
     }
     Ok(0)
 }

@@ -109,7 +109,7 @@ fn stdin_backup_and_dump() {
     assert!(out.status.success());
     assert!(out.stdout == data);
     assert!(out.stderr.is_empty());
-    // --io-json: the file alone on stdout, its I/O on stderr.
+    // --io-json: the file alone on stdout, its I/O and restore cache counters on stderr.
     let out = f
         .cmd(&["dump", "latest", "db.sql", "--io-json"])
         .output()
@@ -119,6 +119,15 @@ fn stdin_backup_and_dump() {
     let v: serde_json::Value = serde_json::from_slice(&out.stderr).unwrap();
     let read = &v["io"]["purposes"]["chunk_data"]["read"];
     assert!(read["requests"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["bytes_written"].as_u64(), Some(data.len() as u64), "{v}");
+    let containers = v["restore_cache"]["containers_read"].as_u64().unwrap();
+    assert!(containers > 0, "{v}");
+    assert_eq!(v["restore_cache"]["cache"], "lru", "{v}");
+    let factor = v["speed_factor"].as_f64().unwrap();
+    assert!(
+        (factor - data.len() as f64 / 1e6 / containers as f64).abs() < 1e-9,
+        "{v}"
+    );
     assert!(read["bytes"].as_u64().unwrap() > 0, "{v}");
     assert!(
         v["io"]["modelled_seconds"]["object_store"]

@@ -472,6 +472,21 @@ pub fn decode_header(bytes: &[u8], what: &str) -> Result<u16> {
     Ok(version)
 }
 
+/// The container length a footer implies (where its metadata section ends, plus the footer),
+/// for a reader that read the container's end without asking its length; `None` if `bytes`
+/// are not a footer's length or the sum overflows. [`decode_footer`] then checks the rest.
+pub fn footer_implied_len(bytes: &[u8]) -> Option<u64> {
+    if bytes.len() != FOOTER_LEN {
+        return None;
+    }
+    let mut c = Cursor { buf: bytes, pos: 0 };
+    let meta_offset = c.u64()?;
+    let meta_len = c.u32()?;
+    meta_offset
+        .checked_add(u64::from(meta_len))?
+        .checked_add(FOOTER_LEN as u64)
+}
+
 /// Parses a footer (the last [`FOOTER_LEN`] bytes of a container) given the container length.
 ///
 /// # Errors

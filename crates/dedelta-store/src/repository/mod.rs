@@ -22,6 +22,7 @@ use crate::format::config::RepoConfig;
 use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMeta, FOOTER_LEN};
 use crate::repository::lock::{LockInfo, RepoLock};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// An open repository: backend and config.
@@ -503,21 +504,49 @@ impl<'a> ContainerWriter<'a> {
     }
 }
 
-/// Reads and checks the metadata of the container named `name`.
+/// Bytes [`read_container_meta`] reads from a container's end, hoping for its footer and whole
+/// metadata section in one request: at first 64 KiB (a 4 MiB container of 11 KiB chunks
+/// compressed 2x has about 700 entries, 46 KB at 66 bytes each), then the largest section met
+/// so far, up to [`MAX_META_TAIL`].
+static META_TAIL_BYTES: AtomicUsize = AtomicUsize::new(64 << 10);
+/// The most [`META_TAIL_BYTES`] grows to.
+const MAX_META_TAIL: usize = 4 << 20;
+
+/// Reads and checks the metadata of the container named `name`, with its footer, in one
+/// request (a suffix read of the container's last [`META_TAIL_BYTES`]) when they fit, else
+/// two; it used to cost three (the length, the footer, the section).
 pub fn read_container_meta(backend: &dyn Backend, name: &str) -> Result<ContainerMeta> {
     let what = format!("container {name}");
-    let size = backend.size(FileKind::Container, name)?;
-    if size < (container::HEADER_LEN + FOOTER_LEN) as u64 {
+    let guess = META_TAIL_BYTES.load(Ordering::Relaxed);
+    let tail = backend.get_tail(FileKind::Container, name, guess)?;
+    if tail.len() < container::HEADER_LEN + FOOTER_LEN {
         return Err(Error::corrupt(what, "file too short"));
     }
-    let footer_bytes =
-        backend.get_range(FileKind::Container, name, -(FOOTER_LEN as i64), FOOTER_LEN)?;
-    let footer = container::decode_footer(&footer_bytes, size, &what)?;
+    let footer_bytes = &tail[tail.len() - FOOTER_LEN..];
+    // A container shorter than the read is all here; a longer one is as long as its footer
+    // says, which must be at least the bytes just read.
+    let len = if tail.len() < guess {
+        tail.len() as u64
+    } else {
+        container::footer_implied_len(footer_bytes)
+            .filter(|&l| l >= guess as u64)
+            .ok_or_else(|| Error::corrupt(&what, "footer points outside the container"))?
+    };
+    let footer = container::decode_footer(footer_bytes, len, &what)?;
+    let meta_len = footer.meta_len as usize;
+    let end = tail.len() - FOOTER_LEN;
+    if let Some(start) = end.checked_sub(meta_len) {
+        return container::decode_meta(&tail[start..end], &footer, &what);
+    }
+    let want = (meta_len + FOOTER_LEN)
+        .next_multiple_of(4096)
+        .min(MAX_META_TAIL);
+    META_TAIL_BYTES.fetch_max(want, Ordering::Relaxed);
     let meta = backend.get_range(
         FileKind::Container,
         name,
         footer.meta_offset as i64,
-        footer.meta_len as usize,
+        meta_len,
     )?;
     container::decode_meta(&meta, &footer, &what)
 }
