@@ -84,7 +84,6 @@ pub struct ChunkLocator<'a> {
 /// containers already in the metadata cache first (the restore has just read them: a
 /// rewritten chunk's old neighbours), each searched once, its chunks remembered. Memory:
 /// the entries of the searched containers, at most those of the snapshot's containers.
-#[derive(Default)]
 struct OwnCopies {
     containers: HashSet<ContainerId>,
     /// Own containers whose metadata has not been searched yet.
@@ -153,7 +152,10 @@ impl<'a> ChunkLocator<'a> {
         let Some(loc) = self.index.get(id)? else {
             return Ok(None);
         };
-        let Some(mut copies) = self.own.take().filter(|_| own) else {
+        if !own {
+            return Ok(Some(loc));
+        }
+        let Some(mut copies) = self.own.take() else {
             return Ok(Some(loc));
         };
         let found = if copies.containers.contains(&loc.container) {

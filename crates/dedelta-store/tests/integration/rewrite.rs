@@ -7,6 +7,7 @@ use crate::support::{
     backup_options, backup_with, config, forget_ids, init_repo, locked, me, noise, prune_with,
     read_files, restore_to, restored_root, run_check, stored_bytes, time_of, write_files, Files,
 };
+use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::rewrite::Capping;
 use dedelta_store::commands::backup::{BackupOptions, BackupResult};
@@ -255,6 +256,9 @@ fn restore_reads(
     let mut locator = ChunkLocator::new(repo, 1 << 20)
         .unwrap()
         .reading_own_copies(&snap.containers);
+    // A chunk that cannot be located (here: absent) does not stop the next ones from being
+    // read from the snapshot's own copies.
+    assert!(locator.locate(&ChunkId::of(b"absent")).is_err());
     let mut read_from = HashSet::new();
     walk_tree(repo, &snap, |_, chunks| {
         for c in chunks {
@@ -345,4 +349,71 @@ fn restore_after_capping_reads_the_snapshots_own_copies() {
     assert!(stored_bytes(&repo) < stored);
     check_clean(&repo);
     restores_exact(&repo, tmp.path(), &src, &capped.snapshot_id, 6);
+}
+
+/// An own copy that fails to read (its region damaged) is replaced by the index's copy for
+/// that chunk alone: the snapshot's other chunks are still read from its own containers.
+#[test]
+fn a_damaged_own_copy_falls_back_to_the_index_for_that_chunk_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        sketch: None,
+        dupadj: false,
+        ..DeltaConfig::recommended()
+    };
+    let repo_path = tmp.path().join("repo");
+    let repo = init_repo(&repo_path, config(1, delta));
+    let src = tmp.path().join("src");
+    let mut old = None;
+    for v in 0..6 {
+        old = Some(backup(&repo, &src, v, None).snapshot_id);
+    }
+    backup(&repo, &src, 6, Some(1));
+    let (_, snap) = repo.find_snapshot(&old.unwrap().to_hex()).unwrap();
+    let own: HashSet<ContainerId> = snap.containers.iter().copied().collect();
+    // The old snapshot's chunks whose index copy a capped rewrite moved, with their own copy.
+    let index = repo.index().reader().unwrap();
+    let mut locator = ChunkLocator::new(&repo, 1 << 20)
+        .unwrap()
+        .reading_own_copies(&snap.containers);
+    let mut moved = Vec::new();
+    walk_tree(&repo, &snap, |_, chunks| {
+        for c in chunks {
+            if !own.contains(&index.get(&c.id)?.unwrap().container) {
+                moved.push((c.id, locator.locate(&c.id)?.container));
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    let (first, at) = moved[0];
+    assert!(own.contains(&at));
+    let others: Vec<ChunkId> = moved
+        .iter()
+        .filter(|(_, c)| *c != at)
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        !others.is_empty(),
+        "every moved chunk's own copy in one container"
+    );
+    // Damage the region of `first`'s own copy, not the container's metadata.
+    let meta = repo.read_container_meta(&at).unwrap();
+    let entry = meta.entries.iter().find(|e| e.id == first).unwrap();
+    let region = meta.regions[entry.region as usize];
+    let hex = at.to_hex();
+    let file = repo_path.join("containers").join(&hex[..2]).join(&hex);
+    let mut bytes = fs::read(&file).unwrap();
+    let mid = region.offset as usize + region.stored_len as usize / 2;
+    bytes[mid] ^= 0xff;
+    fs::write(&file, &bytes).unwrap();
+
+    let mut locator = ChunkLocator::new(&repo, 1 << 20)
+        .unwrap()
+        .reading_own_copies(&snap.containers);
+    let fell_back = locator.locate(&first).unwrap();
+    assert!(!own.contains(&fell_back.container), "the index's copy");
+    for id in &others {
+        assert!(own.contains(&locator.locate(id).unwrap().container));
+    }
 }
