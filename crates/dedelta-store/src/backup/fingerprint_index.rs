@@ -44,7 +44,7 @@ use crate::client::index::{FingerprintFilter, IndexReader, Trust};
 use crate::error::Result;
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind};
 use crate::repository::damage::DamageSet;
-use crate::repository::read_container_meta;
+use crate::repository::read_container_meta_tail;
 use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::collections::HashMap;
@@ -373,7 +373,7 @@ impl LocalityIndex {
             return;
         }
         Counts::bump(&self.counts.prefetches);
-        match read_container_meta(self.backend.as_ref(), &id.to_hex()) {
+        match read_container_meta_tail(self.backend.as_ref(), &id.to_hex()) {
             Ok(meta) => {
                 let trust = self.reader.trust(&id);
                 let mut cache = self.cache();

@@ -168,18 +168,19 @@ impl<'a> ChunkLocator<'a> {
         Ok(Some(found.unwrap_or(loc)))
     }
 
-    /// Whether the copy at `at` can be rebuilt: stored in full, or a delta whose base is
-    /// indexed. The index's copies always can (prune keeps their bases); an own copy's base
-    /// may have been pruned by a build that did not keep own copies.
+    /// Whether the own copy at `at` may be read: only a copy stored in full. A delta copy's
+    /// base would be resolved to its own copy or the index's, and two copies written at
+    /// different times may name each other as bases (a chunk stored again after damage, as
+    /// a delta the other way): mixing them could make a loop. A full copy ends every chain,
+    /// and Capping's rewrites, the copies this is for, are stored in full.
     fn decodable(&mut self, at: &ChunkLocation) -> bool {
         let Ok(meta) = self.meta(at.container) else {
             return false;
         };
-        match meta.entries.get(at.entry as usize).map(|e| e.kind) {
-            Some(EntryKind::Full) => true,
-            Some(EntryKind::Delta { base }) => self.index.get(&base).is_ok_and(|b| b.is_some()),
-            None => false,
-        }
+        matches!(
+            meta.entries.get(at.entry as usize).map(|e| e.kind),
+            Some(EntryKind::Full)
+        )
     }
 
     /// `id`'s copy in one of the snapshot's own containers, searching their metadata (cached
@@ -234,7 +235,13 @@ impl<'a> ChunkLocator<'a> {
         if let Some(m) = self.metas.get(&id) {
             return Ok(m.clone());
         }
-        let m = Arc::new(self.repo.read_container_meta(&id)?);
+        // Restore and dump read the metadata in one request; the others (check among them,
+        // which reports every damaged byte it reads) read only the bytes they check.
+        let m = Arc::new(if self.restore_cache.is_some() {
+            self.repo.read_container_meta_tail(&id)?
+        } else {
+            self.repo.read_container_meta(&id)?
+        });
         self.stats.container_metas_read += 1;
         self.metas.put(id, m.clone());
         Ok(m)

@@ -324,6 +324,15 @@ impl IndexedRepository {
             &id.to_hex(),
         )
     }
+
+    /// [`Self::read_container_meta`] in one suffix read (two when the section is larger than
+    /// it: [`read_container_meta_tail`]), for restore and dump.
+    pub fn read_container_meta_tail(&self, id: &ContainerId) -> Result<ContainerMeta> {
+        read_container_meta_tail(
+            self.backend_for(Purpose::ContainerMeta).as_ref(),
+            &id.to_hex(),
+        )
+    }
 }
 
 /// Appends compressed regions to containers and stores each full container durably, then
@@ -504,7 +513,7 @@ impl<'a> ContainerWriter<'a> {
     }
 }
 
-/// Bytes [`read_container_meta`] reads from a container's end, hoping for its footer and whole
+/// Bytes [`read_container_meta_tail`] reads from a container's end, hoping for its footer and whole
 /// metadata section in one request: at first 64 KiB (a 4 MiB container of 11 KiB chunks
 /// compressed 2x has about 700 entries, 46 KB at 66 bytes each), then the largest section met
 /// so far, up to [`MAX_META_TAIL`].
@@ -514,8 +523,12 @@ const MAX_META_TAIL: usize = 4 << 20;
 
 /// Reads and checks the metadata of the container named `name`, with its footer, in one
 /// request (a suffix read of the container's last [`META_TAIL_BYTES`]) when they fit, else
-/// two; it used to cost three (the length, the footer, the section).
-pub fn read_container_meta(backend: &dyn Backend, name: &str) -> Result<ContainerMeta> {
+/// two, where [`read_container_meta`] takes three (the length, the footer, the section). For
+/// the reads on the way of a backup or restore (the locality index's prefetches, restore's
+/// locator, the stream sketch index). The suffix holds region bytes it does not use, so
+/// `check`, prune and the repairs, which must report every damaged byte they read, read
+/// exactly the footer and the section with [`read_container_meta`].
+pub fn read_container_meta_tail(backend: &dyn Backend, name: &str) -> Result<ContainerMeta> {
     let what = format!("container {name}");
     let guess = META_TAIL_BYTES.load(Ordering::Relaxed);
     let tail = backend.get_tail(FileKind::Container, name, guess)?;
@@ -547,6 +560,26 @@ pub fn read_container_meta(backend: &dyn Backend, name: &str) -> Result<Containe
         name,
         footer.meta_offset as i64,
         meta_len,
+    )?;
+    container::decode_meta(&meta, &footer, &what)
+}
+
+/// Reads and checks the metadata of the container named `name`: its length, its footer and
+/// its metadata section, three requests that read no byte they do not check.
+pub fn read_container_meta(backend: &dyn Backend, name: &str) -> Result<ContainerMeta> {
+    let what = format!("container {name}");
+    let size = backend.size(FileKind::Container, name)?;
+    if size < (container::HEADER_LEN + FOOTER_LEN) as u64 {
+        return Err(Error::corrupt(what, "file too short"));
+    }
+    let footer_bytes =
+        backend.get_range(FileKind::Container, name, -(FOOTER_LEN as i64), FOOTER_LEN)?;
+    let footer = container::decode_footer(&footer_bytes, size, &what)?;
+    let meta = backend.get_range(
+        FileKind::Container,
+        name,
+        footer.meta_offset as i64,
+        footer.meta_len as usize,
     )?;
     container::decode_meta(&meta, &footer, &what)
 }

@@ -250,6 +250,7 @@ fn prefetches_are_metered_as_prefetch() {
     let prefetches = res.metrics.lookups.prefetches;
     assert!(prefetches > 0);
     let reads = c.get(Purpose::Prefetch, Direction::Read);
-    assert_eq!(reads.requests, 2 * prefetches, "{c:?}");
+    // One suffix read per prefetch (the footer and the metadata section together).
+    assert_eq!(reads.requests, prefetches, "{c:?}");
     assert!(reads.bytes > 0);
 }

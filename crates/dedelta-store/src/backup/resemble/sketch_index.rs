@@ -20,7 +20,7 @@ use crate::backend::Backend;
 use crate::client::index::IndexReader;
 use crate::error::Result;
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind};
-use crate::repository::read_container_meta;
+use crate::repository::read_container_meta_tail;
 use dedelta_core::sketch::{FirstFitIndex, SketchKeep, SuperFeatures};
 use dedelta_core::ChunkId;
 use lru::LruCache;
@@ -332,7 +332,7 @@ impl SketchIndex for StreamSketchIndex {
         if self.containers.get(&container).is_some() {
             return Ok(());
         }
-        let meta = read_container_meta(self.backend.as_ref(), &container.to_hex())?;
+        let meta = read_container_meta_tail(self.backend.as_ref(), &container.to_hex())?;
         self.loads += 1;
         self.load(container, &meta);
         Ok(())

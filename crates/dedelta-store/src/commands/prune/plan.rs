@@ -124,10 +124,10 @@ pub(super) fn plan(
     plan.bases_kept = bases.len() as u64;
     live.extend(bases);
     // Copies the index does not name, kept for the remaining snapshots whose containers
-    // hold them: copies of live chunks, in full or deltas whose base is live anyway (restore
-    // reads no other own copy). They keep no base alive themselves, so what prune keeps
-    // stays the same from one prune to the next; in a container rewritten they are dropped
-    // (the snapshots do not name the new container) and those snapshots read the index's copy.
+    // hold them: full copies of live chunks (restore reads no delta own copy). They keep no
+    // base alive, so what prune keeps stays the same from one prune to the next; in a
+    // container rewritten they are dropped (the snapshots do not name the new container) and
+    // those snapshots read the index's copy.
     let kept_own: HashSet<(ContainerId, usize)> = metas
         .iter()
         .filter(|(cid, _, _)| own.contains(cid))
@@ -135,9 +135,7 @@ pub(super) fn plan(
             entries
                 .iter()
                 .enumerate()
-                .filter(|(_, (e, indexed))| {
-                    !indexed && live.contains(&e.id) && e.base.is_none_or(|b| live.contains(&b))
-                })
+                .filter(|(_, (e, indexed))| !indexed && e.base.is_none() && live.contains(&e.id))
                 .map(|(i, _)| (*cid, i))
                 .collect::<Vec<_>>()
         })
