@@ -12,7 +12,7 @@
 //! in full (see [`super::rewrite`]). The recipe is written as the chunks arrive; only storing
 //! waits for the segment.
 
-use super::bases::BaseCounts;
+use super::bases::{BaseCounts, LocalCacheSave};
 use super::delta::{DeltaStage, Stored};
 use super::fingerprint::{Fingerprinted, IndexLookup};
 use super::fingerprint_index::FingerprintIndex;
@@ -59,6 +59,8 @@ pub(super) struct DedupOutput {
     pub tree: TreeRef,
     /// Notices of the delta stage (unreadable bases, an unusable local cache).
     pub notices: Vec<String>,
+    /// The local base cache being written; waited for once the snapshot is saved.
+    pub cache_save: LocalCacheSave,
     /// Where delta bases came from.
     pub base_counts: BaseCounts,
     /// What the rewriting strategy did.
@@ -165,9 +167,10 @@ impl<'a> DedupStage<'a> {
         self.end_segment()?;
         self.end_block(false)?;
         let mut notices: Vec<String> = Vec::new();
+        let mut cache_save = LocalCacheSave::done(None);
         if let Some(d) = self.delta.as_mut() {
             notices.extend(d.take_notices());
-            notices.extend(d.save_local_cache());
+            cache_save = d.save_local_cache();
         }
         let tree = tree.finish(&mut self)?;
         self.summary.tree_bytes = tree.len;
@@ -176,6 +179,7 @@ impl<'a> DedupStage<'a> {
             summary: self.summary,
             tree,
             notices,
+            cache_save,
             base_counts: self
                 .delta
                 .as_ref()

@@ -15,7 +15,8 @@
 //! dedup thread     dedup.rs              duplicate or new, in order
 //!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
-//!                  delta.rs                (encoding on a pool of its own with 4+ threads)
+//!                  delta.rs                (encoding and base regions shared with the
+//!                  share.rs                 pool's free threads; a pool of its own with 4+)
 //!                  tree_writer.rs        the tree stream, stored as chunks
 //!                  pack.rs               raw regions  --> worker pool: zstd
 //!                                          |  regions in stream order
@@ -42,6 +43,7 @@ pub mod metrics;
 mod pack;
 pub mod resemble;
 pub mod rewrite;
+mod share;
 mod store;
 mod tree_writer;
 mod walk;
@@ -276,13 +278,15 @@ pub fn backup(
                     )))
                 }
             };
-        let bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
+        let bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
+            .sharing_with(&workers.pool);
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),
             bases,
             times.clone(),
             workers.delta.as_ref(),
+            Some(&workers.pool),
         )?;
         if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
             stage.sketch_dupadj_misses(sk.clone());
@@ -407,6 +411,7 @@ pub fn backup(
     }
 
     notices.extend(dedup_out.notices);
+    let cache_save = dedup_out.cache_save;
     let mut summary = dedup_out.summary;
     summary.files = walked.files;
     summary.dirs = walked.dirs;
@@ -443,6 +448,7 @@ pub fn backup(
         ..Default::default()
     };
     let snapshot_id = crate::repository::snapshots::save(repo.backend().as_ref(), &snapshot)?;
+    notices.extend(cache_save.wait());
     Ok(BackupResult {
         snapshot_id,
         summary,

@@ -10,7 +10,7 @@ use crate::backend::wrap::metered::Purpose;
 use crate::backend::{Backend, FileKind};
 use crate::client::index::IndexReader;
 use crate::error::{Error, Result};
-use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
+use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind, RegionMeta};
 use crate::repository::damage::DamageSet;
 use crate::repository::IndexedRepository;
 use dedelta_core::compress::RegionDecompressor;
@@ -42,6 +42,43 @@ impl LocatedChunk {
 
     pub(crate) fn corrupt(&self, reason: String) -> Error {
         corrupt(&self.container, &self.id, reason)
+    }
+}
+
+/// A region read from the backend but not opened yet (see [`ChunkLocator::read_regions_for`]):
+/// opening it (checksum, decompression) needs nothing of the locator, so several can be
+/// opened on other threads at once.
+pub struct RegionRead {
+    container: ContainerId,
+    index: u32,
+    meta: RegionMeta,
+    stored: Vec<u8>,
+    /// The decompressed bytes once opened (a reused buffer before).
+    raw: Vec<u8>,
+    opened: bool,
+}
+
+thread_local! {
+    /// One zstd context per thread that opens [`RegionRead`]s.
+    static DECOMPRESSOR: std::cell::RefCell<RegionDecompressor> =
+        std::cell::RefCell::new(RegionDecompressor::default());
+}
+
+impl RegionRead {
+    /// Checks and decompresses the region. A region that fails is left out when handed back
+    /// ([`ChunkLocator::keep_regions`]): reading its chunk one by one reports why.
+    pub fn open(&mut self) {
+        let what = format!("container {}", self.container);
+        self.opened = DECOMPRESSOR.with(|d| {
+            container::open_region_into(
+                &mut d.borrow_mut(),
+                &self.stored,
+                &self.meta,
+                &what,
+                &mut self.raw,
+            )
+            .is_ok()
+        });
     }
 }
 
@@ -162,8 +199,16 @@ impl<'a> ChunkLocator<'a> {
             return Ok(r.clone());
         }
         let raw = self.read_region(cid, meta, index)?;
+        self.cache_region(cid, index, raw.clone());
+        Ok(raw)
+    }
+
+    /// Puts a region in the LRU region cache, evicting beyond its budget.
+    fn cache_region(&mut self, cid: ContainerId, index: u32, raw: Arc<Vec<u8>>) {
         self.region_bytes += raw.len();
-        self.regions.put((cid, index), raw.clone());
+        if let Some(old) = self.regions.put((cid, index), raw) {
+            self.region_bytes -= old.len();
+        }
         while self.region_bytes > self.cache_bytes && self.regions.len() > 1 {
             let Some((_, old)) = self.regions.pop_lru() else {
                 break;
@@ -171,7 +216,65 @@ impl<'a> ChunkLocator<'a> {
             self.region_bytes -= old.len();
             self.recycle(old);
         }
-        Ok(raw)
+    }
+
+    /// Reads from the backend the regions holding `ids` that the region cache lacks, each
+    /// once, without opening them: the caller opens them (on several threads at once, see
+    /// [`RegionRead::open`]) and hands them back to [`Self::keep_regions`]. A chunk that
+    /// cannot be placed or whose region cannot be read is left out: reading it one by one
+    /// reports why. Readers behind a restore cache read ahead their own way (nothing here).
+    pub fn read_regions_for(&mut self, ids: &[ChunkId]) -> Vec<RegionRead> {
+        let mut reads: Vec<RegionRead> = Vec::new();
+        if self.restore_cache.is_some() {
+            return reads;
+        }
+        for id in ids {
+            let Some((cid, index, _)) = self.place(id) else {
+                continue;
+            };
+            let known = |r: &RegionRead| r.container == cid && r.index == index;
+            if self.regions.contains(&(cid, index)) || reads.iter().any(known) {
+                continue;
+            }
+            let Some(meta) = self
+                .meta(cid)
+                .ok()
+                .and_then(|m| m.regions.get(index as usize).copied())
+            else {
+                continue;
+            };
+            let mut stored = Vec::new();
+            let read = self.data.get_range_into(
+                FileKind::Container,
+                &cid.to_hex(),
+                i64::from(meta.offset),
+                meta.stored_len as usize,
+                &mut stored,
+            );
+            if read.is_err() {
+                continue;
+            }
+            self.stats.regions_read += 1;
+            self.stats.bytes_read += stored.len() as u64;
+            reads.push(RegionRead {
+                container: cid,
+                index,
+                meta,
+                stored,
+                raw: self.spare_buffer(),
+                opened: false,
+            });
+        }
+        reads
+    }
+
+    /// Takes the regions of [`Self::read_regions_for`] into the region cache once opened.
+    pub fn keep_regions(&mut self, reads: Vec<RegionRead>) {
+        for r in reads {
+            if r.opened {
+                self.cache_region(r.container, r.index, Arc::new(r.raw));
+            }
+        }
     }
 
     /// Reads region `index` of `cid` from the backend and decompresses it.
