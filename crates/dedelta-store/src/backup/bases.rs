@@ -14,13 +14,13 @@
 //! (damage `check` has not recorded yet) is skipped, never used, and reported when the backup
 //! ends.
 
-use super::share::for_each_shared;
 use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::EntryKind;
 use crate::read::ChunkReader;
 use crate::repository::IndexedRepository;
+use crate::share::for_each_shared;
 use bytes::Bytes;
 use dedelta_core::ChunkId;
 use lru::LruCache;
@@ -273,7 +273,9 @@ impl<'a> BaseFetcher<'a> {
             self.planned.insert(id, plan);
         }
         let mut reads = self.reader.read_regions_for(&chunks);
-        for_each_shared(pool, pool.current_num_threads(), &mut reads, |r| r.open());
+        for_each_shared(Some(pool), pool.current_num_threads(), &mut reads, |r| {
+            r.open()
+        });
         self.reader.keep_regions(reads);
         Ok(())
     }

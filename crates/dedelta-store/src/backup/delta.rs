@@ -1,5 +1,5 @@
 //! Runs on: the dedup thread (and, with 4 or more threads, a pool of its own for encoding;
-//! with fewer, the worker pool's free threads help with each batch, see [`super::share`]).
+//! with fewer, the worker pool's free threads help with each batch, see [`crate::share`]).
 //!
 //! The delta stage of backup. New (non-duplicate) chunks are gathered per block, in stream
 //! order, with their super-features (computed on the worker pool with the fingerprints; with
@@ -27,11 +27,11 @@
 use super::bases::{Base, BaseCounts, BaseFetcher, LocalCacheSave};
 use super::metrics::StageTimes;
 use super::resemble::{CandidateSearch, CandidateSource};
-use super::share::for_each_shared;
 use crate::error::Result;
 use crate::format::config::DeltaConfig;
 use crate::format::container::ContainerId;
 use crate::format::snapshot::BackupSummary;
+use crate::share::for_each_shared;
 use bytes::Bytes;
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::{new_codec, DeltaCodec};
@@ -122,7 +122,7 @@ pub struct DeltaStage<'a> {
     /// (0.04-0.06 s against 0.11-0.15 s per 60 MB version), the pool's cores being busy anyway.
     encode_pool: Option<&'a rayon::ThreadPool>,
     /// Without a pool of its own, the worker pool, whose free threads help this thread
-    /// through a batch (see [`super::share`]).
+    /// through a batch (see [`crate::share`]).
     share_with: Option<&'a rayon::ThreadPool>,
     /// With `delta.sketch_dupadj_misses` (DARE §3.1): the sketch method, for the new data
     /// chunks DupAdj did not resolve (see [`Self::sketch_dupadj_misses`]).
@@ -354,7 +354,7 @@ impl<'a> DeltaStage<'a> {
     fn for_each<T: Send>(&self, items: &mut [T], job: impl Fn(&mut T) + Sync + Send) {
         match (self.encode_pool, self.share_with) {
             (Some(p), _) => p.install(|| items.par_iter_mut().for_each(job)),
-            (None, Some(p)) => for_each_shared(p, p.current_num_threads(), items, job),
+            (None, Some(p)) => for_each_shared(Some(p), p.current_num_threads(), items, job),
             (None, None) => items.iter_mut().for_each(job),
         }
     }

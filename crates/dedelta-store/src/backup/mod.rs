@@ -16,7 +16,8 @@
 //!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
 //!                  delta.rs                (encoding and base regions shared with the
-//!                  share.rs                 pool's free threads; a pool of its own with 4+)
+//!                                           pool's free threads, ../share.rs; a pool of
+//!                                           its own with 4+ threads)
 //!                  tree_writer.rs        the tree stream, stored as chunks
 //!                  pack.rs               raw regions  --> worker pool: zstd
 //!                                          |  regions in stream order
@@ -43,7 +44,6 @@ pub mod metrics;
 mod pack;
 pub mod resemble;
 pub mod rewrite;
-mod share;
 mod store;
 mod tree_writer;
 mod walk;

@@ -16,6 +16,7 @@ use crate::repository::IndexedRepository;
 use dedelta_core::compress::RegionDecompressor;
 use dedelta_core::ChunkId;
 use lru::LruCache;
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -106,6 +107,8 @@ pub struct ChunkLocator<'a> {
     stats: ReadStats,
     /// Damage records, read the first time a chunk is not in the index (to say why).
     damage: Option<DamageSet>,
+    /// Regions restore read ahead and opened (see [`Self::read_ahead`]), not yet asked for.
+    ahead: HashMap<(ContainerId, u32), Vec<u8>>,
 }
 
 impl<'a> ChunkLocator<'a> {
@@ -127,6 +130,7 @@ impl<'a> ChunkLocator<'a> {
             cache_bytes,
             stats: ReadStats::default(),
             damage: None,
+            ahead: HashMap::new(),
         })
     }
 
@@ -190,7 +194,10 @@ impl<'a> ChunkLocator<'a> {
                 self.stats.region_cache_hits += 1;
                 return Ok(r);
             }
-            let r = self.read_region(cid, meta, index)?;
+            let r = match self.ahead.remove(&(cid, index)) {
+                Some(raw) => Arc::new(raw),
+                None => self.read_region(cid, meta, index)?,
+            };
             self.keep(cid, meta, index, r.clone());
             return Ok(r);
         }
@@ -236,36 +243,72 @@ impl<'a> ChunkLocator<'a> {
             if self.regions.contains(&(cid, index)) || reads.iter().any(known) {
                 continue;
             }
-            let Some(meta) = self
-                .meta(cid)
-                .ok()
-                .and_then(|m| m.regions.get(index as usize).copied())
-            else {
-                continue;
-            };
-            let mut stored = Vec::new();
-            let read = self.data.get_range_into(
+            reads.extend(self.read_stored(cid, index));
+        }
+        reads
+    }
+
+    /// Reads region `index` of `cid` from the backend, unopened; `None` if it cannot be
+    /// (the chunk's own read reports why).
+    fn read_stored(&mut self, cid: ContainerId, index: u32) -> Option<RegionRead> {
+        let meta = self
+            .meta(cid)
+            .ok()
+            .and_then(|m| m.regions.get(index as usize).copied())?;
+        let mut stored = Vec::new();
+        self.data
+            .get_range_into(
                 FileKind::Container,
                 &cid.to_hex(),
                 i64::from(meta.offset),
                 meta.stored_len as usize,
                 &mut stored,
-            );
-            if read.is_err() {
-                continue;
-            }
-            self.stats.regions_read += 1;
-            self.stats.bytes_read += stored.len() as u64;
-            reads.push(RegionRead {
-                container: cid,
-                index,
-                meta,
-                stored,
-                raw: self.spare_buffer(),
-                opened: false,
-            });
+            )
+            .ok()?;
+        self.stats.regions_read += 1;
+        self.stats.bytes_read += stored.len() as u64;
+        Some(RegionRead {
+            container: cid,
+            index,
+            meta,
+            stored,
+            raw: self.spare_buffer(),
+            opened: false,
+        })
+    }
+
+    /// Restore behind an LRU restore cache: reads the regions `wanted` (in the order they
+    /// will be asked for) that the cache lacks, and opens them on this thread and rayon's
+    /// pool at once; each waits beside the cache until [`Self::locate`] asks for it, and only
+    /// then enters the cache, so the cache sees the same uses in the same order as without
+    /// reading ahead (its container reads, the restore speed factor, are unchanged).
+    /// Regions read ahead and not asked for by the next call are dropped. On 2 cores the
+    /// locating thread, which decompresses regions, was the restore's critical path (53% of
+    /// a dump's CPU time against the decoding thread's 17%).
+    pub(crate) fn read_ahead(&mut self, wanted: &[(ContainerId, u32)]) {
+        for (_, old) in std::mem::take(&mut self.ahead) {
+            self.recycle(Arc::new(old));
         }
-        reads
+        let Some(cache) = self.restore_cache.as_ref() else {
+            return;
+        };
+        let lacking: Vec<(ContainerId, u32)> = wanted
+            .iter()
+            .filter(|(cid, i)| !cache.has(cid, *i))
+            .copied()
+            .collect();
+        let mut reads: Vec<RegionRead> = Vec::new();
+        for (cid, index) in lacking {
+            if !reads.iter().any(|r| r.container == cid && r.index == index) {
+                reads.extend(self.read_stored(cid, index));
+            }
+        }
+        crate::share::for_each_shared(None, rayon::current_num_threads(), &mut reads, |r| r.open());
+        for r in reads {
+            if r.opened {
+                self.ahead.insert((r.container, r.index), r.raw);
+            }
+        }
     }
 
     /// Takes the regions of [`Self::read_regions_for`] into the region cache once opened.
