@@ -70,17 +70,18 @@ impl RegionRead {
     /// ([`ChunkLocator::keep_regions`]): reading its chunk one by one reports why.
     pub fn open(&mut self) {
         let what = format!("container {}", self.container);
-        self.opened = DECOMPRESSOR.with(|d| {
-            container::open_region_into(
-                &mut d.borrow_mut(),
-                &self.stored,
-                &self.meta,
-                &what,
-                &mut self.raw,
-            )
-            .is_ok()
-        });
+        self.opened = open_on_this_thread(&self.stored, &self.meta, &what, &mut self.raw).is_ok();
     }
+}
+
+/// Checks and decompresses a region's stored bytes into `raw` with this thread's zstd context.
+fn open_on_this_thread(
+    stored: &[u8],
+    meta: &RegionMeta,
+    what: &str,
+    raw: &mut Vec<u8>,
+) -> Result<()> {
+    DECOMPRESSOR.with(|d| container::open_region_into(&mut d.borrow_mut(), stored, meta, what, raw))
 }
 
 /// Finds chunks and decompresses their regions.
@@ -359,10 +360,7 @@ impl<'a> ChunkLocator<'a> {
         let what = format!("container {cid}");
         let mut regions = Vec::with_capacity(wanted.len());
         for &i in wanted {
-            let held = self
-                .restore_cache
-                .as_mut()
-                .is_some_and(|c| c.get(&cid, i).is_some());
+            let held = self.restore_cache.as_ref().is_some_and(|c| c.has(&cid, i));
             if held {
                 continue;
             }
@@ -391,17 +389,39 @@ impl<'a> ChunkLocator<'a> {
         );
         let opened = read.map_err(Error::from).and_then(|()| {
             self.stats.bytes_read += span.len() as u64;
+            // Opened on this thread and rayon's pool at once, as regions read ahead are.
+            let mut jobs = Vec::with_capacity(regions.len());
             for (i, r) in regions {
                 let at = (r.offset - start) as usize;
-                let stored = span
-                    .get(at..at + r.stored_len as usize)
-                    .ok_or_else(|| Error::corrupt(&what, "a short read".to_string()))?;
-                let mut raw = self.spare_buffer();
-                container::open_region_into(&mut self.decompressor, stored, r, &what, &mut raw)?;
-                self.stats.regions_read += 1;
-                self.keep(cid, &meta, i, Arc::new(raw));
+                let range = at..at + r.stored_len as usize;
+                if span.get(range.clone()).is_none() {
+                    return Err(Error::corrupt(&what, "a short read".to_string()));
+                }
+                jobs.push((i, *r, range, self.spare_buffer(), Ok(())));
             }
-            Ok(())
+            crate::share::for_each_shared(
+                None,
+                rayon::current_num_threads(),
+                &mut jobs,
+                |(_, r, range, raw, opened)| {
+                    *opened = open_on_this_thread(&span[range.clone()], r, &what, raw);
+                },
+            );
+            let mut first_error = Ok(());
+            for (i, _, _, raw, opened) in jobs {
+                match opened {
+                    Ok(()) => {
+                        self.stats.regions_read += 1;
+                        self.keep(cid, &meta, i, Arc::new(raw));
+                    }
+                    Err(e) => {
+                        if first_error.is_ok() {
+                            first_error = Err(e);
+                        }
+                    }
+                }
+            }
+            first_error
         });
         self.stored = span;
         opened
