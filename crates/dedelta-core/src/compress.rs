@@ -166,36 +166,26 @@ impl Compression {
     }
 }
 
-/// Levels a thread keeps a zstd context for at once.
-const CONTEXTS_PER_THREAD: usize = 4;
-
 thread_local! {
-    /// zstd contexts of this thread, one per level used, most recent first: backup compresses
-    /// thousands of regions and single chunks (the delta saving test), and a fresh context
-    /// costs more than a small input. One context per thread, remade whenever the level
-    /// changed, was remade at nearly every region once worker threads took turns at text
-    /// regions (level 6), other regions (3) and the saving test (1).
-    static ZSTD_CCTX: std::cell::RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// One zstd context per thread: backup compresses thousands of regions and single
+    /// chunks (the delta saving test), and a fresh context costs more than a small input.
+    static ZSTD_CCTX: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Compresses `raw` into the spare capacity of `out` (which must hold zstd's bound).
 fn zstd_compress_into(raw: &[u8], level: i32, out: &mut Vec<u8>) -> std::io::Result<usize> {
     ZSTD_CCTX.with(|cell| {
-        let mut contexts = cell.borrow_mut();
-        let at = match contexts.iter().position(|(l, _)| *l == level) {
-            Some(i) => i,
-            None => {
-                if contexts.len() == CONTEXTS_PER_THREAD {
-                    contexts.pop();
-                }
-                contexts.push((level, zstd::bulk::Compressor::new(level)?));
-                contexts.len() - 1
+        let mut slot = cell.borrow_mut();
+        match slot.as_mut() {
+            Some((l, c)) if *l == level => c.compress_to_buffer(raw, out),
+            _ => {
+                let mut c = zstd::bulk::Compressor::new(level)?;
+                let n = c.compress_to_buffer(raw, out);
+                *slot = Some((level, c));
+                n
             }
-        };
-        // Most recently used first, so the one dropped when full is the least recent.
-        contexts[..=at].rotate_right(1);
-        contexts[0].1.compress_to_buffer(raw, out)
+        }
     })
 }
 
@@ -316,20 +306,6 @@ mod tests {
                 assert_eq!((code, buf.clone()), c.compress(raw));
                 assert_eq!(&decompress(code, &buf, raw.len()).unwrap(), raw);
             }
-        }
-    }
-
-    /// A thread's contexts, reused across levels taken in turns (more levels than it keeps),
-    /// compress exactly as a fresh context at each level does.
-    #[test]
-    fn contexts_reused_across_levels_compress_as_fresh_ones() {
-        let text: Vec<u8> = b"the quick brown fox, abcabcabd ".repeat(2000);
-        let mut buf = Vec::new();
-        for level in [6, 3, 1, 6, 2, 5, 3, 1, 6, 6, 3] {
-            let code = Compression::zstd(level).compress_into(&text, &mut buf);
-            assert_eq!(code, CODEC_ZSTD);
-            let fresh = zstd::bulk::compress(&text, level).unwrap();
-            assert_eq!(buf, fresh, "level {level}");
         }
     }
 
