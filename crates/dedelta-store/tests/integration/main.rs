@@ -47,3 +47,7 @@ mod roundtrip;
 mod support;
 /// Snapshot trees stored as deltas of their parent's tree.
 mod trees;
+/// Unchanged files are not read again: the parent snapshot, restic's change rules.
+mod unchanged;
+/// Complete file metadata: owners, times, attributes, hard links, special and sparse files.
+mod metadata;
