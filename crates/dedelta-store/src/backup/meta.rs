@@ -45,27 +45,6 @@ pub(super) struct MetaReader {
 }
 
 impl MetaReader {
-    /// The metadata of a stream read from standard input, as restic records it: owned by
-    /// the user running the backup, one link, all times the backup's.
-    pub fn stdin_meta(&mut self, time_secs: i64) -> NodeMeta {
-        let uid = uzers::get_effective_uid();
-        let gid = uzers::get_effective_gid();
-        let t = Timestamp {
-            secs: time_secs,
-            nanos: 0,
-        };
-        NodeMeta {
-            uid,
-            gid,
-            user: self.user(uid),
-            group: self.group(gid),
-            atime: t,
-            ctime: t,
-            nlink: 1,
-            ..NodeMeta::default()
-        }
-    }
-
     /// The name of user `uid` (empty if it has none).
     fn user(&mut self, uid: u32) -> String {
         self.users
@@ -118,7 +97,14 @@ impl MetaReader {
                 gid,
                 user,
                 group,
-                atime: time(md.atime(), md.atime_nsec()),
+                // Walking a directory or reading a symlink sets its atime: recording it would
+                // make every backup's tree differ from the last for nothing (borg records no
+                // atime at all by default). Files are read with `O_NOATIME`.
+                atime: if matches!(kind, NodeKind::Dir | NodeKind::Symlink) {
+                    Timestamp::default()
+                } else {
+                    time(md.atime(), md.atime_nsec())
+                },
                 ctime: time(md.ctime(), md.ctime_nsec()),
                 dev: md.dev(),
                 ino: md.ino(),

@@ -274,7 +274,11 @@ pub fn backup(
     } else {
         None
     };
-    let parent_files = parent.as_mut().and_then(|p| p.files.take());
+    // Without a parent (or an unreadable one) every file is new.
+    let parent_files = parent
+        .as_mut()
+        .and_then(|p| p.files.take())
+        .or_else(|| want_files.then(|| unchanged::ParentFiles::new(&opts.sources)));
     let delta_stage = if delta_cfg.enabled() {
         // Without a parent, DupAdj still walks this backup's own stored stream.
         let dupadj = delta_cfg.dupadj.then(|| {

@@ -15,7 +15,7 @@ use super::meta::{kind_of, MetaReader};
 use super::unchanged::{ParentFiles, Verdict};
 use super::{closed, Item, StdinSource};
 use crate::error::{Error, Result};
-use crate::format::tree::{Node, NodeKind};
+use crate::format::tree::{Node, NodeKind, NodeMeta};
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use crossbeam_utils::sync::WaitGroup;
@@ -174,7 +174,7 @@ impl Walker<'_> {
                 Verdict::New => self.stats.files_new += 1,
             }
         }
-        match std::fs::File::open(path).and_then(|f| Ok((f.metadata()?, f))) {
+        match open_noatime(path).and_then(|f| Ok((f.metadata()?, f))) {
             Ok((before, mut f)) => {
                 let display = path.display().to_string();
                 self.progress.message(&display);
@@ -204,7 +204,8 @@ impl Walker<'_> {
             mtime_nanos: 0,
             size: 0,
             target: Vec::new(),
-            meta: self.meta.stdin_meta(src.mtime_secs),
+            // No owner or other times: a stream has none, and restore leaves the owner alone.
+            meta: NodeMeta::default(),
         };
         let mut reader = src.reader;
         self.file(node, &mut reader, &src.name).map(|_| ())
@@ -264,6 +265,21 @@ fn changed_while_read(
         Some("modified while being read".into())
     } else {
         None
+    }
+}
+
+/// Opens `path` for reading without updating its access time (`O_NOATIME`), as borg does, so
+/// that a backup leaves the atimes it records as they were; where that is not allowed (a
+/// file of another user, without root), opens it plainly.
+fn open_noatime(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let noatime = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOATIME)
+        .open(path);
+    match noatime {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => std::fs::File::open(path),
+        r => r,
     }
 }
 

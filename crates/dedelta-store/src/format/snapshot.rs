@@ -124,7 +124,7 @@ pub struct BackupSummary {
     /// FIFOs, sockets and devices.
     #[serde(default)]
     pub special_files: u64,
-    /// Files not in the parent snapshot (all files without a parent, or with `--force`: 0).
+    /// Files not in the parent snapshot (every file without a parent; 0 with `--force`).
     #[serde(default)]
     pub files_new: u64,
     /// Files in the parent snapshot, changed, and read again.

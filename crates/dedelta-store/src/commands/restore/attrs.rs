@@ -30,7 +30,8 @@ pub(super) enum Handle<'a> {
 /// A node's access and modification times.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Times {
-    /// Access time (the modification time where none was recorded).
+    /// Access time (the modification time where none was recorded: version 1 and stdin
+    /// records, directories and symlinks).
     pub atime: Timestamp,
     /// Modification time.
     pub mtime: Timestamp,
@@ -44,7 +45,7 @@ impl Times {
             nanos: node.mtime_nanos,
         };
         Times {
-            atime: if recorded(node) {
+            atime: if recorded(node) && node.meta.atime != Timestamp::default() {
                 node.meta.atime
             } else {
                 mtime
