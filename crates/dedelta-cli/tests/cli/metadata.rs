@@ -72,7 +72,10 @@ fn a_restore_by_a_user_warns_about_owners() {
     f.backup(&[&src]);
     give_to_user(&f);
     let target = f.path("target");
-    let out = as_user(&f, &["restore", "latest", "--target", target.to_str().unwrap()]);
+    let out = as_user(
+        &f,
+        &["restore", "latest", "--target", target.to_str().unwrap()],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -106,7 +109,11 @@ fn an_unchanged_file_is_not_opened() {
         as_user(&f, &args)
     };
     let first = backup(&[]);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let locked = src.join("text.txt");
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
     let second = backup(&["--ignore-ctime"]);
@@ -118,5 +125,8 @@ fn an_unchanged_file_is_not_opened() {
     let third = backup(&[]);
     assert_eq!(third.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&third.stderr);
-    assert!(stderr.contains("text.txt") && stderr.contains("ermission denied"), "{stderr}");
+    assert!(
+        stderr.contains("text.txt") && stderr.contains("ermission denied"),
+        "{stderr}"
+    );
 }

@@ -6,7 +6,7 @@
 //! whether a file is sparse. Names are looked up once per id: a tree of 100,000 files has few
 //! owners.
 
-use crate::format::tree::{Node, NodeKind, NodeMeta, Timestamp, FLAG_SPARSE};
+use crate::format::tree::{Node, NodeKind, NodeMeta, Timestamp, Xattrs, FLAG_SPARSE};
 use rustix::io::Errno;
 use std::collections::HashMap;
 use std::fs::{FileType, Metadata};
@@ -121,12 +121,12 @@ impl MetaReader {
     ///
     /// # Errors
     /// The warning to give when they cannot be read.
-    pub fn xattrs(&mut self, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    pub fn xattrs(&mut self, path: &Path) -> Result<Xattrs, String> {
         self.read_xattrs(path)
             .map_err(|e| format!("{}: extended attributes not read: {e}", path.display()))
     }
 
-    fn read_xattrs(&mut self, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Errno> {
+    fn read_xattrs(&mut self, path: &Path) -> Result<Xattrs, Errno> {
         self.buf.resize(XATTR_BUFFER_BYTES, 0);
         let n = match rustix::fs::llistxattr(path, &mut self.buf[..]) {
             Ok(n) => n,

@@ -387,7 +387,7 @@ enum Current {
     /// Between files.
     Idle,
     /// Writing this file under a temporary name.
-    Writing(PendingFile, Node, u64),
+    Writing(PendingFile, Box<Node>, u64),
     /// The current file failed on this side and is already reported; its events are dropped.
     Skipping,
 }
@@ -424,7 +424,7 @@ fn write_events(
             },
             Event::FileStart(node) => {
                 current = match target.create_file(&node) {
-                    Ok(f) => Current::Writing(f, node, 0),
+                    Ok(f) => Current::Writing(f, Box::new(node), 0),
                     Err(e) => {
                         fail(&mut stats, &node.path, e.to_string());
                         Current::Skipping

@@ -90,6 +90,9 @@ impl NodeKind {
     }
 }
 
+/// Extended attributes: (name, value) pairs, sorted by name.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// A time stamp: seconds since the epoch and nanoseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Timestamp {
@@ -128,7 +131,7 @@ pub struct NodeMeta {
     /// [`FLAG_SPARSE`] and future flags.
     pub flags: u64,
     /// Extended attributes (ACLs are `system.posix_acl_*` ones), sorted by name.
-    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    pub xattrs: Xattrs,
 }
 
 impl NodeMeta {

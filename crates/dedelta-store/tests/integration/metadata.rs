@@ -245,7 +245,10 @@ fn the_tree_records_owner_names_and_ids() {
         assert_eq!(node.meta.uid, m.uid());
         assert_eq!(node.meta.ino, m.ino());
         assert_eq!(node.meta.dev, m.dev());
-        assert_eq!((node.meta.ctime.secs, node.meta.ctime.nanos as i64), (m.ctime(), m.ctime_nsec()));
+        assert_eq!(
+            (node.meta.ctime.secs, node.meta.ctime.nanos as i64),
+            (m.ctime(), m.ctime_nsec())
+        );
         if m.uid() == 0 {
             assert_eq!(node.meta.user, "root");
         }
