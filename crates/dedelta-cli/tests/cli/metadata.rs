@@ -7,41 +7,6 @@
 use super::support::*;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Output};
-
-/// The user the tests run the binary as (`nobody` on most systems).
-const USER: u32 = 65534;
-
-fn is_root() -> bool {
-    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-/// Runs `dedelta <args> -r repo` as [`USER`], with the fixture's cache.
-fn as_user(f: &Fixture, args: &[&str]) -> Output {
-    Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
-        .args(args)
-        .arg("-r")
-        .arg(f.repo())
-        .env_remove("DEDELTA_REPO")
-        .env("DEDELTA_CACHE_DIR", f.path("cache"))
-        .uid(USER)
-        .gid(USER)
-        .output()
-        .unwrap()
-}
-
-/// Gives everything in the fixture to [`USER`].
-fn give_to_user(f: &Fixture) {
-    let ok = Command::new("chown")
-        .arg("-R")
-        .arg(format!("{USER}:{USER}"))
-        .arg(f.dir.path())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-}
 
 /// `ls --json` shows a stdin backup's real size.
 #[test]

@@ -8,6 +8,9 @@
 //! delta stage's candidate search in stream order as a read would have shown them (DupAdj's
 //! walk goes on after the file).
 //!
+//! Capping (see [`super::rewrite`]) never rewrites an unchanged file's chunks: it decides on
+//! the data it reads, and these are not read (`--force` reads them, and then caps them).
+//!
 //! The ctime is the guard against a file changed without its mtime moving (`touch -d`, a
 //! restored mtime): a write or `utimes` sets the ctime, and nothing can set it back. A file
 //! that changed while the parent read it was recorded with the metadata from before the read,

@@ -212,3 +212,41 @@ fn dupadj_walks_on_past_unchanged_files() {
     assert!(s.dupadj_deltas >= edited, "{s:?}");
     restores_to(&repo, tmp.path(), &src, &files);
 }
+
+/// A file written to while it is backed up was recorded with its metadata from before the
+/// read; it no longer has them, so the next backup reads it again (and restores what it holds
+/// then).
+#[test]
+fn a_file_modified_during_backup_is_read_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = init_repo(&tmp.path().join("repo"), config(1, DeltaConfig::default()));
+    let src = tmp.path().join("src");
+    let mut files = three_files();
+    write_files(&src, &files);
+    let growing = src.join("growing");
+    fs::write(&growing, text(2_000_000, 5)).unwrap();
+    // Appends from before the backup starts until after it ends: whenever the backup takes
+    // the file's metadata, it changes afterwards.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, growing) = (stop.clone(), growing.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = fs::OpenOptions::new().append(true).open(growing).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                f.write_all(b"x").unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    backup_src(&repo, &src, 0, SourceOptions::default());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let r = backup_src(&repo, &src, 1, SourceOptions::default());
+    let s = &r.summary;
+    assert_eq!((s.files_unmodified, s.files_changed), (3, 1), "{s:?}");
+    files.insert("growing".into(), fs::read(&growing).unwrap());
+    restores_to(&repo, tmp.path(), &src, &files);
+}
