@@ -107,8 +107,9 @@ fn stat_tree(root: &Path) -> Vec<(String, String)> {
 }
 
 /// A tree with one of each: files (one sparse, one with attributes and an ACL, one with
-/// another owner, one with a name that is not UTF-8), hard links, a symlink, a FIFO, a
-/// socket, and (as root) a character and a block device.
+/// another owner, one with a name that is not UTF-8), a directory with an attribute and a
+/// default ACL, hard links, a symlink, a FIFO, a socket, and (as root) a character and a
+/// block device.
 fn make_tree(src: &Path) {
     write_files(
         src,
@@ -155,6 +156,15 @@ fn make_tree(src: &Path) {
         rustix::fs::XattrFlags::empty(),
     )
     .unwrap();
+    // A default ACL on a directory (inherited by what is created in it).
+    rustix::fs::setxattr(
+        &sub,
+        "system.posix_acl_default",
+        &acl,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .unwrap();
+    rustix::fs::setxattr(&sub, "user.dir", b"d", rustix::fs::XattrFlags::empty()).unwrap();
     rustix::fs::mknodat(
         rustix::fs::CWD,
         src.join("fifo"),
