@@ -106,10 +106,14 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
     print_notices(&res.notices);
     outln!("snapshot {} saved", res.snapshot_id.short());
     outln!(
-        "files: {}, dirs: {}, symlinks: {}",
+        "files: {} ({} new, {} changed, {} unmodified, not read), dirs: {}, symlinks: {}, special: {}",
         s.files,
+        s.files_new,
+        s.files_changed,
+        s.files_unmodified,
         s.dirs,
-        s.symlinks
+        s.symlinks,
+        s.special_files
     );
     outln!(
         "read {}, new {} ({} chunks of {}), added {} to the repository",

@@ -161,6 +161,16 @@ impl<'a> DedupStage<'a> {
                     self.end_block(true)?;
                 }
                 Item::FileEnd => tree.file_end()?,
+                // Duplicates of the parent's chunks, shown to the candidate search as a read
+                // would have shown them.
+                Item::Unchanged(n, chunks) => {
+                    tree.file_start(n);
+                    for (c, container) in chunks {
+                        self.is_new(&c.id, IndexLookup::Stored(container), false)?;
+                        tree.file_chunk(c)?;
+                    }
+                    tree.file_end()?;
+                }
             }
             tree.maybe_drain(&mut self)?;
         }

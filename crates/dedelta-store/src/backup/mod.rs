@@ -40,12 +40,14 @@ pub mod dedup;
 pub mod delta;
 mod fingerprint;
 pub mod fingerprint_index;
+mod meta;
 pub mod metrics;
 mod pack;
 pub mod resemble;
 pub mod rewrite;
 mod store;
 mod tree_writer;
+pub mod unchanged;
 mod walk;
 
 use crate::error::{Error, Result};
@@ -127,6 +129,8 @@ pub struct BackupOptions {
     /// Which duplicates to store again for restore speed (see [`rewrite`]); `None` rewrites
     /// nothing.
     pub rewriting: Option<Box<dyn rewrite::Rewriting>>,
+    /// The parent snapshot, which files are read, which file systems are crossed.
+    pub sources: unchanged::SourceOptions,
 }
 
 /// The result of a backup.
@@ -182,6 +186,15 @@ enum Item {
     Node(Node),
     /// Start of a regular file.
     FileStart(Node),
+    /// A regular file stored with its parent's recipe, unread: its chunks and their
+    /// containers.
+    Unchanged(
+        Node,
+        Vec<(
+            crate::format::tree::ChunkRef,
+            crate::format::container::ContainerId,
+        )>,
+    ),
     /// The next chunks of the current file, fingerprinted by the pool.
     FileData(Receiver<Vec<Fingerprinted>>),
     /// End of the current file.
@@ -253,8 +266,22 @@ pub fn backup(
     };
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
+    let want_files = !opts.sources.force && opts.stdin.is_none();
+    let mut parent = if delta_cfg.enabled() || want_files {
+        let want = ParentWants {
+            recipe: delta_cfg.enabled() && delta_cfg.dupadj,
+            files: want_files.then_some(&opts.sources),
+        };
+        parent(repo, &snapshot_paths, &opts, want, &mut notices)?
+    } else {
+        None
+    };
+    // Without a parent (or an unreadable one) every file is new.
+    let parent_files = parent
+        .as_mut()
+        .and_then(|p| p.files.take())
+        .or_else(|| want_files.then(|| unchanged::ParentFiles::new(&opts.sources)));
     let delta_stage = if delta_cfg.enabled() {
-        let mut parent = parent(repo, &snapshot_paths, delta_cfg.dupadj, &mut notices);
         // Without a parent, DupAdj still walks this backup's own stored stream.
         let dupadj = delta_cfg.dupadj.then(|| {
             DupAdj::new(
@@ -381,6 +408,10 @@ pub fn backup(
             job,
             jobs_in_flight: jobs_in_flight.clone(),
             blocks: chunk::BlockPool::default(),
+            meta: meta::MetaReader::default(),
+            parent: parent_files,
+            presence: Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone())),
+            one_file_system: opts.sources.one_file_system,
         };
         let walk_result = match opts.stdin.take() {
             Some(src) => walker.stdin(src),
@@ -416,7 +447,12 @@ pub fn backup(
     summary.files = walked.files;
     summary.dirs = walked.dirs;
     summary.symlinks = walked.symlinks;
+    summary.special_files = walked.special;
     summary.bytes_read = walked.bytes_read;
+    summary.files_new = walked.files_new;
+    summary.files_changed = walked.files_changed;
+    summary.files_unmodified = walked.files_unmodified;
+    summary.bytes_unmodified = walked.bytes_unmodified;
     summary.bytes_added = writer_stats.bytes_written;
     summary.containers_written = writer_stats.containers;
     summary.warnings = warnings.len() as u64;
@@ -458,44 +494,87 @@ pub fn backup(
     })
 }
 
-/// What the backup learns from its parent snapshot: the newest snapshot with the same paths,
+/// What the backup learns from its parent snapshot: the one `--parent` names, else the newest
+/// of the same host and paths, else (for delta hints only) the newest with the same paths,
 /// else the newest.
 struct Parent {
     /// Its chunk sequence, for DupAdj (when asked for).
     recipe: Option<ParentRecipe>,
     /// Where its tree's records and references lie, for the tree chunks' delta bases.
     tree: Option<tree_writer::ParentTree>,
+    /// Its files, to skip the unchanged ones (unless every file is read).
+    files: Option<unchanged::ParentFiles>,
+}
+
+/// What to learn from the parent.
+struct ParentWants<'a> {
+    recipe: bool,
+    /// Its files, compared by these rules.
+    files: Option<&'a unchanged::SourceOptions>,
 }
 
 /// Reads the parent snapshot's tree. A parent that cannot be read only costs the backup its
-/// hints: it goes on without one, with a notice (a damaged tree must not block every later
-/// backup of its paths).
+/// hints and its unchanged files: it goes on without one, with a notice (a damaged tree must
+/// not block every later backup of its paths).
+///
+/// # Errors
+/// Only a `--parent` that names no snapshot.
 fn parent(
     repo: &IndexedRepository,
     paths: &[String],
-    want_recipe: bool,
+    opts: &BackupOptions,
+    want: ParentWants<'_>,
     notices: &mut Vec<String>,
-) -> Option<Parent> {
-    let listed = match repo.snapshots() {
-        Ok(l) => l,
-        Err(e) => {
-            notices.push(format!("no parent snapshot for delta hints: {e}"));
-            return None;
+) -> Result<Option<Parent>> {
+    let chosen = match &opts.sources.parent {
+        Some(spec) => repo.find_snapshot(spec)?,
+        None => {
+            let listed = match repo.snapshots() {
+                Ok(l) => l,
+                Err(e) => {
+                    notices.push(format!("no parent snapshot: {e}"));
+                    return Ok(None);
+                }
+            };
+            notices.extend(listed.warnings());
+            let all = listed.snapshots;
+            let same_host = all
+                .iter()
+                .rposition(|(_, s)| s.paths == paths && s.host == opts.host);
+            // Files are compared only with a snapshot of the same host and paths.
+            let fallback = all.iter().rposition(|(_, s)| s.paths == paths);
+            let Some(i) = same_host.or(fallback).or(all.len().checked_sub(1)) else {
+                return Ok(None);
+            };
+            let mut all = all;
+            let chosen = all.swap_remove(i);
+            if same_host.is_none() {
+                return Ok(read_parent(repo, chosen, want.recipe, None, notices));
+            }
+            chosen
         }
     };
-    notices.extend(listed.warnings());
-    let all = &listed.snapshots;
-    let (id, snap) = all
-        .iter()
-        .rev()
-        .find(|(_, s)| s.paths == paths)
-        .or_else(|| all.last())?;
+    Ok(read_parent(repo, chosen, want.recipe, want.files, notices))
+}
+
+/// Reads the chosen parent's tree.
+fn read_parent(
+    repo: &IndexedRepository,
+    (id, snap): (SnapshotId, Snapshot),
+    want_recipe: bool,
+    files: Option<&unchanged::SourceOptions>,
+    notices: &mut Vec<String>,
+) -> Option<Parent> {
     let mut ids = Vec::new();
     let mut tree = tree_writer::ParentTreeBuilder::new();
-    let walked = crate::read::walk_tree_measured(repo, snap, |node, chunks| {
+    let mut parent_files = files.map(unchanged::ParentFiles::new);
+    let walked = crate::read::walk_tree_measured(repo, &snap, |node, chunks| {
         tree.node(&node, &chunks);
         if want_recipe {
             ids.extend(chunks.iter().map(|c| c.id));
+        }
+        if let Some(f) = parent_files.as_mut() {
+            f.add(&node, &chunks);
         }
         Ok(())
     });
@@ -503,6 +582,7 @@ fn parent(
         Ok(lens) => Some(Parent {
             recipe: want_recipe.then(|| ParentRecipe::new(ids)),
             tree: tree.finish(&snap.tree.chunks, &lens),
+            files: parent_files,
         }),
         Err(e) => {
             notices.push(format!(

@@ -6,5 +6,7 @@ pub use crate::backup::{
         FingerprintIndexKind, FingerprintIndexOptions, LookupCounters, DEFAULT_CACHE_CONTAINERS,
     },
     metrics::BackupMetrics,
-    rewrite, BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
+    rewrite,
+    unchanged::SourceOptions,
+    BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
 };
