@@ -24,6 +24,8 @@ use bytes::Bytes;
 use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::path::PathBuf;
+use std::sync::Arc;
+use super::prefetch::PrefetchedBases;
 
 /// The share of the budget that new full chunks not used as a base yet may hold (see
 /// [`BaseCache`]).
@@ -145,6 +147,10 @@ pub struct BaseCounts {
     pub local: u64,
     /// Read back from the repository (or not found).
     pub read_back: u64,
+    /// Served from LoopDelta's potential base chunk cache ([`super::prefetch`]).
+    pub prefetched: u64,
+    /// Candidates dropped because, taking bases only from caches, none held them.
+    pub not_cached: u64,
 }
 
 /// Delta links down a chain, nearest first: each chunk with the base it is a delta of.
@@ -174,6 +180,8 @@ pub struct BaseFetcher<'a> {
     pub counts: BaseCounts,
     /// Candidates that could not be read.
     unreadable: Vec<String>,
+    /// LoopDelta: bases only from this cache and from memory, never read back.
+    prefetched: Option<Arc<PrefetchedBases>>,
 }
 
 impl<'a> BaseFetcher<'a> {
@@ -190,7 +198,39 @@ impl<'a> BaseFetcher<'a> {
             budget,
             counts: BaseCounts::default(),
             unreadable: Vec::new(),
+            prefetched: None,
         })
+    }
+
+    /// Takes bases only from `prefetched` and from memory (this backup's new chunks): a
+    /// candidate neither holds is dropped, never read back (LoopDelta §4.3).
+    pub fn only_cached(mut self, prefetched: Arc<PrefetchedBases>) -> Self {
+        self.prefetched = Some(prefetched);
+        self
+    }
+
+    /// [`Self::fetch`] when bases come only from caches.
+    fn fetch_cached(&mut self, id: ChunkId, prefetched: &PrefetchedBases) -> Option<Base> {
+        // Only chunks stored in full are cached there.
+        if let Some(bytes) = prefetched.get(&id) {
+            self.counts.prefetched += 1;
+            return Some(Base {
+                id,
+                bytes,
+                depth: 0,
+            });
+        }
+        match self.cache.depth_of(&id) {
+            Some(depth) if depth <= self.max_base_depth => {
+                let bytes = self.cache.get(&id)?;
+                self.counts.memory += 1;
+                Some(Base { id, bytes, depth })
+            }
+            _ => {
+                self.counts.not_cached += 1;
+                None
+            }
+        }
     }
 
     /// Reads bases from the local base cache in directory `path` and updates it at the end
@@ -253,6 +293,9 @@ impl<'a> BaseFetcher<'a> {
     /// chunk down its delta chain that is) with its bytes and depth. `None` if it is not
     /// indexed or cannot be read.
     pub fn fetch(&mut self, id: ChunkId) -> Result<Option<Base>> {
+        if let Some(p) = self.prefetched.clone() {
+            return Ok(self.fetch_cached(id, &p));
+        }
         let Some((base, depth, links)) = self.shallow_enough(id)? else {
             self.counts.read_back += 1;
             return Ok(None);

@@ -36,10 +36,12 @@ pub mod bases;
 mod chunk;
 pub mod dedup;
 pub mod delta;
+pub mod dense;
 mod fingerprint;
 pub mod fingerprint_index;
 pub mod metrics;
 mod pack;
+pub mod prefetch;
 pub mod resemble;
 pub mod rewrite;
 mod store;
@@ -67,6 +69,7 @@ use fingerprint_index::{
 };
 use metrics::{BackupMetrics, StageTimes};
 use resemble::dupadj::{DupAdj, ParentRecipe};
+use prefetch::PrefetchSketchIndex;
 use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use resemble::CandidateSearch;
 use std::io::Read;
@@ -230,6 +233,7 @@ pub fn backup(
     }
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
     config.check_depth(&delta_cfg)?;
+    let dense_threshold = delta_cfg.dense_threshold;
     // What the writer records in the index, and what the full sketch index finds, follow this
     // backup's choice; the config's is set back when it ends.
     repo.index().set_sketch_keep(delta_cfg.sketch_keep);
@@ -249,6 +253,8 @@ pub fn backup(
         )),
         None => None,
     };
+    // LoopDelta (§4.2-§4.3): the lineage's dense containers, loaded whole when prefetched.
+    let prefetched = prefetched_bases(repo, &delta_cfg, &opts, &snapshot_paths, &mut notices)?;
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
     let delta_stage = if delta_cfg.enabled() {
@@ -275,8 +281,17 @@ pub fn backup(
                         delta_cfg.stream_cache_containers,
                     )))
                 }
+                (Some(_), crate::format::config::SketchIndexKind::Prefetch) => {
+                    prefetched.as_ref().map(|(p, capacity)| {
+                        Box::new(PrefetchSketchIndex::new(p.clone(), *capacity))
+                            as Box<dyn SketchIndex>
+                    })
+                }
             };
-        let bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
+        let mut bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
+        if let Some((p, _)) = &prefetched {
+            bases = bases.only_cached(p.clone());
+        }
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),
@@ -287,7 +302,8 @@ pub fn backup(
         if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
             stage.sketch_dupadj_misses(sk.clone());
         }
-        if let Some(root) = &opts.cache_dir {
+        // LoopDelta's bases come from its prefetch cache only (no local base cache).
+        if let (Some(root), None) = (&opts.cache_dir, &prefetched) {
             match crate::client::cache::repo_dir(root, &config.id) {
                 Ok(dir) => notices.extend(stage.use_local_cache(dir)),
                 Err(e) => notices.push(format!("{e}; no local base cache")),
@@ -302,21 +318,32 @@ pub fn backup(
     let damage = Arc::new(damage);
     // One read view for the pool and the dedup thread, taken before anything of this backup
     // is indexed (the filter too: what this backup indexes goes into it as well, harmlessly).
-    let lookup: Arc<dyn FingerprintIndex> = match opts.lookup.kind {
+    // Base prefetching piggybacks on the locality index's metadata prefetches.
+    let lookup_kind = match prefetched {
+        Some(_) => FingerprintIndexKind::Locality,
+        None => opts.lookup.kind,
+    };
+    let lookup: Arc<dyn FingerprintIndex> = match lookup_kind {
         FingerprintIndexKind::Exact => {
             Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone()))
         }
         FingerprintIndexKind::Locality => {
             let (filter, rebuilt) = repo.index().fingerprint_filter()?;
             notices.extend(rebuilt);
-            Arc::new(LocalityIndex::new(
+            let index = LocalityIndex::new(
                 repo.index().reader()?,
                 damage.clone(),
                 filter,
                 // Metered as prefetches (issue 16 item 4's purpose for them).
                 repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
                 opts.lookup.cache_containers,
-            ))
+            );
+            Arc::new(match &prefetched {
+                Some((p, _)) => index.with_loader(Arc::new(prefetch::DensePrefetcher {
+                    bases: p.clone(),
+                })),
+                None => index,
+            })
         }
     };
     let dedup_index = DedupIndex { lookup };
@@ -356,6 +383,9 @@ pub fn backup(
         );
         if let Some(r) = opts.rewriting.take() {
             dedup = dedup.rewriting(r);
+        }
+        if let Some((p, _)) = &prefetched {
+            dedup = dedup.monitoring(dense::ReuseMonitor::new(p.clone()));
         }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
@@ -413,7 +443,7 @@ pub fn backup(
     summary.symlinks = walked.symlinks;
     summary.bytes_read = walked.bytes_read;
     summary.bytes_added = writer_stats.bytes_written;
-    summary.containers_written = writer_stats.containers;
+    summary.containers_written = writer_stats.containers.len() as u64;
     summary.warnings = warnings.len() as u64;
     summary.seconds = started.elapsed().as_secs_f64();
     let metrics = BackupMetrics {
@@ -432,6 +462,7 @@ pub fn backup(
             ..dedup_index.lookup.counters()
         },
         rewritten: dedup_out.rewritten,
+        prefetch: prefetched.as_ref().map(|(p, _)| p.counts()),
     };
     let snapshot = Snapshot {
         time: opts.time,
@@ -443,6 +474,22 @@ pub fn backup(
         ..Default::default()
     };
     let snapshot_id = crate::repository::snapshots::save(repo.backend().as_ref(), &snapshot)?;
+    // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
+    // killed before it leaves a snapshot without one (see crate::format::dense).
+    let mut metrics = metrics;
+    if let (Some(m), Some(p)) = (&dedup_out.monitor, metrics.prefetch.as_mut()) {
+        let list = crate::format::dense::DenseList {
+            snapshot: snapshot_id,
+            threshold: dense_threshold,
+            containers: m.dense(dense_threshold, &writer_stats.containers),
+        };
+        p.dense_written = list.containers.len() as u64;
+        if let Err(e) = dense::save(repo.backend().as_ref(), &list) {
+            notices.push(format!(
+                "dense container list not saved ({e}); the next backup prefetches no bases"
+            ));
+        }
+    }
     Ok(BackupResult {
         snapshot_id,
         summary,
@@ -450,6 +497,37 @@ pub fn backup(
         notices,
         metrics,
     })
+}
+
+/// LoopDelta's potential base chunk cache for a backup whose sketch index is `prefetch`, and
+/// its capacity in containers (the config's, else 150, or 20 with rewriting: LoopDelta §5.3),
+/// filled from the dense container list of the lineage's last backup; `None` otherwise.
+fn prefetched_bases(
+    repo: &IndexedRepository,
+    delta: &DeltaConfig,
+    opts: &BackupOptions,
+    paths: &[String],
+    notices: &mut Vec<String>,
+) -> Result<Option<(Arc<prefetch::PrefetchedBases>, usize)>> {
+    use crate::format::config::{
+        SketchIndexKind, PREFETCH_CACHE_CONTAINERS, PREFETCH_CACHE_CONTAINERS_CAPPING,
+    };
+    if delta.sketch_index != SketchIndexKind::Prefetch || delta.sketch.is_none() {
+        return Ok(None);
+    }
+    let capacity = delta.prefetch_cache_containers.unwrap_or(if opts.rewriting.is_some() {
+        PREFETCH_CACHE_CONTAINERS_CAPPING
+    } else {
+        PREFETCH_CACHE_CONTAINERS
+    });
+    let listed = repo.snapshots()?;
+    let (dense, notice) =
+        dense::load_for_lineage(repo.backend().as_ref(), &listed, &opts.host, paths);
+    notices.extend(notice);
+    Ok(Some((
+        Arc::new(prefetch::PrefetchedBases::new(dense, capacity)),
+        capacity,
+    )))
 }
 
 /// What the backup learns from its parent snapshot: the newest snapshot with the same paths,

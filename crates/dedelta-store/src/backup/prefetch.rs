@@ -1,0 +1,344 @@
+//! Runs on: the worker pool (loading containers, through the locality fingerprint index) and
+//! the dedup thread (candidates and bases).
+//!
+//! Locality-aware base prefetching (LoopDelta §4.3). At the start of a backup the dense
+//! container list of the lineage's last backup ([`super::dense`]) becomes a lookup table.
+//! When the locality fingerprint index prefetches a container's metadata for deduplication
+//! and the container is on the list, the whole container comes in the same request
+//! ([`DensePrefetcher`], metered as a prefetch): its metadata feeds deduplication as before,
+//! and its full chunks, with their super-features from the metadata, enter the potential
+//! base chunk cache ([`PrefetchedBases`]), an LRU bounded in containers whose chunks are
+//! evicted a container at a time. Deltas are not loaded: only chunks stored in full are bases
+//! (one-level, as LoopDelta follows Shilane et al.).
+//!
+//! Resemblance detection then looks only there and at this backup's own new full chunks
+//! ([`PrefetchSketchIndex`]), and the delta stage takes bases only from there and from
+//! memory ([`super::bases::BaseFetcher::only_cached`]): no base is read on its own, so the
+//! backup's base reads (the I/O accounting's `base reads`) stay 0.
+//!
+//! The cache also remembers how many entries every container loaded through it has (whole
+//! or metadata only): the denominators of the reuse ratios [`super::dense::ReuseMonitor`]
+//! computes.
+
+use super::fingerprint_index::MetaLoader;
+use super::resemble::sketch_index::SketchIndex;
+use crate::backend::{Backend, FileKind};
+use crate::error::{Error, Result};
+use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
+use crate::repository::read_container_meta;
+use bytes::Bytes;
+use dedelta_core::sketch::{FirstFitIndex, SuperFeatures};
+use dedelta_core::ChunkId;
+use lru::LruCache;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A super-feature at its position.
+type Key = (u8, u64);
+
+/// What the potential base chunk cache did in one backup (reported, never stored).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PrefetchCounts {
+    /// Containers on the dense list the backup started with.
+    pub dense_listed: u64,
+    /// Dense containers loaded whole (one request each, with their metadata).
+    pub dense_loaded: u64,
+    /// Full chunks those brought into the cache.
+    pub chunks_loaded: u64,
+    /// Their raw bytes.
+    pub bytes_loaded: u64,
+    /// Bases the cache served.
+    pub bases_served: u64,
+    /// Containers on the dense list this backup wrote.
+    pub dense_written: u64,
+}
+
+/// One cached container: its full chunks and the keys it holds.
+struct CachedContainer {
+    chunks: Vec<ChunkId>,
+    keys: Vec<Key>,
+}
+
+struct Inner {
+    containers: LruCache<ContainerId, CachedContainer>,
+    /// Bytes of each cached full chunk, and the container loaded last that holds it.
+    chunks: HashMap<ChunkId, (Bytes, ContainerId)>,
+    /// For each key, its cached holders, oldest load first (one per container).
+    keys: HashMap<Key, Vec<(ChunkId, ContainerId)>>,
+    /// Entry count of every container whose metadata came through the cache.
+    entries: HashMap<ContainerId, u32>,
+    counts: PrefetchCounts,
+}
+
+/// LoopDelta's potential base chunk cache (see the module doc), shared by the pool's
+/// threads and the dedup thread.
+pub struct PrefetchedBases {
+    /// The last backup's dense container list.
+    dense: HashSet<ContainerId>,
+    inner: Mutex<Inner>,
+}
+
+impl PrefetchedBases {
+    /// A cache of up to `capacity` containers' full chunks, loading those of `dense`.
+    pub fn new(dense: HashSet<ContainerId>, capacity: usize) -> Self {
+        let counts = PrefetchCounts {
+            dense_listed: dense.len() as u64,
+            ..PrefetchCounts::default()
+        };
+        PrefetchedBases {
+            dense,
+            inner: Mutex::new(Inner {
+                containers: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
+                chunks: HashMap::new(),
+                keys: HashMap::new(),
+                entries: HashMap::new(),
+                counts,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `id` is on the dense list.
+    pub fn is_dense(&self, id: &ContainerId) -> bool {
+        self.dense.contains(id)
+    }
+
+    /// Whether container `id`'s chunks are cached (refreshing it if so).
+    fn touch(&self, id: &ContainerId) -> bool {
+        self.lock().containers.get(id).is_some()
+    }
+
+    /// Records that container `id` has `entries` entries.
+    fn record_entries(&self, id: ContainerId, entries: usize) {
+        self.lock().entries.insert(id, entries as u32);
+    }
+
+    /// Takes in container `id`'s full chunks (with their super-features) as the most recently
+    /// used, evicting the least recently used container if full.
+    fn insert(&self, id: ContainerId, chunks: Vec<(ChunkId, Bytes, Vec<u64>)>) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        if inner.containers.contains(&id) {
+            return;
+        }
+        inner.counts.dense_loaded += 1;
+        let mut cached = CachedContainer {
+            chunks: Vec::with_capacity(chunks.len()),
+            keys: Vec::new(),
+        };
+        for (chunk, bytes, sfs) in chunks {
+            inner.counts.chunks_loaded += 1;
+            inner.counts.bytes_loaded += bytes.len() as u64;
+            for (i, sf) in sfs.iter().enumerate() {
+                let k = (i as u8, *sf);
+                let holders = inner.keys.entry(k).or_default();
+                if holders.last().map(|h| h.1) != Some(id) {
+                    holders.push((chunk, id));
+                    cached.keys.push(k);
+                }
+            }
+            inner.chunks.insert(chunk, (bytes, id));
+            cached.chunks.push(chunk);
+        }
+        if let Some((old, gone)) = inner.containers.push(id, cached) {
+            if old != id {
+                for c in &gone.chunks {
+                    if inner.chunks.get(c).is_some_and(|(_, at)| *at == old) {
+                        inner.chunks.remove(c);
+                    }
+                }
+                for k in &gone.keys {
+                    if let Some(holders) = inner.keys.get_mut(k) {
+                        holders.retain(|h| h.1 != old);
+                        if holders.is_empty() {
+                            inner.keys.remove(k);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A cached chunk's bytes (refreshing its container), counted as a base served.
+    pub fn get(&self, id: &ChunkId) -> Option<Bytes> {
+        let mut g = self.lock();
+        let (bytes, c) = g.chunks.get(id).cloned()?;
+        g.containers.get(&c);
+        g.counts.bases_served += 1;
+        Some(bytes)
+    }
+
+    /// The container a cached chunk was loaded from.
+    pub fn container_of(&self, id: &ChunkId) -> Option<ContainerId> {
+        self.lock().chunks.get(id).map(|(_, c)| *c)
+    }
+
+    /// The entry count of a container whose metadata came through the cache.
+    pub fn entries(&self, id: &ContainerId) -> Option<u32> {
+        self.lock().entries.get(id).copied()
+    }
+
+    /// FirstFit over the cached chunks: at each super-feature position in order, the first
+    /// cached holder; up to `limit` distinct chunks.
+    fn lookup(&self, sfs: &SuperFeatures, out: &mut Vec<ChunkId>, limit: usize) {
+        let g = self.lock();
+        for (position, sf) in sfs.0.iter().enumerate() {
+            if out.len() >= limit {
+                break;
+            }
+            if let Some(&(id, _)) = g.keys.get(&(position as u8, *sf)).and_then(|h| h.first()) {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+    }
+
+    /// Containers whose chunks are cached now.
+    pub fn cached_containers(&self) -> usize {
+        self.lock().containers.len()
+    }
+
+    /// What the cache did so far.
+    pub fn counts(&self) -> PrefetchCounts {
+        self.lock().counts
+    }
+}
+
+/// The locality index's loader for LoopDelta: a dense container not cached yet is read
+/// whole, in one request, and its full chunks enter the cache; any other container's
+/// metadata is read as usual.
+pub struct DensePrefetcher {
+    /// The cache it fills.
+    pub bases: Arc<PrefetchedBases>,
+}
+
+impl DensePrefetcher {
+    /// Reads container `id` whole: its metadata, and its full chunks into the cache.
+    fn load_whole(&self, backend: &dyn Backend, id: &ContainerId) -> Result<ContainerMeta> {
+        let name = id.to_hex();
+        let what = format!("container {name}");
+        let file = backend.get(FileKind::Container, &name)?;
+        // The name is the hash of the bytes: a whole read is verified entirely (the bases
+        // decoded below are then exactly what a restore decodes).
+        if ChunkId::of(&file).0 != id.0 {
+            return Err(Error::corrupt(&what, "content does not match its name"));
+        }
+        let meta = container::decode_container_meta(&file, &what)?;
+        let mut raw: HashMap<u32, Vec<u8>> = HashMap::new();
+        let mut chunks = Vec::new();
+        for e in meta.entries.iter().filter(|e| e.kind == EntryKind::Full) {
+            if let std::collections::hash_map::Entry::Vacant(v) = raw.entry(e.region) {
+                let r = meta
+                    .regions
+                    .get(e.region as usize)
+                    .ok_or_else(|| Error::corrupt(&what, "entry names no region"))?;
+                let stored = file
+                    .get(r.offset as usize..(r.offset as usize + r.stored_len as usize))
+                    .ok_or_else(|| Error::corrupt(&what, "region outside the file"))?;
+                v.insert(container::open_region(stored, r, &what)?);
+            }
+            let bytes = raw[&e.region]
+                .get(e.offset as usize..e.offset as usize + e.stored_len as usize)
+                .ok_or_else(|| Error::corrupt(&what, "entry outside its region"))?;
+            chunks.push((
+                e.id,
+                Bytes::copy_from_slice(bytes),
+                e.super_features.clone(),
+            ));
+        }
+        self.bases.insert(*id, chunks);
+        Ok(meta)
+    }
+}
+
+impl MetaLoader for DensePrefetcher {
+    fn load(&self, backend: &dyn Backend, id: &ContainerId) -> Result<ContainerMeta> {
+        let meta = if self.bases.is_dense(id) && !self.bases.touch(id) {
+            // A container that cannot be read whole is no base; its metadata may still be
+            // readable (the lookup's answer stands either way).
+            match self.load_whole(backend, id) {
+                Ok(meta) => meta,
+                Err(_) => read_container_meta(backend, &id.to_hex())?,
+            }
+        } else {
+            read_container_meta(backend, &id.to_hex())?
+        };
+        self.bases.record_entries(*id, meta.entries.len());
+        Ok(meta)
+    }
+}
+
+/// Generations of this backup's new chunks the index keeps, per container of capacity.
+const GENERATION_CHUNKS: usize = 512;
+
+/// Resemblance detection over the potential base chunk cache and this backup's own new full
+/// chunks (the latter for about as many containers' worth as the cache holds, as
+/// [`super::resemble::sketch_index::StreamSketchIndex`] keeps them).
+pub struct PrefetchSketchIndex {
+    bases: Arc<PrefetchedBases>,
+    /// This backup's new full chunks, oldest generation first; the last is being filled.
+    overlay: VecDeque<(FirstFitIndex<ChunkId>, usize)>,
+    capacity: usize,
+}
+
+impl PrefetchSketchIndex {
+    /// An index over `bases` and up to `capacity` generations of new chunks.
+    pub fn new(bases: Arc<PrefetchedBases>, capacity: usize) -> Self {
+        PrefetchSketchIndex {
+            bases,
+            overlay: VecDeque::from([(FirstFitIndex::default(), 0)]),
+            capacity: capacity.max(1),
+        }
+    }
+}
+
+impl SketchIndex for PrefetchSketchIndex {
+    fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>> {
+        // The prefetched chunks first: they are the previous backup's (logical locality),
+        // the chunks this backup's are most alike.
+        let mut out = Vec::new();
+        self.bases.lookup(sfs, &mut out, limit);
+        for (position, sf) in sfs.0.iter().enumerate() {
+            if out.len() >= limit {
+                break;
+            }
+            if let Some(id) = self
+                .overlay
+                .iter()
+                .find_map(|g| g.0.get(position, *sf).copied())
+            {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
+        if self.overlay.back().is_none_or(|g| g.1 >= GENERATION_CHUNKS) {
+            self.overlay.push_back((FirstFitIndex::default(), 0));
+            while self.overlay.len() > self.capacity {
+                self.overlay.pop_front();
+            }
+        }
+        if let Some(g) = self.overlay.back_mut() {
+            g.0.insert(id, sfs);
+            g.1 += 1;
+        }
+    }
+
+    fn consulted(&mut self, _container: ContainerId) -> Result<()> {
+        // Containers come in through the fingerprint index's prefetches (DensePrefetcher).
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "prefetch"
+    }
+}
