@@ -100,6 +100,7 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         v["rewritten_bytes"] = json!(m.rewritten.bytes);
         v["capping_segments"] = json!(m.rewritten.segments);
         v["base_prefetched_hits"] = json!(m.bases.prefetched);
+        v["base_not_cached"] = json!(m.bases.not_cached);
         if let Some(p) = &m.prefetch {
             v["prefetch"] = json!(p);
         }

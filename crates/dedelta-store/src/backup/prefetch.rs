@@ -16,9 +16,10 @@
 //! memory ([`super::bases::BaseFetcher::only_cached`]): no base is read on its own, so the
 //! backup's base reads (the I/O accounting's `base reads`) stay 0.
 //!
-//! The cache also remembers how many entries every container loaded through it has (whole
-//! or metadata only): the denominators of the reuse ratios [`super::dense::ReuseMonitor`]
-//! computes.
+//! The cache also remembers which chunks every container loaded through it (whole or
+//! metadata only) stores in full, by an 8-byte prefix of their fingerprints: the data chunks
+//! whose share a backup references is the container's reuse ratio
+//! ([`super::dense::ReuseMonitor`]; 8 bytes a chunk of each container a backup touches).
 
 use super::fingerprint_index::MetaLoader;
 use super::resemble::sketch_index::SketchIndex;
@@ -36,6 +37,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A super-feature at its position.
 type Key = (u8, u64);
+
+/// The first 8 bytes of a fingerprint: enough to tell a container's entries apart.
+fn prefix(id: &ChunkId) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&id.0[..8]);
+    u64::from_le_bytes(b)
+}
 
 /// What the potential base chunk cache did in one backup (reported, never stored).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -66,8 +74,9 @@ struct Inner {
     chunks: HashMap<ChunkId, (Bytes, ContainerId)>,
     /// For each key, its cached holders, oldest load first (one per container).
     keys: HashMap<Key, Vec<(ChunkId, ContainerId)>>,
-    /// Entry count of every container whose metadata came through the cache.
-    entries: HashMap<ContainerId, u32>,
+    /// The full entries (fingerprint prefixes) of every container whose metadata came
+    /// through the cache.
+    full: HashMap<ContainerId, HashSet<u64>>,
     counts: PrefetchCounts,
 }
 
@@ -92,7 +101,7 @@ impl PrefetchedBases {
                 containers: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
                 chunks: HashMap::new(),
                 keys: HashMap::new(),
-                entries: HashMap::new(),
+                full: HashMap::new(),
                 counts,
             }),
         }
@@ -112,9 +121,15 @@ impl PrefetchedBases {
         self.lock().containers.get(id).is_some()
     }
 
-    /// Records that container `id` has `entries` entries.
-    fn record_entries(&self, id: ContainerId, entries: usize) {
-        self.lock().entries.insert(id, entries as u32);
+    /// Records which chunks container `id` stores in full.
+    fn record_full(&self, id: ContainerId, meta: &ContainerMeta) {
+        let full = meta
+            .entries
+            .iter()
+            .filter(|e| e.kind == EntryKind::Full)
+            .map(|e| prefix(&e.id))
+            .collect();
+        self.lock().full.insert(id, full);
     }
 
     /// Takes in container `id`'s full chunks (with their super-features) as the most recently
@@ -177,9 +192,18 @@ impl PrefetchedBases {
         self.lock().chunks.get(id).map(|(_, c)| *c)
     }
 
-    /// The entry count of a container whose metadata came through the cache.
-    pub fn entries(&self, id: &ContainerId) -> Option<u32> {
-        self.lock().entries.get(id).copied()
+    /// How many chunks a container whose metadata came through the cache stores in full.
+    pub fn full_count(&self, id: &ContainerId) -> Option<usize> {
+        self.lock().full.get(id).map(HashSet::len)
+    }
+
+    /// Whether container `id` (whose metadata came through the cache) stores `chunk` in
+    /// full; `false` if unknown.
+    pub fn stores_full(&self, id: &ContainerId, chunk: &ChunkId) -> bool {
+        self.lock()
+            .full
+            .get(id)
+            .is_some_and(|f| f.contains(&prefix(chunk)))
     }
 
     /// FirstFit over the cached chunks: at each super-feature position in order, the first
@@ -268,7 +292,7 @@ impl MetaLoader for DensePrefetcher {
         } else {
             read_container_meta(backend, &id.to_hex())?
         };
-        self.bases.record_entries(*id, meta.entries.len());
+        self.bases.record_full(*id, &meta);
         Ok(meta)
     }
 }
