@@ -206,20 +206,13 @@ impl PrefetchedBases {
             .is_some_and(|f| f.contains(&prefix(chunk)))
     }
 
-    /// FirstFit over the cached chunks: at each super-feature position in order, the first
-    /// cached holder; up to `limit` distinct chunks.
-    fn lookup(&self, sfs: &SuperFeatures, out: &mut Vec<ChunkId>, limit: usize) {
+    /// The first cached holder of super-feature `sf` at `position`.
+    fn holder(&self, position: usize, sf: u64) -> Option<ChunkId> {
         let g = self.lock();
-        for (position, sf) in sfs.0.iter().enumerate() {
-            if out.len() >= limit {
-                break;
-            }
-            if let Some(&(id, _)) = g.keys.get(&(position as u8, *sf)).and_then(|h| h.first()) {
-                if !out.contains(&id) {
-                    out.push(id);
-                }
-            }
-        }
+        g.keys
+            .get(&(position as u8, sf))
+            .and_then(|h| h.first())
+            .map(|h| h.0)
     }
 
     /// Containers whose chunks are cached now.
@@ -323,22 +316,20 @@ impl PrefetchSketchIndex {
 
 impl SketchIndex for PrefetchSketchIndex {
     fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>> {
-        // The prefetched chunks first: they are the previous backup's (logical locality),
-        // the chunks this backup's are most alike.
+        // FirstFit as the stream index does it: at each super-feature position in order,
+        // this backup's oldest new chunk with it, else the first cached holder.
         let mut out = Vec::new();
-        self.bases.lookup(sfs, &mut out, limit);
         for (position, sf) in sfs.0.iter().enumerate() {
             if out.len() >= limit {
                 break;
             }
-            if let Some(id) = self
+            let found = self
                 .overlay
                 .iter()
                 .find_map(|g| g.0.get(position, *sf).copied())
-            {
-                if !out.contains(&id) {
-                    out.push(id);
-                }
+                .or_else(|| self.bases.holder(position, *sf));
+            if let Some(id) = found.filter(|id| !out.contains(id)) {
+                out.push(id);
             }
         }
         Ok(out)
