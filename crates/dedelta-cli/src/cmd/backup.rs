@@ -134,7 +134,10 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         },
         lookup,
         rewriting: capping(
-            match (args.capping_level, args.delta.preset()?.and_then(|p| p.capping)) {
+            match (
+                args.capping_level,
+                args.delta.preset()?.and_then(|p| p.capping),
+            ) {
                 (0, Some(preset)) => preset.level,
                 (level, _) => level,
             },

@@ -14,6 +14,7 @@
 //! (damage `check` has not recorded yet) is skipped, never used, and reported when the backup
 //! ends.
 
+use super::prefetch::PrefetchedBases;
 use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
@@ -25,7 +26,6 @@ use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::path::PathBuf;
 use std::sync::Arc;
-use super::prefetch::PrefetchedBases;
 
 /// The share of the budget that new full chunks not used as a base yet may hold (see
 /// [`BaseCache`]).

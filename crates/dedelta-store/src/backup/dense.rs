@@ -77,11 +77,7 @@ impl ReuseMonitor {
     pub fn ratio(&self, container: &ContainerId) -> Option<f64> {
         let n = self.bases.full_count(container)?;
         let refs = self.referenced.get(container)?.len();
-        Some(if n == 0 {
-            0.0
-        } else {
-            refs as f64 / n as f64
-        })
+        Some(if n == 0 { 0.0 } else { refs as f64 / n as f64 })
     }
 
     /// The dense container list: the old containers whose reuse ratio is above `threshold`

@@ -68,8 +68,8 @@ use fingerprint_index::{
     ExactIndex, FingerprintIndex, FingerprintIndexKind, FingerprintIndexOptions, LocalityIndex,
 };
 use metrics::{BackupMetrics, StageTimes};
-use resemble::dupadj::{DupAdj, ParentRecipe};
 use prefetch::PrefetchSketchIndex;
+use resemble::dupadj::{DupAdj, ParentRecipe};
 use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use resemble::CandidateSearch;
 use std::io::Read;
@@ -339,9 +339,9 @@ pub fn backup(
                 opts.lookup.cache_containers,
             );
             Arc::new(match &prefetched {
-                Some((p, _)) => index.with_loader(Arc::new(prefetch::DensePrefetcher {
-                    bases: p.clone(),
-                })),
+                Some((p, _)) => {
+                    index.with_loader(Arc::new(prefetch::DensePrefetcher { bases: p.clone() }))
+                }
                 None => index,
             })
         }
@@ -515,11 +515,13 @@ fn prefetched_bases(
     if delta.sketch_index != SketchIndexKind::Prefetch || delta.sketch.is_none() {
         return Ok(None);
     }
-    let capacity = delta.prefetch_cache_containers.unwrap_or(if opts.rewriting.is_some() {
-        PREFETCH_CACHE_CONTAINERS_CAPPING
-    } else {
-        PREFETCH_CACHE_CONTAINERS
-    });
+    let capacity = delta
+        .prefetch_cache_containers
+        .unwrap_or(if opts.rewriting.is_some() {
+            PREFETCH_CACHE_CONTAINERS_CAPPING
+        } else {
+            PREFETCH_CACHE_CONTAINERS
+        });
     let listed = repo.snapshots()?;
     let (dense, notice) =
         dense::load_for_lineage(repo.backend().as_ref(), &listed, &opts.host, paths);

@@ -114,8 +114,8 @@ impl SketchIndexKind {
             SketchIndexKind::Stream,
             SketchIndexKind::Prefetch,
         ]
-            .into_iter()
-            .find(|k| k.name() == s)
+        .into_iter()
+        .find(|k| k.name() == s)
     }
 }
 

@@ -16,8 +16,8 @@
 
 use crate::support::{
     backup_files, backup_files_with, backup_options, backup_with, config, container_of_first_chunk,
-    files_restored, forget_ids, gone, locked, loopdelta_delta, me, noise, prune_with, read_files, restore_to,
-    run_check, text, time_of, versioned_text, write_files, Files,
+    files_restored, forget_ids, gone, locked, loopdelta_delta, me, noise, prune_with, read_files,
+    restore_to, run_check, text, time_of, versioned_text, write_files, Files,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -583,7 +583,9 @@ fn loopdelta_backup_crashed_at_every_write() {
         assert!(p.dense_loaded > 0 && p.bases_served > 0, "{p:?}");
         assert_eq!(res.metrics.bases.read_back, 0);
     }
-    let log = writes_of(&base, Store::Memory, |repo, t| backup_next(repo, t).unwrap());
+    let log = writes_of(&base, Store::Memory, |repo, t| {
+        backup_next(repo, t).unwrap()
+    });
     let at = |kind| log.iter().position(|(k, _)| *k == kind);
     assert!(
         at(FileKind::Dense) > at(FileKind::Snapshot),

@@ -103,11 +103,17 @@ fn dense_containers_are_prefetched_and_become_bases_without_base_reads() {
     );
     let prefetch = io.get(Purpose::Prefetch, Direction::Read);
     assert!(prefetch.requests >= p1.dense_loaded, "{io:?}");
-    assert!(prefetch.bytes >= p1.bytes_loaded / 4, "whole containers read: {io:?}");
+    assert!(
+        prefetch.bytes >= p1.bytes_loaded / 4,
+        "whole containers read: {io:?}"
+    );
     // Without the list (a backup of another lineage) nothing is loaded whole, so no bases.
     let other = backup(&repo, &tmp.path().join("other"), &tree(1), 2, |_| {});
     let po = other.metrics.prefetch.unwrap();
-    assert_eq!((po.dense_listed, po.dense_loaded, po.bases_served), (0, 0, 0));
+    assert_eq!(
+        (po.dense_listed, po.dense_loaded, po.bases_served),
+        (0, 0, 0)
+    );
     assert_restores(
         &repo,
         tmp.path(),
@@ -127,7 +133,10 @@ fn dense_list_is_read_back_by_the_same_lineage_only() {
         .unwrap()
         .expect("a list beside the snapshot");
     assert_eq!(list.snapshot, first.snapshot_id);
-    assert_eq!(list.containers.len() as u64, first.summary.containers_written);
+    assert_eq!(
+        list.containers.len() as u64,
+        first.summary.containers_written
+    );
     // Another path, then another host: neither reads a's list.
     let other_path = backup(&repo, &b, &tree(0), 1, |_| {});
     assert_eq!(other_path.metrics.prefetch.unwrap().dense_listed, 0);
@@ -148,7 +157,10 @@ fn dense_list_is_read_back_by_the_same_lineage_only() {
     let after = backup(&repo, &a, &tree(2), 4, |_| {});
     assert_eq!(after.metrics.prefetch.unwrap().dense_listed, 0);
     assert!(
-        after.notices.iter().any(|n| n.contains("dense container list")),
+        after
+            .notices
+            .iter()
+            .any(|n| n.contains("dense container list")),
         "{:?}",
         after.notices
     );
@@ -196,8 +208,12 @@ fn prune_removes_its_containers_from_the_dense_lists() {
     let plan = locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, true))
         .unwrap()
         .plan;
-    let removed: HashSet<ContainerId> =
-        plan.delete.iter().chain(plan.rewrite.iter()).copied().collect();
+    let removed: HashSet<ContainerId> = plan
+        .delete
+        .iter()
+        .chain(plan.rewrite.iter())
+        .copied()
+        .collect();
     let kept = &results[2];
     let before = dense::load(backend.as_ref(), &kept.snapshot_id)
         .unwrap()
@@ -207,7 +223,10 @@ fn prune_removes_its_containers_from_the_dense_lists() {
         "the kept snapshot's list names a container prune removes"
     );
     let stats = locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, false)).unwrap();
-    assert_eq!((stats.dense_lists_updated, stats.dense_lists_deleted), (1, 2));
+    assert_eq!(
+        (stats.dense_lists_updated, stats.dense_lists_deleted),
+        (1, 2)
+    );
     let after = dense::load(backend.as_ref(), &kept.snapshot_id)
         .unwrap()
         .unwrap();

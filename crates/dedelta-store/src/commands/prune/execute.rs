@@ -98,7 +98,12 @@ pub(super) fn execute(
         .filter(|c| !written.contains(c))
         .copied()
         .collect();
-    let live = repo.snapshots()?.snapshots.into_iter().map(|(id, _)| id).collect();
+    let live = repo
+        .snapshots()?
+        .snapshots
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     (stats.dense_lists_updated, stats.dense_lists_deleted) =
         crate::backup::dense::after_prune(backend.as_ref(), &removed, &live)?;
     stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;
