@@ -254,11 +254,36 @@ pub fn backup(
         None => None,
     };
     // LoopDelta (§4.2-§4.3): the lineage's dense containers, loaded whole when prefetched.
-    let prefetched = prefetched_bases(repo, &delta_cfg, &opts, &snapshot_paths, &mut notices)?;
+    // The snapshots are listed once, for the parent and the dense list: each listing reads
+    // every snapshot file (a request each).
+    let listed = if delta_cfg.enabled() {
+        match repo.snapshots() {
+            Ok(l) => {
+                notices.extend(l.warnings());
+                Some(l)
+            }
+            Err(e) => {
+                notices.push(format!("no parent snapshot for delta hints: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let prefetched = prefetched_bases(
+        repo,
+        &delta_cfg,
+        &opts,
+        &snapshot_paths,
+        listed.as_ref(),
+        &mut notices,
+    );
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
     let delta_stage = if delta_cfg.enabled() {
-        let mut parent = parent(repo, &snapshot_paths, delta_cfg.dupadj, &mut notices);
+        let mut parent = listed
+            .as_ref()
+            .and_then(|l| parent(repo, l, &snapshot_paths, delta_cfg.dupadj, &mut notices));
         // Without a parent, DupAdj still walks this backup's own stored stream.
         let dupadj = delta_cfg.dupadj.then(|| {
             DupAdj::new(
@@ -501,19 +526,21 @@ pub fn backup(
 
 /// LoopDelta's potential base chunk cache for a backup whose sketch index is `prefetch`, and
 /// its capacity in containers (the config's, else 150, or 20 with rewriting: LoopDelta §5.3),
-/// filled from the dense container list of the lineage's last backup; `None` otherwise.
+/// filled from the dense container list of the lineage's last backup in `listed`; `None`
+/// otherwise.
 fn prefetched_bases(
     repo: &IndexedRepository,
     delta: &DeltaConfig,
     opts: &BackupOptions,
     paths: &[String],
+    listed: Option<&crate::repository::snapshots::SnapshotList>,
     notices: &mut Vec<String>,
-) -> Result<Option<(Arc<prefetch::PrefetchedBases>, usize)>> {
+) -> Option<(Arc<prefetch::PrefetchedBases>, usize)> {
     use crate::format::config::{
         SketchIndexKind, PREFETCH_CACHE_CONTAINERS, PREFETCH_CACHE_CONTAINERS_CAPPING,
     };
     if delta.sketch_index != SketchIndexKind::Prefetch || delta.sketch.is_none() {
-        return Ok(None);
+        return None;
     }
     let capacity = delta
         .prefetch_cache_containers
@@ -522,14 +549,16 @@ fn prefetched_bases(
         } else {
             PREFETCH_CACHE_CONTAINERS
         });
-    let listed = repo.snapshots()?;
-    let (dense, notice) =
-        dense::load_for_lineage(repo.backend().as_ref(), &listed, &opts.host, paths);
+    // Without a listing (it failed, with a notice) nothing is prefetched.
+    let (dense, notice) = match listed {
+        Some(l) => dense::load_for_lineage(repo.backend().as_ref(), l, &opts.host, paths),
+        None => Default::default(),
+    };
     notices.extend(notice);
-    Ok(Some((
+    Some((
         Arc::new(prefetch::PrefetchedBases::new(dense, capacity)),
         capacity,
-    )))
+    ))
 }
 
 /// What the backup learns from its parent snapshot: the newest snapshot with the same paths,
@@ -546,18 +575,11 @@ struct Parent {
 /// backup of its paths).
 fn parent(
     repo: &IndexedRepository,
+    listed: &crate::repository::snapshots::SnapshotList,
     paths: &[String],
     want_recipe: bool,
     notices: &mut Vec<String>,
 ) -> Option<Parent> {
-    let listed = match repo.snapshots() {
-        Ok(l) => l,
-        Err(e) => {
-            notices.push(format!("no parent snapshot for delta hints: {e}"));
-            return None;
-        }
-    };
-    notices.extend(listed.warnings());
     let all = &listed.snapshots;
     let (id, snap) = all
         .iter()
