@@ -330,7 +330,10 @@ fn loopdelta_presets_round_trip_through_the_cli() {
         "t",
         &["--preset", "loopdelta", "--dense-threshold", "0.25"],
     );
-    assert!(config.contains("\"sketch_index\": \"prefetch\""), "{config}");
+    assert!(
+        config.contains("\"sketch_index\": \"prefetch\""),
+        "{config}"
+    );
     assert!(config.contains("\"dense_threshold\": 0.25"), "{config}");
     for preset in ["loopdelta", "loopdelta-cap"] {
         let (repo, _) = init_config(dir.path(), preset, &["--preset", preset]);

@@ -180,3 +180,60 @@ pub fn after_prune(
     }
     Ok((rewritten, deleted))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::container::{ContainerMeta, EntryMeta};
+
+    fn id(n: u8) -> ChunkId {
+        ChunkId([n; 32])
+    }
+
+    fn entry(n: u8, kind: crate::format::container::EntryKind) -> EntryMeta {
+        EntryMeta {
+            id: id(n),
+            kind,
+            region: 0,
+            offset: 0,
+            stored_len: 1,
+            original_len: 1,
+            super_features: Vec::new(),
+        }
+    }
+
+    /// The reuse ratio counts the distinct data chunks (full entries) referenced over the
+    /// container's data chunks: a duplicate of a delta entry does not count, a chunk
+    /// referenced twice counts once, and a delta base counts.
+    #[test]
+    fn reuse_ratio_counts_distinct_data_chunks() {
+        use crate::format::container::EntryKind::{Delta, Full};
+        let c = ContainerId([9; 32]);
+        let bases = Arc::new(PrefetchedBases::new(HashSet::from([c]), 4));
+        let meta = ContainerMeta {
+            regions: Vec::new(),
+            entries: vec![
+                entry(1, Full),
+                entry(2, Full),
+                entry(3, Full),
+                entry(4, Full),
+                entry(5, Delta { base: id(1) }),
+            ],
+        };
+        bases.record_full_for_test(c, &meta);
+        let mut m = ReuseMonitor::new(bases.clone());
+        m.duplicate(c, id(1));
+        m.duplicate(c, id(1));
+        m.duplicate(c, id(5));
+        assert_eq!(m.ratio(&c), Some(0.25));
+        assert!(m.dense(0.3, &[]).is_empty());
+        m.duplicate(c, id(2));
+        assert_eq!(m.ratio(&c), Some(0.5));
+        let new = ContainerId([1; 32]);
+        assert_eq!(m.dense(0.3, &[new]), vec![c, new]);
+        assert_eq!(m.dense(1.0, &[new]), Vec::<ContainerId>::new());
+        // A container whose metadata never came through the cache has no ratio.
+        m.duplicate(ContainerId([2; 32]), id(7));
+        assert_eq!(m.ratio(&ContainerId([2; 32])), None);
+    }
+}

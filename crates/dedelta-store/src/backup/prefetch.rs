@@ -192,6 +192,12 @@ impl PrefetchedBases {
         self.lock().chunks.get(id).map(|(_, c)| *c)
     }
 
+    /// [`Self::record_full`], for tests elsewhere in the crate.
+    #[cfg(test)]
+    pub(crate) fn record_full_for_test(&self, id: ContainerId, meta: &ContainerMeta) {
+        self.record_full(id, meta);
+    }
+
     /// How many chunks a container whose metadata came through the cache stores in full.
     pub fn full_count(&self, id: &ContainerId) -> Option<usize> {
         self.lock().full.get(id).map(HashSet::len)
@@ -355,5 +361,65 @@ impl SketchIndex for PrefetchSketchIndex {
 
     fn name(&self) -> &'static str {
         "prefetch"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(n: u64) -> (ChunkId, Bytes, Vec<u64>) {
+        let id = ChunkId::of(&n.to_le_bytes());
+        (
+            id,
+            Bytes::from(vec![n as u8; 10]),
+            vec![n * 3 + 1, n * 5 + 2],
+        )
+    }
+
+    fn container(n: u8) -> ContainerId {
+        ContainerId([n; 32])
+    }
+
+    /// The cache holds at most its capacity in containers and evicts a container's chunks
+    /// and super-features together, least recently used first (a base served refreshes its
+    /// container).
+    #[test]
+    fn evicts_whole_containers_least_recently_used_first() {
+        let dense: HashSet<ContainerId> = (1..=3).map(container).collect();
+        let cache = PrefetchedBases::new(dense, 2);
+        cache.insert(container(1), (0..4).map(chunk).collect());
+        cache.insert(container(2), (10..14).map(chunk).collect());
+        // A base of container 1 served: container 2 is now the least recently used.
+        assert!(cache.get(&chunk(0).0).is_some());
+        cache.insert(container(3), (20..24).map(chunk).collect());
+        assert_eq!(cache.cached_containers(), 2);
+        assert!(cache.get(&chunk(11).0).is_none(), "container 2 left whole");
+        assert!(
+            cache.holder(0, 11 * 3 + 1).is_none(),
+            "with its super-features"
+        );
+        assert_eq!(cache.holder(0, 3 * 3 + 1), Some(chunk(3).0));
+        assert_eq!(cache.container_of(&chunk(21).0), Some(container(3)));
+        let c = cache.counts();
+        assert_eq!(
+            (c.dense_listed, c.dense_loaded, c.chunks_loaded),
+            (3, 3, 12)
+        );
+        assert_eq!(c.bases_served, 1);
+    }
+
+    /// The first holder of a super-feature is the chunk of the container loaded first, and it
+    /// moves to the next holder when that container leaves.
+    #[test]
+    fn first_fit_takes_the_first_loaded_holder() {
+        let cache = PrefetchedBases::new(HashSet::new(), 2);
+        let (a, b) = (chunk(1), chunk(2));
+        let shared = vec![7, 8];
+        cache.insert(container(1), vec![(a.0, a.1.clone(), shared.clone())]);
+        cache.insert(container(2), vec![(b.0, b.1.clone(), shared.clone())]);
+        assert_eq!(cache.holder(1, 8), Some(a.0));
+        cache.insert(container(3), vec![chunk(3)]);
+        assert_eq!(cache.holder(1, 8), Some(b.0));
     }
 }
