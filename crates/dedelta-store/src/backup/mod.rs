@@ -270,11 +270,11 @@ pub fn backup(
     } else {
         None
     };
-    let prefetched = prefetched_bases(
-        repo,
+    let prefetched = prefetch::for_backup(
+        repo.backend().as_ref(),
         &delta_cfg,
-        &opts,
-        &snapshot_paths,
+        opts.rewriting.is_some(),
+        (&opts.host, &snapshot_paths),
         listed.as_ref(),
         &mut notices,
     );
@@ -522,43 +522,6 @@ pub fn backup(
         notices,
         metrics,
     })
-}
-
-/// LoopDelta's potential base chunk cache for a backup whose sketch index is `prefetch`, and
-/// its capacity in containers (the config's, else 150, or 20 with rewriting: LoopDelta §5.3),
-/// filled from the dense container list of the lineage's last backup in `listed`; `None`
-/// otherwise.
-fn prefetched_bases(
-    repo: &IndexedRepository,
-    delta: &DeltaConfig,
-    opts: &BackupOptions,
-    paths: &[String],
-    listed: Option<&crate::repository::snapshots::SnapshotList>,
-    notices: &mut Vec<String>,
-) -> Option<(Arc<prefetch::PrefetchedBases>, usize)> {
-    use crate::format::config::{
-        SketchIndexKind, PREFETCH_CACHE_CONTAINERS, PREFETCH_CACHE_CONTAINERS_CAPPING,
-    };
-    if delta.sketch_index != SketchIndexKind::Prefetch || delta.sketch.is_none() {
-        return None;
-    }
-    let capacity = delta
-        .prefetch_cache_containers
-        .unwrap_or(if opts.rewriting.is_some() {
-            PREFETCH_CACHE_CONTAINERS_CAPPING
-        } else {
-            PREFETCH_CACHE_CONTAINERS
-        });
-    // Without a listing (it failed, with a notice) nothing is prefetched.
-    let (dense, notice) = match listed {
-        Some(l) => dense::load_for_lineage(repo.backend().as_ref(), l, &opts.host, paths),
-        None => Default::default(),
-    };
-    notices.extend(notice);
-    Some((
-        Arc::new(prefetch::PrefetchedBases::new(dense, capacity)),
-        capacity,
-    ))
 }
 
 /// What the backup learns from its parent snapshot: the newest snapshot with the same paths,

@@ -25,8 +25,12 @@ use super::fingerprint_index::MetaLoader;
 use super::resemble::sketch_index::SketchIndex;
 use crate::backend::{Backend, FileKind};
 use crate::error::{Error, Result};
+use crate::format::config::{
+    DeltaConfig, SketchIndexKind, PREFETCH_CACHE_CONTAINERS, PREFETCH_CACHE_CONTAINERS_CAPPING,
+};
 use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
 use crate::repository::read_container_meta;
+use crate::repository::snapshots::SnapshotList;
 use bytes::Bytes;
 use dedelta_core::sketch::{FirstFitIndex, SuperFeatures};
 use dedelta_core::ChunkId;
@@ -294,6 +298,35 @@ impl MetaLoader for DensePrefetcher {
         self.bases.record_full(*id, &meta);
         Ok(meta)
     }
+}
+
+/// LoopDelta's potential base chunk cache for a backup whose sketch index is `prefetch`
+/// (`delta`), and its capacity in containers (the config's, else 150, or 20 for a backup with
+/// `rewriting`: LoopDelta §5.3), filled from the dense container list of the last backup of
+/// `lineage` (host and paths) in `listed`; `None` for any other sketch index.
+pub fn for_backup(
+    backend: &dyn Backend,
+    delta: &DeltaConfig,
+    rewriting: bool,
+    lineage: (&str, &[String]),
+    listed: Option<&SnapshotList>,
+    notices: &mut Vec<String>,
+) -> Option<(Arc<PrefetchedBases>, usize)> {
+    if delta.sketch_index != SketchIndexKind::Prefetch || delta.sketch.is_none() {
+        return None;
+    }
+    let capacity = delta.prefetch_cache_containers.unwrap_or(if rewriting {
+        PREFETCH_CACHE_CONTAINERS_CAPPING
+    } else {
+        PREFETCH_CACHE_CONTAINERS
+    });
+    // Without a listing (it failed, with a notice) nothing is prefetched.
+    let (dense, notice) = match listed {
+        Some(l) => super::dense::load_for_lineage(backend, l, lineage.0, lineage.1),
+        None => Default::default(),
+    };
+    notices.extend(notice);
+    Some((Arc::new(PrefetchedBases::new(dense, capacity)), capacity))
 }
 
 /// Generations of this backup's new chunks the index keeps, per container of capacity.
