@@ -39,8 +39,8 @@ pub struct BackupArgs {
     #[command(flatten)]
     delta: DeltaArgs,
     /// Capping (rewriting for restore speed): reference at most this many old containers per
-    /// segment of the stream, storing the other duplicates again (0: off). A prune reclaims
-    /// the copies they replace.
+    /// segment of the stream, storing the other duplicates again (0: off, unless a `-cap`
+    /// `--preset` sets it). A prune reclaims the copies they replace.
     #[arg(long, default_value_t = 0)]
     capping_level: usize,
     /// Capping's segment, in MiB of file data.
@@ -151,7 +151,16 @@ pub fn run(args: BackupArgs) -> Result<u8> {
             Some(args.repo.cache_root())
         },
         lookup,
-        rewriting: capping(args.capping_level, args.capping_segment_mib),
+        rewriting: capping(
+            match (
+                args.capping_level,
+                args.delta.preset()?.and_then(|p| p.capping),
+            ) {
+                (0, Some(preset)) => preset.level,
+                (level, _) => level,
+            },
+            args.capping_segment_mib,
+        ),
         sources: backup::SourceOptions {
             parent: args.parent,
             force: args.force,

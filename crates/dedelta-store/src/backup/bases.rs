@@ -14,6 +14,7 @@
 //! (damage `check` has not recorded yet) is skipped, never used, and reported when the backup
 //! ends.
 
+use super::prefetch::PrefetchedBases;
 use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
@@ -26,6 +27,7 @@ use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The share of the budget that new full chunks not used as a base yet may hold (see
 /// [`BaseCache`]).
@@ -147,6 +149,10 @@ pub struct BaseCounts {
     pub local: u64,
     /// Read back from the repository (or not found).
     pub read_back: u64,
+    /// Served from LoopDelta's potential base chunk cache ([`super::prefetch`]).
+    pub prefetched: u64,
+    /// Candidates dropped because, taking bases only from caches, none held them.
+    pub not_cached: u64,
 }
 
 /// Delta links down a chain, nearest first: each chunk with the base it is a delta of.
@@ -220,6 +226,8 @@ pub struct BaseFetcher<'a> {
     /// Where [`Self::prefetch`] found the candidates of the round it read ahead for, taken by
     /// [`Self::fetch`].
     planned: HashMap<ChunkId, Option<Plan>>,
+    /// LoopDelta: bases only from this cache and from memory, never read back.
+    prefetched: Option<Arc<PrefetchedBases>>,
 }
 
 /// The base for a candidate, its depth and the delta links down to it (see
@@ -242,6 +250,7 @@ impl<'a> BaseFetcher<'a> {
             unreadable: Vec::new(),
             pool: None,
             planned: HashMap::new(),
+            prefetched: None,
         })
     }
 
@@ -258,7 +267,8 @@ impl<'a> BaseFetcher<'a> {
     /// decompression was a sixth of the dedup thread's time, and the dedup thread is the
     /// backup's critical path). What is fetched, and from where, does not change.
     pub fn prefetch(&mut self, ids: &[ChunkId]) -> Result<()> {
-        let Some(pool) = self.pool else {
+        // LoopDelta's bases come only from caches: nothing is read back.
+        let (Some(pool), None) = (self.pool, &self.prefetched) else {
             return Ok(());
         };
         let mut chunks = Vec::new();
@@ -310,6 +320,37 @@ impl<'a> BaseFetcher<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Takes bases only from `prefetched` and from memory (this backup's new chunks): a
+    /// candidate neither holds is dropped, never read back (LoopDelta §4.3).
+    pub fn only_cached(mut self, prefetched: Arc<PrefetchedBases>) -> Self {
+        self.prefetched = Some(prefetched);
+        self
+    }
+
+    /// [`Self::fetch`] when bases come only from caches.
+    fn fetch_cached(&mut self, id: ChunkId, prefetched: &PrefetchedBases) -> Option<Base> {
+        // Only chunks stored in full are cached there.
+        if let Some(bytes) = prefetched.get(&id) {
+            self.counts.prefetched += 1;
+            return Some(Base {
+                id,
+                bytes,
+                depth: 0,
+            });
+        }
+        match self.cache.depth_of(&id) {
+            Some(depth) if depth <= self.max_base_depth => {
+                let bytes = self.cache.get(&id)?;
+                self.counts.memory += 1;
+                Some(Base { id, bytes, depth })
+            }
+            _ => {
+                self.counts.not_cached += 1;
+                None
+            }
+        }
     }
 
     /// Reads bases from the local base cache in directory `path` and updates it at the end
@@ -396,6 +437,9 @@ impl<'a> BaseFetcher<'a> {
     /// chunk down its delta chain that is) with its bytes and depth. `None` if it is not
     /// indexed or cannot be read.
     pub fn fetch(&mut self, id: ChunkId) -> Result<Option<Base>> {
+        if let Some(p) = self.prefetched.clone() {
+            return Ok(self.fetch_cached(id, &p));
+        }
         let plan = match self.planned.remove(&id) {
             Some(plan) => plan,
             None => self.shallow_enough(id)?,

@@ -14,6 +14,7 @@
 
 use super::bases::{BaseCounts, LocalCacheSave};
 use super::delta::{DeltaStage, Stored};
+use super::dense::ReuseMonitor;
 use super::fingerprint::{Fingerprinted, IndexLookup};
 use super::fingerprint_index::FingerprintIndex;
 use super::metrics::StageTimes;
@@ -65,6 +66,8 @@ pub(super) struct DedupOutput {
     pub base_counts: BaseCounts,
     /// What the rewriting strategy did.
     pub rewritten: RewriteCounts,
+    /// LoopDelta's reuse-ratio monitor, when the backup tracks dense containers.
+    pub monitor: Option<ReuseMonitor>,
 }
 
 /// Duplicates stored again by the rewriting strategy (they are also counted as new chunks).
@@ -100,6 +103,7 @@ pub(super) struct DedupStage<'a> {
     /// The segment being gathered, when the backup rewrites.
     segment: Option<Segment>,
     rewritten: RewriteCounts,
+    monitor: Option<ReuseMonitor>,
 }
 
 impl<'a> DedupStage<'a> {
@@ -121,7 +125,14 @@ impl<'a> DedupStage<'a> {
             times,
             segment: None,
             rewritten: RewriteCounts::default(),
+            monitor: None,
         }
+    }
+
+    /// Counts the containers this backup references in `monitor` (see [`super::dense`]).
+    pub fn monitoring(mut self, monitor: ReuseMonitor) -> Self {
+        self.monitor = Some(monitor);
+        self
     }
 
     /// Rewrites duplicates by `strategy` (see [`super::rewrite`]).
@@ -196,6 +207,7 @@ impl<'a> DedupStage<'a> {
                 .map(|d| d.base_counts())
                 .unwrap_or_default(),
             rewritten: self.rewritten,
+            monitor: self.monitor,
         })
     }
 
@@ -335,6 +347,9 @@ impl<'a> DedupStage<'a> {
             }
         };
         if let Some(container) = known {
+            if let (Some(m), Some(c)) = (self.monitor.as_mut(), container) {
+                m.duplicate(c, *id);
+            }
             if let Some(d) = self.delta.as_mut() {
                 d.on_duplicate(id, container, tree)?;
             }
@@ -382,13 +397,18 @@ impl<'a> DedupStage<'a> {
                     self.packer
                         .push(c.id, EntryKind::Full, &c.data, c.data.len(), c.sfs.0)?
                 }
-                Stored::Delta { base, delta, .. } => self.packer.push(
-                    c.id,
-                    EntryKind::Delta { base },
-                    &delta,
-                    c.data.len(),
-                    c.sfs.0,
-                )?,
+                Stored::Delta { base, delta, .. } => {
+                    if let Some(m) = self.monitor.as_mut() {
+                        m.delta_base(base);
+                    }
+                    self.packer.push(
+                        c.id,
+                        EntryKind::Delta { base },
+                        &delta,
+                        c.data.len(),
+                        c.sfs.0,
+                    )?
+                }
             }
         }
         Ok(())

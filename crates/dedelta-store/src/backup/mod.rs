@@ -38,11 +38,13 @@ pub mod bases;
 mod chunk;
 pub mod dedup;
 pub mod delta;
+pub mod dense;
 mod fingerprint;
 pub mod fingerprint_index;
 mod meta;
 pub mod metrics;
 mod pack;
+pub mod prefetch;
 pub mod resemble;
 pub mod rewrite;
 mod store;
@@ -70,6 +72,7 @@ use fingerprint_index::{
     ExactIndex, FingerprintIndex, FingerprintIndexKind, FingerprintIndexOptions, LocalityIndex,
 };
 use metrics::{BackupMetrics, StageTimes};
+use prefetch::PrefetchSketchIndex;
 use resemble::dupadj::{DupAdj, ParentRecipe};
 use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use resemble::CandidateSearch;
@@ -245,6 +248,7 @@ pub fn backup(
     }
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
     config.check_depth(&delta_cfg)?;
+    let dense_threshold = delta_cfg.dense_threshold;
     // What the writer records in the index, and what the full sketch index finds, follow this
     // backup's choice; the config's is set back when it ends.
     repo.index().set_sketch_keep(delta_cfg.sketch_keep);
@@ -264,15 +268,40 @@ pub fn backup(
         )),
         None => None,
     };
+    // LoopDelta (§4.2-§4.3): the lineage's dense containers, loaded whole when prefetched.
+    // The snapshots are listed once, for the parent and the dense list: each listing reads
+    // every snapshot file (a request each).
+    let want_files = !opts.sources.force && opts.stdin.is_none();
+    let listed = if delta_cfg.enabled() || want_files {
+        match repo.snapshots() {
+            Ok(l) => {
+                notices.extend(l.warnings());
+                Some(l)
+            }
+            Err(e) => {
+                notices.push(format!("no parent snapshot: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let prefetched = prefetch::for_backup(
+        repo.backend().as_ref(),
+        &delta_cfg,
+        opts.rewriting.is_some(),
+        (&opts.host, &snapshot_paths),
+        listed.as_ref(),
+        &mut notices,
+    );
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
-    let want_files = !opts.sources.force && opts.stdin.is_none();
     let mut parent = if delta_cfg.enabled() || want_files {
         let want = ParentWants {
             recipe: delta_cfg.enabled() && delta_cfg.dupadj,
             files: want_files.then_some(&opts.sources),
         };
-        parent(repo, &snapshot_paths, &opts, want, &mut notices)?
+        parent(repo, listed.as_ref(), &snapshot_paths, &opts, want, &mut notices)?
     } else {
         None
     };
@@ -304,9 +333,18 @@ pub fn backup(
                         delta_cfg.stream_cache_containers,
                     )))
                 }
+                (Some(_), crate::format::config::SketchIndexKind::Prefetch) => {
+                    prefetched.as_ref().map(|(p, capacity)| {
+                        Box::new(PrefetchSketchIndex::new(p.clone(), *capacity))
+                            as Box<dyn SketchIndex>
+                    })
+                }
             };
-        let bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
+        let mut bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
             .sharing_with(&workers.pool);
+        if let Some((p, _)) = &prefetched {
+            bases = bases.only_cached(p.clone());
+        }
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),
@@ -318,7 +356,8 @@ pub fn backup(
         if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
             stage.sketch_dupadj_misses(sk.clone());
         }
-        if let Some(root) = &opts.cache_dir {
+        // LoopDelta's bases come from its prefetch cache only (no local base cache).
+        if let (Some(root), None) = (&opts.cache_dir, &prefetched) {
             match crate::client::cache::repo_dir(root, &config.id) {
                 Ok(dir) => notices.extend(stage.use_local_cache(dir)),
                 Err(e) => notices.push(format!("{e}; no local base cache")),
@@ -333,21 +372,32 @@ pub fn backup(
     let damage = Arc::new(damage);
     // One read view for the pool and the dedup thread, taken before anything of this backup
     // is indexed (the filter too: what this backup indexes goes into it as well, harmlessly).
-    let lookup: Arc<dyn FingerprintIndex> = match opts.lookup.kind {
+    // Base prefetching piggybacks on the locality index's metadata prefetches.
+    let lookup_kind = match prefetched {
+        Some(_) => FingerprintIndexKind::Locality,
+        None => opts.lookup.kind,
+    };
+    let lookup: Arc<dyn FingerprintIndex> = match lookup_kind {
         FingerprintIndexKind::Exact => {
             Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone()))
         }
         FingerprintIndexKind::Locality => {
             let (filter, rebuilt) = repo.index().fingerprint_filter()?;
             notices.extend(rebuilt);
-            Arc::new(LocalityIndex::new(
+            let index = LocalityIndex::new(
                 repo.index().reader()?,
                 damage.clone(),
                 filter,
                 // Metered as prefetches (issue 16 item 4's purpose for them).
                 repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
                 opts.lookup.cache_containers,
-            ))
+            );
+            Arc::new(match &prefetched {
+                Some((p, _)) => {
+                    index.with_loader(Arc::new(prefetch::DensePrefetcher { bases: p.clone() }))
+                }
+                None => index,
+            })
         }
     };
     let dedup_index = DedupIndex { lookup };
@@ -387,6 +437,9 @@ pub fn backup(
         );
         if let Some(r) = opts.rewriting.take() {
             dedup = dedup.rewriting(r);
+        }
+        if let Some((p, _)) = &prefetched {
+            dedup = dedup.monitoring(dense::ReuseMonitor::new(p.clone()));
         }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
@@ -454,7 +507,7 @@ pub fn backup(
     summary.files_unmodified = walked.files_unmodified;
     summary.bytes_unmodified = walked.bytes_unmodified;
     summary.bytes_added = writer_stats.bytes_written;
-    summary.containers_written = writer_stats.containers;
+    summary.containers_written = writer_stats.containers.len() as u64;
     summary.warnings = warnings.len() as u64;
     summary.seconds = started.elapsed().as_secs_f64();
     let metrics = BackupMetrics {
@@ -473,6 +526,7 @@ pub fn backup(
             ..dedup_index.lookup.counters()
         },
         rewritten: dedup_out.rewritten,
+        prefetch: prefetched.as_ref().map(|(p, _)| p.counts()),
     };
     let snapshot = Snapshot {
         time: opts.time,
@@ -484,6 +538,22 @@ pub fn backup(
         ..Default::default()
     };
     let snapshot_id = crate::repository::snapshots::save(repo.backend().as_ref(), &snapshot)?;
+    // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
+    // killed before it leaves a snapshot without one (see crate::format::dense).
+    let mut metrics = metrics;
+    if let (Some(m), Some(p)) = (&dedup_out.monitor, metrics.prefetch.as_mut()) {
+        let list = crate::format::dense::DenseList {
+            snapshot: snapshot_id,
+            threshold: dense_threshold,
+            containers: m.dense(dense_threshold, &writer_stats.containers),
+        };
+        p.dense_written = list.containers.len() as u64;
+        if let Err(e) = dense::save(repo.backend().as_ref(), &list) {
+            notices.push(format!(
+                "dense container list not saved ({e}); the next backup prefetches no bases"
+            ));
+        }
+    }
     notices.extend(cache_save.wait());
     Ok(BackupResult {
         snapshot_id,
@@ -521,6 +591,7 @@ struct ParentWants<'a> {
 /// Only a `--parent` that names no snapshot.
 fn parent(
     repo: &IndexedRepository,
+    listed: Option<&crate::repository::snapshots::SnapshotList>,
     paths: &[String],
     opts: &BackupOptions,
     want: ParentWants<'_>,
@@ -529,15 +600,11 @@ fn parent(
     let chosen = match &opts.sources.parent {
         Some(spec) => repo.find_snapshot(spec)?,
         None => {
-            let listed = match repo.snapshots() {
-                Ok(l) => l,
-                Err(e) => {
-                    notices.push(format!("no parent snapshot: {e}"));
-                    return Ok(None);
-                }
+            // Not listed: the listing failed, with a notice.
+            let Some(listed) = listed else {
+                return Ok(None);
             };
-            notices.extend(listed.warnings());
-            let all = listed.snapshots;
+            let all = &listed.snapshots;
             let same_host = all
                 .iter()
                 .rposition(|(_, s)| s.paths == paths && s.host == opts.host);
@@ -546,8 +613,7 @@ fn parent(
             let Some(i) = same_host.or(fallback).or(all.len().checked_sub(1)) else {
                 return Ok(None);
             };
-            let mut all = all;
-            let chosen = all.swap_remove(i);
+            let chosen = all[i].clone();
             if same_host.is_none() {
                 return Ok(read_parent(repo, chosen, want.recipe, None, notices));
             }

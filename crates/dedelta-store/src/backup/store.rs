@@ -16,8 +16,8 @@ use std::time::Instant;
 /// What the writer stored.
 #[derive(Debug, Default)]
 pub(super) struct WriterStats {
-    /// Containers written.
-    pub containers: u64,
+    /// Containers written, in order.
+    pub containers: Vec<crate::format::container::ContainerId>,
     /// Their bytes.
     pub bytes_written: u64,
 }
@@ -46,7 +46,7 @@ pub(super) fn run(
     writer.index_pending()?;
     StageTimes::add(&times.write, t);
     Ok(WriterStats {
-        containers: writer.written.len() as u64,
+        containers: writer.written.clone(),
         bytes_written: writer.bytes_written,
     })
 }

@@ -32,6 +32,8 @@ mod io;
 /// The locality fingerprint index: deduplicates like the exact one, bounded cache, never
 /// against a chunk the index dropped; its filter file rebuilt when damaged.
 mod locality;
+/// LoopDelta: dense container lists, base prefetching, prune updating the lists.
+mod loopdelta;
 /// Complete file metadata: owners, times, attributes, hard links, special and sparse files.
 mod metadata;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
