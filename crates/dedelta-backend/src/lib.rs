@@ -78,16 +78,19 @@ pub enum FileKind {
     Lock,
     /// Damage records written by `check` (see [`crate::format::damage`]).
     Damage,
+    /// Dense container lists, one beside each snapshot that has one (LoopDelta §4.2).
+    Dense,
 }
 
 impl FileKind {
     /// Every kind, in [`FileKind::slot`] order (for per-kind counters).
-    pub const ALL: [FileKind; 5] = [
+    pub const ALL: [FileKind; 6] = [
         FileKind::Config,
         FileKind::Container,
         FileKind::Snapshot,
         FileKind::Lock,
         FileKind::Damage,
+        FileKind::Dense,
     ];
 
     /// This kind's position in [`FileKind::ALL`].
@@ -98,6 +101,7 @@ impl FileKind {
             FileKind::Snapshot => 2,
             FileKind::Lock => 3,
             FileKind::Damage => 4,
+            FileKind::Dense => 5,
         }
     }
 
@@ -109,6 +113,7 @@ impl FileKind {
             FileKind::Snapshot => "snapshots",
             FileKind::Lock => "locks",
             FileKind::Damage => "damage",
+            FileKind::Dense => "dense",
         }
     }
 
@@ -120,6 +125,7 @@ impl FileKind {
             FileKind::Snapshot => "snapshot",
             FileKind::Lock => "lock",
             FileKind::Damage => "damage record",
+            FileKind::Dense => "dense container list",
         }
     }
 

@@ -99,6 +99,11 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         v["rewritten_chunks"] = json!(m.rewritten.chunks);
         v["rewritten_bytes"] = json!(m.rewritten.bytes);
         v["capping_segments"] = json!(m.rewritten.segments);
+        v["base_prefetched_hits"] = json!(m.bases.prefetched);
+        v["base_not_cached"] = json!(m.bases.not_cached);
+        if let Some(p) = &m.prefetch {
+            v["prefetch"] = json!(p);
+        }
         v["io"] = serde_json::to_value(io)?;
         return print_json(&v);
     }
@@ -106,10 +111,14 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
     print_notices(&res.notices);
     outln!("snapshot {} saved", res.snapshot_id.short());
     outln!(
-        "files: {}, dirs: {}, symlinks: {}",
+        "files: {} ({} new, {} changed, {} unmodified, not read), dirs: {}, symlinks: {}, special: {}",
         s.files,
+        s.files_new,
+        s.files_changed,
+        s.files_unmodified,
         s.dirs,
-        s.symlinks
+        s.symlinks,
+        s.special_files
     );
     outln!(
         "read {}, new {} ({} chunks of {}), added {} to the repository",
@@ -125,6 +134,18 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
             res.metrics.rewritten.chunks,
             mb(res.metrics.rewritten.bytes),
             res.metrics.rewritten.segments
+        );
+    }
+    if let Some(p) = &res.metrics.prefetch {
+        outln!(
+            "prefetch: {} of {} dense containers loaded whole ({} full chunks, {}), {} bases \
+             served; {} containers on this backup's dense list",
+            p.dense_loaded,
+            p.dense_listed,
+            p.chunks_loaded,
+            mb(p.bytes_loaded),
+            p.bases_served,
+            p.dense_written
         );
     }
     if s.delta_chunks > 0 {

@@ -490,6 +490,11 @@ pub fn run_config(
                 cache_dir: Some(cache_dir.clone()),
                 lookup: opts.lookup,
                 rewriting: config.capping.map(|c| Box::new(c) as Box<dyn Rewriting>),
+                // The eval measures the data path: every version's files are read.
+                sources: dedelta_store::commands::backup::SourceOptions {
+                    force: true,
+                    ..Default::default()
+                },
             },
             &workers,
             &NoProgress,

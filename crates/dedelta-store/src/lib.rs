@@ -25,6 +25,7 @@ pub mod io_report;
 pub mod progress;
 pub mod read;
 pub mod repository;
+pub(crate) mod share;
 
 pub use error::{Error, Result};
 pub use repository::{IndexedRepository, Repository};

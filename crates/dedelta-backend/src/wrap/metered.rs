@@ -35,13 +35,13 @@ pub enum Purpose {
     ChunkData,
     /// Regions read back by backup's delta stage to get a delta base.
     BaseRead,
-    /// Reads ahead of need (a locality index loading a container's fingerprints before they
-    /// are looked up); nothing files requests here yet.
+    /// Reads ahead of need: a locality index loading a container's fingerprints before they
+    /// are looked up, and (LoopDelta §4.3) a dense container's data with them.
     Prefetch,
     /// Keeping the client's chunk index in step with the repository: listing containers and
     /// reading the metadata of ones it has not seen, damage records.
     Index,
-    /// Snapshot files. The default of snapshot requests.
+    /// Snapshot files, and the dense container lists beside them. The default of those kinds.
     Snapshot,
     /// Everything else: the config, locks, damage records outside the index. The default of
     /// those kinds.
@@ -90,7 +90,7 @@ impl Purpose {
     pub fn of_kind(kind: FileKind) -> Purpose {
         match kind {
             FileKind::Container => Purpose::ChunkData,
-            FileKind::Snapshot => Purpose::Snapshot,
+            FileKind::Snapshot | FileKind::Dense => Purpose::Snapshot,
             FileKind::Config | FileKind::Lock | FileKind::Damage => Purpose::Other,
         }
     }

@@ -39,8 +39,8 @@ pub struct BackupArgs {
     #[command(flatten)]
     delta: DeltaArgs,
     /// Capping (rewriting for restore speed): reference at most this many old containers per
-    /// segment of the stream, storing the other duplicates again (0: off). A prune reclaims
-    /// the copies they replace.
+    /// segment of the stream, storing the other duplicates again (0: off, unless a `-cap`
+    /// `--preset` sets it). A prune reclaims the copies they replace.
     #[arg(long, default_value_t = 0)]
     capping_level: usize,
     /// Capping's segment, in MiB of file data.
@@ -56,6 +56,22 @@ pub struct BackupArgs {
     io_models: IoModelArgs,
     #[command(flatten)]
     lookup: LookupArgs,
+    /// Compare files with this snapshot (an id prefix or `latest`) instead of the newest
+    /// snapshot of the same host and paths.
+    #[arg(long, value_name = "SNAPSHOT")]
+    parent: Option<String>,
+    /// Read every file, even those unchanged since the parent snapshot.
+    #[arg(long)]
+    force: bool,
+    /// A file whose inode changed but nothing else is unchanged (network and FUSE mounts).
+    #[arg(long)]
+    ignore_inode: bool,
+    /// A file whose status change time (ctime) changed but nothing else is unchanged.
+    #[arg(long)]
+    ignore_ctime: bool,
+    /// Do not cross into other file systems below a source (mount points are kept, empty).
+    #[arg(long, short = 'x')]
+    one_file_system: bool,
 }
 
 /// How a backup finds duplicates of chunks stored before (shared with `eval`).
@@ -113,7 +129,9 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     if stdin_src.is_some() && !args.paths.is_empty() {
         return Err(Error::InvalidOption("--stdin takes no paths".into()).into());
     }
-    let total: u64 = if args.stdin {
+    // The total only sizes the bar: no walk of the sources when there is none to show.
+    let bar_shown = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let total: u64 = if args.stdin || !bar_shown {
         0
     } else {
         args.paths.iter().map(|p| du(p)).sum()
@@ -133,7 +151,23 @@ pub fn run(args: BackupArgs) -> Result<u8> {
             Some(args.repo.cache_root())
         },
         lookup,
-        rewriting: capping(args.capping_level, args.capping_segment_mib),
+        rewriting: capping(
+            match (
+                args.capping_level,
+                args.delta.preset()?.and_then(|p| p.capping),
+            ) {
+                (0, Some(preset)) => preset.level,
+                (level, _) => level,
+            },
+            args.capping_segment_mib,
+        ),
+        sources: backup::SourceOptions {
+            parent: args.parent,
+            force: args.force,
+            ignore_inode: args.ignore_inode,
+            ignore_ctime: args.ignore_ctime,
+            one_file_system: args.one_file_system,
+        },
     };
     let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()

@@ -50,17 +50,32 @@ fn json_line(n: &Node) -> String {
         "size": n.size,
         "mtime": n.mtime_secs,
         "target": if n.target.is_empty() { None } else { Some(String::from_utf8_lossy(&n.target)) },
+        "uid": n.meta.uid,
+        "gid": n.meta.gid,
+        "user": n.meta.user,
+        "group": n.meta.group,
+        "atime": n.meta.atime.secs,
+        "ctime": n.meta.ctime.secs,
+        "inode": n.meta.ino,
+        "links": n.meta.nlink,
+        "device": n.meta.dev,
+        "rdev": n.meta.rdev,
+        "xattrs": n.meta.xattrs.len(),
     })
     .to_string()
 }
 
 /// A node as `-0644         1234 /path` (`d` directory, `-` file, `l` symlink with
-/// ` -> target`).
+/// ` -> target`, `p` FIFO, `s` socket, `c` and `b` devices).
 fn text_line(n: &Node) -> String {
     let t = match n.kind {
         NodeKind::Dir => 'd',
         NodeKind::File => '-',
         NodeKind::Symlink => 'l',
+        NodeKind::Fifo => 'p',
+        NodeKind::Socket => 's',
+        NodeKind::CharDevice => 'c',
+        NodeKind::BlockDevice => 'b',
     };
     let mut l = format!(
         "{t}{:04o} {:>12} /{}",

@@ -129,6 +129,11 @@ impl IoModelArgs {
 /// defaults; for `backup`: overrides for this backup).
 #[derive(Args, Clone, Default)]
 pub struct DeltaArgs {
+    /// Start from an eval preset's delta settings (`dedelta eval --help` lists them: `dedup`,
+    /// `greedy`, `sidc`, `loopdelta`, ...); the other options change it. A `NAME-capT` preset
+    /// also caps each backup at T (`backup`; `init` stores only the delta settings).
+    #[arg(long, value_name = "NAME")]
+    preset: Option<String>,
     /// Sketch method: none, ntransform, finesse or odess.
     #[arg(long)]
     sketch: Option<String>,
@@ -182,6 +187,14 @@ pub struct DeltaArgs {
     /// version 3; at most 16).
     #[arg(long, value_name = "D")]
     max_depth: Option<u8>,
+    /// With `--sketch-index prefetch` (LoopDelta): a container goes on a backup's dense
+    /// container list when the backup references more than this fraction of its chunks.
+    #[arg(long, value_name = "R")]
+    dense_threshold: Option<f64>,
+    /// With `--sketch-index prefetch`: containers of full chunks the potential base chunk
+    /// cache holds (default 150, or 20 for a backup with Capping).
+    #[arg(long, value_name = "N")]
+    prefetch_cache_containers: Option<usize>,
 }
 
 impl DeltaArgs {
@@ -192,6 +205,9 @@ impl DeltaArgs {
     /// [`DeltaConfig::validate`] refuses.
     pub fn apply(&self, cfg: &mut DeltaConfig) -> Result<()> {
         let bad = |what: &str, v: &str| Error::InvalidOption(format!("unknown {what} {v:?}"));
+        if let Some(p) = self.preset()? {
+            *cfg = p.delta;
+        }
         if let Some(s) = &self.sketch {
             cfg.sketch = match s.as_str() {
                 "none" => None,
@@ -259,8 +275,30 @@ impl DeltaArgs {
             }
             cfg.max_depth = d;
         }
+        if let Some(t) = self.dense_threshold {
+            cfg.dense_threshold = t;
+        }
+        if let Some(n) = self.prefetch_cache_containers {
+            cfg.prefetch_cache_containers = Some(n);
+        }
         cfg.validate()?;
         Ok(())
+    }
+
+    /// The eval preset `--preset` names, if any.
+    ///
+    /// # Errors
+    /// An unknown name.
+    pub fn preset(&self) -> Result<Option<dedelta_eval::configs::EvalConfig>> {
+        let Some(name) = &self.preset else {
+            return Ok(None);
+        };
+        let mut found = dedelta_eval::configs::parse(name)
+            .map_err(|e| Error::InvalidOption(format!("--preset: {e}")))?;
+        if found.len() != 1 {
+            return Err(Error::InvalidOption(format!("--preset {name:?}: name one preset")).into());
+        }
+        Ok(found.pop())
     }
 }
 

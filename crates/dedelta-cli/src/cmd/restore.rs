@@ -119,6 +119,10 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
             "warning: /{p}: incomplete (chunks lost to damage were removed by `repair snapshots`)"
         );
     }
+    // Metadata the target refused (owners when not root): the content is restored.
+    for w in &st.warnings {
+        eprintln!("warning: {w}");
+    }
     if snap.tree_truncated {
         eprintln!("warning: this snapshot's tree was only partly readable when it was repaired: files after that point are missing");
     }
@@ -132,12 +136,14 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
         print_json(&v)?;
     } else {
         outln!(
-            "restored snapshot {} to {}: {} files, {} dirs, {} symlinks, {} in {:.2} s ({:.1} MB/s){}",
+            "restored snapshot {} to {}: {} files ({} hard links), {} dirs, {} symlinks, {} special, {} in {:.2} s ({:.1} MB/s){}",
             id.short(),
             args.target.display(),
-            st.files,
+            st.files + st.hard_links,
+            st.hard_links,
             st.dirs,
             st.symlinks,
+            st.special_files,
             mb(st.bytes_written),
             secs,
             mbps,

@@ -317,3 +317,70 @@ fn local_base_cache_is_used_rebuilt_and_optional() {
     assert!(f.index_file().is_file());
     assert!(!file.exists());
 }
+
+/// `--preset loopdelta` and `--preset loopdelta-cap` (issue 17): init records the prefetch
+/// sketch index and `--dense-threshold`; backups prefetch the last backup's dense containers,
+/// read no base on their own, cap with the `-cap` preset, and every version restores
+/// bit-exact with `check --read-data` passing. An unknown preset is refused.
+#[test]
+fn loopdelta_presets_round_trip_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, config) = init_config(
+        dir.path(),
+        "t",
+        &["--preset", "loopdelta", "--dense-threshold", "0.25"],
+    );
+    assert!(
+        config.contains("\"sketch_index\": \"prefetch\""),
+        "{config}"
+    );
+    assert!(config.contains("\"dense_threshold\": 0.25"), "{config}");
+    for preset in ["loopdelta", "loopdelta-cap"] {
+        let (repo, _) = init_config(dir.path(), preset, &["--preset", preset]);
+        let src = dir.path().join(format!("src-{preset}"));
+        fs::create_dir_all(&src).unwrap();
+        for v in 0..3u8 {
+            versioned(&src.join("a.txt"), v);
+            let out = dedelta()
+                .args(["backup", "--json", "--preset", preset, "-r"])
+                .arg(&repo)
+                .args(["--capping-segment-mib", "1"])
+                .arg(&src)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            let v_json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let io = &v_json["io"]["purposes"];
+            assert_eq!(io["base_reads"]["requests"], 0, "{v_json}");
+            // Capping runs (decides segments) with the -cap preset only.
+            let segments = v_json["capping_segments"].as_u64().unwrap();
+            assert_eq!(segments > 0, preset.ends_with("-cap"), "{v_json}");
+            if v > 0 {
+                assert!(v_json["prefetch"]["dense_loaded"].as_u64().unwrap() > 0);
+                assert!(v_json["delta_chunks"].as_u64().unwrap() > 0, "{v_json}");
+            }
+            let target = dir.path().join(format!("restore-{preset}-{v}"));
+            dedelta()
+                .args(["restore", "latest", "--target"])
+                .arg(&target)
+                .arg("-r")
+                .arg(&repo)
+                .assert()
+                .success();
+            assert_eq!(
+                fs::read(restored(&target, &src).join("a.txt")).unwrap(),
+                fs::read(src.join("a.txt")).unwrap()
+            );
+        }
+        dedelta()
+            .args(["check", "--read-data", "-r"])
+            .arg(&repo)
+            .assert()
+            .success();
+    }
+    dedelta()
+        .args(["init", "--preset", "nope", "-r"])
+        .arg(dir.path().join("bad"))
+        .assert()
+        .failure();
+}

@@ -2,6 +2,7 @@
 
 use crate::support::*;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 
 fn assert_clean_error(out: &std::process::Output, code: i32, needle: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
@@ -134,18 +135,26 @@ fn unreadable_source_gives_warning_and_exit_3() {
     let src = f.path("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("ok.txt"), b"fine").unwrap();
-    // A socket cannot be backed up: it is reported and skipped.
-    let _sock = std::os::unix::net::UnixListener::bind(src.join("sock")).unwrap();
-    let out = f.cmd(&["backup"]).arg(&src).output().unwrap();
+    // A file that cannot be opened is reported and skipped (root opens anything: run as
+    // another user then).
+    fs::write(src.join("secret"), b"hidden").unwrap();
+    fs::set_permissions(src.join("secret"), fs::Permissions::from_mode(0o000)).unwrap();
+    let out = if is_root() {
+        give_to_user(&f);
+        as_user(&f, &["backup", src.to_str().unwrap()])
+    } else {
+        f.cmd(&["backup"]).arg(&src).output().unwrap()
+    };
     assert_eq!(
         out.status.code(),
         Some(3),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("sock"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("secret"));
     let ls = f.ok(&["ls", "latest"]);
     assert!(ls.contains("ok.txt"));
+    assert!(!ls.contains("secret"));
 }
 
 #[test]

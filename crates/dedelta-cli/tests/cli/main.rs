@@ -6,6 +6,7 @@ mod check;
 mod crash;
 mod delta;
 mod errors;
+mod metadata;
 mod reliability;
 mod restore_safety;
 mod support;

@@ -5,6 +5,7 @@
 use assert_cmd::Command;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 /// The binary under test with `DEDELTA_REPO` cleared and its local cache kept under the
@@ -224,4 +225,37 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 /// Where `restore` puts an absolute source path under `target`.
 pub fn restored(target: &Path, source: &Path) -> PathBuf {
     target.join(source.strip_prefix("/").unwrap())
+}
+
+/// The user the tests run the binary as (`nobody` on most systems).
+pub const USER: u32 = 65534;
+
+pub fn is_root() -> bool {
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Runs `dedelta <args> -r repo` as [`USER`], with the fixture's cache.
+pub fn as_user(f: &Fixture, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
+        .args(args)
+        .arg("-r")
+        .arg(f.repo())
+        .env_remove("DEDELTA_REPO")
+        .env("DEDELTA_CACHE_DIR", f.path("cache"))
+        .uid(USER)
+        .gid(USER)
+        .output()
+        .unwrap()
+}
+
+/// Gives everything in the fixture to [`USER`].
+pub fn give_to_user(f: &Fixture) {
+    let ok = std::process::Command::new("chown")
+        .arg("-R")
+        .arg(format!("{USER}:{USER}"))
+        .arg(f.dir.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
 }

@@ -14,16 +14,20 @@
 //! (damage `check` has not recorded yet) is skipped, never used, and reported when the backup
 //! ends.
 
+use super::prefetch::PrefetchedBases;
 use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::EntryKind;
 use crate::read::ChunkReader;
 use crate::repository::IndexedRepository;
+use crate::share::for_each_shared;
 use bytes::Bytes;
 use dedelta_core::ChunkId;
 use lru::LruCache;
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The share of the budget that new full chunks not used as a base yet may hold (see
 /// [`BaseCache`]).
@@ -145,6 +149,10 @@ pub struct BaseCounts {
     pub local: u64,
     /// Read back from the repository (or not found).
     pub read_back: u64,
+    /// Served from LoopDelta's potential base chunk cache ([`super::prefetch`]).
+    pub prefetched: u64,
+    /// Candidates dropped because, taking bases only from caches, none held them.
+    pub not_cached: u64,
 }
 
 /// Delta links down a chain, nearest first: each chunk with the base it is a delta of.
@@ -158,6 +166,44 @@ pub struct Base {
     pub bytes: Bytes,
     /// Its depth: a delta against it has depth `depth + 1`.
     pub depth: u8,
+}
+
+/// The local base cache being written on a thread of its own (see
+/// [`BaseFetcher::save_local_cache`]). Dropping it waits for the thread: a backup that
+/// failed must not leave it writing while the next backup of the same process opens the
+/// cache.
+pub struct LocalCacheSave(SaveState);
+
+enum SaveState {
+    /// Nothing to write (no local cache), or done with this outcome.
+    Done(Option<String>),
+    /// Being written.
+    Running(std::thread::JoinHandle<Option<String>>),
+}
+
+impl LocalCacheSave {
+    /// No save: nothing to write, or one that ended with this outcome.
+    pub fn done(why: Option<String>) -> Self {
+        LocalCacheSave(SaveState::Done(why))
+    }
+
+    /// Waits for the save; returns why the cache could not be written, if so.
+    pub fn wait(mut self) -> Option<String> {
+        match std::mem::replace(&mut self.0, SaveState::Done(None)) {
+            SaveState::Done(why) => why,
+            SaveState::Running(h) => h
+                .join()
+                .unwrap_or_else(|_| Some("local base cache not saved: its thread panicked".into())),
+        }
+    }
+}
+
+impl Drop for LocalCacheSave {
+    fn drop(&mut self) {
+        if let SaveState::Running(h) = std::mem::replace(&mut self.0, SaveState::Done(None)) {
+            let _ = h.join();
+        }
+    }
 }
 
 /// Fetches delta bases for one backup.
@@ -174,7 +220,19 @@ pub struct BaseFetcher<'a> {
     pub counts: BaseCounts,
     /// Candidates that could not be read.
     unreadable: Vec<String>,
+    /// With a pool: the worker pool, whose free threads open read-back regions beside this
+    /// thread (see [`Self::prefetch`]).
+    pool: Option<&'a rayon::ThreadPool>,
+    /// Where [`Self::prefetch`] found the candidates of the round it read ahead for, taken by
+    /// [`Self::fetch`].
+    planned: HashMap<ChunkId, Option<Plan>>,
+    /// LoopDelta: bases only from this cache and from memory, never read back.
+    prefetched: Option<Arc<PrefetchedBases>>,
 }
+
+/// The base for a candidate, its depth and the delta links down to it (see
+/// [`BaseFetcher::shallow_enough`]).
+type Plan = (ChunkId, u8, DeltaLinks);
 
 impl<'a> BaseFetcher<'a> {
     /// A fetcher with `budget` bytes of bases in memory, for deltas at most `max_depth` deep
@@ -190,7 +248,109 @@ impl<'a> BaseFetcher<'a> {
             budget,
             counts: BaseCounts::default(),
             unreadable: Vec::new(),
+            pool: None,
+            planned: HashMap::new(),
+            prefetched: None,
         })
+    }
+
+    /// Opens read-back regions on this thread and `pool`'s free threads at once (see
+    /// [`Self::prefetch`]).
+    pub fn sharing_with(mut self, pool: &'a rayon::ThreadPool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Reads ahead for the candidates `ids` that [`Self::fetch`] is about to be asked for, in
+    /// that order: the regions it would read back one by one are read first and decompressed
+    /// on this thread and the pool's free threads at once (on 20 SQLAlchemy sdists region
+    /// decompression was a sixth of the dedup thread's time, and the dedup thread is the
+    /// backup's critical path). What is fetched, and from where, does not change.
+    pub fn prefetch(&mut self, ids: &[ChunkId]) -> Result<()> {
+        // LoopDelta's bases come only from caches: nothing is read back.
+        let (Some(pool), None) = (self.pool, &self.prefetched) else {
+            return Ok(());
+        };
+        let mut chunks = Vec::new();
+        for &id in ids {
+            if self.planned.contains_key(&id) {
+                continue;
+            }
+            let plan = self.shallow_enough(id)?;
+            if let Some((base, _, links)) = &plan {
+                self.regions_needed(base, links, &mut chunks)?;
+            }
+            self.planned.insert(id, plan);
+        }
+        let mut reads = self.reader.read_regions_for(&chunks);
+        for_each_shared(Some(pool), pool.current_num_threads(), &mut reads, |r| {
+            r.open()
+        });
+        self.reader.keep_regions(reads);
+        Ok(())
+    }
+
+    /// Whether the bytes of `id` are at hand: in memory or in the local base cache.
+    fn held(&self, id: &ChunkId) -> bool {
+        self.cache.peek(id).is_some() || self.local.as_ref().is_some_and(|l| l.contains(id))
+    }
+
+    /// Adds to `chunks` the chunks whose regions fetching `base` (reached by `links`) reads
+    /// back, as [`Self::read_back`] goes: none if its bytes are at hand, else the links above
+    /// the nearest base at hand, else `base` and its chain down to its full copy.
+    fn regions_needed(
+        &mut self,
+        base: &ChunkId,
+        links: &[(ChunkId, ChunkId)],
+        chunks: &mut Vec<ChunkId>,
+    ) -> Result<()> {
+        if self.held(base) {
+            return Ok(());
+        }
+        if let Some(k) = links.iter().position(|(_, b)| self.held(b)) {
+            chunks.extend(links[..=k].iter().map(|(link, _)| *link));
+            return Ok(());
+        }
+        let mut at = *base;
+        for _ in 0..=MAX_DELTA_DEPTH {
+            chunks.push(at);
+            match self.kind_of(&at)? {
+                Some(EntryKind::Delta { base }) => at = base,
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes bases only from `prefetched` and from memory (this backup's new chunks): a
+    /// candidate neither holds is dropped, never read back (LoopDelta §4.3).
+    pub fn only_cached(mut self, prefetched: Arc<PrefetchedBases>) -> Self {
+        self.prefetched = Some(prefetched);
+        self
+    }
+
+    /// [`Self::fetch`] when bases come only from caches.
+    fn fetch_cached(&mut self, id: ChunkId, prefetched: &PrefetchedBases) -> Option<Base> {
+        // Only chunks stored in full are cached there.
+        if let Some(bytes) = prefetched.get(&id) {
+            self.counts.prefetched += 1;
+            return Some(Base {
+                id,
+                bytes,
+                depth: 0,
+            });
+        }
+        match self.cache.depth_of(&id) {
+            Some(depth) if depth <= self.max_base_depth => {
+                let bytes = self.cache.get(&id)?;
+                self.counts.memory += 1;
+                Some(Base { id, bytes, depth })
+            }
+            _ => {
+                self.counts.not_cached += 1;
+                None
+            }
+        }
     }
 
     /// Reads bases from the local base cache in directory `path` and updates it at the end
@@ -212,20 +372,44 @@ impl<'a> BaseFetcher<'a> {
     }
 
     /// Updates the local base cache to the bases and new chunks this backup holds in memory,
-    /// topped up with the previous cache's other entries; returns why it could not be
-    /// written, if so. With one-level deltas the bases it used come first (most recently used
-    /// first): the next backup's candidates resolve to the same old full copies. With delta
-    /// chains this backup's new chunks come first: they are the next version's bases (20
-    /// SQLAlchemy sdists, depth 8, 1 MiB regions: bases read back from the repository in
-    /// versions 2-11 fell from 4,362 to 3,739).
-    pub fn save_local_cache(&mut self) -> Option<String> {
-        let path = self.local_path.take()?;
+    /// topped up with the previous cache's other entries, on a thread of its own: writing it
+    /// was a fifth of the dedup thread's time on 20 SQLAlchemy sdists, at the very end of
+    /// the backup where nothing else could run beside it; now it overlaps the last
+    /// container's write, the index commit and the snapshot. [`LocalCacheSave::wait`] says
+    /// why it could not be written, if so. With one-level deltas the bases it used come first
+    /// (most recently used first): the next backup's candidates resolve to the same old full
+    /// copies. With delta chains this backup's new chunks come first: they are the next
+    /// version's bases (20 SQLAlchemy sdists, depth 8, 1 MiB regions: bases read back from the
+    /// repository in versions 2-11 fell from 4,362 to 3,739).
+    pub fn save_local_cache(&mut self) -> LocalCacheSave {
+        let Some(path) = self.local_path.take() else {
+            return LocalCacheSave::done(None);
+        };
         let fresh_first = self.max_base_depth > 0;
-        let fresh = self.cache.iter(fresh_first).map(|(id, b)| (*id, b.clone()));
         let budget = self.budget.min(local_cache::DEFAULT_BYTES);
-        LocalBaseCache::save(&path, fresh, self.local.as_ref(), budget)
-            .err()
-            .map(|e| e.to_string())
+        // Only what the cache can hold: the bytes stay alive until the thread is done.
+        let mut held = 0usize;
+        let fresh: Vec<(ChunkId, Bytes)> = self
+            .cache
+            .iter(fresh_first)
+            .take_while(|(_, b)| {
+                held += b.len();
+                held <= budget
+            })
+            .map(|(id, b)| (*id, b.clone()))
+            .collect();
+        let old = self.local.take();
+        let spawned = std::thread::Builder::new()
+            .name("dedelta-base-cache".into())
+            .spawn(move || {
+                LocalBaseCache::save(&path, fresh, old.as_ref(), budget)
+                    .err()
+                    .map(|e| e.to_string())
+            });
+        match spawned {
+            Ok(handle) => LocalCacheSave(SaveState::Running(handle)),
+            Err(e) => LocalCacheSave::done(Some(format!("local base cache not saved: {e}"))),
+        }
     }
 
     /// Keeps a new chunk of this backup (a delta of `depth`, or 0 if stored in full) as a
@@ -253,7 +437,14 @@ impl<'a> BaseFetcher<'a> {
     /// chunk down its delta chain that is) with its bytes and depth. `None` if it is not
     /// indexed or cannot be read.
     pub fn fetch(&mut self, id: ChunkId) -> Result<Option<Base>> {
-        let Some((base, depth, links)) = self.shallow_enough(id)? else {
+        if let Some(p) = self.prefetched.clone() {
+            return Ok(self.fetch_cached(id, &p));
+        }
+        let plan = match self.planned.remove(&id) {
+            Some(plan) => plan,
+            None => self.shallow_enough(id)?,
+        };
+        let Some((base, depth, links)) = plan else {
             self.counts.read_back += 1;
             return Ok(None);
         };

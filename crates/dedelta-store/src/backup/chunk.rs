@@ -79,17 +79,15 @@ impl<'c> BlockReader<'c> {
                 return None;
             }
             while !self.eof && self.buf.len() < BLOCK_SIZE {
-                let old = self.buf.len();
-                self.buf.resize(BLOCK_SIZE.max(old + max), 0);
-                match f.read(&mut self.buf[old..]) {
-                    Ok(0) => {
-                        self.buf.truncate(old);
-                        self.eof = true;
-                    }
-                    Ok(n) => self.buf.truncate(old + n),
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => self.buf.truncate(old),
+                // Read into the buffer's spare capacity: zero-filling it first (`resize`) cost
+                // a memset of every block on the walker's thread. `read_to_end` keeps what was
+                // read before an error, and reads short of the limit only at the end of the
+                // file (it retries interrupted reads).
+                let want = (BLOCK_SIZE.max(self.buf.len() + max) - self.buf.len()) as u64;
+                match (&mut *f).take(want).read_to_end(&mut self.buf) {
+                    Ok(n) if (n as u64) < want => self.eof = true,
+                    Ok(_) => {}
                     Err(e) => {
-                        self.buf.truncate(old);
                         self.error = Some(e);
                         self.eof = true;
                     }

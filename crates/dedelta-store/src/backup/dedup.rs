@@ -12,8 +12,9 @@
 //! in full (see [`super::rewrite`]). The recipe is written as the chunks arrive; only storing
 //! waits for the segment.
 
-use super::bases::BaseCounts;
+use super::bases::{BaseCounts, LocalCacheSave};
 use super::delta::{DeltaStage, Stored};
+use super::dense::ReuseMonitor;
 use super::fingerprint::{Fingerprinted, IndexLookup};
 use super::fingerprint_index::FingerprintIndex;
 use super::metrics::StageTimes;
@@ -59,6 +60,8 @@ pub(super) struct DedupOutput {
     pub tree: TreeRef,
     /// Notices of the delta stage (unreadable bases, an unusable local cache).
     pub notices: Vec<String>,
+    /// The local base cache being written; waited for once the snapshot is saved.
+    pub cache_save: LocalCacheSave,
     /// Where delta bases came from.
     pub base_counts: BaseCounts,
     /// What the rewriting strategy did.
@@ -66,6 +69,8 @@ pub(super) struct DedupOutput {
     /// The old containers whose copies the backup's duplicates reference (the snapshot
     /// records them with the ones it wrote, see [`crate::format::snapshot::Snapshot::containers`]).
     pub referenced: HashSet<ContainerId>,
+    /// LoopDelta's reuse-ratio monitor, when the backup tracks dense containers.
+    pub monitor: Option<ReuseMonitor>,
 }
 
 /// Duplicates stored again by the rewriting strategy (they are also counted as new chunks).
@@ -103,6 +108,7 @@ pub(super) struct DedupStage<'a> {
     rewritten: RewriteCounts,
     /// Old containers referenced by duplicates so far.
     referenced: HashSet<ContainerId>,
+    monitor: Option<ReuseMonitor>,
 }
 
 impl<'a> DedupStage<'a> {
@@ -125,7 +131,14 @@ impl<'a> DedupStage<'a> {
             segment: None,
             rewritten: RewriteCounts::default(),
             referenced: HashSet::new(),
+            monitor: None,
         }
+    }
+
+    /// Counts the containers this backup references in `monitor` (see [`super::dense`]).
+    pub fn monitoring(mut self, monitor: ReuseMonitor) -> Self {
+        self.monitor = Some(monitor);
+        self
     }
 
     /// Rewrites duplicates by `strategy` (see [`super::rewrite`]).
@@ -165,15 +178,26 @@ impl<'a> DedupStage<'a> {
                     self.end_block(true)?;
                 }
                 Item::FileEnd => tree.file_end()?,
+                // Duplicates of the parent's chunks, shown to the candidate search as a read
+                // would have shown them.
+                Item::Unchanged(n, chunks) => {
+                    tree.file_start(n);
+                    for (c, container) in chunks {
+                        self.is_new(&c.id, IndexLookup::Stored(container), false)?;
+                        tree.file_chunk(c)?;
+                    }
+                    tree.file_end()?;
+                }
             }
             tree.maybe_drain(&mut self)?;
         }
         self.end_segment()?;
         self.end_block(false)?;
         let mut notices: Vec<String> = Vec::new();
+        let mut cache_save = LocalCacheSave::done(None);
         if let Some(d) = self.delta.as_mut() {
             notices.extend(d.take_notices());
-            notices.extend(d.save_local_cache());
+            cache_save = d.save_local_cache();
         }
         let tree = tree.finish(&mut self)?;
         self.summary.tree_bytes = tree.len;
@@ -182,6 +206,7 @@ impl<'a> DedupStage<'a> {
             summary: self.summary,
             tree,
             notices,
+            cache_save,
             base_counts: self
                 .delta
                 .as_ref()
@@ -189,6 +214,7 @@ impl<'a> DedupStage<'a> {
                 .unwrap_or_default(),
             rewritten: self.rewritten,
             referenced: self.referenced,
+            monitor: self.monitor,
         })
     }
 
@@ -329,6 +355,9 @@ impl<'a> DedupStage<'a> {
         };
         if let Some(container) = known {
             self.referenced.extend(container);
+            if let (Some(m), Some(c)) = (self.monitor.as_mut(), container) {
+                m.duplicate(c, *id);
+            }
             if let Some(d) = self.delta.as_mut() {
                 d.on_duplicate(id, container, tree)?;
             }
@@ -376,13 +405,18 @@ impl<'a> DedupStage<'a> {
                     self.packer
                         .push(c.id, EntryKind::Full, &c.data, c.data.len(), c.sfs.0)?
                 }
-                Stored::Delta { base, delta, .. } => self.packer.push(
-                    c.id,
-                    EntryKind::Delta { base },
-                    &delta,
-                    c.data.len(),
-                    c.sfs.0,
-                )?,
+                Stored::Delta { base, delta, .. } => {
+                    if let Some(m) = self.monitor.as_mut() {
+                        m.delta_base(base);
+                    }
+                    self.packer.push(
+                        c.id,
+                        EntryKind::Delta { base },
+                        &delta,
+                        c.data.len(),
+                        c.sfs.0,
+                    )?
+                }
             }
         }
         Ok(())

@@ -1,4 +1,5 @@
-//! Runs on: the dedup thread (and, with 4 or more threads, a pool of its own for encoding).
+//! Runs on: the dedup thread (and, with 4 or more threads, a pool of its own for encoding;
+//! with fewer, the worker pool's free threads help with each batch, see [`crate::share`]).
 //!
 //! The delta stage of backup. New (non-duplicate) chunks are gathered per block, in stream
 //! order, with their super-features (computed on the worker pool with the fingerprints; with
@@ -23,13 +24,14 @@
 //! Candidates of chunks within one batch come from earlier batches only, so that a base is
 //! always decided (and stored) before it is used.
 
-use super::bases::{Base, BaseCounts, BaseFetcher};
+use super::bases::{Base, BaseCounts, BaseFetcher, LocalCacheSave};
 use super::metrics::StageTimes;
 use super::resemble::{CandidateSearch, CandidateSource};
 use crate::error::Result;
 use crate::format::config::DeltaConfig;
 use crate::format::container::ContainerId;
 use crate::format::snapshot::BackupSummary;
+use crate::share::for_each_shared;
 use bytes::Bytes;
 use dedelta_core::compress::Compression;
 use dedelta_core::delta::{new_codec, DeltaCodec};
@@ -119,6 +121,9 @@ pub struct DeltaStage<'a> {
     /// flight. With 2 cores, encoding on this thread measured 2-3x faster than either pool
     /// (0.04-0.06 s against 0.11-0.15 s per 60 MB version), the pool's cores being busy anyway.
     encode_pool: Option<&'a rayon::ThreadPool>,
+    /// Without a pool of its own, the worker pool, whose free threads help this thread
+    /// through a batch (see [`crate::share`]).
+    share_with: Option<&'a rayon::ThreadPool>,
     /// With `delta.sketch_dupadj_misses` (DARE §3.1): the sketch method, for the new data
     /// chunks DupAdj did not resolve (see [`Self::sketch_dupadj_misses`]).
     misses_sketcher: Option<Arc<dyn Sketcher>>,
@@ -132,6 +137,7 @@ impl<'a> DeltaStage<'a> {
         bases: BaseFetcher<'a>,
         times: Arc<StageTimes>,
         encode_pool: Option<&'a rayon::ThreadPool>,
+        share_with: Option<&'a rayon::ThreadPool>,
     ) -> Result<Self> {
         cfg.validate()?;
         Ok(DeltaStage {
@@ -142,6 +148,7 @@ impl<'a> DeltaStage<'a> {
             batch: Vec::new(),
             times,
             encode_pool,
+            share_with,
             misses_sketcher: None,
         })
     }
@@ -172,11 +179,7 @@ impl<'a> DeltaStage<'a> {
             .enumerate()
             .filter(|(i, c)| !c.tree && c.sfs.0.is_empty() && pick(*i, c))
             .collect();
-        let sketch = |(_, c): &mut (usize, &mut NewChunk)| c.sfs = sk.sketch(&c.data);
-        match self.encode_pool {
-            Some(p) => p.install(|| picked.par_iter_mut().for_each(sketch)),
-            None => picked.iter_mut().for_each(sketch),
-        }
+        self.for_each(&mut picked, |(_, c)| c.sfs = sk.sketch(&c.data));
         StageTimes::add(&self.times.sketch, t);
         self.times
             .sketched_chunks
@@ -191,7 +194,7 @@ impl<'a> DeltaStage<'a> {
     }
 
     /// Updates the local base cache (see [`BaseFetcher::save_local_cache`]).
-    pub fn save_local_cache(&mut self) -> Option<String> {
+    pub fn save_local_cache(&mut self) -> LocalCacheSave {
         self.bases.save_local_cache()
     }
 
@@ -343,10 +346,33 @@ impl<'a> DeltaStage<'a> {
                 c.source = Some(source);
             }
         };
-        match self.encode_pool {
-            Some(p) => p.install(|| batch.par_iter_mut().for_each(encode)),
-            None => batch.iter_mut().for_each(encode),
+        self.for_each(batch, encode);
+    }
+
+    /// Runs `job` on every item: on the stage's own pool when it has one, else on this
+    /// thread with the worker pool's free threads helping.
+    fn for_each<T: Send>(&self, items: &mut [T], job: impl Fn(&mut T) + Sync + Send) {
+        match (self.encode_pool, self.share_with) {
+            (Some(p), _) => p.install(|| items.par_iter_mut().for_each(job)),
+            (None, Some(p)) => for_each_shared(Some(p), p.current_num_threads(), items, job),
+            (None, None) => items.iter_mut().for_each(job),
         }
+    }
+
+    /// The candidate chunk `c` tries in round `round`, if it tries one.
+    fn round_candidate(&self, c: &NewChunk, round: usize) -> Option<(ChunkId, CandidateSource)> {
+        // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
+        if self.cfg.candidates == 1 && !c.tree && matches!(c.stored, Stored::Delta { .. }) {
+            return None;
+        }
+        // Best-of-N stops at a delta that is good enough (`candidates_enough`).
+        if let (Some(enough), Stored::Delta { delta, .. }) = (self.cfg.candidates_enough, &c.stored)
+        {
+            if !c.tree && delta.len() as f64 <= c.data.len() as f64 * enough {
+                return None;
+            }
+        }
+        c.candidates.get(round).copied()
     }
 
     /// Decides the waiting chunks; returns them in stream order, except that with `hold` the
@@ -405,8 +431,6 @@ impl<'a> DeltaStage<'a> {
         }
         StageTimes::add(&self.times.base_read, t);
         // 2. Bases and delta encoding, one round per candidate rank.
-        let best_of = self.cfg.candidates;
-        let enough = self.cfg.candidates_enough;
         let mut rounds = batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0);
         let mut round = 0;
         // Sketching DupAdj's misses only, round 1 comes even if no chunk had two candidates:
@@ -420,18 +444,13 @@ impl<'a> DeltaStage<'a> {
             }
             let t = Instant::now();
             let mut any = false;
+            let wanted: Vec<ChunkId> = batch
+                .iter()
+                .filter_map(|c| self.round_candidate(c, round).map(|(id, _)| id))
+                .collect();
+            self.bases.prefetch(&wanted)?;
             for c in batch.iter_mut() {
-                // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
-                if best_of == 1 && !c.tree && matches!(c.stored, Stored::Delta { .. }) {
-                    continue;
-                }
-                // Best-of-N stops at a delta that is good enough (`candidates_enough`).
-                if let (Some(enough), Stored::Delta { delta, .. }) = (enough, &c.stored) {
-                    if !c.tree && delta.len() as f64 <= c.data.len() as f64 * enough {
-                        continue;
-                    }
-                }
-                let Some(&(candidate, source)) = c.candidates.get(round) else {
+                let Some((candidate, source)) = self.round_candidate(c, round) else {
                     continue;
                 };
                 if let Some(base) = self.bases.fetch(candidate)? {

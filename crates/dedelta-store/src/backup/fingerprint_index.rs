@@ -301,6 +301,17 @@ impl ContainerCache {
     }
 }
 
+/// How the locality index reads a container's metadata when it prefetches it: by default its
+/// footer and metadata section; LoopDelta's dense containers whole, with their data
+/// ([`super::prefetch::DensePrefetcher`]).
+pub trait MetaLoader: Send + Sync {
+    /// Container `id`'s metadata, read through `backend`.
+    ///
+    /// # Errors
+    /// The metadata cannot be read.
+    fn load(&self, backend: &dyn Backend, id: &ContainerId) -> Result<ContainerMeta>;
+}
+
 /// Locality-preserved caching (see the module doc).
 pub struct LocalityIndex {
     reader: IndexReader,
@@ -313,6 +324,8 @@ pub struct LocalityIndex {
     /// looked the container up and loaded it (12 loads of 8 containers in a 30 MB backup).
     disk: Mutex<()>,
     counts: Counts,
+    /// How prefetches read a container (`None`: its metadata only).
+    loader: Option<Arc<dyn MetaLoader>>,
 }
 
 impl LocalityIndex {
@@ -338,7 +351,14 @@ impl LocalityIndex {
             }),
             disk: Mutex::new(()),
             counts: Counts::default(),
+            loader: None,
         }
+    }
+
+    /// Prefetches read containers through `loader`.
+    pub fn with_loader(mut self, loader: Arc<dyn MetaLoader>) -> Self {
+        self.loader = Some(loader);
+        self
     }
 
     /// The cached entry of `id` if the index agrees with it (see the module doc).
@@ -373,7 +393,11 @@ impl LocalityIndex {
             return;
         }
         Counts::bump(&self.counts.prefetches);
-        match read_container_meta_tail(self.backend.as_ref(), &id.to_hex()) {
+        let read = match &self.loader {
+            Some(l) => l.load(self.backend.as_ref(), &id),
+            None => read_container_meta_tail(self.backend.as_ref(), &id.to_hex()),
+        };
+        match read {
             Ok(meta) => {
                 let trust = self.reader.trust(&id);
                 let mut cache = self.cache();

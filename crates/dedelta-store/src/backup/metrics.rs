@@ -72,4 +72,8 @@ pub struct BackupMetrics {
     /// Duplicates stored again by the backup's rewriting (Capping); counted in the summary's
     /// new chunks too.
     pub rewritten: super::dedup::RewriteCounts,
+    /// LoopDelta's base prefetching (dense containers loaded whole, bases served, the dense
+    /// list written), when the backup's sketch index is `prefetch`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<super::prefetch::PrefetchCounts>,
 }

@@ -15,7 +15,9 @@
 //! dedup thread     dedup.rs              duplicate or new, in order
 //!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
-//!                  delta.rs                (encoding on a pool of its own with 4+ threads)
+//!                  delta.rs                (encoding and base regions shared with the
+//!                                           pool's free threads, ../share.rs; a pool of
+//!                                           its own with 4+ threads)
 //!                  tree_writer.rs        the tree stream, stored as chunks
 //!                  pack.rs               raw regions  --> worker pool: zstd
 //!                                          |  regions in stream order
@@ -36,14 +38,18 @@ pub mod bases;
 mod chunk;
 pub mod dedup;
 pub mod delta;
+pub mod dense;
 mod fingerprint;
 pub mod fingerprint_index;
+mod meta;
 pub mod metrics;
 mod pack;
+pub mod prefetch;
 pub mod resemble;
 pub mod rewrite;
 mod store;
 mod tree_writer;
+pub mod unchanged;
 mod walk;
 
 use crate::error::{Error, Result};
@@ -66,6 +72,7 @@ use fingerprint_index::{
     ExactIndex, FingerprintIndex, FingerprintIndexKind, FingerprintIndexOptions, LocalityIndex,
 };
 use metrics::{BackupMetrics, StageTimes};
+use prefetch::PrefetchSketchIndex;
 use resemble::dupadj::{DupAdj, ParentRecipe};
 use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use resemble::CandidateSearch;
@@ -125,6 +132,8 @@ pub struct BackupOptions {
     /// Which duplicates to store again for restore speed (see [`rewrite`]); `None` rewrites
     /// nothing.
     pub rewriting: Option<Box<dyn rewrite::Rewriting>>,
+    /// The parent snapshot, which files are read, which file systems are crossed.
+    pub sources: unchanged::SourceOptions,
 }
 
 /// The result of a backup.
@@ -180,6 +189,15 @@ enum Item {
     Node(Node),
     /// Start of a regular file.
     FileStart(Node),
+    /// A regular file stored with its parent's recipe, unread: its chunks and their
+    /// containers.
+    Unchanged(
+        Node,
+        Vec<(
+            crate::format::tree::ChunkRef,
+            crate::format::container::ContainerId,
+        )>,
+    ),
     /// The next chunks of the current file, fingerprinted by the pool.
     FileData(Receiver<Vec<Fingerprinted>>),
     /// End of the current file.
@@ -230,6 +248,7 @@ pub fn backup(
     }
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
     config.check_depth(&delta_cfg)?;
+    let dense_threshold = delta_cfg.dense_threshold;
     // What the writer records in the index, and what the full sketch index finds, follow this
     // backup's choice; the config's is set back when it ends.
     repo.index().set_sketch_keep(delta_cfg.sketch_keep);
@@ -249,10 +268,56 @@ pub fn backup(
         )),
         None => None,
     };
+    // LoopDelta (§4.2-§4.3): the lineage's dense containers, loaded whole when prefetched.
+    // The snapshots are listed once, for the parent and the dense list: each listing reads
+    // every snapshot file (a request each).
+    let want_files = !opts.sources.force && opts.stdin.is_none();
+    let listed = if delta_cfg.enabled() || want_files {
+        match repo.snapshots() {
+            Ok(l) => {
+                notices.extend(l.warnings());
+                Some(l)
+            }
+            Err(e) => {
+                notices.push(format!("no parent snapshot: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let prefetched = prefetch::for_backup(
+        repo.backend().as_ref(),
+        &delta_cfg,
+        opts.rewriting.is_some(),
+        (&opts.host, &snapshot_paths),
+        listed.as_ref(),
+        &mut notices,
+    );
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
+    let mut parent = if delta_cfg.enabled() || want_files {
+        let want = ParentWants {
+            recipe: delta_cfg.enabled() && delta_cfg.dupadj,
+            files: want_files.then_some(&opts.sources),
+        };
+        parent(
+            repo,
+            listed.as_ref(),
+            &snapshot_paths,
+            &opts,
+            want,
+            &mut notices,
+        )?
+    } else {
+        None
+    };
+    // Without a parent (or an unreadable one) every file is new.
+    let parent_files = parent
+        .as_mut()
+        .and_then(|p| p.files.take())
+        .or_else(|| want_files.then(|| unchanged::ParentFiles::new(&opts.sources)));
     let delta_stage = if delta_cfg.enabled() {
-        let mut parent = parent(repo, &snapshot_paths, delta_cfg.dupadj, &mut notices);
         // Without a parent, DupAdj still walks this backup's own stored stream.
         let dupadj = delta_cfg.dupadj.then(|| {
             DupAdj::new(
@@ -275,19 +340,31 @@ pub fn backup(
                         delta_cfg.stream_cache_containers,
                     )))
                 }
+                (Some(_), crate::format::config::SketchIndexKind::Prefetch) => {
+                    prefetched.as_ref().map(|(p, capacity)| {
+                        Box::new(PrefetchSketchIndex::new(p.clone(), *capacity))
+                            as Box<dyn SketchIndex>
+                    })
+                }
             };
-        let bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
+        let mut bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
+            .sharing_with(&workers.pool);
+        if let Some((p, _)) = &prefetched {
+            bases = bases.only_cached(p.clone());
+        }
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),
             bases,
             times.clone(),
             workers.delta.as_ref(),
+            Some(&workers.pool),
         )?;
         if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
             stage.sketch_dupadj_misses(sk.clone());
         }
-        if let Some(root) = &opts.cache_dir {
+        // LoopDelta's bases come from its prefetch cache only (no local base cache).
+        if let (Some(root), None) = (&opts.cache_dir, &prefetched) {
             match crate::client::cache::repo_dir(root, &config.id) {
                 Ok(dir) => notices.extend(stage.use_local_cache(dir)),
                 Err(e) => notices.push(format!("{e}; no local base cache")),
@@ -302,21 +379,32 @@ pub fn backup(
     let damage = Arc::new(damage);
     // One read view for the pool and the dedup thread, taken before anything of this backup
     // is indexed (the filter too: what this backup indexes goes into it as well, harmlessly).
-    let lookup: Arc<dyn FingerprintIndex> = match opts.lookup.kind {
+    // Base prefetching piggybacks on the locality index's metadata prefetches.
+    let lookup_kind = match prefetched {
+        Some(_) => FingerprintIndexKind::Locality,
+        None => opts.lookup.kind,
+    };
+    let lookup: Arc<dyn FingerprintIndex> = match lookup_kind {
         FingerprintIndexKind::Exact => {
             Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone()))
         }
         FingerprintIndexKind::Locality => {
             let (filter, rebuilt) = repo.index().fingerprint_filter()?;
             notices.extend(rebuilt);
-            Arc::new(LocalityIndex::new(
+            let index = LocalityIndex::new(
                 repo.index().reader()?,
                 damage.clone(),
                 filter,
                 // Metered as prefetches (issue 16 item 4's purpose for them).
                 repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
                 opts.lookup.cache_containers,
-            ))
+            );
+            Arc::new(match &prefetched {
+                Some((p, _)) => {
+                    index.with_loader(Arc::new(prefetch::DensePrefetcher { bases: p.clone() }))
+                }
+                None => index,
+            })
         }
     };
     let dedup_index = DedupIndex { lookup };
@@ -357,6 +445,9 @@ pub fn backup(
         if let Some(r) = opts.rewriting.take() {
             dedup = dedup.rewriting(r);
         }
+        if let Some((p, _)) = &prefetched {
+            dedup = dedup.monitoring(dense::ReuseMonitor::new(p.clone()));
+        }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
@@ -377,6 +468,10 @@ pub fn backup(
             job,
             jobs_in_flight: jobs_in_flight.clone(),
             blocks: chunk::BlockPool::default(),
+            meta: meta::MetaReader::default(),
+            parent: parent_files,
+            presence: Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone())),
+            one_file_system: opts.sources.one_file_system,
         };
         let walk_result = match opts.stdin.take() {
             Some(src) => walker.stdin(src),
@@ -407,11 +502,17 @@ pub fn backup(
     }
 
     notices.extend(dedup_out.notices);
+    let cache_save = dedup_out.cache_save;
     let mut summary = dedup_out.summary;
     summary.files = walked.files;
     summary.dirs = walked.dirs;
     summary.symlinks = walked.symlinks;
+    summary.special_files = walked.special;
     summary.bytes_read = walked.bytes_read;
+    summary.files_new = walked.files_new;
+    summary.files_changed = walked.files_changed;
+    summary.files_unmodified = walked.files_unmodified;
+    summary.bytes_unmodified = walked.bytes_unmodified;
     summary.bytes_added = writer_stats.bytes_written;
     summary.containers_written = writer_stats.containers.len() as u64;
     summary.warnings = warnings.len() as u64;
@@ -432,6 +533,7 @@ pub fn backup(
             ..dedup_index.lookup.counters()
         },
         rewritten: dedup_out.rewritten,
+        prefetch: prefetched.as_ref().map(|(p, _)| p.counts()),
     };
     let snapshot = Snapshot {
         time: opts.time,
@@ -450,6 +552,23 @@ pub fn backup(
         ..Default::default()
     };
     let snapshot_id = crate::repository::snapshots::save(repo.backend().as_ref(), &snapshot)?;
+    // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
+    // killed before it leaves a snapshot without one (see crate::format::dense).
+    let mut metrics = metrics;
+    if let (Some(m), Some(p)) = (&dedup_out.monitor, metrics.prefetch.as_mut()) {
+        let list = crate::format::dense::DenseList {
+            snapshot: snapshot_id,
+            threshold: dense_threshold,
+            containers: m.dense(dense_threshold, &writer_stats.containers),
+        };
+        p.dense_written = list.containers.len() as u64;
+        if let Err(e) = dense::save(repo.backend().as_ref(), &list) {
+            notices.push(format!(
+                "dense container list not saved ({e}); the next backup prefetches no bases"
+            ));
+        }
+    }
+    notices.extend(cache_save.wait());
     Ok(BackupResult {
         snapshot_id,
         summary,
@@ -459,44 +578,83 @@ pub fn backup(
     })
 }
 
-/// What the backup learns from its parent snapshot: the newest snapshot with the same paths,
+/// What the backup learns from its parent snapshot: the one `--parent` names, else the newest
+/// of the same host and paths, else (for delta hints only) the newest with the same paths,
 /// else the newest.
 struct Parent {
     /// Its chunk sequence, for DupAdj (when asked for).
     recipe: Option<ParentRecipe>,
     /// Where its tree's records and references lie, for the tree chunks' delta bases.
     tree: Option<tree_writer::ParentTree>,
+    /// Its files, to skip the unchanged ones (unless every file is read).
+    files: Option<unchanged::ParentFiles>,
+}
+
+/// What to learn from the parent.
+struct ParentWants<'a> {
+    recipe: bool,
+    /// Its files, compared by these rules.
+    files: Option<&'a unchanged::SourceOptions>,
 }
 
 /// Reads the parent snapshot's tree. A parent that cannot be read only costs the backup its
-/// hints: it goes on without one, with a notice (a damaged tree must not block every later
-/// backup of its paths).
+/// hints and its unchanged files: it goes on without one, with a notice (a damaged tree must
+/// not block every later backup of its paths).
+///
+/// # Errors
+/// Only a `--parent` that names no snapshot.
 fn parent(
     repo: &IndexedRepository,
+    listed: Option<&crate::repository::snapshots::SnapshotList>,
     paths: &[String],
-    want_recipe: bool,
+    opts: &BackupOptions,
+    want: ParentWants<'_>,
     notices: &mut Vec<String>,
-) -> Option<Parent> {
-    let listed = match repo.snapshots() {
-        Ok(l) => l,
-        Err(e) => {
-            notices.push(format!("no parent snapshot for delta hints: {e}"));
-            return None;
+) -> Result<Option<Parent>> {
+    let chosen = match &opts.sources.parent {
+        Some(spec) => repo.find_snapshot(spec)?,
+        None => {
+            // Not listed: the listing failed, with a notice.
+            let Some(listed) = listed else {
+                return Ok(None);
+            };
+            let all = &listed.snapshots;
+            let same_host = all
+                .iter()
+                .rposition(|(_, s)| s.paths == paths && s.host == opts.host);
+            // Files are compared only with a snapshot of the same host and paths.
+            let fallback = all.iter().rposition(|(_, s)| s.paths == paths);
+            let Some(i) = same_host.or(fallback).or(all.len().checked_sub(1)) else {
+                return Ok(None);
+            };
+            let chosen = all[i].clone();
+            if same_host.is_none() {
+                return Ok(read_parent(repo, chosen, want.recipe, None, notices));
+            }
+            chosen
         }
     };
-    notices.extend(listed.warnings());
-    let all = &listed.snapshots;
-    let (id, snap) = all
-        .iter()
-        .rev()
-        .find(|(_, s)| s.paths == paths)
-        .or_else(|| all.last())?;
+    Ok(read_parent(repo, chosen, want.recipe, want.files, notices))
+}
+
+/// Reads the chosen parent's tree.
+fn read_parent(
+    repo: &IndexedRepository,
+    (id, snap): (SnapshotId, Snapshot),
+    want_recipe: bool,
+    files: Option<&unchanged::SourceOptions>,
+    notices: &mut Vec<String>,
+) -> Option<Parent> {
     let mut ids = Vec::new();
     let mut tree = tree_writer::ParentTreeBuilder::new();
-    let walked = crate::read::walk_tree_measured(repo, snap, |node, chunks| {
+    let mut parent_files = files.map(unchanged::ParentFiles::new);
+    let walked = crate::read::walk_tree_measured(repo, &snap, |node, chunks| {
         tree.node(&node, &chunks);
         if want_recipe {
             ids.extend(chunks.iter().map(|c| c.id));
+        }
+        if let Some(f) = parent_files.as_mut() {
+            f.add(&node, &chunks);
         }
         Ok(())
     });
@@ -504,6 +662,7 @@ fn parent(
         Ok(lens) => Some(Parent {
             recipe: want_recipe.then(|| ParentRecipe::new(ids)),
             tree: tree.finish(&snap.tree.chunks, &lens),
+            files: parent_files,
         }),
         Err(e) => {
             notices.push(format!(

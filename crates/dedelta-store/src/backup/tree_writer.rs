@@ -403,6 +403,7 @@ mod tests {
             mtime_nanos: 0,
             size: 0,
             target: Vec::new(),
+            meta: Default::default(),
         };
         let refs = (0..n)
             .map(|i| ChunkRef {

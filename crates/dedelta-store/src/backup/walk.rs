@@ -1,16 +1,21 @@
 //! Runs on: the caller's thread.
 //!
 //! Walks the sources in a fixed order (depth first, names sorted), turns every directory,
-//! symlink and file into [`Item`]s for the dedup thread, and reads each file as blocks of
-//! chunks ([`super::chunk`]) whose fingerprinting it hands to the worker pool. A file that
-//! cannot be read, or that changes while it is read, is a warning (exit code 3), not an error:
-//! the backup goes on, and the snapshot records what was read.
+//! symlink, special file and file into [`Item`]s for the dedup thread (with the metadata of
+//! [`super::meta`]), and reads each file as blocks of chunks ([`super::chunk`]) whose
+//! fingerprinting it hands to the worker pool, unless the parent snapshot holds it unchanged
+//! ([`super::unchanged`]): then it is not opened. A file that cannot be read, or that changes
+//! while it is read, is a warning (exit code 3), not an error: the backup goes on, and the
+//! snapshot records what was read.
 
 use super::chunk::{BlockPool, BlockReader};
 use super::fingerprint::{submit, FingerprintJob};
+use super::fingerprint_index::FingerprintIndex;
+use super::meta::{kind_of, MetaReader};
+use super::unchanged::{ParentFiles, Verdict};
 use super::{closed, Item, StdinSource};
 use crate::error::{Error, Result};
-use crate::format::tree::{Node, NodeKind};
+use crate::format::tree::{Node, NodeKind, NodeMeta};
 use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use crossbeam_utils::sync::WaitGroup;
@@ -20,6 +25,7 @@ use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What the walker counted.
 #[derive(Debug, Default)]
@@ -27,7 +33,17 @@ pub(super) struct WalkStats {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
+    /// FIFOs, sockets and devices.
+    pub special: u64,
     pub bytes_read: u64,
+    /// Files not in the parent snapshot.
+    pub files_new: u64,
+    /// Files in the parent snapshot, read again.
+    pub files_changed: u64,
+    /// Files stored with the parent's recipe, not read.
+    pub files_unmodified: u64,
+    /// Their bytes.
+    pub bytes_unmodified: u64,
 }
 
 /// The walker's state for one backup.
@@ -45,6 +61,14 @@ pub(super) struct Walker<'a> {
     pub jobs_in_flight: WaitGroup,
     /// Block buffers, reused from file to file and block to block.
     pub blocks: BlockPool,
+    /// Metadata of each node.
+    pub meta: MetaReader,
+    /// The parent snapshot's files, unless the backup reads every file.
+    pub parent: Option<ParentFiles>,
+    /// Where unchanged files' chunks are (a file whose chunks are gone is read again).
+    pub presence: Arc<dyn FingerprintIndex>,
+    /// Stay on each source's file system.
+    pub one_file_system: bool,
 }
 
 impl Walker<'_> {
@@ -66,6 +90,8 @@ impl Walker<'_> {
             .follow_root_links(false)
             .sort_by(|a, b| a.file_name().cmp(b.file_name()));
         let mut it = walker.into_iter();
+        // The source's file system, for `one_file_system`.
+        let mut root_dev: Option<u64> = None;
         loop {
             let ent = match it.next() {
                 None => break,
@@ -93,44 +119,77 @@ impl Walker<'_> {
                     continue;
                 }
             };
-            let ft = md.file_type();
-            if ft.is_dir() {
-                self.stats.dirs += 1;
-                self.tx
-                    .send(Item::Node(node_from(path, &md, NodeKind::Dir)))
-                    .map_err(closed)?;
-            } else if ft.is_symlink() {
-                match std::fs::read_link(path) {
-                    Ok(t) => {
-                        let mut n = node_from(path, &md, NodeKind::Symlink);
-                        n.target = t.as_os_str().as_bytes().to_vec();
-                        self.stats.symlinks += 1;
-                        self.tx.send(Item::Node(n)).map_err(closed)?;
-                    }
-                    Err(e) => self.warn(format!("{}: {e}", path.display())),
-                }
-            } else if ft.is_file() {
-                match std::fs::File::open(path).and_then(|f| Ok((f.metadata()?, f))) {
-                    Ok((before, mut f)) => {
-                        let display = path.display().to_string();
-                        self.progress.message(&display);
-                        let read =
-                            self.file(node_from(path, &before, NodeKind::File), &mut f, &display)?;
-                        if let Some(change) = changed_while_read(&before, f.metadata(), read) {
-                            self.warn(format!(
-                                "{display}: changed while it was being read ({change}); \
-                                 stored as read: {read} bytes"
-                            ));
-                        }
-                    }
-                    Err(e) => self.warn(format!("{}: {e}", path.display())),
-                }
-            } else {
-                self.warn(format!(
-                    "{}: skipped (not a file, directory or symlink)",
-                    path.display()
-                ));
+            let kind = kind_of(md.file_type());
+            let mut node = self.meta.node(stored_path(path), &md, kind);
+            match self.meta.xattrs(path) {
+                Ok(x) => node.meta.xattrs = x,
+                Err(w) => self.warn(w),
             }
+            match kind {
+                NodeKind::Dir => {
+                    self.stats.dirs += 1;
+                    let dev = md.dev();
+                    let root_dev = *root_dev.get_or_insert(dev);
+                    if self.one_file_system && dev != root_dev {
+                        // A mount point: kept, its contents are another file system's.
+                        it.skip_current_dir();
+                    }
+                    self.tx.send(Item::Node(node)).map_err(closed)?;
+                }
+                NodeKind::Symlink => match std::fs::read_link(path) {
+                    Ok(t) => {
+                        node.target = t.as_os_str().as_bytes().to_vec();
+                        self.stats.symlinks += 1;
+                        self.tx.send(Item::Node(node)).map_err(closed)?;
+                    }
+                    Err(e) => self.warn(format!("{}: {e}", path.display())),
+                },
+                NodeKind::File => self.regular_file(path, node)?,
+                NodeKind::Fifo
+                | NodeKind::Socket
+                | NodeKind::CharDevice
+                | NodeKind::BlockDevice => {
+                    self.stats.special += 1;
+                    self.tx.send(Item::Node(node)).map_err(closed)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A regular file, as `lstat` described it in `node`: stored with the parent's recipe if
+    /// unchanged, else read.
+    fn regular_file(&mut self, path: &Path, node: Node) -> Result<()> {
+        if let Some(parent) = self.parent.as_mut() {
+            match parent.judge(&node, self.presence.as_ref())? {
+                Verdict::Unchanged(chunks) => {
+                    self.stats.files += 1;
+                    self.stats.files_unmodified += 1;
+                    self.stats.bytes_unmodified += node.size;
+                    self.stats.bytes_read += node.size;
+                    self.progress.inc(node.size);
+                    return self.tx.send(Item::Unchanged(node, chunks)).map_err(closed);
+                }
+                Verdict::Changed => self.stats.files_changed += 1,
+                Verdict::New => self.stats.files_new += 1,
+            }
+        }
+        match open_noatime(path).and_then(|f| Ok((f.metadata()?, f))) {
+            Ok((before, mut f)) => {
+                let display = path.display().to_string();
+                self.progress.message(&display);
+                // What the open file says, with the attributes read from the path.
+                let mut opened = self.meta.node(node.path, &before, NodeKind::File);
+                opened.meta.xattrs = node.meta.xattrs;
+                let read = self.file(opened, &mut f, &display)?;
+                if let Some(change) = changed_while_read(&before, f.metadata(), read) {
+                    self.warn(format!(
+                        "{display}: changed while it was being read ({change}); \
+                         stored as read: {read} bytes"
+                    ));
+                }
+            }
+            Err(e) => self.warn(format!("{}: {e}", path.display())),
         }
         Ok(())
     }
@@ -145,6 +204,8 @@ impl Walker<'_> {
             mtime_nanos: 0,
             size: 0,
             target: Vec::new(),
+            // No owner or other times: a stream has none, and restore leaves the owner alone.
+            meta: NodeMeta::default(),
         };
         let mut reader = src.reader;
         self.file(node, &mut reader, &src.name).map(|_| ())
@@ -207,23 +268,26 @@ fn changed_while_read(
     }
 }
 
+/// Opens `path` for reading without updating its access time (`O_NOATIME`), as borg does, so
+/// that a backup leaves the atimes it records as they were; where that is not allowed (a
+/// file of another user, without root), opens it plainly.
+fn open_noatime(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let noatime = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOATIME)
+        .open(path);
+    match noatime {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => std::fs::File::open(path),
+        r => r,
+    }
+}
+
 /// The stored path of an absolute path: without the leading `/`.
 fn stored_path(p: &Path) -> Vec<u8> {
     let b = p.as_os_str().as_bytes();
     let trimmed = b.strip_prefix(b"/").unwrap_or(b);
     trimmed.to_vec()
-}
-
-fn node_from(path: &Path, md: &std::fs::Metadata, kind: NodeKind) -> Node {
-    Node {
-        path: stored_path(path),
-        kind,
-        mode: md.mode(),
-        mtime_secs: md.mtime(),
-        mtime_nanos: u32::try_from(md.mtime_nsec()).unwrap_or(0),
-        size: if kind == NodeKind::File { md.len() } else { 0 },
-        target: Vec::new(),
-    }
 }
 
 /// The exclude patterns as one matcher.

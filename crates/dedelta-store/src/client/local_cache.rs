@@ -236,6 +236,11 @@ impl LocalBaseCache {
         self.entries.is_empty()
     }
 
+    /// Whether an entry for `id` is held (not yet checked against its fingerprint).
+    pub fn contains(&self, id: &ChunkId) -> bool {
+        self.entries.contains_key(id)
+    }
+
     /// The bytes of `id`, if present, readable and fingerprinted `id`. An entry that fails is
     /// dropped, so that the next save writes the chunk afresh.
     pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {

@@ -1,10 +1,13 @@
 //! `backup`: the command's options and entry point; the pipeline is in [`crate::backup`].
 
 pub use crate::backup::{
-    backup,
+    backup, dense,
     fingerprint_index::{
         FingerprintIndexKind, FingerprintIndexOptions, LookupCounters, DEFAULT_CACHE_CONTAINERS,
     },
     metrics::BackupMetrics,
-    rewrite, BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
+    prefetch::PrefetchCounts,
+    rewrite,
+    unchanged::SourceOptions,
+    BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
 };

@@ -33,7 +33,13 @@
 //!
 //! Directory modes and times are applied last, deepest first (writing into a directory changes
 //! its time, and a read-only mode would stop the writes).
+//!
+//! Everything else a node records is restored as restic does ([`attrs`]): owner (by id),
+//! extended attributes, access time, FIFOs, sockets and devices, holes of files that were
+//! sparse, and hard links: a file whose record has more than one link and the device and
+//! inode of a file restored before is linked to that file instead of written again.
 
+mod attrs;
 mod target;
 
 use crate::commands::ls::normalize_path;
@@ -44,12 +50,13 @@ use crate::progress::Progress;
 use crate::read::walk_tree;
 use crate::read::{
     speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats, RestoreCacheChoice,
-    RestoreCacheStats,
+    RestoreCacheStats, READ_AHEAD_BYTES,
 };
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use target::{MTime, PendingFile, Target};
+use target::{PendingFile, Target};
 
 /// Events in flight between the two threads.
 const CHANNEL_EVENTS: usize = 256;
@@ -105,11 +112,18 @@ pub struct RestoreStats {
     pub dirs: u64,
     /// Symlinks created.
     pub symlinks: u64,
+    /// FIFOs, sockets and devices created.
+    pub special_files: u64,
+    /// Files restored as hard links to a file restored before.
+    pub hard_links: u64,
     /// Bytes of file content written (of the files written).
     pub bytes_written: u64,
     /// Nodes that could not be restored, in tree order: damaged files, and nodes the target
     /// refused. Empty when everything was restored.
     pub errors: Vec<NodeError>,
+    /// Metadata the target refused without failing a node (owners when not root, extended
+    /// attributes), one line per kind.
+    pub warnings: Vec<String>,
     /// Reads from the repository.
     pub reads: ReadStats,
     /// What the restore cache ([`RestoreOptions::cache`]) read.
@@ -134,13 +148,6 @@ fn included(path: &[u8], include: &[&[u8]]) -> bool {
             // an ancestor directory of an included path
             || (inc.starts_with(path) && inc.get(path.len()) == Some(&b'/'))
     })
-}
-
-fn mtime(node: &Node) -> MTime {
-    MTime {
-        secs: node.mtime_secs,
-        nanos: node.mtime_nanos,
-    }
 }
 
 /// Checks that a file's recipe holds as many bytes as its node records: a file whose chunks
@@ -178,6 +185,8 @@ enum Event {
     FileFailed(Error),
     /// A file refused before any of its chunks was read (its recipe is inconsistent).
     Refused(Node, Error),
+    /// A file to restore as a hard link to this path, restored before.
+    HardLink(Node, Vec<u8>),
 }
 
 /// The reader stopped because the writing side is gone (it panicked).
@@ -233,22 +242,37 @@ fn read_events(
     cache: RestoreCacheChoice,
     tx: &crossbeam_channel::Sender<Event>,
 ) -> Result<(ReadStats, RestoreCacheStats)> {
+    let locator =
+        PipelinedLocator::new(repo, cache, cache_bytes)?.reading_own_copies(&snapshot.containers);
     let mut reader = Reader {
-        area: None,
-        locator: PipelinedLocator::new(repo, cache, cache_bytes)?
-            .reading_own_copies(&snapshot.containers),
+        area: locator.area_bytes().unwrap_or(READ_AHEAD_BYTES),
+        assemble: locator.area_bytes().is_some(),
+        locator,
         pending: Vec::new(),
         pending_bytes: 0,
         failed: false,
         tx,
     };
-    reader.area = reader.locator.area_bytes();
     let mut stopped = false;
+    // The first path of each (device, inode) of the files with more than one link.
+    let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
     let walked = walk_tree(repo, snapshot, |node, chunks| {
         if stopped || !included(&node.path, include) {
             return Ok(());
         }
-        let sent = if node.kind != NodeKind::File {
+        let link_to = match (&node.kind, node.meta.nlink > 1 && node.meta.ino != 0) {
+            (NodeKind::File, true) => match linked.entry((node.meta.dev, node.meta.ino)) {
+                std::collections::hash_map::Entry::Occupied(first) => Some(first.get().clone()),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(node.path.clone());
+                    None
+                }
+            },
+            _ => None,
+        };
+        let sent = if let Some(first) = link_to {
+            reader.step(Step::Send(Box::new(Event::HardLink(node, first))))
+        } else if node.kind != NodeKind::File {
             reader.step(Step::Send(Box::new(Event::Node(node))))
         } else if let Err(e) = recipe_matches_size(&node, &chunks) {
             reader.step(Step::Send(Box::new(Event::Refused(node, e))))
@@ -282,12 +306,14 @@ enum Step {
     End,
 }
 
-/// The reading side: runs steps at once (an LRU cache), or gathers an assembly area of them
-/// and reads its containers first (forward assembly).
+/// The reading side: gathers an area of steps, then reads its containers first (forward
+/// assembly) or reads its regions ahead (an LRU cache, [`READ_AHEAD_BYTES`]), then runs them.
 struct Reader<'r, 'a> {
     locator: PipelinedLocator<'a>,
-    /// Forward assembly's area in restored bytes.
-    area: Option<u64>,
+    /// The area in restored bytes.
+    area: u64,
+    /// Forward assembly (else the regions are read ahead).
+    assemble: bool,
     pending: Vec<Step>,
     pending_bytes: u64,
     /// The current file failed: its remaining chunks are skipped.
@@ -297,11 +323,8 @@ struct Reader<'r, 'a> {
 
 impl Reader<'_, '_> {
     fn step(&mut self, step: Step) -> std::result::Result<(), Stopped> {
-        let Some(area) = self.area else {
-            return self.run(step);
-        };
         if let Step::Chunk(_, len) = step {
-            if self.pending_bytes > 0 && self.pending_bytes + u64::from(len) > area {
+            if self.pending_bytes > 0 && self.pending_bytes + u64::from(len) > self.area {
                 self.flush()?;
             }
             self.pending_bytes += u64::from(len);
@@ -321,8 +344,10 @@ impl Reader<'_, '_> {
                 _ => None,
             })
             .collect();
-        if !ids.is_empty() {
-            self.locator.assemble(&ids);
+        match (ids.is_empty(), self.assemble) {
+            (true, _) => {}
+            (false, true) => self.locator.assemble(&ids),
+            (false, false) => self.locator.read_ahead(&ids),
         }
         steps.into_iter().try_for_each(|s| self.run(s))
     }
@@ -365,7 +390,7 @@ enum Current {
     /// Between files.
     Idle,
     /// Writing this file under a temporary name.
-    Writing(PendingFile, Node, u64),
+    Writing(PendingFile, Box<Node>, u64),
     /// The current file failed on this side and is already reported; its events are dropped.
     Skipping,
 }
@@ -385,9 +410,10 @@ fn write_events(
             Event::Node(node) => {
                 let done = match node.kind {
                     NodeKind::Dir => target.make_dir(&node.path).map(|()| stats.dirs += 1),
+                    NodeKind::Symlink => target.make_symlink(&node).map(|()| stats.symlinks += 1),
                     _ => target
-                        .make_symlink(&node.path, &node.target, mtime(&node))
-                        .map(|()| stats.symlinks += 1),
+                        .make_special(&node)
+                        .map(|()| stats.special_files += 1),
                 };
                 match done {
                     Ok(()) if node.kind == NodeKind::Dir => dirs.push(node),
@@ -395,9 +421,13 @@ fn write_events(
                     Err(e) => fail(&mut stats, &node.path, e.to_string()),
                 }
             }
+            Event::HardLink(node, first) => match target.hard_link(&node, &first) {
+                Ok(()) => stats.hard_links += 1,
+                Err(e) => fail(&mut stats, &node.path, e.to_string()),
+            },
             Event::FileStart(node) => {
-                current = match target.create_file(&node.path) {
-                    Ok(f) => Current::Writing(f, node, 0),
+                current = match target.create_file(&node) {
+                    Ok(f) => Current::Writing(f, Box::new(node), 0),
                     Err(e) => {
                         fail(&mut stats, &node.path, e.to_string());
                         Current::Skipping
@@ -428,7 +458,7 @@ fn write_events(
                 if let Current::Writing(f, node, written) =
                     std::mem::replace(&mut current, Current::Idle)
                 {
-                    match target.commit_file(f, node.mode, mtime(&node)) {
+                    match target.commit_file(f, &node) {
                         Ok(()) => {
                             stats.files += 1;
                             stats.bytes_written += written;
@@ -450,10 +480,11 @@ fn write_events(
     abandon(&mut target, &mut current, false);
     stats.reads = decoder.stats();
     for node in dirs.iter().rev() {
-        if let Err(e) = target.set_dir_meta(&node.path, node.mode, mtime(node)) {
+        if let Err(e) = target.set_dir_meta(node) {
             fail(&mut stats, &node.path, e.to_string());
         }
     }
+    stats.warnings = target.meta.warnings();
     stats
 }
 

@@ -90,6 +90,11 @@ pub enum SketchIndexKind {
     /// Stream-informed (SIDC, Shilane et al.): only sketches of containers recently consulted
     /// for deduplication, and of this backup's own chunks, are matched.
     Stream,
+    /// LoopDelta's potential base chunk cache (§4.2-§4.3): only the full chunks of dense
+    /// containers, loaded whole when deduplication prefetches their metadata, and this
+    /// backup's own new chunks are matched; a base is never read on its own. Needs the
+    /// locality fingerprint index, which a backup then uses.
+    Prefetch,
 }
 
 impl SketchIndexKind {
@@ -98,14 +103,19 @@ impl SketchIndexKind {
         match self {
             SketchIndexKind::Full => "full",
             SketchIndexKind::Stream => "stream",
+            SketchIndexKind::Prefetch => "prefetch",
         }
     }
 
     /// Parses a command-line name.
     pub fn from_name(s: &str) -> Option<Self> {
-        [SketchIndexKind::Full, SketchIndexKind::Stream]
-            .into_iter()
-            .find(|k| k.name() == s)
+        [
+            SketchIndexKind::Full,
+            SketchIndexKind::Stream,
+            SketchIndexKind::Prefetch,
+        ]
+        .into_iter()
+        .find(|k| k.name() == s)
     }
 }
 
@@ -210,6 +220,36 @@ pub struct DeltaConfig {
     /// (none are read), not what a chunk's delta is.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sketch_dupadj_misses: bool,
+    /// With the `prefetch` sketch index: a container goes on a backup's dense container list
+    /// when the backup referenced more than this fraction of its chunks (as duplicates or as
+    /// delta bases; LoopDelta §4.2, 0.3 in §5.2.1). Absent means 0.3; in [0, 1].
+    #[serde(
+        default = "default_dense_threshold",
+        skip_serializing_if = "is_default_dense_threshold"
+    )]
+    pub dense_threshold: f64,
+    /// With the `prefetch` sketch index: the containers of full chunks the potential base
+    /// chunk cache holds (LRU, a container at a time). Absent means LoopDelta §5's sizes: 150,
+    /// or 20 for a backup with Capping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch_cache_containers: Option<usize>,
+}
+
+/// LoopDelta's dense container threshold (§5.2.1).
+pub const DEFAULT_DENSE_THRESHOLD: f64 = 0.3;
+
+/// The potential base chunk cache without rewriting, in containers (LoopDelta §5.3).
+pub const PREFETCH_CACHE_CONTAINERS: usize = 150;
+
+/// The potential base chunk cache with Capping, in containers (LoopDelta §5.3).
+pub const PREFETCH_CACHE_CONTAINERS_CAPPING: usize = 20;
+
+fn default_dense_threshold() -> f64 {
+    DEFAULT_DENSE_THRESHOLD
+}
+
+fn is_default_dense_threshold(t: &f64) -> bool {
+    *t == DEFAULT_DENSE_THRESHOLD
 }
 
 fn is_oldest(k: &SketchKeep) -> bool {
@@ -250,6 +290,8 @@ impl Default for DeltaConfig {
             max_depth: 1,
             sketch_keep: SketchKeep::Oldest,
             sketch_dupadj_misses: false,
+            dense_threshold: DEFAULT_DENSE_THRESHOLD,
+            prefetch_cache_containers: None,
         }
     }
 }
@@ -316,6 +358,16 @@ impl DeltaConfig {
         if self.stream_cache_containers == 0 {
             return Err(Error::InvalidOption(
                 "the stream cache needs at least one container".into(),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.dense_threshold) {
+            return Err(Error::InvalidOption(
+                "the dense threshold must be in [0, 1] (a reuse ratio)".into(),
+            ));
+        }
+        if self.prefetch_cache_containers == Some(0) {
+            return Err(Error::InvalidOption(
+                "the prefetch cache needs at least one container".into(),
             ));
         }
         if !(1..=MAX_DELTA_DEPTH).contains(&self.max_depth) {

@@ -27,6 +27,7 @@ macro_rules! hex_id_serde {
 pub mod config;
 pub mod container;
 pub mod damage;
+pub mod dense;
 pub mod envelope;
 pub mod snapshot;
 pub mod tree;

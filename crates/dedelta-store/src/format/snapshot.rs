@@ -61,7 +61,8 @@ pub struct BackupSummary {
     pub dirs: u64,
     /// Symlinks.
     pub symlinks: u64,
-    /// Bytes of file content read (logical bytes of this snapshot).
+    /// Bytes of file content (logical bytes of this snapshot): read, or, `bytes_unmodified`
+    /// of them, taken unchanged from the parent snapshot without reading.
     pub bytes_read: u64,
     /// Chunks processed (file content and tree).
     pub chunks: u64,
@@ -121,6 +122,21 @@ pub struct BackupSummary {
     /// bound (half the chunk; checked before `min_saving`).
     #[serde(default)]
     pub delta_rejected_tree_bound: u64,
+    /// FIFOs, sockets and devices.
+    #[serde(default)]
+    pub special_files: u64,
+    /// Files not in the parent snapshot (every file without a parent; 0 with `--force`).
+    #[serde(default)]
+    pub files_new: u64,
+    /// Files in the parent snapshot, changed, and read again.
+    #[serde(default)]
+    pub files_changed: u64,
+    /// Files unchanged since the parent snapshot: stored with its recipe, not read.
+    #[serde(default)]
+    pub files_unmodified: u64,
+    /// Bytes of the unchanged files (counted in `bytes_read`, but not read).
+    #[serde(default)]
+    pub bytes_unmodified: u64,
 }
 
 impl BackupSummary {

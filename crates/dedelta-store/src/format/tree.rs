@@ -19,8 +19,12 @@ use std::io::Read;
 
 /// Stream magic.
 pub const TREE_MAGIC: &[u8; 4] = b"DDTR";
-/// Stream format version.
-pub const TREE_VERSION: u8 = 1;
+/// Stream format version written. Version 2 added owner, group, atime, ctime, device, inode,
+/// link count, flags and extended attributes to every record, and the special-file tags 4-7;
+/// version 1 streams are still read (their nodes have [`NodeMeta::default`]).
+pub const TREE_VERSION: u8 = 2;
+/// The first stream version, still read.
+pub const TREE_VERSION_1: u8 = 1;
 /// Record tag: end of stream.
 pub const TAG_END: u8 = 0;
 /// Record tag: directory.
@@ -29,6 +33,18 @@ pub const TAG_DIR: u8 = 1;
 pub const TAG_FILE: u8 = 2;
 /// Record tag: symbolic link.
 pub const TAG_SYMLINK: u8 = 3;
+/// Record tag: named pipe (version 2).
+pub const TAG_FIFO: u8 = 4;
+/// Record tag: Unix domain socket (version 2).
+pub const TAG_SOCKET: u8 = 5;
+/// Record tag: character device (version 2).
+pub const TAG_CHAR_DEVICE: u8 = 6;
+/// Record tag: block device (version 2).
+pub const TAG_BLOCK_DEVICE: u8 = 7;
+/// Most extended attributes the decoder accepts on one record.
+pub const MAX_XATTRS: u64 = 4096;
+/// Record flag: the file was sparse when backed up (restore writes zero blocks as holes).
+pub const FLAG_SPARSE: u64 = 1;
 /// Longest path or link target accepted by the decoder.
 pub const MAX_PATH_LEN: u64 = 64 * 1024;
 
@@ -42,6 +58,87 @@ pub enum NodeKind {
     File,
     /// A symbolic link.
     Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A Unix domain socket.
+    Socket,
+    /// A character device.
+    #[serde(rename = "chardev")]
+    CharDevice,
+    /// A block device.
+    #[serde(rename = "blockdev")]
+    BlockDevice,
+}
+
+impl NodeKind {
+    /// The record tag.
+    fn tag(self) -> u8 {
+        match self {
+            NodeKind::Dir => TAG_DIR,
+            NodeKind::File => TAG_FILE,
+            NodeKind::Symlink => TAG_SYMLINK,
+            NodeKind::Fifo => TAG_FIFO,
+            NodeKind::Socket => TAG_SOCKET,
+            NodeKind::CharDevice => TAG_CHAR_DEVICE,
+            NodeKind::BlockDevice => TAG_BLOCK_DEVICE,
+        }
+    }
+
+    /// Whether the node is a device (its record holds `rdev`).
+    pub fn is_device(self) -> bool {
+        matches!(self, NodeKind::CharDevice | NodeKind::BlockDevice)
+    }
+}
+
+/// Extended attributes: (name, value) pairs, sorted by name.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A time stamp: seconds since the epoch and nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Timestamp {
+    /// Seconds since 1970-01-01 UTC.
+    pub secs: i64,
+    /// Nanoseconds (below 10^9).
+    pub nanos: u32,
+}
+
+/// What a record holds besides its path, kind, mode, mtime, size and target: the rest of
+/// `lstat` and the extended attributes (tree version 2; all zero or empty in a version 1
+/// stream).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeMeta {
+    /// Owner's user id.
+    pub uid: u32,
+    /// Owner's group id.
+    pub gid: u32,
+    /// Owner's user name (empty when the id has none).
+    pub user: String,
+    /// Owner's group name (empty when the id has none).
+    pub group: String,
+    /// Last access time.
+    pub atime: Timestamp,
+    /// Last status change time (recorded, never restored: the kernel sets it).
+    pub ctime: Timestamp,
+    /// Device of the file system holding the node (`st_dev`).
+    pub dev: u64,
+    /// Inode number (`st_ino`).
+    pub ino: u64,
+    /// Hard link count (`st_nlink`): a file with more than one is restored as hard links to
+    /// the first of its paths restored with the same `dev` and `ino`.
+    pub nlink: u64,
+    /// Device number of a character or block device (`st_rdev`); 0 otherwise.
+    pub rdev: u64,
+    /// [`FLAG_SPARSE`] and future flags.
+    pub flags: u64,
+    /// Extended attributes (ACLs are `system.posix_acl_*` ones), sorted by name.
+    pub xattrs: Xattrs,
+}
+
+impl NodeMeta {
+    /// Whether the file was sparse when backed up.
+    pub fn sparse(&self) -> bool {
+        self.flags & FLAG_SPARSE != 0
+    }
 }
 
 /// One file-system object in a snapshot.
@@ -61,6 +158,8 @@ pub struct Node {
     pub size: u64,
     /// Link target (symlinks); empty otherwise.
     pub target: Vec<u8>,
+    /// Owner, other times, inode, attributes (version 2).
+    pub meta: NodeMeta,
 }
 
 impl Node {
@@ -93,6 +192,18 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
+/// A length-prefixed byte string.
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    varint::put(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// A time: zigzag seconds, then nanoseconds.
+fn put_time(out: &mut Vec<u8>, t: Timestamp) {
+    varint::put(out, zigzag(t.secs));
+    varint::put(out, u64::from(t.nanos));
+}
+
 impl TreeEncoder {
     /// Writes the stream header.
     pub fn begin(&mut self, out: &mut Vec<u8>) {
@@ -101,11 +212,7 @@ impl TreeEncoder {
     }
 
     fn header(&mut self, node: &Node, out: &mut Vec<u8>) {
-        out.push(match node.kind {
-            NodeKind::Dir => TAG_DIR,
-            NodeKind::File => TAG_FILE,
-            NodeKind::Symlink => TAG_SYMLINK,
-        });
+        out.push(node.kind.tag());
         let shared = self
             .prev_path
             .iter()
@@ -113,23 +220,41 @@ impl TreeEncoder {
             .take_while(|(a, b)| a == b)
             .count();
         varint::put(out, shared as u64);
-        varint::put(out, (node.path.len() - shared) as u64);
-        out.extend_from_slice(&node.path[shared..]);
+        put_bytes(out, &node.path[shared..]);
         self.prev_path.clone_from(&node.path);
         varint::put(out, u64::from(node.mode));
-        varint::put(out, zigzag(node.mtime_secs));
-        varint::put(out, u64::from(node.mtime_nanos));
+        put_time(
+            out,
+            Timestamp {
+                secs: node.mtime_secs,
+                nanos: node.mtime_nanos,
+            },
+        );
+        let m = &node.meta;
+        varint::put(out, m.flags);
+        varint::put(out, u64::from(m.uid));
+        varint::put(out, u64::from(m.gid));
+        put_bytes(out, m.user.as_bytes());
+        put_bytes(out, m.group.as_bytes());
+        put_time(out, m.atime);
+        put_time(out, m.ctime);
+        varint::put(out, m.dev);
+        varint::put(out, m.ino);
+        varint::put(out, m.nlink);
+        varint::put(out, m.xattrs.len() as u64);
+        for (name, value) in &m.xattrs {
+            put_bytes(out, name);
+            put_bytes(out, value);
+        }
         match node.kind {
             NodeKind::File => varint::put(out, node.size),
-            NodeKind::Symlink => {
-                varint::put(out, node.target.len() as u64);
-                out.extend_from_slice(&node.target);
-            }
-            NodeKind::Dir => {}
+            NodeKind::Symlink => put_bytes(out, &node.target),
+            NodeKind::CharDevice | NodeKind::BlockDevice => varint::put(out, m.rdev),
+            NodeKind::Dir | NodeKind::Fifo | NodeKind::Socket => {}
         }
     }
 
-    /// A directory or symlink record.
+    /// A record of anything but a file (a directory, symlink or special file).
     pub fn node(&mut self, node: &Node, out: &mut Vec<u8>) {
         debug_assert!(node.kind != NodeKind::File);
         self.header(node, out);
@@ -163,7 +288,8 @@ impl TreeEncoder {
 pub struct TreeDecoder<R: Read> {
     inner: R,
     prev_path: Vec<u8>,
-    started: bool,
+    /// The stream's version, once its header is read.
+    version: Option<u8>,
     done: bool,
 }
 
@@ -173,7 +299,7 @@ impl<R: Read> TreeDecoder<R> {
         TreeDecoder {
             inner,
             prev_path: Vec::new(),
-            started: false,
+            version: None,
             done: false,
         }
     }
@@ -245,35 +371,107 @@ impl<R: Read> TreeDecoder<R> {
         }
     }
 
+    fn time(&mut self) -> Result<Timestamp> {
+        let secs = unzigzag(self.varint()?);
+        let nanos = u32::try_from(self.varint()?)
+            .ok()
+            .filter(|n| *n < 1_000_000_000)
+            .ok_or_else(|| Error::corrupt("tree stream", "nanoseconds out of range"))?;
+        Ok(Timestamp { secs, nanos })
+    }
+
+    /// A user or group name (lossy: names are meant for display).
+    fn name(&mut self) -> Result<String> {
+        let n = self.varint()?;
+        Ok(String::from_utf8_lossy(&self.bytes(n)?).into_owned())
+    }
+
+    /// The version 2 fields common to every record.
+    fn meta(&mut self) -> Result<NodeMeta> {
+        let id = |v: u64| {
+            u32::try_from(v).map_err(|_| Error::corrupt("tree stream", "owner id out of range"))
+        };
+        let flags = self.varint()?;
+        let uid = id(self.varint()?)?;
+        let gid = id(self.varint()?)?;
+        let user = self.name()?;
+        let group = self.name()?;
+        let atime = self.time()?;
+        let ctime = self.time()?;
+        let dev = self.varint()?;
+        let ino = self.varint()?;
+        let nlink = self.varint()?;
+        let count = self.varint()?;
+        if count > MAX_XATTRS {
+            return Err(Error::corrupt(
+                "tree stream",
+                format!("implausible extended attribute count {count}"),
+            ));
+        }
+        let mut xattrs = Vec::new();
+        for _ in 0..count {
+            let n = self.varint()?;
+            let name = self.bytes(n)?;
+            let n = self.varint()?;
+            xattrs.push((name, self.bytes(n)?));
+        }
+        Ok(NodeMeta {
+            uid,
+            gid,
+            user,
+            group,
+            atime,
+            ctime,
+            dev,
+            ino,
+            nlink,
+            rdev: 0,
+            flags,
+            xattrs,
+        })
+    }
+
+    /// Reads and checks the stream header.
+    fn header(&mut self) -> Result<u8> {
+        let mut magic = [0u8; 5];
+        self.inner
+            .read_exact(&mut magic)
+            .map_err(|e| Error::corrupt("tree stream", format!("no header: {e}")))?;
+        if &magic[..4] != TREE_MAGIC {
+            return Err(Error::corrupt("tree stream", "bad magic"));
+        }
+        if magic[4] != TREE_VERSION && magic[4] != TREE_VERSION_1 {
+            return Err(Error::UnsupportedVersion {
+                what: "tree stream".into(),
+                found: magic[4].into(),
+                supported: TREE_VERSION.into(),
+            });
+        }
+        Ok(magic[4])
+    }
+
     /// The next node and, for a file, its recipe; `None` at the end of the stream.
     ///
     /// # Errors
-    /// [`Error::UnsupportedVersion`] for a stream version other than [`TREE_VERSION`];
-    /// [`Error::Corrupt`] for a wrong magic, a truncated stream, an unknown tag, an overlong
-    /// varint, a shared prefix longer than the previous path, a path suffix or link target
-    /// longer than [`MAX_PATH_LEN`], a mode above `u32::MAX`, nanoseconds of 10^9 or more, a
-    /// recipe chunk length above `u32::MAX`, or bytes after the end record.
+    /// [`Error::UnsupportedVersion`] for a stream version other than [`TREE_VERSION_1`] and
+    /// [`TREE_VERSION`]; [`Error::Corrupt`] for a wrong magic, a truncated stream, an unknown
+    /// tag (4-7 in a version 1 stream), an overlong varint, a shared prefix longer than the
+    /// previous path, a path suffix, link target, name or attribute longer than
+    /// [`MAX_PATH_LEN`], more than [`MAX_XATTRS`] attributes, a mode or owner id above
+    /// `u32::MAX`, nanoseconds of 10^9 or more, a recipe chunk length above `u32::MAX`, or
+    /// bytes after the end record.
     pub fn next_node(&mut self) -> Result<Option<(Node, Vec<ChunkRef>)>> {
         if self.done {
             return Ok(None);
         }
-        if !self.started {
-            let mut magic = [0u8; 5];
-            self.inner
-                .read_exact(&mut magic)
-                .map_err(|e| Error::corrupt("tree stream", format!("no header: {e}")))?;
-            if &magic[..4] != TREE_MAGIC {
-                return Err(Error::corrupt("tree stream", "bad magic"));
+        let version = match self.version {
+            Some(v) => v,
+            None => {
+                let v = self.header()?;
+                self.version = Some(v);
+                v
             }
-            if magic[4] != TREE_VERSION {
-                return Err(Error::UnsupportedVersion {
-                    what: "tree stream".into(),
-                    found: magic[4].into(),
-                    supported: TREE_VERSION.into(),
-                });
-            }
-            self.started = true;
-        }
+        };
         let tag = self.byte()?;
         let kind = match tag {
             TAG_END => {
@@ -284,6 +482,10 @@ impl<R: Read> TreeDecoder<R> {
             TAG_DIR => NodeKind::Dir,
             TAG_FILE => NodeKind::File,
             TAG_SYMLINK => NodeKind::Symlink,
+            TAG_FIFO if version >= 2 => NodeKind::Fifo,
+            TAG_SOCKET if version >= 2 => NodeKind::Socket,
+            TAG_CHAR_DEVICE if version >= 2 => NodeKind::CharDevice,
+            TAG_BLOCK_DEVICE if version >= 2 => NodeKind::BlockDevice,
             t => {
                 return Err(Error::corrupt(
                     "tree stream",
@@ -305,19 +507,21 @@ impl<R: Read> TreeDecoder<R> {
         self.prev_path.clone_from(&path);
         let mode = u32::try_from(self.varint()?)
             .map_err(|_| Error::corrupt("tree stream", "mode out of range"))?;
-        let mtime_secs = unzigzag(self.varint()?);
-        let mtime_nanos = u32::try_from(self.varint()?)
-            .ok()
-            .filter(|n| *n < 1_000_000_000)
-            .ok_or_else(|| Error::corrupt("tree stream", "nanoseconds out of range"))?;
+        let mtime = self.time()?;
+        let meta = if version >= 2 {
+            self.meta()?
+        } else {
+            NodeMeta::default()
+        };
         let mut node = Node {
             path,
             kind,
             mode,
-            mtime_secs,
-            mtime_nanos,
+            mtime_secs: mtime.secs,
+            mtime_nanos: mtime.nanos,
             size: 0,
             target: Vec::new(),
+            meta,
         };
         let mut chunks = Vec::new();
         match kind {
@@ -344,194 +548,13 @@ impl<R: Read> TreeDecoder<R> {
                 let n = self.varint()?;
                 node.target = self.bytes(n)?;
             }
-            NodeKind::Dir => {}
+            NodeKind::CharDevice | NodeKind::BlockDevice => node.meta.rdev = self.varint()?,
+            NodeKind::Dir | NodeKind::Fifo | NodeKind::Socket => {}
         }
         Ok(Some((node, chunks)))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn node(path: &str, kind: NodeKind) -> Node {
-        Node {
-            path: path.as_bytes().to_vec(),
-            kind,
-            mode: 0o100644,
-            mtime_secs: -5,
-            mtime_nanos: 999,
-            size: if kind == NodeKind::File { 10 } else { 0 },
-            target: if kind == NodeKind::Symlink {
-                b"../x".to_vec()
-            } else {
-                vec![]
-            },
-        }
-    }
-
-    #[test]
-    fn round_trip() {
-        let mut enc = TreeEncoder::default();
-        let mut out = Vec::new();
-        enc.begin(&mut out);
-        enc.node(&node("a", NodeKind::Dir), &mut out);
-        enc.file_start(&node("a/b.txt", NodeKind::File), &mut out);
-        let r = ChunkRef {
-            id: ChunkId::of(b"x"),
-            len: 10,
-        };
-        enc.chunk(&r, &mut out);
-        enc.file_end(&mut out);
-        enc.node(&node("a/c", NodeKind::Symlink), &mut out);
-        enc.end(&mut out);
-        let mut dec = TreeDecoder::new(&out[..]);
-        assert_eq!(
-            dec.next_node().unwrap().unwrap().0,
-            node("a", NodeKind::Dir)
-        );
-        let (n, c) = dec.next_node().unwrap().unwrap();
-        assert_eq!(n, node("a/b.txt", NodeKind::File));
-        assert_eq!(c, vec![r]);
-        assert_eq!(
-            dec.next_node().unwrap().unwrap().0,
-            node("a/c", NodeKind::Symlink)
-        );
-        assert!(dec.next_node().unwrap().is_none());
-    }
-
-    /// The byte table of docs/format.md ("Tree stream"), on a three-record stream.
-    #[test]
-    fn layout_matches_the_doc() {
-        let id = ChunkId([0xab; 32]);
-        let mut enc = TreeEncoder::default();
-        let mut out = Vec::new();
-        enc.begin(&mut out);
-        let dir = Node {
-            path: b"a".to_vec(),
-            kind: NodeKind::Dir,
-            mode: 0o40755,
-            mtime_secs: 5,
-            mtime_nanos: 0,
-            size: 0,
-            target: vec![],
-        };
-        enc.node(&dir, &mut out);
-        let file = Node {
-            path: b"a/b".to_vec(),
-            kind: NodeKind::File,
-            mode: 0o100644,
-            mtime_secs: -1,
-            mtime_nanos: 300,
-            size: 200,
-            target: vec![],
-        };
-        enc.file_start(&file, &mut out);
-        enc.chunk(&ChunkRef { id, len: 200 }, &mut out);
-        enc.file_end(&mut out);
-        let link = Node {
-            path: b"a/c".to_vec(),
-            kind: NodeKind::Symlink,
-            mode: 0o120777,
-            mtime_secs: 0,
-            mtime_nanos: 0,
-            size: 0,
-            target: b"b".to_vec(),
-        };
-        enc.node(&link, &mut out);
-        enc.end(&mut out);
-        let expected: Vec<u8> = [
-            &b"DDTR\x01"[..],
-            // directory "a": tag, shared 0, suffix "a", mode 0o40755, mtime 5 (zigzag 10), 0 ns
-            &[1, 0, 1, b'a', 0xed, 0x83, 0x01, 10, 0],
-            // file "a/b": shared 1, suffix "/b", mode 0o100644, mtime -1 (zigzag 1), 300 ns,
-            // size 200, one chunk of 200 bytes, then 0
-            &[
-                2, 1, 2, b'/', b'b', 0xa4, 0x83, 0x02, 1, 0xac, 0x02, 0xc8, 0x01, 0xc8, 0x01,
-            ],
-            &[0xab; 32],
-            &[0],
-            // symlink "a/c": shared 2, suffix "c", mode 0o120777, mtime 0, 0 ns, target "b"
-            &[3, 2, 1, b'c', 0xff, 0xc3, 0x02, 0, 0, 1, b'b'],
-            // end
-            &[0],
-        ]
-        .concat();
-        assert_eq!(out, expected);
-        let mut dec = TreeDecoder::new(&out[..]);
-        assert_eq!(dec.next_node().unwrap().unwrap().0, dir);
-        assert_eq!(
-            dec.next_node().unwrap().unwrap(),
-            (file, vec![ChunkRef { id, len: 200 }])
-        );
-        assert_eq!(dec.next_node().unwrap().unwrap().0, link);
-        assert!(dec.next_node().unwrap().is_none());
-    }
-
-    /// Nothing may follow the end tag.
-    #[test]
-    fn bytes_after_the_end_are_refused() {
-        let mut out = Vec::new();
-        let mut enc = TreeEncoder::default();
-        enc.begin(&mut out);
-        enc.end(&mut out);
-        assert!(TreeDecoder::new(&out[..]).next_node().unwrap().is_none());
-        out.push(0);
-        let err = TreeDecoder::new(&out[..]).next_node().unwrap_err();
-        assert!(err.to_string().contains("end record"), "{err}");
-    }
-
-    /// Header, tags and bounds the document lists as invalid.
-    #[test]
-    fn invalid_streams_are_refused() {
-        let cases: &[(&[u8], &str)] = &[
-            (b"DDTR\x02\x00", "version 2"),
-            (b"DDTX\x01\x00", "magic"),
-            (b"DDTR\x01\x04", "tag 4"),
-            (
-                b"DDTR\x01\x01\x01\x00",
-                "shared prefix longer than the previous path",
-            ),
-            // directory "a", nanoseconds 10^9
-            (
-                b"DDTR\x01\x01\x00\x01a\x00\x00\x80\x94\xeb\xdc\x03",
-                "nanoseconds",
-            ),
-            // suffix longer than 64 KiB
-            (b"DDTR\x01\x01\x00\x81\x80\x04", "suffix length"),
-            // 11-byte varint for the mode
-            (
-                b"DDTR\x01\x01\x00\x01a\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x00",
-                "overlong varint",
-            ),
-        ];
-        for (bytes, what) in cases {
-            let mut dec = TreeDecoder::new(*bytes);
-            let mut failed = false;
-            for _ in 0..4 {
-                match dec.next_node() {
-                    Ok(Some(_)) => {}
-                    Ok(None) => break,
-                    Err(_) => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            assert!(failed, "{what} accepted");
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let mut data = b"DDTR\x01".to_vec();
-            data.extend_from_slice(&bytes);
-            let mut dec = TreeDecoder::new(&data[..]);
-            for _ in 0..50 {
-                match dec.next_node() { Ok(Some(_)) => {}, _ => break }
-            }
-        }
-    }
-}
+#[path = "tree_tests.rs"]
+mod tests;

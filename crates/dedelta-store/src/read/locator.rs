@@ -10,7 +10,7 @@ use crate::backend::wrap::metered::Purpose;
 use crate::backend::{Backend, FileKind};
 use crate::client::index::{ChunkLocation, IndexReader};
 use crate::error::{Error, Result};
-use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
+use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind, RegionMeta};
 use crate::repository::damage::DamageSet;
 use crate::repository::IndexedRepository;
 use dedelta_core::compress::RegionDecompressor;
@@ -46,6 +46,44 @@ impl LocatedChunk {
     }
 }
 
+/// A region read from the backend but not opened yet (see [`ChunkLocator::read_regions_for`]):
+/// opening it (checksum, decompression) needs nothing of the locator, so several can be
+/// opened on other threads at once.
+pub struct RegionRead {
+    container: ContainerId,
+    index: u32,
+    meta: RegionMeta,
+    stored: Vec<u8>,
+    /// The decompressed bytes once opened (a reused buffer before).
+    raw: Vec<u8>,
+    opened: bool,
+}
+
+thread_local! {
+    /// One zstd context per thread that opens [`RegionRead`]s.
+    static DECOMPRESSOR: std::cell::RefCell<RegionDecompressor> =
+        std::cell::RefCell::new(RegionDecompressor::default());
+}
+
+impl RegionRead {
+    /// Checks and decompresses the region. A region that fails is left out when handed back
+    /// ([`ChunkLocator::keep_regions`]): reading its chunk one by one reports why.
+    pub fn open(&mut self) {
+        let what = format!("container {}", self.container);
+        self.opened = open_on_this_thread(&self.stored, &self.meta, &what, &mut self.raw).is_ok();
+    }
+}
+
+/// Checks and decompresses a region's stored bytes into `raw` with this thread's zstd context.
+fn open_on_this_thread(
+    stored: &[u8],
+    meta: &RegionMeta,
+    what: &str,
+    raw: &mut Vec<u8>,
+) -> Result<()> {
+    DECOMPRESSOR.with(|d| container::open_region_into(&mut d.borrow_mut(), stored, meta, what, raw))
+}
+
 /// Finds chunks and decompresses their regions.
 pub struct ChunkLocator<'a> {
     repo: &'a IndexedRepository,
@@ -70,6 +108,8 @@ pub struct ChunkLocator<'a> {
     stats: ReadStats,
     /// Damage records, read the first time a chunk is not in the index (to say why).
     damage: Option<DamageSet>,
+    /// Regions restore read ahead and opened (see [`Self::read_ahead`]), not yet asked for.
+    ahead: HashMap<(ContainerId, u32), Vec<u8>>,
     /// The containers of the snapshot being read, when it names them.
     own: Option<OwnCopies>,
 }
@@ -111,6 +151,7 @@ impl<'a> ChunkLocator<'a> {
             cache_bytes,
             stats: ReadStats::default(),
             damage: None,
+            ahead: HashMap::new(),
             own: None,
         })
     }
@@ -258,7 +299,10 @@ impl<'a> ChunkLocator<'a> {
                 self.stats.region_cache_hits += 1;
                 return Ok(r);
             }
-            let r = self.read_region(cid, meta, index)?;
+            let r = match self.ahead.remove(&(cid, index)) {
+                Some(raw) => Arc::new(raw),
+                None => self.read_region(cid, meta, index)?,
+            };
             self.keep(cid, meta, index, r.clone());
             return Ok(r);
         }
@@ -267,8 +311,16 @@ impl<'a> ChunkLocator<'a> {
             return Ok(r.clone());
         }
         let raw = self.read_region(cid, meta, index)?;
+        self.cache_region(cid, index, raw.clone());
+        Ok(raw)
+    }
+
+    /// Puts a region in the LRU region cache, evicting beyond its budget.
+    fn cache_region(&mut self, cid: ContainerId, index: u32, raw: Arc<Vec<u8>>) {
         self.region_bytes += raw.len();
-        self.regions.put((cid, index), raw.clone());
+        if let Some(old) = self.regions.put((cid, index), raw) {
+            self.region_bytes -= old.len();
+        }
         while self.region_bytes > self.cache_bytes && self.regions.len() > 1 {
             let Some((_, old)) = self.regions.pop_lru() else {
                 break;
@@ -276,7 +328,101 @@ impl<'a> ChunkLocator<'a> {
             self.region_bytes -= old.len();
             self.recycle(old);
         }
-        Ok(raw)
+    }
+
+    /// Reads from the backend the regions holding `ids` that the region cache lacks, each
+    /// once, without opening them: the caller opens them (on several threads at once, see
+    /// [`RegionRead::open`]) and hands them back to [`Self::keep_regions`]. A chunk that
+    /// cannot be placed or whose region cannot be read is left out: reading it one by one
+    /// reports why. Readers behind a restore cache read ahead their own way (nothing here).
+    pub fn read_regions_for(&mut self, ids: &[ChunkId]) -> Vec<RegionRead> {
+        let mut reads: Vec<RegionRead> = Vec::new();
+        if self.restore_cache.is_some() {
+            return reads;
+        }
+        for id in ids {
+            let Some((cid, index, _)) = self.place(id) else {
+                continue;
+            };
+            let known = |r: &RegionRead| r.container == cid && r.index == index;
+            if self.regions.contains(&(cid, index)) || reads.iter().any(known) {
+                continue;
+            }
+            reads.extend(self.read_stored(cid, index));
+        }
+        reads
+    }
+
+    /// Reads region `index` of `cid` from the backend, unopened; `None` if it cannot be
+    /// (the chunk's own read reports why).
+    fn read_stored(&mut self, cid: ContainerId, index: u32) -> Option<RegionRead> {
+        let meta = self
+            .meta(cid)
+            .ok()
+            .and_then(|m| m.regions.get(index as usize).copied())?;
+        let mut stored = Vec::new();
+        self.data
+            .get_range_into(
+                FileKind::Container,
+                &cid.to_hex(),
+                i64::from(meta.offset),
+                meta.stored_len as usize,
+                &mut stored,
+            )
+            .ok()?;
+        self.stats.regions_read += 1;
+        self.stats.bytes_read += stored.len() as u64;
+        Some(RegionRead {
+            container: cid,
+            index,
+            meta,
+            stored,
+            raw: self.spare_buffer(),
+            opened: false,
+        })
+    }
+
+    /// Restore behind an LRU restore cache: reads the regions `wanted` (in the order they
+    /// will be asked for) that the cache lacks, and opens them on this thread and rayon's
+    /// pool at once; each waits beside the cache until [`Self::locate`] asks for it, and only
+    /// then enters the cache, so the cache sees the same uses in the same order as without
+    /// reading ahead (its container reads, the restore speed factor, are unchanged).
+    /// Regions read ahead and not asked for by the next call are dropped. On 2 cores the
+    /// locating thread, which decompresses regions, was the restore's critical path (53% of
+    /// a dump's CPU time against the decoding thread's 17%).
+    pub(crate) fn read_ahead(&mut self, wanted: &[(ContainerId, u32)]) {
+        for (_, old) in std::mem::take(&mut self.ahead) {
+            self.recycle(Arc::new(old));
+        }
+        let Some(cache) = self.restore_cache.as_ref() else {
+            return;
+        };
+        let lacking: Vec<(ContainerId, u32)> = wanted
+            .iter()
+            .filter(|(cid, i)| !cache.has(cid, *i))
+            .copied()
+            .collect();
+        let mut reads: Vec<RegionRead> = Vec::new();
+        for (cid, index) in lacking {
+            if !reads.iter().any(|r| r.container == cid && r.index == index) {
+                reads.extend(self.read_stored(cid, index));
+            }
+        }
+        crate::share::for_each_shared(None, rayon::current_num_threads(), &mut reads, |r| r.open());
+        for r in reads {
+            if r.opened {
+                self.ahead.insert((r.container, r.index), r.raw);
+            }
+        }
+    }
+
+    /// Takes the regions of [`Self::read_regions_for`] into the region cache once opened.
+    pub fn keep_regions(&mut self, reads: Vec<RegionRead>) {
+        for r in reads {
+            if r.opened {
+                self.cache_region(r.container, r.index, Arc::new(r.raw));
+            }
+        }
     }
 
     /// Reads region `index` of `cid` from the backend and decompresses it.
@@ -318,10 +464,7 @@ impl<'a> ChunkLocator<'a> {
         let what = format!("container {cid}");
         let mut regions = Vec::with_capacity(wanted.len());
         for &i in wanted {
-            let held = self
-                .restore_cache
-                .as_mut()
-                .is_some_and(|c| c.get(&cid, i).is_some());
+            let held = self.restore_cache.as_ref().is_some_and(|c| c.has(&cid, i));
             if held {
                 continue;
             }
@@ -350,17 +493,39 @@ impl<'a> ChunkLocator<'a> {
         );
         let opened = read.map_err(Error::from).and_then(|()| {
             self.stats.bytes_read += span.len() as u64;
+            // Opened on this thread and rayon's pool at once, as regions read ahead are.
+            let mut jobs = Vec::with_capacity(regions.len());
             for (i, r) in regions {
                 let at = (r.offset - start) as usize;
-                let stored = span
-                    .get(at..at + r.stored_len as usize)
-                    .ok_or_else(|| Error::corrupt(&what, "a short read".to_string()))?;
-                let mut raw = self.spare_buffer();
-                container::open_region_into(&mut self.decompressor, stored, r, &what, &mut raw)?;
-                self.stats.regions_read += 1;
-                self.keep(cid, &meta, i, Arc::new(raw));
+                let range = at..at + r.stored_len as usize;
+                if span.get(range.clone()).is_none() {
+                    return Err(Error::corrupt(&what, "a short read".to_string()));
+                }
+                jobs.push((i, *r, range, self.spare_buffer(), Ok(())));
             }
-            Ok(())
+            crate::share::for_each_shared(
+                None,
+                rayon::current_num_threads(),
+                &mut jobs,
+                |(_, r, range, raw, opened)| {
+                    *opened = open_on_this_thread(&span[range.clone()], r, &what, raw);
+                },
+            );
+            let mut first_error = Ok(());
+            for (i, _, _, raw, opened) in jobs {
+                match opened {
+                    Ok(()) => {
+                        self.stats.regions_read += 1;
+                        self.keep(cid, &meta, i, Arc::new(raw));
+                    }
+                    Err(e) => {
+                        if first_error.is_ok() {
+                            first_error = Err(e);
+                        }
+                    }
+                }
+            }
+            first_error
         });
         self.stored = span;
         opened

@@ -25,7 +25,7 @@ mod stream;
 mod tree;
 
 pub use decoder::ChunkDecoder;
-pub use locator::{ChunkLocator, LocatedChunk};
+pub use locator::{ChunkLocator, LocatedChunk, RegionRead};
 pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
@@ -52,6 +52,9 @@ pub(crate) const BASE_CACHE_ENTRIES: usize = 4096;
 /// entries (about 40 MB) that dump took 26,900 page faults and 181 ms of CPU, at 512 14,300
 /// and 144 ms.
 pub(crate) const RESTORE_BASE_CACHE_ENTRIES: usize = 512;
+/// Restore and dump behind an LRU restore cache read the regions of this many restored bytes
+/// ahead, opening them on several threads at once (see [`ChunkLocator::read_ahead`]).
+pub const READ_AHEAD_BYTES: u64 = 8 << 20;
 /// Decompression buffers kept for reuse.
 pub(crate) const SPARE_BUFFERS: usize = 16;
 /// Decompression buffers kept for reuse behind a restore cache, which lets go of many regions

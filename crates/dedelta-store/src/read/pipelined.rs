@@ -87,27 +87,49 @@ impl<'a> PipelinedLocator<'a> {
     }
 
     /// Starts an assembly area of chunks `ids`, to be fetched next in this order: finds the
-    /// regions they and the delta bases the decoder will lack lie in (following the
-    /// decoder's base cache as [`Self::fetch`] will), and reads them container by container,
-    /// each container once. What cannot be found or read here is left to [`Self::fetch`],
-    /// which reports it for its file.
+    /// regions they and the delta bases the decoder will lack lie in (see
+    /// [`Self::regions_for`]), and reads them container by container, each container once.
+    /// What cannot be found or read here is left to [`Self::fetch`], which reports it for its
+    /// file.
     pub fn assemble(&mut self, ids: &[ChunkId]) {
         self.locator.start_area();
-        let mut held = self.held.clone();
         let mut order: Vec<(ContainerId, Vec<u32>)> = Vec::new();
         let mut slot: HashMap<ContainerId, usize> = HashMap::new();
-        let mut want = |cid: ContainerId, region: u32| {
+        for (cid, region) in self.regions_for(ids) {
             let i = *slot.entry(cid).or_insert_with(|| {
                 order.push((cid, Vec::new()));
                 order.len() - 1
             });
             order[i].1.push(region);
-        };
+        }
+        for (cid, mut regions) in order {
+            regions.sort_unstable();
+            regions.dedup();
+            // An error is the chunk's, reported when it is fetched.
+            let _ = self.locator.read_regions(cid, &regions);
+        }
+    }
+
+    /// Behind an LRU restore cache: reads ahead the regions chunks `ids`, to be fetched next
+    /// in this order, will ask for, opening them on several threads at once (see
+    /// [`ChunkLocator::read_ahead`]).
+    pub fn read_ahead(&mut self, ids: &[ChunkId]) {
+        let wanted = self.regions_for(ids);
+        self.locator.read_ahead(&wanted);
+    }
+
+    /// The regions (container, region) that fetching `ids` in this order reads, in that
+    /// order: each chunk's, and those of the delta bases down its chain that the decoder will
+    /// not hold (following the decoder's base cache as [`Self::fetch`] will). A chunk that
+    /// cannot be placed is left out.
+    fn regions_for(&mut self, ids: &[ChunkId]) -> Vec<(ContainerId, u32)> {
+        let mut held = self.held.clone();
+        let mut wanted = Vec::new();
         for id in ids {
             let Some((cid, region, mut next)) = self.locator.place(id) else {
                 continue;
             };
-            want(cid, region);
+            wanted.push((cid, region));
             let mut chain = Vec::new();
             while let Some(b) = next {
                 if held.get(&b).is_some() {
@@ -121,7 +143,7 @@ impl<'a> PipelinedLocator<'a> {
                     chain.clear();
                     break;
                 };
-                want(cid, region);
+                wanted.push((cid, region));
                 chain.push(b);
                 next = below;
             }
@@ -129,12 +151,7 @@ impl<'a> PipelinedLocator<'a> {
                 held.put(*b, ());
             }
         }
-        for (cid, mut regions) in order {
-            regions.sort_unstable();
-            regions.dedup();
-            // An error is the chunk's, reported when it is fetched.
-            let _ = self.locator.read_regions(cid, &regions);
-        }
+        wanted
     }
 
     /// Locates chunk `id` (and the bases down its delta chain that the decoder will need).

@@ -44,6 +44,16 @@ impl<'a> ChunkReader<'a> {
         self.locator.refresh_index()
     }
 
+    /// Reads ahead the regions of `ids` (see [`ChunkLocator::read_regions_for`]).
+    pub fn read_regions_for(&mut self, ids: &[ChunkId]) -> Vec<super::RegionRead> {
+        self.locator.read_regions_for(ids)
+    }
+
+    /// Takes opened read-ahead regions into the cache (see [`ChunkLocator::keep_regions`]).
+    pub fn keep_regions(&mut self, reads: Vec<super::RegionRead>) {
+        self.locator.keep_regions(reads)
+    }
+
     /// How `id` is stored (from its container's metadata), `None` if it is not indexed.
     pub fn kind_of(&mut self, id: &ChunkId) -> Result<Option<EntryKind>> {
         self.locator.kind_of(id)

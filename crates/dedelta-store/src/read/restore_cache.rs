@@ -126,6 +126,9 @@ pub trait RestoreCache: Send {
     fn get(&mut self, container: &ContainerId, region: u32) -> Option<Arc<Vec<u8>>>;
     /// Whether `container` is held: reading another of its regions is no container read.
     fn holds(&self, container: &ContainerId) -> bool;
+    /// Whether region `region` of `container` is held, without counting as a use (restore
+    /// reads ahead only what the cache lacks).
+    fn has(&self, container: &ContainerId, region: u32) -> bool;
     /// Keeps region `region` of `container`, just read; `container_bytes` is the stored size
     /// of the container's regions. Regions let go of are pushed onto `evicted` (their buffers
     /// are reused).
@@ -200,6 +203,10 @@ impl RestoreCache for ContainerLru {
 
     fn holds(&self, container: &ContainerId) -> bool {
         self.containers.contains(container)
+    }
+
+    fn has(&self, container: &ContainerId, region: u32) -> bool {
+        self.regions.contains(&(*container, region))
     }
 
     fn put(
@@ -300,6 +307,10 @@ impl RestoreCache for ForwardAssembly {
 
     fn holds(&self, container: &ContainerId) -> bool {
         self.read.contains(container)
+    }
+
+    fn has(&self, container: &ContainerId, region: u32) -> bool {
+        self.regions.contains_key(&(*container, region))
     }
 
     fn put(

@@ -810,3 +810,49 @@ fn dare_sketches_only_dupadj_misses() {
         );
     }
 }
+
+/// With no bases kept in memory, every candidate base is read back from the repository, and
+/// the backup reads the regions ahead and opens them on the worker pool beside the dedup
+/// thread: what is stored must be exactly what a backup with every base in memory stores,
+/// and both must restore.
+#[test]
+fn bases_read_back_ahead_change_nothing_stored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cold_cfg = DeltaConfig {
+        base_cache_bytes: 0,
+        ..DeltaConfig::recommended()
+    };
+    let cold = init_repo(&tmp.path().join("cold"), config(2, cold_cfg));
+    let warm = init_repo(
+        &tmp.path().join("warm"),
+        config(2, DeltaConfig::recommended()),
+    );
+    let src = tmp.path().join("src");
+    let mut contents: Contents = Vec::new();
+    for v in 0..4 {
+        contents.push(write_versions(&src, v));
+        let c = run_backup_cached(&cold, &src, v, None);
+        // Every base read back verifies (a region read ahead under the wrong key would not).
+        assert!(c.notices.is_empty(), "version {v}: {:?}", c.notices);
+        let w = run_backup_cached(&warm, &src, v, None);
+        if v > 0 {
+            assert!(
+                c.metrics.bases.read_back > 0,
+                "version {v}: {:?}",
+                c.metrics
+            );
+            assert_eq!(c.metrics.bases.memory, 0, "version {v}");
+            assert!(c.summary.delta_chunks > 0, "version {v}");
+        }
+        let (s, t) = (&c.summary, &w.summary);
+        for (a, b) in [
+            (s.delta_chunks, t.delta_chunks),
+            (s.bytes_after_delta, t.bytes_after_delta),
+            (s.bytes_added, t.bytes_added),
+        ] {
+            assert_eq!(a, b, "version {v}: cold {s:?} vs warm {t:?}");
+        }
+    }
+    restore_all(&cold, tmp.path(), &contents, 64 << 20);
+    assert!(run_check(&cold, true).unwrap().problems.is_empty());
+}

@@ -16,8 +16,8 @@
 
 use crate::support::{
     backup_files, backup_files_with, backup_options, backup_with, config, container_of_first_chunk,
-    files_restored, forget_ids, gone, locked, me, noise, prune_with, read_files, restore_to,
-    run_check, text, time_of, versioned_text, write_files, Files,
+    files_restored, forget_ids, gone, locked, loopdelta_delta, me, noise, prune_with, read_files,
+    restore_to, run_check, text, time_of, versioned_text, write_files, Files,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -531,6 +531,74 @@ fn capping_backup_crashed_at_every_write() {
         "capped backup",
         &log,
         |repo, t| backup_capped(repo, t).map(|_| ()),
+    );
+    assert!(trials >= 4);
+}
+
+/// A LoopDelta backup (issue 17: dense containers loaded whole, bases only from them, a dense
+/// list written after the snapshot), killed at every write, leaves a repository whose
+/// `check --read-data` passes, whose snapshots restore, and that takes new backups; a list
+/// left without its snapshot or a snapshot without its list costs nothing else.
+#[test]
+fn loopdelta_backup_crashed_at_every_write() {
+    let mut base = base(0..2, 0);
+    let lookup = FingerprintIndexOptions {
+        kind: FingerprintIndexKind::Locality,
+        cache_containers: 2,
+    };
+    let loopdelta = |repo: &IndexedRepository, src: &Path, files: &Files, n: u64| {
+        write_files(src, files);
+        let opts = BackupOptions {
+            delta: Some(loopdelta_delta()),
+            lookup,
+            ..backup_options(vec![src.to_path_buf()], time_of(n))
+        };
+        locked(repo, &gone(), |lock| backup_with(repo, lock, opts))
+    };
+    // The base's last backup is a LoopDelta one, so that the crashed backup has a dense list
+    // to prefetch by: the same lineage (host and paths), so one source path for every trial.
+    let src = base.trial.path("lineage");
+    // Its own data (the base's containers carry the default sketches, not LoopDelta's).
+    let ld = |v: u64| -> Files {
+        [("ld.txt".to_string(), versioned_text(9, 300_000, v))]
+            .into_iter()
+            .collect()
+    };
+    {
+        let repo = base.trial.open().unwrap();
+        let files = ld(0);
+        let res = loopdelta(&repo, &src, &files, 2).unwrap();
+        assert!(res.metrics.prefetch.unwrap().dense_written > 0);
+        base.model.insert(res.snapshot_id.to_hex(), files);
+        base.index = index_files(&base.trial.index);
+    }
+    let next = ld(1);
+    let backup_next =
+        |repo: &IndexedRepository, _: &Trial| loopdelta(repo, &src, &next, 3).map(|_| ());
+    {
+        let t = Trial::of(&base, Store::Memory);
+        let repo = t.open().unwrap();
+        let res = loopdelta(&repo, &src, &next, 3).unwrap();
+        let p = res.metrics.prefetch.unwrap();
+        assert!(p.dense_loaded > 0 && p.bases_served > 0, "{p:?}");
+        assert_eq!(res.metrics.bases.read_back, 0);
+    }
+    let log = writes_of(&base, Store::Memory, |repo, t| {
+        backup_next(repo, t).unwrap()
+    });
+    let at = |kind| log.iter().position(|(k, _)| *k == kind);
+    assert!(
+        at(FileKind::Dense) > at(FileKind::Snapshot),
+        "the dense list is written after the snapshot: {:?}",
+        kinds(&log)
+    );
+    let trials = backup_at_every_crash_point(
+        &base,
+        &next,
+        Store::Memory,
+        "loopdelta backup",
+        &log,
+        backup_next,
     );
     assert!(trials >= 4);
 }

@@ -452,6 +452,7 @@ fn a_backup_is_laid_out_as_documented() {
             NodeKind::Dir => 0o040000,
             NodeKind::File => 0o100000,
             NodeKind::Symlink => 0o120000,
+            other => panic!("{path}: no {other:?} in this tree"),
         };
         assert_eq!(mode & 0o170000, type_bits, "{path}");
     }

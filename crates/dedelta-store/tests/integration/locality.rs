@@ -33,14 +33,28 @@ fn backup(
     n: u64,
     lookup: FingerprintIndexOptions,
 ) -> BackupResult {
+    write_tree(src, files);
+    backup_written(repo, src, n, lookup)
+}
+
+/// Writes `files` to `src` with fixed times.
+fn write_tree(src: &Path, files: &Files) {
     let _ = std::fs::remove_dir_all(src);
     write_files(src, files);
-    // Fixed times, so that two repositories get the same tree stream.
     let t = filetime::FileTime::from_unix_time(1_700_000_000, 0);
     for name in files.keys() {
         filetime::set_file_times(src.join(name), t, t).unwrap();
     }
     filetime::set_file_times(src, t, t).unwrap();
+}
+
+/// Backs up `src` as it is as backup `n` with `lookup`.
+fn backup_written(
+    repo: &IndexedRepository,
+    src: &Path,
+    n: u64,
+    lookup: FingerprintIndexOptions,
+) -> BackupResult {
     locked(repo, &me(), |lock| {
         let mut opts = backup_options(vec![src.to_path_buf()], time_of(n));
         opts.lookup = lookup;
@@ -75,17 +89,26 @@ fn restores(repo: &IndexedRepository, res: &BackupResult, src: &Path, files: &Fi
 fn locality_deduplicates_exactly_like_exact() {
     for delta in [DeltaConfig::recommended(), DeltaConfig::default()] {
         let dir = tempfile::tempdir().unwrap();
-        let mut stored = Vec::new();
-        for (name, lookup) in [("exact", exact()), ("locality", locality(4))] {
-            let repo = init_repo(&dir.path().join(name), config(1, delta.clone()));
-            let src = dir.path().join("src"); // one path for both: the same tree stream
-            let mut sizes = Vec::new();
-            for (n, v) in [0u64, 0, 1, 1, 2].into_iter().enumerate() {
-                let files = tree(v);
-                let res = backup(&repo, &src, &files, n as u64, lookup);
-                sizes.push((res.summary.new_chunks, stored_bytes(&repo)));
+        let repos: Vec<(&str, FingerprintIndexOptions, IndexedRepository)> =
+            [("exact", exact()), ("locality", locality(4))]
+                .into_iter()
+                .map(|(name, lookup)| {
+                    let repo = init_repo(&dir.path().join(name), config(1, delta.clone()));
+                    (name, lookup, repo)
+                })
+                .collect();
+        // One source, written once per step and backed up into both: the same tree stream
+        // (inodes and ctimes included).
+        let src = dir.path().join("src");
+        let mut stored = vec![Vec::new(); repos.len()];
+        for (n, v) in [0u64, 0, 1, 1, 2].into_iter().enumerate() {
+            let files = tree(v);
+            write_tree(&src, &files);
+            for ((name, lookup, repo), sizes) in repos.iter().zip(stored.iter_mut()) {
+                let res = backup_written(repo, &src, n as u64, *lookup);
+                sizes.push((res.summary.new_chunks, stored_bytes(repo)));
                 if n == 1 || n == 3 {
-                    // Only the tree stream is new (the files' times changed).
+                    // Only the tree stream is new (the files were written again).
                     assert!(
                         res.summary.bytes_new < 20_000,
                         "{name}: backup {n}: {} {:?}",
@@ -93,7 +116,7 @@ fn locality_deduplicates_exactly_like_exact() {
                         res.metrics.lookups
                     );
                 }
-                if name == "locality" && n == 1 {
+                if *name == "locality" && n == 1 {
                     let l = &res.metrics.lookups;
                     assert_eq!(l.strategy, "locality");
                     // Old data: at most one on-disk lookup per container it was stored in
@@ -106,9 +129,8 @@ fn locality_deduplicates_exactly_like_exact() {
                     assert!(l.cached_containers_max <= 4, "{l:?}");
                     assert!(l.filter_bytes > 0);
                 }
-                restores(&repo, &res, &src, &files);
+                restores(repo, &res, &src, &files);
             }
-            stored.push(sizes);
         }
         assert_eq!(stored[0], stored[1], "exact vs locality, delta {delta:?}");
     }

@@ -32,6 +32,10 @@ mod io;
 /// The locality fingerprint index: deduplicates like the exact one, bounded cache, never
 /// against a chunk the index dropped; its filter file rebuilt when damaged.
 mod locality;
+/// LoopDelta: dense container lists, base prefetching, prune updating the lists.
+mod loopdelta;
+/// Complete file metadata: owners, times, attributes, hard links, special and sparse files.
+mod metadata;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
 /// papers' restore speed factor.
 mod metrics;
@@ -47,3 +51,5 @@ mod roundtrip;
 mod support;
 /// Snapshot trees stored as deltas of their parent's tree.
 mod trees;
+/// Unchanged files are not read again: the parent snapshot, restic's change rules.
+mod unchanged;

@@ -264,3 +264,53 @@ fn fewer_containers_read_with_more_cache() {
     assert!(one > all, "{one} vs {all}");
     assert!(fa <= all, "{fa} vs {all}");
 }
+
+/// Restore reads the regions of each area ahead and opens them on several threads, but the
+/// LRU must see the same uses in the same order as a locator fetching chunk by chunk: the
+/// same containers and regions read, the same hits, so the same restore speed factor; and
+/// the bytes restored are the files.
+#[test]
+fn reading_ahead_changes_no_cache_count() {
+    use dedelta_store::format::tree::NodeKind;
+    use dedelta_store::read::{PipelinedDecoder, PipelinedLocator};
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, trees) = four_versions(tmp.path());
+    let (_, snap) = repo.find_snapshot("latest").unwrap();
+    for containers in [1, 2, 512] {
+        let cache = RestoreCacheChoice::Lru { containers };
+        let opts = restore::RestoreOptions {
+            target: tmp.path().join(format!("ahead-{containers}")),
+            include: vec![],
+            cache_bytes: 64 << 20,
+            cache,
+        };
+        let ahead = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
+        assert!(ahead.errors.is_empty(), "{:?}", ahead.errors);
+
+        // Chunk by chunk, in the order restore fetches them.
+        let mut locator = PipelinedLocator::new(&repo, cache, 64 << 20).unwrap();
+        let mut decoder = PipelinedDecoder::default();
+        let mut restored = std::collections::BTreeMap::new();
+        walk_tree(&repo, &snap, |node, chunks| {
+            if node.kind == NodeKind::File {
+                let mut data = Vec::new();
+                for c in &chunks {
+                    let fetched = locator.fetch(&c.id)?;
+                    data.extend_from_slice(decoder.decode(&fetched)?);
+                }
+                let name = String::from_utf8_lossy(&node.path).into_owned();
+                restored.insert(name, data);
+            }
+            Ok(())
+        })
+        .unwrap();
+        let one_by_one = locator.cache_stats();
+        assert_eq!(ahead.restore_cache, one_by_one, "{containers} containers");
+        for (name, data) in &trees[3] {
+            let found = restored
+                .iter()
+                .find(|(path, _)| path.ends_with(name.as_str()));
+            assert!(found.is_some_and(|(_, d)| d == data), "{name}");
+        }
+    }
+}

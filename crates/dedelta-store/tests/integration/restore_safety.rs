@@ -57,6 +57,7 @@ fn node(path: &[u8], kind: NodeKind) -> Node {
         mtime_nanos: 7,
         size: 0,
         target: Vec::new(),
+        meta: Default::default(),
     }
 }
 

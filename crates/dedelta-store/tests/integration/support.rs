@@ -135,6 +135,28 @@ pub fn config(scale: usize, delta: DeltaConfig) -> RepoConfig {
     cfg
 }
 
+/// LoopDelta's delta settings (eval preset `loopdelta`): N-transform 3 x 4, no DupAdj,
+/// one-level, and the `prefetch` sketch index (bases only from prefetched dense containers
+/// and this backup's own chunks).
+pub fn loopdelta_delta() -> DeltaConfig {
+    use dedelta_core::sketch::{SketchKind, SketchParams};
+    use dedelta_store::format::config::SketchIndexKind;
+    DeltaConfig {
+        sketch: Some(SketchKind::NTransform),
+        sketch_params: SketchParams {
+            sf_count: 3,
+            features_per_sf: 4,
+        },
+        dupadj: false,
+        sketch_index: SketchIndexKind::Prefetch,
+        reanchor: None,
+        max_depth: 1,
+        candidates: 1,
+        candidates_enough: None,
+        ..DeltaConfig::recommended()
+    }
+}
+
 /// A new repository at `path` (a local directory), opened with its index (kept under
 /// [`cache_root_for`]).
 pub fn init_repo(path: &Path, cfg: RepoConfig) -> IndexedRepository {
@@ -226,6 +248,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         cache_dir: None,
         lookup: Default::default(),
         rewriting: None,
+        sources: Default::default(),
     }
 }
 

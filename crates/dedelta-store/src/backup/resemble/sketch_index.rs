@@ -13,8 +13,9 @@
 //! Base choice is FirstFit (Finesse): super-features are tried in order and the first match
 //! wins. Which chunk a super-feature names when several have it is the full index's
 //! `delta.sketch_keep`: the oldest (Finesse's FirstFit, the default) or the newest (LoopDelta
-//! §3.1.3, Greedy replaces the entry). The stream index keeps the first cached holder. The `consulted` hook is where LoopDelta's dual-locality tracking and locality-aware
-//! prefetching will plug in: they observe the same stream of container consultations.
+//! §3.1.3, Greedy replaces the entry). The stream index keeps the first cached holder. LoopDelta's potential base chunk cache is
+//! a third strategy, [`crate::backup::prefetch::PrefetchSketchIndex`], filled by the locality
+//! fingerprint index's prefetches rather than by `consulted`.
 
 use crate::backend::Backend;
 use crate::client::index::IndexReader;

@@ -88,6 +88,24 @@ pub(super) fn execute(
         }
     }
     repo.index().forget_containers(&deleted)?;
+    // 4. Dense container lists (LoopDelta §4.6): removed containers leave them. Rewritten
+    // containers too: their live chunks moved to new containers no list names yet, which
+    // the next backup lists again if it references them densely.
+    let removed: HashSet<ContainerId> = plan
+        .delete
+        .iter()
+        .chain(plan.rewrite.iter())
+        .filter(|c| !written.contains(c))
+        .copied()
+        .collect();
+    let live = repo
+        .snapshots()?
+        .snapshots
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    (stats.dense_lists_updated, stats.dense_lists_deleted) =
+        crate::backup::dense::after_prune(backend.as_ref(), &removed, &live)?;
     stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;
     stats.plan = plan;
     Ok(stats)

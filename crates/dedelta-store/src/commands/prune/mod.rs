@@ -81,6 +81,11 @@ pub struct PruneStats {
     pub bytes_written: u64,
     /// Net bytes freed.
     pub bytes_freed: i64,
+    /// Dense container lists rewritten without the containers this prune removed
+    /// (LoopDelta §4.6).
+    pub dense_lists_updated: u64,
+    /// Dense container lists deleted (their snapshot is gone, or they were unreadable).
+    pub dense_lists_deleted: u64,
     /// Wall time in seconds.
     pub seconds: f64,
 }

@@ -23,9 +23,11 @@
 //! directory tree. A symlink or non-directory *above* a node is never replaced or followed:
 //! the node is an error, reported by path.
 
-use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, Timespec, Timestamps};
+use super::attrs::{is_zero, Handle, MetaApplier, Times, HOLE_BLOCK};
+use crate::format::tree::{Node, NodeKind};
+use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use rustix::io::Errno;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
@@ -80,28 +82,6 @@ fn io(what: &'static str) -> impl FnOnce(Errno) -> TargetError {
     }
 }
 
-/// A modification time; it is also used as the access time.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct MTime {
-    /// Seconds since the epoch.
-    pub secs: i64,
-    /// Nanoseconds (below 10^9).
-    pub nanos: u32,
-}
-
-impl MTime {
-    fn timestamps(self) -> Timestamps {
-        let t = Timespec {
-            tv_sec: self.secs,
-            tv_nsec: self.nanos.into(),
-        };
-        Timestamps {
-            last_access: t,
-            last_modification: t,
-        }
-    }
-}
-
 /// One open level of the directory chain.
 struct Level {
     name: Vec<u8>,
@@ -117,15 +97,39 @@ pub(super) struct PendingFile {
     tmp: String,
     name: Vec<u8>,
     depth: usize,
+    /// Zero blocks are skipped, leaving holes (the file was sparse when backed up).
+    sparse: bool,
+    /// Bytes written or skipped so far.
+    pos: u64,
 }
 
 impl PendingFile {
-    /// Appends bytes.
+    /// Appends bytes; for a sparse file, whole zero blocks ([`HOLE_BLOCK`], aligned in the
+    /// file) become holes.
     pub fn write(&mut self, data: &[u8]) -> Result<(), TargetError> {
-        self.out.write_all(data).map_err(|cause| TargetError::Io {
+        let failed = |cause| TargetError::Io {
             what: "writing",
             cause,
-        })
+        };
+        if !self.sparse {
+            self.pos += data.len() as u64;
+            return self.out.write_all(data).map_err(failed);
+        }
+        let mut rest = data;
+        while !rest.is_empty() {
+            let to_boundary = HOLE_BLOCK - (self.pos % HOLE_BLOCK as u64) as usize;
+            let (piece, tail) = rest.split_at(to_boundary.min(rest.len()));
+            if piece.len() == HOLE_BLOCK && is_zero(piece) {
+                self.out
+                    .seek(SeekFrom::Current(HOLE_BLOCK as i64))
+                    .map_err(failed)?;
+            } else {
+                self.out.write_all(piece).map_err(failed)?;
+            }
+            self.pos += piece.len() as u64;
+            rest = tail;
+        }
+        Ok(())
     }
 }
 
@@ -135,6 +139,8 @@ pub(super) struct Target {
     chain: Vec<Level>,
     pid: u32,
     next_tmp: u64,
+    /// Owners and attributes, and what of them the target refused.
+    pub meta: MetaApplier,
 }
 
 impl Target {
@@ -158,6 +164,7 @@ impl Target {
             chain: Vec::new(),
             pid,
             next_tmp: 0,
+            meta: MetaApplier::new(),
         };
         let (fd, tmp) = t.create_tmp_file().map_err(|e| {
             crate::Error::io(
@@ -172,15 +179,7 @@ impl Target {
 
     /// The deepest open directory: the parent of the node being restored.
     fn top(&self) -> BorrowedFd<'_> {
-        match self.chain.last() {
-            None => self.root.as_fd(),
-            // `enter` and `reopen_deepest` keep the deepest level open.
-            Some(level) => level
-                .fd
-                .as_ref()
-                .expect("the deepest level of the chain is always open")
-                .as_fd(),
-        }
+        top_of(&self.root, &self.chain)
     }
 
     /// Moves the chain to the directory `dir` (a checked relative path, empty for the target
@@ -340,47 +339,127 @@ impl Target {
         }
     }
 
-    /// Creates symlink `path` pointing at `target` (made under a temporary name, its times
-    /// set, then renamed over whatever file or symlink is there).
-    pub fn make_symlink(
-        &mut self,
-        path: &[u8],
-        target: &[u8],
-        mtime: MTime,
-    ) -> Result<(), TargetError> {
-        let (parent, name) = split(path)?;
+    /// Creates symlink `node` (made under a temporary name, its owner and times set, then
+    /// renamed over whatever file or symlink is there).
+    pub fn make_symlink(&mut self, node: &Node) -> Result<(), TargetError> {
+        let (parent, name) = split(&node.path)?;
         self.enter(parent, true)?;
-        let mut made = None;
-        for _ in 0..TMP_ATTEMPTS {
-            let tmp = self.tmp_name();
-            match rfs::symlinkat(target, self.top(), tmp.as_str()) {
-                Ok(()) => {
-                    made = Some(tmp);
-                    break;
-                }
-                Err(Errno::EXIST) => continue,
-                Err(e) => return Err(io("creating the symlink")(e)),
-            }
+        let tmp = self.tmp_entry("creating the symlink", |dir, tmp| {
+            rfs::symlinkat(node.target.as_slice(), dir, tmp)
+        })?;
+        self.finish_entry(&tmp, name, node)
+    }
+
+    /// Creates special file `node` (a FIFO, socket or device) like a symlink: under a
+    /// temporary name, then renamed into place. Devices need root.
+    pub fn make_special(&mut self, node: &Node) -> Result<(), TargetError> {
+        let (parent, name) = split(&node.path)?;
+        self.enter(parent, true)?;
+        let file_type = match node.kind {
+            NodeKind::Fifo => rfs::FileType::Fifo,
+            NodeKind::Socket => rfs::FileType::Socket,
+            NodeKind::CharDevice => rfs::FileType::CharacterDevice,
+            _ => rfs::FileType::BlockDevice,
+        };
+        let tmp = self.tmp_entry("creating the special file", |dir, tmp| {
+            rfs::mknodat(
+                dir,
+                tmp,
+                file_type,
+                Mode::from_raw_mode(0o600),
+                node.meta.rdev,
+            )
+        })?;
+        // Never a symlink: it was just made. The mode is set after the owner.
+        let dir = top_of(&self.root, &self.chain);
+        let done = self.meta.apply(Handle::At(dir, &tmp), node).and_then(|()| {
+            rfs::chmodat(
+                dir,
+                tmp.as_str(),
+                Mode::from_raw_mode(node.mode & 0o7777),
+                AtFlags::empty(),
+            )
+            .map_err(io("setting the mode"))
+        });
+        if let Err(e) = done {
+            let _ = rfs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+            return Err(e);
         }
-        let tmp = made.ok_or_else(|| io("creating the symlink")(Errno::EXIST))?;
+        self.finish_entry(&tmp, name, node)
+    }
+
+    /// Makes `node` a hard link to `existing` (a path restored before), under a temporary
+    /// name first. `existing`'s directories are opened one by one without following links.
+    pub fn hard_link(&mut self, node: &Node, existing: &[u8]) -> Result<(), TargetError> {
+        let (src_parent, src_name) = split(existing)?;
+        let open = |at: BorrowedFd<'_>, c: &[u8]| {
+            rfs::openat(at, c, DIR_FLAGS, Mode::empty())
+                .map_err(io("opening the first link's directory"))
+        };
+        let mut src_dir = open(self.root.as_fd(), b".")?;
+        for c in components(src_parent) {
+            src_dir = open(src_dir.as_fd(), c)?;
+        }
+        let (parent, name) = split(&node.path)?;
+        self.enter(parent, true)?;
+        let tmp = self.tmp_entry("creating the hard link", |dir, tmp| {
+            rfs::linkat(&src_dir, src_name, dir, tmp, AtFlags::empty())
+        })?;
         let dir = self.top();
-        let done = rfs::utimensat(
-            dir,
-            tmp.as_str(),
-            &mtime.timestamps(),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(io("setting the symlink's times"))
-        .and_then(|()| rename_into_place(dir, &tmp, name));
+        let done = rename_into_place(dir, &tmp, name);
         if done.is_err() {
             let _ = rfs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
         }
         done
     }
 
-    /// Starts file `path`: an empty temporary file (mode 0600) in its directory.
-    pub fn create_file(&mut self, path: &[u8]) -> Result<PendingFile, TargetError> {
-        let (parent, name) = split(path)?;
+    /// Makes an entry under a fresh temporary name in the deepest directory with `make`.
+    fn tmp_entry(
+        &mut self,
+        what: &'static str,
+        make: impl Fn(BorrowedFd<'_>, &str) -> rustix::io::Result<()>,
+    ) -> Result<String, TargetError> {
+        for _ in 0..TMP_ATTEMPTS {
+            let tmp = self.tmp_name();
+            match make(self.top(), &tmp) {
+                Ok(()) => return Ok(tmp),
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(io(what)(e)),
+            }
+        }
+        Err(io(what)(Errno::EXIST))
+    }
+
+    /// Sets the owner (symlinks: special files had it set with their mode) and times of
+    /// temporary entry `tmp`, never following it, and renames it to `name`; removes it on
+    /// failure.
+    fn finish_entry(&mut self, tmp: &str, name: &[u8], node: &Node) -> Result<(), TargetError> {
+        let dir = top_of(&self.root, &self.chain);
+        let owner = if node.kind == NodeKind::Symlink {
+            self.meta.apply(Handle::At(dir, tmp), node)
+        } else {
+            Ok(())
+        };
+        let done = owner
+            .and_then(|()| {
+                rfs::utimensat(
+                    dir,
+                    tmp,
+                    &Times::of(node).timestamps(),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(io("setting the times"))
+            })
+            .and_then(|()| rename_into_place(dir, tmp, name));
+        if done.is_err() {
+            let _ = rfs::unlinkat(dir, tmp, AtFlags::empty());
+        }
+        done
+    }
+
+    /// Starts file `node`: an empty temporary file (mode 0600) in its directory.
+    pub fn create_file(&mut self, node: &Node) -> Result<PendingFile, TargetError> {
+        let (parent, name) = split(&node.path)?;
         self.enter(parent, true)?;
         let (fd, tmp) = self.create_tmp_file()?;
         Ok(PendingFile {
@@ -388,23 +467,23 @@ impl Target {
             tmp,
             name: name.to_vec(),
             depth: self.chain.len(),
+            sparse: node.meta.sparse(),
+            pos: 0,
         })
     }
 
-    /// Finishes a file: flushes it, sets its mode and times, and renames it over its final
-    /// name. On any failure the temporary file is removed.
-    pub fn commit_file(
-        &mut self,
-        f: PendingFile,
-        mode: u32,
-        mtime: MTime,
-    ) -> Result<(), TargetError> {
+    /// Finishes file `node`: flushes it (a sparse file's trailing hole made by its length),
+    /// sets its owner, attributes, mode and times, and renames it over its final name. On any
+    /// failure the temporary file is removed.
+    pub fn commit_file(&mut self, f: PendingFile, node: &Node) -> Result<(), TargetError> {
         debug_assert_eq!(
             f.depth,
             self.chain.len(),
             "the chain moved under a pending file"
         );
-        let dir = self.top();
+        let dir = top_of(&self.root, &self.chain);
+        let meta = &mut self.meta;
+        let (sparse, len) = (f.sparse, f.pos);
         let done = f
             .out
             .into_inner()
@@ -413,9 +492,16 @@ impl Target {
                 cause: e.into_error(),
             })
             .and_then(|file| {
-                rfs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
+                if sparse {
+                    file.set_len(len).map_err(|cause| TargetError::Io {
+                        what: "writing",
+                        cause,
+                    })?;
+                }
+                meta.apply(Handle::Fd(file.as_fd()), node)?;
+                rfs::fchmod(&file, Mode::from_raw_mode(node.mode & 0o7777))
                     .map_err(io("setting the mode"))?;
-                rfs::futimens(&file, &mtime.timestamps()).map_err(io("setting the times"))
+                rfs::futimens(&file, &Times::of(node).timestamps()).map_err(io("setting the times"))
             })
             .and_then(|()| rename_into_place(dir, &f.tmp, &f.name));
         if done.is_err() {
@@ -435,20 +521,31 @@ impl Target {
         let _ = rfs::unlinkat(self.top(), f.tmp.as_str(), AtFlags::empty());
     }
 
-    /// Sets the mode and times of directory `path`, opened without following symlinks.
-    /// Called for the deepest directories first, so that no later change inside one moves its
-    /// time; missing directories are not created.
-    pub fn set_dir_meta(
-        &mut self,
-        path: &[u8],
-        mode: u32,
-        mtime: MTime,
-    ) -> Result<(), TargetError> {
-        split(path)?;
-        self.enter(path, false)?;
-        let dir = self.top();
-        rfs::fchmod(dir, Mode::from_raw_mode(mode & 0o7777)).map_err(io("setting the mode"))?;
-        rfs::futimens(dir, &mtime.timestamps()).map_err(io("setting the times"))
+    /// Sets the owner, attributes, mode and times of directory `node`, opened without
+    /// following symlinks. Called for the deepest directories first, so that no later change
+    /// inside one moves its time; missing directories are not created.
+    pub fn set_dir_meta(&mut self, node: &Node) -> Result<(), TargetError> {
+        split(&node.path)?;
+        self.enter(&node.path, false)?;
+        let dir = top_of(&self.root, &self.chain);
+        self.meta.apply(Handle::Fd(dir), node)?;
+        rfs::fchmod(dir, Mode::from_raw_mode(node.mode & 0o7777))
+            .map_err(io("setting the mode"))?;
+        rfs::futimens(dir, &Times::of(node).timestamps()).map_err(io("setting the times"))
+    }
+}
+
+/// The deepest open directory of `chain` below `root` (a free function, so that it can be
+/// borrowed beside the target's other fields).
+fn top_of<'a>(root: &'a OwnedFd, chain: &'a [Level]) -> BorrowedFd<'a> {
+    match chain.last() {
+        None => root.as_fd(),
+        // `enter` and `reopen_deepest` keep the deepest level open.
+        Some(level) => level
+            .fd
+            .as_ref()
+            .expect("the deepest level of the chain is always open")
+            .as_fd(),
     }
 }
 
@@ -482,61 +579,5 @@ fn split(path: &[u8]) -> Result<(&[u8], &[u8]), TargetError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn split_refuses_paths_that_leave_the_target() {
-        for bad in [
-            &b""[..],
-            b"/a",
-            b"a/",
-            b"a//b",
-            b"..",
-            b"a/../b",
-            b"./a",
-            b"a/.",
-            b"a\0b",
-        ] {
-            assert!(split(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
-        }
-        assert_eq!(split(b"a").unwrap(), (&b""[..], &b"a"[..]));
-        assert_eq!(split(b"a/b/c\xff").unwrap(), (&b"a/b"[..], &b"c\xff"[..]));
-    }
-
-    #[test]
-    fn deep_trees_keep_few_handles_open() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut t = Target::open(tmp.path(), 1).unwrap();
-        let depth = KEEP_OPEN * 3;
-        let mut path = Vec::new();
-        for i in 0..depth {
-            if i > 0 {
-                path.push(b'/');
-            }
-            path.extend_from_slice(format!("d{i}").as_bytes());
-            t.make_dir(&path).unwrap();
-        }
-        let open = t.chain.iter().filter(|l| l.fd.is_some()).count();
-        assert!(open <= KEEP_OPEN + 1, "{open} handles open");
-        // Climbing back up reopens dropped levels; modes and times land on the right dirs.
-        let mut p = path.clone();
-        let mtime = MTime {
-            secs: 1_000_000,
-            nanos: 5,
-        };
-        loop {
-            t.set_dir_meta(&p, 0o755, mtime).unwrap();
-            match p.iter().rposition(|b| *b == b'/') {
-                Some(i) => p.truncate(i),
-                None => break,
-            }
-        }
-        let mid: std::path::PathBuf = (0..KEEP_OPEN + 5).map(|i| format!("d{i}")).collect();
-        let md = std::fs::metadata(tmp.path().join(mid)).unwrap();
-        assert_eq!(
-            filetime::FileTime::from_last_modification_time(&md).unix_seconds(),
-            1_000_000
-        );
-    }
-}
+#[path = "target_tests.rs"]
+mod tests;

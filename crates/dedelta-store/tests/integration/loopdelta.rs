@@ -1,0 +1,274 @@
+//! LoopDelta (issue 17 items 1, 2 and 5): dense container lists per lineage, dense containers
+//! loaded whole on the locality index's prefetch so that their chunks are the only bases (no
+//! base read on its own), prune keeping the lists in step, and the presets round-tripping.
+
+use crate::support::{
+    backup_options, backup_with, cache_root_for, config, files, forget_ids, locked,
+    loopdelta_delta, me, prune_with, read_files, restore_to, restored_root, run_check, text,
+    time_of, write_files, Files,
+};
+use dedelta_store::backend::wrap::metered::{Direction, Purpose};
+use dedelta_store::backend::FileKind;
+use dedelta_store::commands::backup::dense;
+use dedelta_store::commands::backup::rewrite::Capping;
+use dedelta_store::commands::backup::{BackupOptions, BackupResult};
+use dedelta_store::format::container::ContainerId;
+use dedelta_store::{IndexedRepository, Repository};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// Version `v`: three texts with a few edits per version (most chunks duplicates, the
+/// edited ones similar to the last version's).
+fn tree(v: u64) -> Files {
+    let edit = |mut t: Vec<u8>, seed: u64| {
+        for k in 0..6 * v {
+            let pos = ((k * 7919 + seed * 104_729 + v * 31) as usize) % t.len();
+            t[pos] = b'#';
+        }
+        t
+    };
+    files([
+        ("a.txt", edit(text(200_000, 1), 1)),
+        ("b.txt", edit(text(150_000, 2), 2)),
+        ("c.txt", edit(text(120_000, 3), 3)),
+    ])
+}
+
+fn metered_repo(path: &Path) -> IndexedRepository {
+    Repository::init_local_with_cache(path, config(1, loopdelta_delta()), &cache_root_for(path))
+        .unwrap()
+        .metered()
+        .open_index()
+        .unwrap()
+}
+
+/// Backs up `files` from `src` as backup `n` with `opts` changed by `f`.
+fn backup(
+    repo: &IndexedRepository,
+    src: &Path,
+    files: &Files,
+    n: u64,
+    f: impl FnOnce(&mut BackupOptions),
+) -> BackupResult {
+    write_files(src, files);
+    let mut opts = backup_options(vec![src.to_path_buf()], time_of(n));
+    f(&mut opts);
+    locked(repo, &me(), |lock| backup_with(repo, lock, opts)).unwrap()
+}
+
+/// Every snapshot restores to what was backed up, and `check --read-data` passes.
+fn assert_restores(repo: &IndexedRepository, dir: &Path, expected: &[(BackupResult, Files)]) {
+    let listed = repo.snapshots().unwrap();
+    for (i, (res, want)) in expected.iter().enumerate() {
+        let (_, snap) = listed
+            .snapshots
+            .iter()
+            .find(|(id, _)| *id == res.snapshot_id)
+            .unwrap();
+        let target = dir.join(format!("restore-{i}"));
+        restore_to(repo, snap, &target).unwrap();
+        let got = read_files(&restored_root(&target, Path::new(&snap.paths[0])));
+        assert!(got == *want, "snapshot {i} restores bit-exact");
+    }
+    let report = run_check(repo, true).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// The second backup loads the first one's containers whole (they are on its dense list),
+/// and its deltas' bases all come from them: no base is read on its own.
+#[test]
+fn dense_containers_are_prefetched_and_become_bases_without_base_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let src = tmp.path().join("src");
+    let first = backup(&repo, &src, &tree(0), 0, |_| {});
+    let p0 = first.metrics.prefetch.expect("prefetching backup");
+    assert_eq!((p0.dense_listed, p0.dense_loaded), (0, 0));
+    assert_eq!(p0.dense_written, first.summary.containers_written);
+    let before = repo.io_counts().unwrap();
+    let second = backup(&repo, &src, &tree(1), 1, |_| {});
+    let io = repo.io_counts().unwrap().since(&before);
+    let p1 = second.metrics.prefetch.unwrap();
+    assert_eq!(p1.dense_listed, first.summary.containers_written);
+    assert!(p1.dense_loaded > 0 && p1.chunks_loaded > 0, "{p1:?}");
+    assert!(second.summary.delta_chunks > 0, "{:?}", second.summary);
+    assert_eq!(second.metrics.bases.prefetched, p1.bases_served);
+    assert!(second.metrics.bases.prefetched >= second.summary.delta_chunks / 2);
+    assert_eq!(second.metrics.bases.read_back, 0);
+    // The I/O accounting: no base read, and each dense container in one prefetch request.
+    assert_eq!(
+        io.get(Purpose::BaseRead, Direction::Read).requests,
+        0,
+        "{io:?}"
+    );
+    let prefetch = io.get(Purpose::Prefetch, Direction::Read);
+    assert!(prefetch.requests >= p1.dense_loaded, "{io:?}");
+    assert!(
+        prefetch.bytes >= p1.bytes_loaded / 4,
+        "whole containers read: {io:?}"
+    );
+    // Without the list (a backup of another lineage) nothing is loaded whole, so no bases.
+    let other = backup(&repo, &tmp.path().join("other"), &tree(1), 2, |_| {});
+    let po = other.metrics.prefetch.unwrap();
+    assert_eq!(
+        (po.dense_listed, po.dense_loaded, po.bases_served),
+        (0, 0, 0)
+    );
+    assert_restores(
+        &repo,
+        tmp.path(),
+        &[(first, tree(0)), (second, tree(1)), (other, tree(1))],
+    );
+}
+
+/// The list is stored beside the snapshot and read by the next backup of the same host and
+/// paths only.
+#[test]
+fn dense_list_is_read_back_by_the_same_lineage_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let first = backup(&repo, &a, &tree(0), 0, |_| {});
+    let list = dense::load(repo.backend().as_ref(), &first.snapshot_id)
+        .unwrap()
+        .expect("a list beside the snapshot");
+    assert_eq!(list.snapshot, first.snapshot_id);
+    assert_eq!(
+        list.containers.len() as u64,
+        first.summary.containers_written
+    );
+    // Another path, then another host: neither reads a's list.
+    let other_path = backup(&repo, &b, &tree(0), 1, |_| {});
+    assert_eq!(other_path.metrics.prefetch.unwrap().dense_listed, 0);
+    let other_host = backup(&repo, &a, &tree(1), 2, |o| o.host = "elsewhere".into());
+    assert_eq!(other_host.metrics.prefetch.unwrap().dense_listed, 0);
+    // The same lineage reads it, even after other lineages' backups.
+    let again = backup(&repo, &a, &tree(1), 3, |_| {});
+    assert_eq!(
+        again.metrics.prefetch.unwrap().dense_listed,
+        list.containers.len() as u64
+    );
+    // A damaged list only costs the next backup its bases.
+    let name = again.snapshot_id.to_hex();
+    let mut bytes = repo.backend().get(FileKind::Dense, &name).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    repo.backend().put(FileKind::Dense, &name, &bytes).unwrap();
+    let after = backup(&repo, &a, &tree(2), 4, |_| {});
+    assert_eq!(after.metrics.prefetch.unwrap().dense_listed, 0);
+    assert!(
+        after
+            .notices
+            .iter()
+            .any(|n| n.contains("dense container list")),
+        "{:?}",
+        after.notices
+    );
+}
+
+/// The reuse ratio decides: a threshold of 1 lists nothing (no ratio is above it), 0 lists
+/// every container the backup wrote or referenced.
+#[test]
+fn dense_threshold_selects_containers_by_reuse_ratio() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let src = tmp.path().join("src");
+    backup(&repo, &src, &tree(0), 0, |_| {});
+    let with = |t: f64| {
+        let mut d = loopdelta_delta();
+        d.dense_threshold = t;
+        Some(d)
+    };
+    let none = backup(&repo, &src, &tree(1), 1, |o| o.delta = with(1.0));
+    assert_eq!(none.metrics.prefetch.unwrap().dense_written, 0);
+    let all = backup(&repo, &src, &tree(2), 2, |o| o.delta = with(0.0));
+    let p = all.metrics.prefetch.unwrap();
+    // Nothing was listed for it (the last list is empty), yet it references the first
+    // backup's containers as duplicates: at threshold 0 they are listed with its own.
+    assert_eq!(p.dense_listed, 0);
+    assert!(p.dense_written > all.summary.containers_written, "{p:?}");
+}
+
+/// Prune (LoopDelta §4.6): the containers it deletes or rewrites leave every list, and the
+/// lists of forgotten snapshots go.
+#[test]
+fn prune_removes_its_containers_from_the_dense_lists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let src = tmp.path().join("src");
+    let results: Vec<BackupResult> = (0..3)
+        .map(|v| backup(&repo, &src, &tree(v), v, |_| {}))
+        .collect();
+    let backend = repo.backend().clone();
+    let forgotten: Vec<String> = results[..2]
+        .iter()
+        .map(|r| r.snapshot_id.to_hex())
+        .collect();
+    locked(&repo, &me(), |lock| forget_ids(&repo, lock, &forgotten)).unwrap();
+    let plan = locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, true))
+        .unwrap()
+        .plan;
+    let removed: HashSet<ContainerId> = plan
+        .delete
+        .iter()
+        .chain(plan.rewrite.iter())
+        .copied()
+        .collect();
+    let kept = &results[2];
+    let before = dense::load(backend.as_ref(), &kept.snapshot_id)
+        .unwrap()
+        .unwrap();
+    assert!(
+        before.containers.iter().any(|c| removed.contains(c)),
+        "the kept snapshot's list names a container prune removes"
+    );
+    let stats = locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, false)).unwrap();
+    assert_eq!(
+        (stats.dense_lists_updated, stats.dense_lists_deleted),
+        (1, 2)
+    );
+    let after = dense::load(backend.as_ref(), &kept.snapshot_id)
+        .unwrap()
+        .unwrap();
+    assert!(!after.containers.is_empty());
+    for c in &after.containers {
+        assert!(!removed.contains(c));
+        assert!(backend.exists(FileKind::Container, &c.to_hex()).unwrap());
+    }
+    assert_eq!(backend.list(FileKind::Dense).unwrap().len(), 1);
+    // The next backup of the lineage reads the pruned list and still restores.
+    let next = backup(&repo, &src, &tree(3), 3, |_| {});
+    assert_eq!(
+        next.metrics.prefetch.unwrap().dense_listed,
+        after.containers.len() as u64
+    );
+    assert_restores(&repo, tmp.path(), &[(next, tree(3))]);
+}
+
+/// `loopdelta` and `loopdelta-cap` (Capping at 15 per segment; small segments here so that
+/// it rewrites) round-trip: every version restores bit-exact and `check --read-data` passes.
+#[test]
+fn loopdelta_presets_round_trip() {
+    for capped in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = metered_repo(&tmp.path().join("repo"));
+        let src = tmp.path().join("src");
+        let mut done = Vec::new();
+        let mut rewritten = 0;
+        for v in 0..4 {
+            let res = backup(&repo, &src, &tree(v), v, |o| {
+                if capped {
+                    o.rewriting = Some(Box::new(Capping {
+                        segment_bytes: 64 * 1024,
+                        level: 1,
+                    }));
+                }
+            });
+            rewritten += res.metrics.rewritten.chunks;
+            assert_eq!(res.metrics.bases.read_back, 0);
+            done.push((res, tree(v)));
+        }
+        assert_eq!(rewritten > 0, capped);
+        assert_restores(&repo, tmp.path(), &done);
+    }
+}
