@@ -18,6 +18,7 @@ use crate::error::{EvalError, Result};
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
+use dedelta_store::commands::backup::caf::LoopDeltaOptions;
 use dedelta_store::commands::backup::rewrite::Capping;
 use dedelta_store::format::config::{
     ChunkerConfig, DeltaConfig, SketchIndexKind, ONE_LEVEL_REANCHOR,
@@ -36,6 +37,8 @@ pub struct EvalConfig {
     pub chunker: ChunkerConfig,
     /// Capping for every backup (LoopDelta's `-Cap` rows), or none.
     pub capping: Option<Capping>,
+    /// The cache-aware filter and inversed deltas (LoopDelta §4.4-4.5; `-caf`, `-inv`).
+    pub loopdelta: LoopDeltaOptions,
 }
 
 /// LoopDelta's capping level (§5: "Dedup-Cap15", "LD-Cap15"): 15 old containers per 20 MB
@@ -59,6 +62,7 @@ fn cfg(name: &str, description: &str, f: impl FnOnce(&mut DeltaConfig)) -> EvalC
         delta,
         chunker: default_chunker(),
         capping: None,
+        loopdelta: LoopDeltaOptions::default(),
     }
 }
 
@@ -87,6 +91,34 @@ fn parse_capped(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
     };
     let base = presets.iter().find(|c| c.name == base)?;
     Some(capped(base, name, level))
+}
+
+/// The LoopDelta modifiers, as suffixes of any preset (capped or not): `-caf` turns the
+/// cache-aware filter on, `-inv` inversed delta compression (which needs Capping, e.g.
+/// `greedy-cap-inv`); both may follow in either order (`greedy-cap-caf-inv`). CAF needs
+/// `--fingerprint-index locality`.
+fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
+    let (base, modifier) = name.rsplit_once('-')?;
+    let mut c = presets
+        .iter()
+        .find(|c| c.name == base)
+        .cloned()
+        .or_else(|| parse_capped(presets, base))
+        .or_else(|| parse_modified(presets, base))?;
+    let what = match modifier {
+        "caf" => {
+            c.loopdelta.cache_aware_filter = true;
+            "cache-aware filter (LoopDelta §4.4)"
+        }
+        "inv" => {
+            c.loopdelta.inversed_delta = true;
+            "inversed delta compression (LoopDelta §4.5)"
+        }
+        _ => return None,
+    };
+    c.name = name.into();
+    c.description = format!("{} + {what}", c.description);
+    Some(c)
 }
 
 fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
@@ -292,6 +324,7 @@ pub fn parse(list: &str) -> Result<Vec<EvalConfig>> {
                 .find(|c| c.name == name)
                 .cloned()
                 .or_else(|| parse_capped(&presets, name))
+                .or_else(|| parse_modified(&presets, name))
             {
                 Some(c) => vec![c],
                 None => {
@@ -429,6 +462,7 @@ pub fn with_chunkers(configs: &[EvalConfig], chunkers: &[ChunkerConfig]) -> Vec<
                     delta: c.delta.clone(),
                     chunker: *k,
                     capping: c.capping,
+                    loopdelta: c.loopdelta,
                 }
             })
         })

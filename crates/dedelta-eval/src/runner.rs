@@ -490,6 +490,7 @@ pub fn run_config(
                 cache_dir: Some(cache_dir.clone()),
                 lookup: opts.lookup,
                 rewriting: config.capping.map(|c| Box::new(c) as Box<dyn Rewriting>),
+                loopdelta: config.loopdelta,
             },
             &workers,
             &NoProgress,

@@ -46,6 +46,17 @@ pub struct BackupArgs {
     /// Capping's segment, in MiB of file data.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     capping_segment_mib: u64,
+    /// Cache-aware filter (LoopDelta §4.4): store again a duplicate of an old delta whose
+    /// base is not in the fingerprint cache, so that restore reads no extra container for it.
+    /// Needs --fingerprint-index locality.
+    #[arg(long)]
+    cache_aware_filter: bool,
+    /// Inversed delta compression (LoopDelta §4.5): a new chunk similar to a chunk in a
+    /// container Capping gave up is stored in full, and the old chunk again as a delta
+    /// against it; a prune reclaims the old full copy. Needs --capping-level and a
+    /// repository of format version 4.
+    #[arg(long)]
+    inversed_delta: bool,
     /// Keep no local base cache (every base is read back from the repository).
     #[arg(long)]
     no_cache: bool,
@@ -134,6 +145,10 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         },
         lookup,
         rewriting: capping(args.capping_level, args.capping_segment_mib),
+        loopdelta: backup::caf::LoopDeltaOptions {
+            cache_aware_filter: args.cache_aware_filter,
+            inversed_delta: args.inversed_delta,
+        },
     };
     let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()

@@ -39,6 +39,7 @@
 //! al.) samples hooks per segment instead of a filter per chunk; its miss rate depends on
 //! the sampling and it needs a segment layer this format does not have.
 
+use super::caf::CachedCopy;
 use crate::backend::Backend;
 use crate::client::index::{FingerprintFilter, IndexReader, Trust};
 use crate::error::Result;
@@ -168,6 +169,17 @@ pub trait FingerprintIndex: Send + Sync {
 
     /// What it counted so far.
     fn counters(&self) -> LookupCounters;
+
+    /// What the fingerprint cache says of `id`'s stored copy, without touching the disk, for
+    /// the cache-aware filter ([`super::caf`]); [`CachedCopy::Unknown`] without a cache.
+    fn cached_copy(&self, _id: &ChunkId) -> CachedCopy {
+        CachedCopy::Unknown
+    }
+
+    /// Whether the strategy has a fingerprint cache ([`Self::cached_copy`] can answer).
+    fn has_cache(&self) -> bool {
+        false
+    }
 }
 
 /// Counters shared by the pool's threads.
@@ -287,7 +299,11 @@ impl ContainerCache {
             return;
         }
         for (i, e) in meta.entries.iter().enumerate() {
-            self.map.insert(e.id, (id, i as u32));
+            // An inversed delta does not replace the chunk's full copy in the index while
+            // that is indexed (see `crate::backup::inverse`); the cache follows the index.
+            if !e.kind.is_inversed() {
+                self.map.insert(e.id, (id, i as u32));
+            }
         }
         if let Some((old, gone)) = self.containers.push(id, Cached { meta, trust }) {
             if old != id {
@@ -410,6 +426,33 @@ impl FingerprintIndex for LocalityIndex {
         };
         self.prefetch(loc.container);
         Ok(Some(loc.container).filter(|c| self.damage.reason(c, id).is_none()))
+    }
+
+    fn cached_copy(&self, id: &ChunkId) -> CachedCopy {
+        let mut cache = self.cache();
+        let Some(&(c, entry)) = cache.map.get(id) else {
+            return CachedCopy::Unknown;
+        };
+        let kind = cache
+            .containers
+            .peek(&c)
+            .and_then(|m| m.meta.entries.get(entry as usize).map(|e| e.kind));
+        match kind {
+            None => CachedCopy::Unknown,
+            Some(EntryKind::Full) => CachedCopy::Full,
+            Some(EntryKind::Delta { base, .. }) => match cache.map.get(&base) {
+                Some(&(bc, _)) => {
+                    // Looking the base up is a use of its container, as restore's would be.
+                    cache.containers.get(&bc);
+                    CachedCopy::DeltaBaseCached(bc)
+                }
+                None => CachedCopy::DeltaBaseMissing,
+            },
+        }
+    }
+
+    fn has_cache(&self) -> bool {
+        true
     }
 
     fn counters(&self) -> LookupCounters {

@@ -33,11 +33,13 @@
 //! at worst unreferenced containers, which `check` accepts and a later prune removes.
 
 pub mod bases;
+pub mod caf;
 mod chunk;
 pub mod dedup;
 pub mod delta;
 mod fingerprint;
 pub mod fingerprint_index;
+pub mod inverse;
 pub mod metrics;
 mod pack;
 pub mod resemble;
@@ -125,6 +127,8 @@ pub struct BackupOptions {
     /// Which duplicates to store again for restore speed (see [`rewrite`]); `None` rewrites
     /// nothing.
     pub rewriting: Option<Box<dyn rewrite::Rewriting>>,
+    /// The cache-aware filter and inversed delta compression (LoopDelta §4.4-4.5).
+    pub loopdelta: caf::LoopDeltaOptions,
 }
 
 /// The result of a backup.
@@ -230,6 +234,7 @@ pub fn backup(
     }
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
     config.check_depth(&delta_cfg)?;
+    check_loopdelta(&config, &opts)?;
     // What the writer records in the index, and what the full sketch index finds, follow this
     // backup's choice; the config's is set back when it ends.
     repo.index().set_sketch_keep(delta_cfg.sketch_keep);
@@ -286,6 +291,9 @@ pub fn backup(
         )?;
         if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
             stage.sketch_dupadj_misses(sk.clone());
+        }
+        if opts.loopdelta.inversed_delta {
+            stage.inversed_delta();
         }
         if let Some(root) = &opts.cache_dir {
             match crate::client::cache::repo_dir(root, &config.id) {
@@ -356,6 +364,9 @@ pub fn backup(
         );
         if let Some(r) = opts.rewriting.take() {
             dedup = dedup.rewriting(r);
+        }
+        if opts.loopdelta.cache_aware_filter {
+            dedup = dedup.cache_aware_filter();
         }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
@@ -450,6 +461,29 @@ pub fn backup(
         notices,
         metrics,
     })
+}
+
+/// Refuses LoopDelta options the backup cannot honour, before anything is written.
+fn check_loopdelta(config: &crate::format::config::RepoConfig, opts: &BackupOptions) -> Result<()> {
+    let ld = opts.loopdelta;
+    if ld.cache_aware_filter && opts.lookup.kind != FingerprintIndexKind::Locality {
+        return Err(Error::InvalidOption(
+            "the cache-aware filter needs the fingerprint cache: add --fingerprint-index \
+             locality"
+                .into(),
+        ));
+    }
+    if ld.inversed_delta {
+        config.check_inversed()?;
+        if opts.rewriting.is_none() {
+            return Err(Error::InvalidOption(
+                "inversed delta compression works with rewriting (LoopDelta §4.5): add \
+                 --capping-level"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What the backup learns from its parent snapshot: the newest snapshot with the same paths,

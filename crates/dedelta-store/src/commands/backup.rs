@@ -1,7 +1,7 @@
 //! `backup`: the command's options and entry point; the pipeline is in [`crate::backup`].
 
 pub use crate::backup::{
-    backup,
+    backup, caf,
     fingerprint_index::{
         FingerprintIndexKind, FingerprintIndexOptions, LookupCounters, DEFAULT_CACHE_CONTAINERS,
     },

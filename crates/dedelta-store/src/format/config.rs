@@ -26,7 +26,12 @@ use serde::{Deserialize, Serialize};
 /// Magic of the config file.
 pub const CONFIG_MAGIC: &[u8; 4] = b"DDCF";
 /// The repository format version `init` writes; this build reads 1 ..= this.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = INVERSED_VERSION;
+/// The first repository format version whose containers may hold inversed deltas (LoopDelta
+/// §4.5, kind code 2 in version-2 metadata): a second copy of a chunk, encoded against a newer
+/// chunk, that an older build would read as damage. The one constant to renumber if another
+/// format change lands first.
+pub const INVERSED_VERSION: u16 = 4;
 /// The first repository format version whose deltas may name a delta as their base
 /// ([`DeltaConfig::max_depth`] above 1); older builds would refuse such a delta as damage.
 pub const CHAINS_VERSION: u32 = 3;
@@ -364,6 +369,20 @@ impl RepoConfig {
                  {CHAINS_VERSION}; this one is version {}, whose readers take one-level deltas \
                  only",
                 delta.max_depth, self.version
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses inversed delta compression in a repository older than [`INVERSED_VERSION`],
+    /// whose readers do not know inversed delta entries.
+    pub fn check_inversed(&self) -> Result<()> {
+        if self.version < u32::from(INVERSED_VERSION) {
+            return Err(Error::InvalidOption(format!(
+                "inversed delta compression needs a repository of format version \
+                 {INVERSED_VERSION}; this one is version {}, whose readers do not know \
+                 inversed delta entries (make a new repository with `dedelta init`)",
+                self.version
             )));
         }
         Ok(())

@@ -135,7 +135,7 @@ impl Batch {
                     stats.damaged_skipped += 1;
                 } else if indexed(&e.id)? {
                     named.insert(e.id);
-                } else if let EntryKind::Delta { base } = e.kind {
+                } else if let EntryKind::Delta { base, .. } = e.kind {
                     r.set_aside(&DeltaCopy {
                         id: e.id,
                         base,

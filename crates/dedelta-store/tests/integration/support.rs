@@ -226,6 +226,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         cache_dir: None,
         lookup: Default::default(),
         rewriting: None,
+        loopdelta: Default::default(),
     }
 }
 

@@ -96,7 +96,7 @@ pub(super) fn plan(
                 .get(&e.id)?
                 .is_some_and(|l| l.container == cid && l.entry == i as u32);
             let base = match e.kind {
-                EntryKind::Delta { base } => Some(base),
+                EntryKind::Delta { base, .. } => Some(base),
                 EntryKind::Full => None,
             };
             entries.push((
