@@ -292,6 +292,26 @@ impl ContainerCache {
         Some((c, full, cached.trust))
     }
 
+    /// What the cache says of entry `entry` of container `c` (see [`CachedCopy`]); looking up
+    /// a delta's base counts as a use of the base's container, as restore's read would.
+    fn judge(&mut self, c: ContainerId, entry: u32) -> CachedCopy {
+        let kind = self
+            .containers
+            .peek(&c)
+            .and_then(|m| m.meta.entries.get(entry as usize).map(|e| e.kind));
+        match kind {
+            None => CachedCopy::Unknown,
+            Some(EntryKind::Full) => CachedCopy::Full,
+            Some(EntryKind::Delta { base, .. }) => match self.map.get(&base) {
+                Some(&(bc, _)) => {
+                    self.containers.get(&bc);
+                    CachedCopy::DeltaBaseCached(bc)
+                }
+                None => CachedCopy::DeltaBaseMissing,
+            },
+        }
+    }
+
     /// Takes in container `id`'s metadata as the most recently used, evicting the least
     /// recently used container if full.
     fn load(&mut self, id: ContainerId, meta: Arc<ContainerMeta>, trust: Trust) {
@@ -429,25 +449,23 @@ impl FingerprintIndex for LocalityIndex {
     }
 
     fn cached_copy(&self, id: &ChunkId) -> CachedCopy {
-        let mut cache = self.cache();
-        let Some(&(c, entry)) = cache.map.get(id) else {
+        let Some(&(c, entry)) = self.cache().map.get(id) else {
             return CachedCopy::Unknown;
         };
-        let kind = cache
-            .containers
-            .peek(&c)
-            .and_then(|m| m.meta.entries.get(entry as usize).map(|e| e.kind));
-        match kind {
-            None => CachedCopy::Unknown,
-            Some(EntryKind::Full) => CachedCopy::Full,
-            Some(EntryKind::Delta { base, .. }) => match cache.map.get(&base) {
-                Some(&(bc, _)) => {
-                    // Looking the base up is a use of its container, as restore's would be.
-                    cache.containers.get(&bc);
-                    CachedCopy::DeltaBaseCached(bc)
-                }
-                None => CachedCopy::DeltaBaseMissing,
-            },
+        let judged = self.cache().judge(c, entry);
+        if judged != CachedCopy::DeltaBaseMissing {
+            return judged;
+        }
+        // A chunk stored more than once (rewritten, by Capping or by this filter) is mapped
+        // to the cached container loaded last that holds it, which may not be the copy the
+        // index names (the newest) and restore reads: before judging it fragmented, the
+        // index is asked (one on-disk lookup, for such chunks only).
+        match self.counts.disk_get(&self.reader, id) {
+            Ok(Some(loc)) if (loc.container, loc.entry) != (c, entry) => {
+                self.cache().judge(loc.container, loc.entry)
+            }
+            Ok(Some(_)) => judged,
+            _ => CachedCopy::Unknown,
         }
     }
 

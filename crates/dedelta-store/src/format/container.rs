@@ -798,7 +798,7 @@ mod tests {
         let mut r1 = RegionBuilder::default();
         r1.push(
             ChunkId::of(b"target"),
-            EntryKind::Delta { base, .. },
+            EntryKind::delta(base),
             &delta,
             9000,
             vec![],

@@ -668,8 +668,8 @@ fn lean_metadata_example_matches_the_doc() {
     r0.push(ChunkId::of(&full), EntryKind::Full, &full, 16, vec![11, 12]);
     b.add_region(r0.compress(Compression::None));
     let mut r1 = RegionBuilder::default();
-    r1.push(t1, EntryKind::Delta { base, .. }, &[7u8; 4000], 9000, vec![]);
-    r1.push(t2, EntryKind::Delta { base, .. }, &[7u8; 3000], 8000, vec![]);
+    r1.push(t1, EntryKind::delta(base), &[7u8; 4000], 9000, vec![]);
+    r1.push(t2, EntryKind::delta(base), &[7u8; 3000], 8000, vec![]);
     b.add_region(r1.compress(Compression::zstd(3)));
     let (_, file, meta) = b.seal();
     let f = &file[file.len() - container::FOOTER_LEN..];

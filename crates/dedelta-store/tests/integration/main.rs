@@ -25,6 +25,8 @@ mod faults;
 mod format;
 /// Retention and garbage collection: forget, prune, and what they must never free.
 mod gc;
+/// LoopDelta's cache-aware filter and inversed delta compression (issue 17 items 3-4).
+mod inverse;
 /// Container names for a fixed input series: the stored bytes do not change by accident.
 mod golden;
 /// I/O accounting: a metered repository's requests by purpose (issue 16 item 4).

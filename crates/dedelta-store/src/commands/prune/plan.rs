@@ -21,6 +21,8 @@ struct EntryInfo {
     id: ChunkId,
     base: Option<ChunkId>,
     stored_len: u64,
+    /// An inversed delta (see [`crate::backup::inverse`]).
+    inversed: bool,
 }
 
 /// What the sweep needs beyond the printable plan.
@@ -35,6 +37,9 @@ pub(super) struct PruneWork {
     /// (left by an interrupted backup): the index marks them trimmed with the removal, as it
     /// does the containers of the copies it names (see `ChunkIndex::remove_chunks_trimming`).
     pub trimmed: Vec<ContainerId>,
+    /// Inversed deltas that become their chunk's indexed copy (see [`promote_inversed`]):
+    /// chunk -> (container, entry).
+    pub promoted: HashMap<ChunkId, (ContainerId, u32)>,
 }
 
 /// Marks and plans.
@@ -104,6 +109,7 @@ pub(super) fn plan(
                     id: e.id,
                     base,
                     stored_len: u64::from(e.stored_len),
+                    inversed: e.kind.is_inversed(),
                 },
                 indexed_here,
             ));
@@ -111,11 +117,18 @@ pub(super) fn plan(
         metas.push((cid, *size, entries));
     }
     // Bases of live deltas are live, down every delta chain.
-    let base_of: HashMap<ChunkId, ChunkId> = metas
-        .iter()
-        .flat_map(|(_, _, entries)| entries)
-        .filter_map(|(e, indexed)| e.base.filter(|_| *indexed).map(|b| (e.id, b)))
-        .collect();
+    let base_of_indexed = |metas: &[ContainerEntries]| -> HashMap<ChunkId, ChunkId> {
+        metas
+            .iter()
+            .flat_map(|(_, _, entries)| entries)
+            .filter_map(|(e, indexed)| e.base.filter(|_| *indexed).map(|b| (e.id, b)))
+            .collect()
+    };
+    let mut base_of = base_of_indexed(&metas);
+    let promoted = promote_inversed(&mut metas, &live, &base_of);
+    if !promoted.is_empty() {
+        base_of = base_of_indexed(&metas);
+    }
     let bases = bases_needed(&live, &base_of);
     plan.bases_kept = bases.len() as u64;
     live.extend(bases);
@@ -177,8 +190,62 @@ pub(super) fn plan(
             dead,
             rewrite,
             trimmed,
+            promoted,
         },
     ))
+}
+
+/// Inversed deltas (LoopDelta §4.5, GC as §4.6) that become the copy of their chunk: for a
+/// chunk the index names in full, referenced by a snapshot (in `live`), and the base of no
+/// delta that stays (`base_of` maps each indexed delta to its base; the deltas of dead chunks
+/// do not count), the first unindexed inversed delta of it (in `metas`' order) whose base is
+/// indexed is marked as the indexed copy in `metas`, and the full copy as not: it is
+/// reclaimed like any unindexed copy. A chunk that a remaining delta names as its base keeps
+/// its full copy (deltas stay one level deep: see [`crate::backup::inverse`]). Returns the
+/// promoted copies.
+fn promote_inversed(
+    metas: &mut [ContainerEntries],
+    live: &HashSet<ChunkId>,
+    base_of: &HashMap<ChunkId, ChunkId>,
+) -> HashMap<ChunkId, (ContainerId, u32)> {
+    // Bases of the deltas that stay: those of live chunks and, down the chains, theirs.
+    let mut stays = live.clone();
+    stays.extend(bases_needed(live, base_of));
+    let named_as_base: HashSet<ChunkId> =
+        stays.iter().filter_map(|id| base_of.get(id)).copied().collect();
+    let indexed = |full_only: bool| -> HashSet<ChunkId> {
+        metas
+            .iter()
+            .flat_map(|(_, _, entries)| entries)
+            .filter(|(e, indexed)| *indexed && (!full_only || e.base.is_none()))
+            .map(|(e, _)| e.id)
+            .collect()
+    };
+    let (indexed_full, indexed_any) = (indexed(true), indexed(false));
+    let mut promoted = HashMap::new();
+    for (cid, _, entries) in metas.iter() {
+        for (i, (e, indexed)) in entries.iter().enumerate() {
+            let Some(base) = e.base.filter(|_| e.inversed && !*indexed) else {
+                continue;
+            };
+            if live.contains(&e.id)
+                && indexed_full.contains(&e.id)
+                && !named_as_base.contains(&e.id)
+                && indexed_any.contains(&base)
+                && !promoted.contains_key(&e.id)
+            {
+                promoted.insert(e.id, (*cid, i as u32));
+            }
+        }
+    }
+    for (cid, _, entries) in metas.iter_mut() {
+        for (i, (e, indexed)) in entries.iter_mut().enumerate() {
+            if let Some(&(pc, pi)) = promoted.get(&e.id) {
+                *indexed = pc == *cid && pi == i as u32;
+            }
+        }
+    }
+    promoted
 }
 
 /// The chunks that are not in `live` but that its deltas need: their bases, the bases of

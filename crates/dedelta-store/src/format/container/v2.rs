@@ -300,8 +300,8 @@ mod tests {
         r0.push(ChunkId::of(&full), EntryKind::Full, &full, 16, vec![11, 12]);
         b.add_region(r0.compress(Compression::None));
         let mut r1 = RegionBuilder::default();
-        r1.push(t1, EntryKind::Delta { base, .. }, &[7u8; 4000], 9000, vec![5]);
-        r1.push(t2, EntryKind::Delta { base, .. }, &[7u8; 3000], 8000, vec![6]);
+        r1.push(t1, EntryKind::delta(base), &[7u8; 4000], 9000, vec![5]);
+        r1.push(t2, EntryKind::delta(base), &[7u8; 3000], 8000, vec![6]);
         b.add_region(r1.compress(Compression::zstd(3)));
         let (_, file, meta) = b.seal();
         assert_eq!(&file[HEADER_VERSION_OFFSET..][..2], &[2, 0]);
@@ -341,7 +341,7 @@ mod tests {
         let decoded = decode_container_meta(&file, "c").unwrap();
         assert_eq!(decoded, meta);
         assert!(decoded.entries[1].super_features.is_empty());
-        assert_eq!(decoded.entries[2].kind, EntryKind::Delta { base, .. });
+        assert_eq!(decoded.entries[2].kind, EntryKind::delta(base));
         assert_eq!(
             (decoded.entries[2].offset, decoded.regions[1].raw_len),
             (4000, 7000)
@@ -362,7 +362,7 @@ mod tests {
                     r.push(id, EntryKind::Full, &data, data.len(), vec![1, 2, 3]);
                 } else {
                     let base = ChunkId::of(format!("base {}", i / 2).as_bytes());
-                    r.push(id, EntryKind::Delta { base, .. }, &data, 8000, vec![1, 2, 3]);
+                    r.push(id, EntryKind::delta(base), &data, 8000, vec![1, 2, 3]);
                 }
             }
             b.add_region(r.compress(Compression::zstd(3)));
