@@ -497,6 +497,60 @@ fn locality_backup_crashed_at_every_write_memory() {
     );
 }
 
+/// A backup with inversed deltas (issue 17 item 4) writes old chunks again as deltas against
+/// new ones; killed at every write, it leaves a repository whose `check --read-data` passes
+/// and whose snapshots restore (the index names the old full copies until a prune), and that
+/// takes new backups.
+#[test]
+fn inversed_backup_crashed_at_every_write() {
+    let base = base(0..2, 0);
+    // Version 1's new file edited every 4 KiB: new chunks similar to stored ones, beside
+    // duplicates of those in the containers Capping gives up.
+    let mut next = tree(2);
+    let mut edited = noise(100_000, 101);
+    for (k, at) in (2048..edited.len() - 16).step_by(4096).enumerate() {
+        edited[at..at + 16].copy_from_slice(&noise(16, 5000 + k as u64));
+    }
+    next.insert("new1.bin".into(), edited);
+    let backup_inversed = |repo: &IndexedRepository, t: &Trial| {
+        write_files(&t.src(), &next);
+        let opts = BackupOptions {
+            rewriting: Some(Box::new(Capping {
+                segment_bytes: 1 << 20,
+                level: 1,
+            })),
+            loopdelta: dedelta_store::commands::backup::caf::LoopDeltaOptions {
+                inversed_delta: true,
+                cache_aware_filter: false,
+            },
+            ..backup_options(vec![t.src()], time_of(2))
+        };
+        locked(repo, &gone(), |lock| backup_with(repo, lock, opts))
+    };
+    let inversed = {
+        let t = Trial::of(&base, Store::Memory);
+        let repo = t.open().unwrap();
+        backup_inversed(&repo, &t)
+            .unwrap()
+            .metrics
+            .rewritten
+            .inversed_chunks
+    };
+    assert!(inversed > 0, "the backup writes inversed deltas");
+    let log = writes_of(&base, Store::Memory, |repo, t| {
+        backup_inversed(repo, t).unwrap();
+    });
+    let trials = backup_at_every_crash_point(
+        &base,
+        &next,
+        Store::Memory,
+        "inversed backup",
+        &log,
+        |repo, t| backup_inversed(repo, t).map(|_| ()),
+    );
+    println!("{trials} inversed backup crash points verified");
+}
+
 /// A backup with Capping (issue 16 item 2) stores duplicates again; killed at every write,
 /// it leaves a repository whose `check --read-data` passes and whose snapshots restore, and
 /// that takes new backups.
