@@ -536,7 +536,7 @@ mod tests {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
         let v = serde_json::to_value(&cfg).unwrap();
         let expected = serde_json::json!({
-            "version": 3, "id": "0123456789abcdef0123456789abcdef",
+            "version": 4, "id": "0123456789abcdef0123456789abcdef",
             "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
             "hash": "blake3-256",
             "compression": { "codec": "zstd", "level": 3, "text_level": 6 },
@@ -630,7 +630,7 @@ mod tests {
     }
 
     /// Unknown keys are ignored; a missing `delta` means delta compression off; the payload's
-    /// `version` must be 1, 2 or 3, like the envelope's.
+    /// `version` must be 1 ..= [`FORMAT_VERSION`], like the envelope's.
     #[test]
     fn keys_and_versions() {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
@@ -640,7 +640,7 @@ mod tests {
         let seal = |v: &serde_json::Value, version: u16| {
             envelope::seal(CONFIG_MAGIC, version, &serde_json::to_vec(v).unwrap())
         };
-        let read = RepoConfig::from_bytes(&seal(&v, 3)).unwrap();
+        let read = RepoConfig::from_bytes(&seal(&v, FORMAT_VERSION)).unwrap();
         assert_eq!(read.delta, DeltaConfig::default());
         assert!(!read.delta.enabled());
         // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
@@ -663,14 +663,15 @@ mod tests {
         assert_eq!(RepoConfig::from_bytes(&old.to_bytes()).unwrap(), old);
         assert_eq!(&old.to_bytes()[envelope::VERSION_OFFSET..][..2], &[1, 0]);
         // A version this build does not know, in the envelope or in the payload.
+        let next = FORMAT_VERSION + 1;
         assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 4)),
-            Err(Error::UnsupportedVersion { found: 4, .. })
+            RepoConfig::from_bytes(&seal(&v, next)),
+            Err(Error::UnsupportedVersion { found, .. }) if found == u32::from(next)
         ));
-        v["version"] = serde_json::json!(4);
+        v["version"] = serde_json::json!(next);
         assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 3)),
-            Err(Error::UnsupportedVersion { found: 4, .. })
+            RepoConfig::from_bytes(&seal(&v, FORMAT_VERSION)),
+            Err(Error::UnsupportedVersion { found, .. }) if found == u32::from(next)
         ));
         v["version"] = serde_json::json!(0);
         assert!(matches!(

@@ -649,9 +649,7 @@ mod tests {
                 let data = vec![r * 10 + i; 1000 + usize::from(i)];
                 let id = ChunkId::of(&data);
                 let kind = if i == 3 {
-                    EntryKind::Delta {
-                        base: ChunkId::of(b"base"),
-                    }
+                    EntryKind::delta(ChunkId::of(b"base"))
                 } else {
                     EntryKind::Full
                 };

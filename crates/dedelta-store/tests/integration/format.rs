@@ -653,8 +653,10 @@ fn lean_metadata_example_matches_the_doc() {
     );
     let entry = table_after("Version-2 entry record:");
     assert!(entry[0][2].starts_with(
-        "head: bits 0-1 kind (0 = full, 1 = delta; 2 and 3 are invalid); bit 2 base \
-         back-reference (deltas only); bits 3-7 super-feature count S (0 ..= 16)"
+        "head: bits 0-1 kind (0 = full, 1 = delta, 2 = inversed delta, laid out as a delta, \
+         written only in repositories of version 4; 3 is invalid); bit 2 base back-reference \
+         (deltas only: kinds 1 and 2, a back-reference may name an entry of either); bits 3-7 \
+         super-feature count S (0 ..= 16)"
     ));
     let region = table_after("Nothing follows the last entry record. Version-2 region record:");
     let sizes: Vec<&str> = region.iter().map(|r| r[0].as_str()).collect();

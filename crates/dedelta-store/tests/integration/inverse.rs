@@ -285,3 +285,75 @@ fn the_options_are_refused_without_what_they_need() {
         .to_string();
     assert!(e.contains("format version 4") && e.contains("version 3"), "{e}");
 }
+
+/// The deepest delta chain among the copies the index names.
+fn deepest_chain(repo: &IndexedRepository) -> usize {
+    let kinds: std::collections::HashMap<ChunkId, EntryKind> = {
+        let mut locs = Vec::new();
+        repo.index().for_each(|id, loc| locs.push((id, loc))).unwrap();
+        let metas: std::collections::HashMap<ContainerId, ContainerMeta> =
+            metas(repo).into_iter().collect();
+        locs.into_iter()
+            .map(|(id, loc)| (id, metas[&loc.container].entries[loc.entry as usize].kind))
+            .collect()
+    };
+    kinds
+        .keys()
+        .map(|id| {
+            let (mut at, mut depth) = (*id, 0);
+            while let Some(EntryKind::Delta { base, .. }) = kinds.get(&at) {
+                at = *base;
+                depth += 1;
+            }
+            depth
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Chunks inverted while deltas of another snapshot name them as their base: with one-level
+/// deltas the prune keeps their full copies (a delta on them stays one level), with chains it
+/// makes the inversed deltas their copies (those deltas get one link deeper, within the
+/// bound). Either way every snapshot restores and `check --read-data` passes. Returns the
+/// inversed deltas promoted and the deepest chain after the prune.
+fn inverting_a_base(max_depth: u8) -> (u64, usize) {
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        max_depth,
+        ..DeltaConfig::recommended()
+    };
+    let repo = init_repo(&tmp.path().join("repo"), config(1, delta));
+    let (src1, src2) = (tmp.path().join("one"), tmp.path().join("two"));
+    let v1 = one_file(noise(400_000, 7));
+    let v2 = one_file(edited(&v1["f.bin"], 4096, 2));
+    let v3 = one_file(edited(&v1["f.bin"], 4096, 3));
+    let s1 = backup(&repo, &src1, &v1, 1, |o| o).snapshot_id;
+    // Another path: deltas against version 1's chunks, and not the next backup's parent.
+    let r2 = backup(&repo, &src2, &v2, 2, |o| o);
+    assert!(r2.summary.delta_chunks > 0);
+    let r3 = backup(&repo, &src1, &v3, 3, |o| capped(o, true));
+    assert!(r3.metrics.rewritten.inversed_chunks > 0, "{:?}", r3.metrics.rewritten);
+    let stats = locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, false)).unwrap();
+    for (id, src, files) in [
+        (s1, &src1, &v1),
+        (r2.snapshot_id, &src2, &v2),
+        (r3.snapshot_id, &src1, &v3),
+    ] {
+        restores_exact(&repo, tmp.path(), src, &id, files);
+    }
+    check_clean(&repo);
+    (stats.plan.inversed_promoted, deepest_chain(&repo))
+}
+
+#[test]
+fn a_base_keeps_its_full_copy_with_one_level_deltas() {
+    let (_, deepest) = inverting_a_base(1);
+    assert_eq!(deepest, 1, "deltas stay one level deep");
+}
+
+#[test]
+fn a_base_is_inverted_within_the_depth_bound() {
+    let (promoted, deepest) = inverting_a_base(8);
+    assert!(promoted > 0);
+    assert_eq!(deepest, 2, "a delta on an inverted chunk is one link deeper");
+}

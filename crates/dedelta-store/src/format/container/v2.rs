@@ -349,6 +349,32 @@ mod tests {
         assert_eq!(decoded.regions[1].offset, 16 + 16);
     }
 
+    /// An inversed delta (kind 2) round-trips, with its kind byte, and back-references to it
+    /// and from it to a plain delta on the same base keep each entry's own kind.
+    #[test]
+    fn inversed_deltas_round_trip() {
+        let base = ChunkId::of(b"base");
+        let (a, b2, c) = (ChunkId::of(b"a"), ChunkId::of(b"b"), ChunkId::of(b"c"));
+        let inv = EntryKind::Delta {
+            base,
+            inversed: true,
+        };
+        let mut builder = ContainerBuilder::with_version(CONTAINER_V2);
+        let mut r = RegionBuilder::default();
+        r.push(a, inv, &[1u8; 40], 900, vec![]);
+        r.push(b2, EntryKind::delta(base), &[2u8; 30], 800, vec![]);
+        r.push(c, inv, &[3u8; 20], 700, vec![]);
+        builder.add_region(r.compress(Compression::None));
+        let (_, file, meta) = builder.seal();
+        let section = meta_of(&file);
+        // Heads: region count, region (1 + 4 + 1 + 1), then the first entry's head.
+        assert_eq!(section[1 + 7] & HEAD_KIND_MASK, KIND_INVERSED_DELTA);
+        let decoded = decode_container_meta(&file, "c").unwrap();
+        assert_eq!(decoded, meta);
+        let kinds: Vec<bool> = decoded.entries.iter().map(|e| e.kind.is_inversed()).collect();
+        assert_eq!(kinds, [true, false, true]);
+    }
+
     /// The same entries cost far less than in version 1.
     #[test]
     fn version_2_is_leaner() {
@@ -621,9 +647,7 @@ mod tests {
             for i in 0..5u8 {
                 let data = vec![r * 10 + i; 300 + usize::from(i)];
                 let kind = if i % 2 == 1 {
-                    EntryKind::Delta {
-                        base: ChunkId::of(&[r]),
-                    }
+                    EntryKind::delta(ChunkId::of(&[r]))
                 } else {
                     EntryKind::Full
                 };
