@@ -304,7 +304,10 @@ impl<'a> BaseFetcher<'a> {
 
     /// The container of the copy of `id` the index names, if indexed (for inversed delta
     /// compression, [`super::inverse`]).
-    pub fn container_of(&mut self, id: &ChunkId) -> Result<Option<crate::format::container::ContainerId>> {
+    pub fn container_of(
+        &mut self,
+        id: &ChunkId,
+    ) -> Result<Option<crate::format::container::ContainerId>> {
         self.reader.container_of(id)
     }
 

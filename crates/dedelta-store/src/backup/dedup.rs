@@ -246,7 +246,9 @@ impl<'a> DedupStage<'a> {
                     self.rewrite(c.id, c.data, c.sfs)?;
                     continue;
                 }
-                Some(_) if !self.pending.contains(&c.id) && self.base_fragmented(&c.id, &given_up) => {
+                Some(_)
+                    if !self.pending.contains(&c.id) && self.base_fragmented(&c.id, &given_up) =>
+                {
                     self.rewrite_base_fragmented(c.id, c.data, c.sfs)?;
                     continue;
                 }
@@ -328,7 +330,8 @@ impl<'a> DedupStage<'a> {
             None => {
                 self.summary.bytes_after_delta += data.len() as u64;
                 let len = data.len();
-                self.packer.push(id, EntryKind::Full, &data, len, Vec::new())
+                self.packer
+                    .push(id, EntryKind::Full, &data, len, Vec::new())
             }
         }
     }
@@ -460,13 +463,10 @@ impl<'a> DedupStage<'a> {
                         )?;
                     }
                 }
-                Stored::Delta { base, delta, .. } => self.packer.push(
-                    c.id,
-                    EntryKind::delta(base),
-                    &delta,
-                    c.data.len(),
-                    c.sfs.0,
-                )?,
+                Stored::Delta { base, delta, .. } => {
+                    self.packer
+                        .push(c.id, EntryKind::delta(base), &delta, c.data.len(), c.sfs.0)?
+                }
             }
         }
         Ok(())

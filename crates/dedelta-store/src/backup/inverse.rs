@@ -15,12 +15,16 @@
 //!   indexed when its chunk is (backups, catch-ups and rebuilds alike: rebuilds prefer full
 //!   copies anyway). So every delta that had S as its base keeps reading S's full copy, and
 //!   no chain grows by the inversion.
-//! - **Prune decides between the copies** ([`crate::commands::prune`]): when S is live only
-//!   as data (no live delta names S as its base), its inversed delta becomes the copy the
-//!   index names and the full copy is dead, reclaimed with its container; N becomes live as
-//!   the delta's base. When a live delta names S as its base, the full copy stays (the
-//!   paper's one level: bases are full chunks) and the inversed delta stays unindexed
-//!   garbage, reclaimed when its container is rewritten.
+//! - **Prune decides between the copies** ([`crate::commands::prune`]): when S is referenced
+//!   by a snapshot, its inversed delta becomes the copy the index names and the full copy is
+//!   dead, reclaimed with its container (N becomes live as the delta's base), unless that
+//!   would make a chain deeper than the repository allows: the deltas that stay and name S as
+//!   their base (down chains) get one link deeper, since S is now a delta. With one-level
+//!   deltas (`max_depth` 1, the papers' and every version-1/2 repository's) that means: S
+//!   keeps its full copy while any delta that stays names it as its base (LoopDelta: bases
+//!   are full chunks), and the inversed delta stays unindexed garbage, reclaimed when its
+//!   container is rewritten. With chains (`max_depth` D) S is promoted when the longest chain
+//!   of deltas onto S is at most D - 1 links.
 //! - An inversed delta is always one level: its base N is a new chunk stored in full by the
 //!   same backup, and only a full chunk S is inverted.
 //!
@@ -131,7 +135,9 @@ mod tests {
 
     #[test]
     fn a_delta_must_save_against_the_chunk_compressed() {
-        let chunk: Vec<u8> = (0..4096u64).map(|i| (i * 2_654_435_761 % 251) as u8).collect();
+        let chunk: Vec<u8> = (0..4096u64)
+            .map(|i| (i * 2_654_435_761 % 251) as u8)
+            .collect();
         assert!(saves_enough(&[0; 100], &chunk, 0.1));
         assert!(!saves_enough(&chunk, &chunk, 0.1));
         // Zeros compress to nearly nothing: a delta of a quarter of the size does not save.

@@ -8,6 +8,7 @@ use crate::support::{
     backup_options, backup_with, config, init_repo, locked, me, noise, prune_with, read_files,
     restore_to, restored_root, run_check, time_of, write_files, Files,
 };
+use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::caf::LoopDeltaOptions;
 use dedelta_store::commands::backup::rewrite::Capping;
@@ -19,7 +20,6 @@ use dedelta_store::format::container::{ContainerId, ContainerMeta, EntryKind};
 use dedelta_store::format::snapshot::SnapshotId;
 use dedelta_store::repository::read_container_meta;
 use dedelta_store::IndexedRepository;
-use dedelta_core::ChunkId;
 use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
@@ -115,7 +115,10 @@ fn capped(opts: BackupOptions, inversed: bool) -> BackupOptions {
 #[test]
 fn an_inversed_pair_restores_and_prune_reclaims_the_old_full_copy() {
     let tmp = tempfile::tempdir().unwrap();
-    let repo = init_repo(&tmp.path().join("repo"), config(1, DeltaConfig::recommended()));
+    let repo = init_repo(
+        &tmp.path().join("repo"),
+        config(1, DeltaConfig::recommended()),
+    );
     let src = tmp.path().join("src");
     let v1 = one_file(noise(400_000, 7));
     let v2 = one_file(edited(&v1["f.bin"], 4096, 2));
@@ -167,7 +170,10 @@ fn an_inversed_pair_restores_and_prune_reclaims_the_old_full_copy() {
 #[test]
 fn capping_alone_inverts_nothing() {
     let tmp = tempfile::tempdir().unwrap();
-    let repo = init_repo(&tmp.path().join("repo"), config(1, DeltaConfig::recommended()));
+    let repo = init_repo(
+        &tmp.path().join("repo"),
+        config(1, DeltaConfig::recommended()),
+    );
     let src = tmp.path().join("src");
     let v1 = one_file(noise(400_000, 7));
     let v2 = one_file(edited(&v1["f.bin"], 4096, 2));
@@ -201,7 +207,10 @@ fn locality(opts: BackupOptions, caf: bool) -> BackupOptions {
 #[test]
 fn a_base_fragmented_duplicate_is_rewritten_and_prune_reclaims_the_old_copy() {
     let tmp = tempfile::tempdir().unwrap();
-    let repo = init_repo(&tmp.path().join("repo"), config(1, DeltaConfig::recommended()));
+    let repo = init_repo(
+        &tmp.path().join("repo"),
+        config(1, DeltaConfig::recommended()),
+    );
     let src = tmp.path().join("src");
     let v1 = one_file(noise(200_000, 9));
     let v2 = one_file(edited(&v1["f.bin"], 4096, 3));
@@ -225,7 +234,10 @@ fn a_base_fragmented_duplicate_is_rewritten_and_prune_reclaims_the_old_copy() {
         .iter()
         .filter(|id| indexed_kind(&repo, id) == EntryKind::Full)
         .collect();
-    assert_eq!(rewritten.len() as u64, caf.base_not_cached + caf.base_given_up);
+    assert_eq!(
+        rewritten.len() as u64,
+        caf.base_not_cached + caf.base_given_up
+    );
     for (id, s) in [(s1, &v1), (r2.snapshot_id, &v2), (r3.snapshot_id, &v2)] {
         restores_exact(&repo, tmp.path(), &src, &id, s);
     }
@@ -242,7 +254,11 @@ fn a_base_fragmented_duplicate_is_rewritten_and_prune_reclaims_the_old_copy() {
         .flat_map(|(_, m)| m.entries.iter())
         .filter(|e| rewritten.contains(&&e.id))
         .count();
-    assert_eq!(copies, rewritten.len(), "prune reclaims the old delta copies");
+    assert_eq!(
+        copies,
+        rewritten.len(),
+        "prune reclaims the old delta copies"
+    );
     for (id, s) in [(s1, &v1), (r2.snapshot_id, &v2), (r3.snapshot_id, &v2)] {
         restores_exact(&repo, tmp.path(), &src, &id, s);
     }
@@ -253,7 +269,10 @@ fn a_base_fragmented_duplicate_is_rewritten_and_prune_reclaims_the_old_copy() {
 #[test]
 fn the_options_are_refused_without_what_they_need() {
     let tmp = tempfile::tempdir().unwrap();
-    let repo = init_repo(&tmp.path().join("repo"), config(1, DeltaConfig::recommended()));
+    let repo = init_repo(
+        &tmp.path().join("repo"),
+        config(1, DeltaConfig::recommended()),
+    );
     let src = tmp.path().join("src");
     write_files(&src, &one_file(noise(10_000, 1)));
     let run = |o: BackupOptions| locked(&repo, &me(), |lock| backup_with(&repo, lock, o));
@@ -283,14 +302,19 @@ fn the_options_are_refused_without_what_they_need() {
     let e = locked(&old, &me(), |lock| backup_with(&old, lock, o))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("format version 4") && e.contains("version 3"), "{e}");
+    assert!(
+        e.contains("format version 4") && e.contains("version 3"),
+        "{e}"
+    );
 }
 
 /// The deepest delta chain among the copies the index names.
 fn deepest_chain(repo: &IndexedRepository) -> usize {
     let kinds: std::collections::HashMap<ChunkId, EntryKind> = {
         let mut locs = Vec::new();
-        repo.index().for_each(|id, loc| locs.push((id, loc))).unwrap();
+        repo.index()
+            .for_each(|id, loc| locs.push((id, loc)))
+            .unwrap();
         let metas: std::collections::HashMap<ContainerId, ContainerMeta> =
             metas(repo).into_iter().collect();
         locs.into_iter()
@@ -332,7 +356,11 @@ fn inverting_a_base(max_depth: u8) -> (u64, usize) {
     let r2 = backup(&repo, &src2, &v2, 2, |o| o);
     assert!(r2.summary.delta_chunks > 0);
     let r3 = backup(&repo, &src1, &v3, 3, |o| capped(o, true));
-    assert!(r3.metrics.rewritten.inversed_chunks > 0, "{:?}", r3.metrics.rewritten);
+    assert!(
+        r3.metrics.rewritten.inversed_chunks > 0,
+        "{:?}",
+        r3.metrics.rewritten
+    );
     let stats = locked(&repo, &me(), |lock| prune_with(&repo, lock, 0.0, false)).unwrap();
     for (id, src, files) in [
         (s1, &src1, &v1),
@@ -355,5 +383,8 @@ fn a_base_keeps_its_full_copy_with_one_level_deltas() {
 fn a_base_is_inverted_within_the_depth_bound() {
     let (promoted, deepest) = inverting_a_base(8);
     assert!(promoted > 0);
-    assert_eq!(deepest, 2, "a delta on an inverted chunk is one link deeper");
+    assert_eq!(
+        deepest, 2,
+        "a delta on an inverted chunk is one link deeper"
+    );
 }

@@ -371,7 +371,11 @@ mod tests {
         assert_eq!(section[1 + 7] & HEAD_KIND_MASK, KIND_INVERSED_DELTA);
         let decoded = decode_container_meta(&file, "c").unwrap();
         assert_eq!(decoded, meta);
-        let kinds: Vec<bool> = decoded.entries.iter().map(|e| e.kind.is_inversed()).collect();
+        let kinds: Vec<bool> = decoded
+            .entries
+            .iter()
+            .map(|e| e.kind.is_inversed())
+            .collect();
         assert_eq!(kinds, [true, false, true]);
     }
 
