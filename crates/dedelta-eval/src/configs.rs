@@ -331,7 +331,8 @@ pub fn parse(list: &str) -> Result<Vec<EvalConfig>> {
                     let known: Vec<&str> = presets.iter().map(|c| c.name.as_str()).collect();
                     return Err(EvalError::InvalidOption(format!(
                         "unknown configuration {name:?}; known: all, quick, {} (and \
-                         NAME-capT: NAME with Capping at level T)",
+                         NAME-capT: NAME with Capping at level T; NAME-caf and NAME-inv: with the \
+                         cache-aware filter and inversed deltas)",
                         known.join(", ")
                     )));
                 }
@@ -472,6 +473,20 @@ pub fn with_chunkers(configs: &[EvalConfig], chunkers: &[ChunkerConfig]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `-caf` and `-inv` follow any preset, capped or not, in either order.
+    #[test]
+    fn loopdelta_modifiers_parse() {
+        let c = parse("greedy-cap-caf-inv,greedy-caf,recommended-cap-inv").unwrap();
+        assert_eq!(c[0].capping.map(|c| c.level), Some(LOOPDELTA_CAPPING_LEVEL));
+        assert!(c[0].loopdelta.cache_aware_filter && c[0].loopdelta.inversed_delta);
+        assert_eq!(c[0].delta, parse("greedy").unwrap()[0].delta);
+        assert!(c[1].capping.is_none() && c[1].loopdelta.cache_aware_filter);
+        assert!(!c[1].loopdelta.inversed_delta);
+        assert!(c[2].loopdelta.inversed_delta && !c[2].loopdelta.cache_aware_filter);
+        assert_eq!(c[2].name, "recommended-cap-inv");
+        assert!(parse("greedy-foo").is_err());
+    }
 
     #[test]
     fn presets_are_valid_and_parse() {
