@@ -14,6 +14,8 @@
 //!                                          v
 //! dedup thread     dedup.rs              duplicate or new, in order
 //!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
+//!                  caf.rs                cache-aware filter: base-fragmented duplicates again
+//!                  inverse.rs            inversed deltas: old chunks re-stored behind new ones
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
 //!                  delta.rs                (encoding on a pool of its own with 4+ threads)
 //!                  tree_writer.rs        the tree stream, stored as chunks
