@@ -16,6 +16,12 @@
 //! 4. full chunks (and deltas less deep than [`DeltaConfig::max_depth`]) become candidates and
 //!    bases for later batches.
 //!
+//! With inversed delta compression ([`super::inverse`]) a candidate in a container the
+//! current Capping segment gave up is never a direct base; a chunk left in full whose first
+//! such candidate is similar enough gets that old chunk re-stored behind it as a delta. A
+//! base-fragmented duplicate of the cache-aware filter ([`super::caf`]) takes its bases from
+//! memory only.
+//!
 //! Detection and acceptance are counted apart ([`BackupSummary::delta_detected`] and the
 //! `delta_rejected_*` counts): a chunk is detected when a delta was encoded for it, and its
 //! smallest delta says whether it was kept or which test dropped it.
