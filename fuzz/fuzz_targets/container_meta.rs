@@ -6,10 +6,12 @@
 //! reaches the metadata decoders of both versions past the checksum: byte 0 picks the version
 //! (0: 1, 1: 2, else itself, which must be refused), bytes 1-2 the length of the region bytes
 //! that follow (little-endian, cut to what there is), and the rest is the metadata section.
+//! Version 2's entry kinds 0-2 (2: the inversed delta of format version 4) decode; kind 3 and
+//! a back-reference to a full entry must be refused.
 #![no_main]
 
 use dedelta_store::format::container::{
-    decode_container_meta, open_region, CONTAINER_MAGIC, CONTAINER_V1, CONTAINER_V2, HEADER_LEN,
+    decode_container_meta, open_region, EntryKind, CONTAINER_MAGIC, CONTAINER_V1, CONTAINER_V2, HEADER_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -42,6 +44,12 @@ fuzz_target!(|data: &[u8]| {
 /// Decodes the metadata and reads every region and entry it describes.
 fn read_all(file: &[u8]) {
     if let Ok(meta) = decode_container_meta(file, "fuzz") {
+        // A back-reference names the base of a delta of either kind: a full entry has none.
+        for e in &meta.entries {
+            if e.kind.is_inversed() {
+                assert!(matches!(e.kind, EntryKind::Delta { .. }));
+            }
+        }
         for (i, r) in meta.regions.iter().enumerate() {
             // decode_meta guarantees every region lies inside the file.
             let stored = &file[r.offset as usize..(r.offset + r.stored_len) as usize];

@@ -104,6 +104,9 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         if let Some(p) = &m.prefetch {
             v["prefetch"] = json!(p);
         }
+        v["cache_aware_filter"] = json!(m.rewritten.caf);
+        v["inversed_chunks"] = json!(m.rewritten.inversed_chunks);
+        v["inversed_bytes"] = json!(m.rewritten.inversed_bytes);
         v["io"] = serde_json::to_value(io)?;
         return print_json(&v);
     }
@@ -146,6 +149,22 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
             mb(p.bytes_loaded),
             p.bases_served,
             p.dense_written
+        );
+    }
+    let caf = res.metrics.rewritten.caf;
+    if caf.base_not_cached + caf.base_given_up > 0 {
+        outln!(
+            "cache-aware filter: {} base-fragmented duplicates ({}) stored again, of {} old deltas met",
+            caf.base_not_cached + caf.base_given_up,
+            mb(caf.bytes),
+            caf.old_deltas
+        );
+    }
+    if res.metrics.rewritten.inversed_chunks > 0 {
+        outln!(
+            "inversed delta: {} old chunks stored again as deltas ({}) against new ones; a prune reclaims their full copies",
+            res.metrics.rewritten.inversed_chunks,
+            mb(res.metrics.rewritten.inversed_bytes)
         );
     }
     if s.delta_chunks > 0 {
@@ -326,6 +345,12 @@ pub fn prune(st: &prune::PruneStats, json: bool) -> Result<()> {
         p.bases_kept,
         p.dead_chunks
     );
+    if p.inversed_promoted > 0 {
+        outln!(
+            "{} inversed deltas now stand for their chunks (their full copies are garbage)",
+            p.inversed_promoted
+        );
+    }
     outln!(
         "containers: {} deleted, {} rewritten ({} new), {} kept",
         p.delete.len(),

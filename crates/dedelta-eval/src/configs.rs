@@ -18,6 +18,7 @@ use crate::error::{EvalError, Result};
 use dedelta_core::chunker::{ChunkerKind, ChunkerParams};
 use dedelta_core::delta::DeltaKind;
 use dedelta_core::sketch::{SketchKeep, SketchKind, SketchParams};
+use dedelta_store::commands::backup::caf::LoopDeltaOptions;
 use dedelta_store::commands::backup::rewrite::Capping;
 use dedelta_store::format::config::{
     ChunkerConfig, DeltaConfig, SketchIndexKind, ONE_LEVEL_REANCHOR,
@@ -36,6 +37,8 @@ pub struct EvalConfig {
     pub chunker: ChunkerConfig,
     /// Capping for every backup (LoopDelta's `-Cap` rows), or none.
     pub capping: Option<Capping>,
+    /// The cache-aware filter and inversed deltas (LoopDelta §4.4-4.5; `-caf`, `-inv`).
+    pub loopdelta: LoopDeltaOptions,
 }
 
 /// LoopDelta's capping level (§5: "Dedup-Cap15", "LD-Cap15"): 15 old containers per 20 MB
@@ -59,6 +62,7 @@ fn cfg(name: &str, description: &str, f: impl FnOnce(&mut DeltaConfig)) -> EvalC
         delta,
         chunker: default_chunker(),
         capping: None,
+        loopdelta: LoopDeltaOptions::default(),
     }
 }
 
@@ -87,6 +91,34 @@ fn parse_capped(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
     };
     let base = presets.iter().find(|c| c.name == base)?;
     Some(capped(base, name, level))
+}
+
+/// The LoopDelta modifiers, as suffixes of any preset (capped or not): `-caf` turns the
+/// cache-aware filter on, `-inv` inversed delta compression (which needs Capping, e.g.
+/// `greedy-cap-inv`); both may follow in either order (`greedy-cap-caf-inv`). CAF needs
+/// `--fingerprint-index locality`.
+fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
+    let (base, modifier) = name.rsplit_once('-')?;
+    let mut c = presets
+        .iter()
+        .find(|c| c.name == base)
+        .cloned()
+        .or_else(|| parse_capped(presets, base))
+        .or_else(|| parse_modified(presets, base))?;
+    let what = match modifier {
+        "caf" => {
+            c.loopdelta.cache_aware_filter = true;
+            "cache-aware filter (LoopDelta §4.4)"
+        }
+        "inv" => {
+            c.loopdelta.inversed_delta = true;
+            "inversed delta compression (LoopDelta §4.5)"
+        }
+        _ => return None,
+    };
+    c.name = name.into();
+    c.description = format!("{} + {what}", c.description);
+    Some(c)
 }
 
 fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
@@ -124,10 +156,9 @@ fn dare(d: &mut DeltaConfig) {
 /// lineage's last backup, loaded whole when deduplication prefetches them (§4.2-§4.3; the
 /// locality fingerprint index), and from this backup's own new chunks.
 ///
-/// The cache-aware filter (§4.4) and inversed delta compression (§4.5) are separate options
-/// (issue 17 items 3 and 4): `loopdelta` is meant to turn both on here once they exist, and
-/// then the technique as measured so far becomes `loopdelta-nocaf`-style presets (Table 2's
-/// "LD w/o CAF").
+/// The preset `loopdelta` adds the cache-aware filter (§4.4), `loopdelta-cap` Capping at 15
+/// and inversed delta compression (§4.5, which works on what Capping gives up), and
+/// `loopdelta-nocaf` is Table 2's "LD w/o CAF" (see [`all`]).
 fn loopdelta(d: &mut DeltaConfig) {
     sketch_only(d, SketchKind::NTransform, 3, 4);
     papers(d);
@@ -271,10 +302,10 @@ pub fn all() -> Vec<EvalConfig> {
             |d| d.sketch_keep = SketchKeep::Newest,
         ),
         cfg(
-            "loopdelta",
-            "LoopDelta (§4.2-§4.3): N-transform SF-4F, candidates only from dense containers \
-             prefetched whole with their metadata and from this backup's new chunks, no base \
-             read, one-level (cache-aware filter and inversed delta not yet)",
+            "loopdelta-nocaf",
+            "LoopDelta without the cache-aware filter (Table 2's LD w/o CAF; §4.2-§4.3): \
+             N-transform SF-4F, candidates only from dense containers prefetched whole with \
+             their metadata and from this backup's new chunks, no base read, one-level",
             loopdelta,
         ),
         cfg("xdelta", "recommended with the Xdelta-style codec", |d| {
@@ -284,10 +315,23 @@ pub fn all() -> Vec<EvalConfig> {
             d.codec = DeltaKind::Edelta
         }),
     ];
-    let extra: Vec<EvalConfig> = ["dedup-cap", "recommended-cap", "loopdelta-cap"]
+    // LoopDelta (§4.2-§4.5): the above with the cache-aware filter; capped (LD-Cap15), with
+    // inversed delta compression too.
+    let nocaf = v.iter().find(|c| c.name == "loopdelta-nocaf").cloned();
+    if let Some(mut ld) = nocaf {
+        ld.name = "loopdelta".into();
+        ld.description = "LoopDelta (§4.2-§4.4): loopdelta-nocaf + the cache-aware filter".into();
+        ld.loopdelta.cache_aware_filter = true;
+        v.push(ld);
+    }
+    let mut extra: Vec<EvalConfig> = ["dedup-cap", "recommended-cap", "loopdelta-cap"]
         .iter()
         .filter_map(|n| parse_capped(&v, n))
         .collect();
+    for c in extra.iter_mut().filter(|c| c.name == "loopdelta-cap") {
+        c.loopdelta.inversed_delta = true;
+        c.description = format!("{} + inversed delta compression (§4.5)", c.description);
+    }
     v.extend(extra);
     v
 }
@@ -315,13 +359,15 @@ pub fn parse(list: &str) -> Result<Vec<EvalConfig>> {
                 .find(|c| c.name == name)
                 .cloned()
                 .or_else(|| parse_capped(&presets, name))
+                .or_else(|| parse_modified(&presets, name))
             {
                 Some(c) => vec![c],
                 None => {
                     let known: Vec<&str> = presets.iter().map(|c| c.name.as_str()).collect();
                     return Err(EvalError::InvalidOption(format!(
                         "unknown configuration {name:?}; known: all, quick, {} (and \
-                         NAME-capT: NAME with Capping at level T)",
+                         NAME-capT: NAME with Capping at level T; NAME-caf and NAME-inv: with the \
+                         cache-aware filter and inversed deltas)",
                         known.join(", ")
                     )));
                 }
@@ -452,6 +498,7 @@ pub fn with_chunkers(configs: &[EvalConfig], chunkers: &[ChunkerConfig]) -> Vec<
                     delta: c.delta.clone(),
                     chunker: *k,
                     capping: c.capping,
+                    loopdelta: c.loopdelta,
                 }
             })
         })
@@ -461,6 +508,20 @@ pub fn with_chunkers(configs: &[EvalConfig], chunkers: &[ChunkerConfig]) -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `-caf` and `-inv` follow any preset, capped or not, in either order.
+    #[test]
+    fn loopdelta_modifiers_parse() {
+        let c = parse("greedy-cap-caf-inv,greedy-caf,recommended-cap-inv").unwrap();
+        assert_eq!(c[0].capping.map(|c| c.level), Some(LOOPDELTA_CAPPING_LEVEL));
+        assert!(c[0].loopdelta.cache_aware_filter && c[0].loopdelta.inversed_delta);
+        assert_eq!(c[0].delta, parse("greedy").unwrap()[0].delta);
+        assert!(c[1].capping.is_none() && c[1].loopdelta.cache_aware_filter);
+        assert!(!c[1].loopdelta.inversed_delta);
+        assert!(c[2].loopdelta.inversed_delta && !c[2].loopdelta.cache_aware_filter);
+        assert_eq!(c[2].name, "recommended-cap-inv");
+        assert!(parse("greedy-foo").is_err());
+    }
 
     #[test]
     fn presets_are_valid_and_parse() {
@@ -528,6 +589,12 @@ mod tests {
         );
         let ld_cap = parse("loopdelta-cap").unwrap().remove(0);
         assert_eq!(ld_cap.delta, ld);
+        // The techniques of §4.4-§4.5: CAF in loopdelta, inversed deltas where Capping is.
+        let full = parse("loopdelta,loopdelta-nocaf").unwrap();
+        assert!(full[0].loopdelta.cache_aware_filter && !full[0].loopdelta.inversed_delta);
+        assert!(!full[1].loopdelta.cache_aware_filter);
+        assert_eq!(full[0].delta, full[1].delta);
+        assert!(ld_cap.loopdelta.cache_aware_filter && ld_cap.loopdelta.inversed_delta);
         assert_eq!(
             ld_cap.capping.map(|c| c.level),
             Some(LOOPDELTA_CAPPING_LEVEL)

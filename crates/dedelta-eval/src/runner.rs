@@ -495,6 +495,7 @@ pub fn run_config(
                     force: true,
                     ..Default::default()
                 },
+                loopdelta: config.loopdelta,
             },
             &workers,
             &NoProgress,

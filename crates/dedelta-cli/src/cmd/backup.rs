@@ -46,6 +46,17 @@ pub struct BackupArgs {
     /// Capping's segment, in MiB of file data.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     capping_segment_mib: u64,
+    /// Cache-aware filter (LoopDelta §4.4): store again a duplicate of an old delta whose
+    /// base is not in the fingerprint cache, so that restore reads no extra container for it.
+    /// Needs --fingerprint-index locality.
+    #[arg(long)]
+    cache_aware_filter: bool,
+    /// Inversed delta compression (LoopDelta §4.5): a new chunk similar to a chunk in a
+    /// container Capping gave up is stored in full, and the old chunk again as a delta
+    /// against it; a prune reclaims the old full copy. Needs --capping-level and a
+    /// repository of format version 4.
+    #[arg(long)]
+    inversed_delta: bool,
     /// Keep no local base cache (every base is read back from the repository).
     #[arg(long)]
     no_cache: bool,
@@ -137,6 +148,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         args.paths.iter().map(|p| du(p)).sum()
     };
     dedelta_store::progress::Progress::set_total(&progress, total);
+    let preset = args.delta.preset()?;
     let opts = backup::BackupOptions {
         paths: args.paths,
         excludes: args.exclude,
@@ -152,10 +164,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
         },
         lookup,
         rewriting: capping(
-            match (
-                args.capping_level,
-                args.delta.preset()?.and_then(|p| p.capping),
-            ) {
+            match (args.capping_level, preset.as_ref().and_then(|p| p.capping)) {
                 (0, Some(preset)) => preset.level,
                 (level, _) => level,
             },
@@ -167,6 +176,15 @@ pub fn run(args: BackupArgs) -> Result<u8> {
             ignore_inode: args.ignore_inode,
             ignore_ctime: args.ignore_ctime,
             one_file_system: args.one_file_system,
+        },
+        // The flags add to what the preset turns on.
+        loopdelta: backup::caf::LoopDeltaOptions {
+            cache_aware_filter: args.cache_aware_filter
+                || preset
+                    .as_ref()
+                    .is_some_and(|p| p.loopdelta.cache_aware_filter),
+            inversed_delta: args.inversed_delta
+                || preset.as_ref().is_some_and(|p| p.loopdelta.inversed_delta),
         },
     };
     let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {

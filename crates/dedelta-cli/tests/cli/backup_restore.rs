@@ -485,3 +485,43 @@ fn capping_rewrites_duplicates_and_prune_reclaims_them() {
         .unwrap();
     assert!(!bad.status.success());
 }
+
+/// `backup --cache-aware-filter` and `--inversed-delta` (issue 17 items 3-4) say what they
+/// need when it is missing, and run with it: the filter's and inversion's counts are in
+/// `--json`, and the stream reads back.
+#[test]
+fn loopdelta_options_say_what_they_need_and_run() {
+    let f = Fixture::new();
+    let data = bytes(1 << 20, 7);
+    let backup = |extra: &[&str]| {
+        let mut args = vec!["backup", "--stdin", "--stdin-name", "d.bin", "--json"];
+        args.extend_from_slice(extra);
+        f.cmd(&args).write_stdin(data.clone()).output().unwrap()
+    };
+    let out = backup(&["--cache-aware-filter"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--fingerprint-index locality"));
+    let out = backup(&["--inversed-delta"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--capping-level"));
+    let out = backup(&[
+        "--cache-aware-filter",
+        "--fingerprint-index",
+        "locality",
+        "--inversed-delta",
+        "--capping-level",
+        "1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["inversed_chunks"], 0, "{v}");
+    assert_eq!(v["cache_aware_filter"]["base_not_cached"], 0, "{v}");
+    let id = v["snapshot_id"].as_str().unwrap().to_string();
+    let out = f.cmd(&["dump", &id, "d.bin"]).output().unwrap();
+    assert!(out.stdout == data);
+    f.ok(&["check", "--read-data"]);
+}

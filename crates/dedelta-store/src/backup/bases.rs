@@ -315,7 +315,7 @@ impl<'a> BaseFetcher<'a> {
         for _ in 0..=MAX_DELTA_DEPTH {
             chunks.push(at);
             match self.kind_of(&at)? {
-                Some(EntryKind::Delta { base }) => at = base,
+                Some(EntryKind::Delta { base, .. }) => at = base,
                 _ => break,
             }
         }
@@ -481,6 +481,27 @@ impl<'a> BaseFetcher<'a> {
         }))
     }
 
+    /// The base for candidate `id` if memory holds it (a base already used, or a new chunk
+    /// of this backup), never read: for the cache-aware filter's rewrites ([`super::caf`]).
+    pub fn fetch_in_memory(&mut self, id: ChunkId) -> Option<Base> {
+        let depth = self.cache.depth_of(&id)?;
+        if depth > self.max_base_depth {
+            return None;
+        }
+        let bytes = self.cache.get(&id)?;
+        self.counts.memory += 1;
+        Some(Base { id, bytes, depth })
+    }
+
+    /// The container of the copy of `id` the index names, if indexed (for inversed delta
+    /// compression, [`super::inverse`]).
+    pub fn container_of(
+        &mut self,
+        id: &ChunkId,
+    ) -> Result<Option<crate::format::container::ContainerId>> {
+        self.reader.container_of(id)
+    }
+
     /// Reads `id` back from the repository; `links` are the delta links down its chain as
     /// [`Self::shallow_enough`] walked them (each chunk with its base, `id` first). A delta
     /// is rebuilt from the nearest link whose base's bytes are in memory or in the local base
@@ -523,7 +544,7 @@ impl<'a> BaseFetcher<'a> {
             match self.kind_of(&at)? {
                 None => return Ok(None),
                 Some(EntryKind::Full) => break 0,
-                Some(EntryKind::Delta { base }) => {
+                Some(EntryKind::Delta { base, .. }) => {
                     links.push((at, base));
                     if links.len() > usize::from(MAX_DELTA_DEPTH) {
                         return Ok(None);

@@ -13,6 +13,7 @@
 //! waits for the segment.
 
 use super::bases::{BaseCounts, LocalCacheSave};
+use super::caf::{CacheAwareFilter, CafCounts};
 use super::delta::{DeltaStage, Stored};
 use super::dense::ReuseMonitor;
 use super::fingerprint::{Fingerprinted, IndexLookup};
@@ -82,6 +83,13 @@ pub struct RewriteCounts {
     pub chunks: u64,
     /// Their raw bytes.
     pub bytes: u64,
+    /// The cache-aware filter's judgements (its base-fragmented duplicates are not in
+    /// `chunks`).
+    pub caf: CafCounts,
+    /// Old chunks re-stored as inversed deltas.
+    pub inversed_chunks: u64,
+    /// Bytes of those deltas.
+    pub inversed_bytes: u64,
 }
 
 /// The file data chunks of the current segment, waiting for the rewriting decision.
@@ -109,6 +117,8 @@ pub(super) struct DedupStage<'a> {
     /// Old containers referenced by duplicates so far.
     referenced: HashSet<ContainerId>,
     monitor: Option<ReuseMonitor>,
+    /// The cache-aware filter, when on.
+    caf: Option<CacheAwareFilter>,
 }
 
 impl<'a> DedupStage<'a> {
@@ -132,12 +142,19 @@ impl<'a> DedupStage<'a> {
             rewritten: RewriteCounts::default(),
             referenced: HashSet::new(),
             monitor: None,
+            caf: None,
         }
     }
 
     /// Counts the containers this backup references in `monitor` (see [`super::dense`]).
     pub fn monitoring(mut self, monitor: ReuseMonitor) -> Self {
         self.monitor = Some(monitor);
+        self
+    }
+
+    /// Stores base-fragmented duplicates again (the cache-aware filter, see [`super::caf`]).
+    pub fn cache_aware_filter(mut self) -> Self {
+        self.caf = Some(CacheAwareFilter::default());
         self
     }
 
@@ -212,7 +229,10 @@ impl<'a> DedupStage<'a> {
                 .as_ref()
                 .map(|d| d.base_counts())
                 .unwrap_or_default(),
-            rewritten: self.rewritten,
+            rewritten: RewriteCounts {
+                caf: self.caf.map(|c| c.counts).unwrap_or_default(),
+                ..self.rewritten
+            },
             referenced: self.referenced,
             monitor: self.monitor,
         })
@@ -245,11 +265,24 @@ impl<'a> DedupStage<'a> {
             Some(seg) => seg.strategy.keep(&refs),
             None => return Ok(()),
         };
+        // The segment's infrequently reused containers: their chunks may not serve as bases
+        // (LoopDelta §3.3), which the cache-aware filter and inversed deltas follow.
+        let given_up: HashSet<ContainerId> =
+            refs.iter().filter(|c| !keep.contains(c)).copied().collect();
+        if let Some(d) = self.delta.as_mut() {
+            d.set_infrequent(given_up.clone());
+        }
         self.rewritten.segments += 1;
         for (c, container) in chunks.into_iter().zip(old) {
             let lookup = match container {
                 Some(cid) if !keep.contains(&cid) && !self.pending.contains(&c.id) => {
                     self.rewrite(c.id, c.data, c.sfs)?;
+                    continue;
+                }
+                Some(_)
+                    if !self.pending.contains(&c.id) && self.base_fragmented(&c.id, &given_up) =>
+                {
+                    self.rewrite_base_fragmented(c.id, c.data, c.sfs)?;
                     continue;
                 }
                 Some(cid) => IndexLookup::Stored(cid),
@@ -296,6 +329,46 @@ impl<'a> DedupStage<'a> {
         self.packer.push(id, EntryKind::Full, &data, len, sfs)
     }
 
+    /// Whether duplicate `id` of an old chunk is base-fragmented (always false without the
+    /// cache-aware filter).
+    fn base_fragmented(&mut self, id: &ChunkId, given_up: &HashSet<ContainerId>) -> bool {
+        match self.caf.as_mut() {
+            Some(caf) => caf.base_fragmented(self.index.lookup.as_ref(), id, given_up),
+            None => false,
+        }
+    }
+
+    /// Stores base-fragmented duplicate `id` again: as a delta against a base in memory if
+    /// one is similar enough, else in full (see [`super::caf`]). It counts as a new chunk,
+    /// and DupAdj sees it as a duplicate of the parent's stream.
+    fn rewrite_base_fragmented(
+        &mut self,
+        id: ChunkId,
+        data: Bytes,
+        sfs: Option<SuperFeatures>,
+    ) -> Result<()> {
+        self.summary.chunks += 1;
+        if let Some(caf) = self.caf.as_mut() {
+            caf.counts.bytes += data.len() as u64;
+        }
+        self.pending.insert(id);
+        self.summary.new_chunks += 1;
+        self.summary.bytes_new += data.len() as u64;
+        match self.delta.as_mut() {
+            Some(d) => {
+                d.on_duplicate(&id, None, false)?;
+                d.push_cached_only(id, data, sfs);
+                Ok(())
+            }
+            None => {
+                self.summary.bytes_after_delta += data.len() as u64;
+                let len = data.len();
+                self.packer
+                    .push(id, EntryKind::Full, &data, len, Vec::new())
+            }
+        }
+    }
+
     /// One chunk of file data.
     fn add(
         &mut self,
@@ -304,6 +377,12 @@ impl<'a> DedupStage<'a> {
         sfs: Option<SuperFeatures>,
         lookup: IndexLookup,
     ) -> Result<()> {
+        if matches!(lookup, IndexLookup::Stored(_))
+            && !self.pending.contains(&id)
+            && self.base_fragmented(&id, &HashSet::new())
+        {
+            return self.rewrite_base_fragmented(id, data, sfs);
+        }
         if self.is_new(&id, lookup, false)? {
             self.store_new(id, data, sfs, None)?;
         }
@@ -403,19 +482,30 @@ impl<'a> DedupStage<'a> {
             match c.stored {
                 Stored::Full => {
                     self.packer
-                        .push(c.id, EntryKind::Full, &c.data, c.data.len(), c.sfs.0)?
+                        .push(c.id, EntryKind::Full, &c.data, c.data.len(), c.sfs.0)?;
+                    // Right behind its base, so that restore finds both in one container.
+                    if let Some(inv) = c.inversed {
+                        self.rewritten.inversed_chunks += 1;
+                        self.rewritten.inversed_bytes += inv.delta.len() as u64;
+                        self.summary.bytes_after_delta += inv.delta.len() as u64;
+                        self.packer.push(
+                            inv.id,
+                            EntryKind::Delta {
+                                base: c.id,
+                                inversed: true,
+                            },
+                            &inv.delta,
+                            inv.original_len,
+                            Vec::new(),
+                        )?;
+                    }
                 }
                 Stored::Delta { base, delta, .. } => {
                     if let Some(m) = self.monitor.as_mut() {
                         m.delta_base(base);
                     }
-                    self.packer.push(
-                        c.id,
-                        EntryKind::Delta { base },
-                        &delta,
-                        c.data.len(),
-                        c.sfs.0,
-                    )?
+                    self.packer
+                        .push(c.id, EntryKind::delta(base), &delta, c.data.len(), c.sfs.0)?
                 }
             }
         }

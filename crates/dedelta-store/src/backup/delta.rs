@@ -17,6 +17,12 @@
 //! 4. full chunks (and deltas less deep than [`DeltaConfig::max_depth`]) become candidates and
 //!    bases for later batches.
 //!
+//! With inversed delta compression ([`super::inverse`]) a candidate in a container the
+//! current Capping segment gave up is never a direct base; a chunk left in full whose first
+//! such candidate is similar enough gets that old chunk re-stored behind it as a delta. A
+//! base-fragmented duplicate of the cache-aware filter ([`super::caf`]) takes its bases from
+//! memory only.
+//!
 //! Detection and acceptance are counted apart ([`BackupSummary::delta_detected`] and the
 //! `delta_rejected_*` counts): a chunk is detected when a delta was encoded for it, and its
 //! smallest delta says whether it was kept or which test dropped it.
@@ -25,6 +31,7 @@
 //! always decided (and stored) before it is used.
 
 use super::bases::{Base, BaseCounts, BaseFetcher, LocalCacheSave};
+use super::inverse::{InversedCopy, Inverter};
 use super::metrics::StageTimes;
 use super::resemble::{CandidateSearch, CandidateSource};
 use crate::error::Result;
@@ -38,6 +45,7 @@ use dedelta_core::delta::{new_codec, DeltaCodec};
 use dedelta_core::sketch::{Sketcher, SuperFeatures};
 use dedelta_core::ChunkId;
 use rayon::prelude::*;
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -74,6 +82,15 @@ pub struct NewChunk {
     pub sfs: SuperFeatures,
     /// The decision.
     pub stored: Stored,
+    /// Stored in full, an old similar chunk re-stored as a delta against it (inversed delta
+    /// compression, see [`super::inverse`]), to be stored right behind it.
+    pub inversed: Option<InversedCopy>,
+    /// A base-fragmented duplicate stored again (see [`super::caf`]): its bases come from
+    /// memory only.
+    cached_only: bool,
+    /// The first candidate met in an infrequently reused container, with its bytes: the
+    /// chunk to invert if no other base is found.
+    to_invert: Option<Base>,
     /// Candidate chunks in the order they are tried (before resolving deltas to bases).
     candidates: Vec<(ChunkId, CandidateSource)>,
     /// For a tree chunk, its positional hints (the parent's tree chunks at its place); `None`
@@ -94,6 +111,43 @@ pub struct NewChunk {
     /// The smallest delta encoded for the chunk so far (its length), and why it was not kept
     /// (`None`: kept): the detection and acceptance counts of [`BackupSummary`].
     smallest: Option<(usize, Option<Rejected>)>,
+}
+
+impl NewChunk {
+    fn new(
+        id: ChunkId,
+        data: Bytes,
+        sfs: Option<SuperFeatures>,
+        tree_hints: Option<Vec<ChunkId>>,
+    ) -> Self {
+        NewChunk {
+            id,
+            data,
+            sfs: sfs.unwrap_or_default(),
+            stored: Stored::Full,
+            inversed: None,
+            cached_only: false,
+            to_invert: None,
+            candidates: Vec::new(),
+            tree: tree_hints.is_some(),
+            tree_hints,
+            bases_tried: Vec::new(),
+            next_base: None,
+            full_cost: None,
+            source: None,
+            smallest: None,
+        }
+    }
+
+    /// The infrequent candidate to invert, taken (see [`super::inverse`]).
+    pub(super) fn take_to_invert(&mut self) -> Option<Base> {
+        self.to_invert.take()
+    }
+
+    /// A data chunk that DupAdj saw as new (and so has a place in its hints).
+    fn dupadj_new(&self) -> bool {
+        !self.tree && !self.cached_only
+    }
 }
 
 /// Why an encoded delta was not kept; a delta that fails both tests counts under the bound,
@@ -127,6 +181,8 @@ pub struct DeltaStage<'a> {
     /// With `delta.sketch_dupadj_misses` (DARE §3.1): the sketch method, for the new data
     /// chunks DupAdj did not resolve (see [`Self::sketch_dupadj_misses`]).
     misses_sketcher: Option<Arc<dyn Sketcher>>,
+    /// Inversed delta compression, when on (see [`super::inverse`]).
+    inverse: Option<Inverter>,
 }
 
 impl<'a> DeltaStage<'a> {
@@ -150,7 +206,32 @@ impl<'a> DeltaStage<'a> {
             encode_pool,
             share_with,
             misses_sketcher: None,
+            inverse: None,
         })
+    }
+
+    /// Turns inversed delta compression on (see [`super::inverse`]).
+    pub fn inversed_delta(&mut self) {
+        self.inverse = Some(Inverter::default());
+    }
+
+    /// The containers the current segment gave up (rewriting): their chunks are no direct
+    /// bases; with inversed delta compression they are inverted instead.
+    pub fn set_infrequent(&mut self, given_up: HashSet<ContainerId>) {
+        if let Some(inv) = self.inverse.as_mut() {
+            inv.infrequent = given_up;
+        }
+    }
+
+    /// A base-fragmented duplicate stored again (see [`super::caf`]): decided with the next
+    /// batch, against bases in memory only. DupAdj saw it as a duplicate.
+    pub fn push_cached_only(&mut self, id: ChunkId, data: Bytes, sfs: Option<SuperFeatures>) {
+        self.batch.push(NewChunk {
+            cached_only: true,
+            // No positional hint: DupAdj counts it as a duplicate, not a new chunk.
+            tree_hints: Some(Vec::new()),
+            ..NewChunk::new(id, data, sfs, None)
+        });
     }
 
     /// Sketches only DupAdj's misses (DARE §3.1): new data chunks arrive unsketched, and
@@ -177,7 +258,7 @@ impl<'a> DeltaStage<'a> {
         let mut picked: Vec<(usize, &mut NewChunk)> = batch
             .iter_mut()
             .enumerate()
-            .filter(|(i, c)| !c.tree && c.sfs.0.is_empty() && pick(*i, c))
+            .filter(|(i, c)| c.dupadj_new() && c.sfs.0.is_empty() && pick(*i, c))
             .collect();
         self.for_each(&mut picked, |(_, c)| c.sfs = sk.sketch(&c.data));
         StageTimes::add(&self.times.sketch, t);
@@ -232,20 +313,7 @@ impl<'a> DeltaStage<'a> {
         if tree_hints.is_none() {
             self.search.on_new(id);
         }
-        self.batch.push(NewChunk {
-            id,
-            data,
-            sfs: sfs.unwrap_or_default(),
-            stored: Stored::Full,
-            candidates: Vec::new(),
-            tree: tree_hints.is_some(),
-            tree_hints,
-            bases_tried: Vec::new(),
-            next_base: None,
-            full_cost: None,
-            source: None,
-            smallest: None,
-        });
+        self.batch.push(NewChunk::new(id, data, sfs, tree_hints));
     }
 
     /// Whether chunks are waiting.
@@ -383,13 +451,13 @@ impl<'a> DeltaStage<'a> {
     /// decided.
     pub fn process(&mut self, summary: &mut BackupSummary, hold: bool) -> Result<Vec<NewChunk>> {
         let mut batch = std::mem::take(&mut self.batch);
-        let data_chunks = batch.iter().filter(|c| !c.tree).count();
+        let data_chunks = batch.iter().filter(|c| c.dupadj_new()).count();
         let hints = self.search.take_dupadj_hints(data_chunks, hold);
         if hints.len() < data_chunks {
             // The held chunks are the batch's last data chunks.
             let mut data_seen = 0;
             let (now, held): (Vec<_>, Vec<_>) = batch.into_iter().partition(|c| {
-                if c.tree {
+                if !c.dupadj_new() {
                     return true;
                 }
                 data_seen += 1;
@@ -404,7 +472,7 @@ impl<'a> DeltaStage<'a> {
             let mut data_hints = hints.iter();
             let hinted: Vec<bool> = batch
                 .iter()
-                .map(|c| !c.tree && data_hints.next().is_some_and(Option::is_some))
+                .map(|c| c.dupadj_new() && data_hints.next().is_some_and(Option::is_some))
                 .collect();
             self.sketch_picked(&mut batch, |i, _| !hinted[i]);
         }
@@ -453,7 +521,20 @@ impl<'a> DeltaStage<'a> {
                 let Some((candidate, source)) = self.round_candidate(c, round) else {
                     continue;
                 };
-                if let Some(base) = self.bases.fetch(candidate)? {
+                let fetched = if c.cached_only {
+                    self.bases.fetch_in_memory(candidate)
+                } else {
+                    self.bases.fetch(candidate)?
+                };
+                if let Some(base) = fetched {
+                    if let Some(inv) = self.inverse.as_mut() {
+                        if inv.is_infrequent(&mut self.bases, &base)? {
+                            if c.to_invert.is_none() && !c.tree && !c.cached_only {
+                                c.to_invert = Some(base);
+                            }
+                            continue;
+                        }
+                    }
                     if base.id != c.id && !c.bases_tried.contains(&base.id) {
                         c.bases_tried.push(base.id);
                         c.next_base = Some((base, source));
@@ -468,6 +549,12 @@ impl<'a> DeltaStage<'a> {
                 StageTimes::add(&self.times.delta, t);
             }
             round += 1;
+        }
+        // Inversed deltas for the chunks left in full whose only base was infrequent.
+        if let Some(inv) = self.inverse.as_mut() {
+            let t = Instant::now();
+            inv.invert(self.codec.as_ref(), &self.cfg, &mut batch);
+            StageTimes::add(&self.times.delta, t);
         }
         // 3. Bookkeeping in order: full chunks become candidates and bases for later chunks.
         for c in &batch {

@@ -207,7 +207,7 @@ mod tests {
     /// referenced twice counts once, and a delta base counts.
     #[test]
     fn reuse_ratio_counts_distinct_data_chunks() {
-        use crate::format::container::EntryKind::{Delta, Full};
+        use crate::format::container::EntryKind::{self, Full};
         let c = ContainerId([9; 32]);
         let bases = Arc::new(PrefetchedBases::new(HashSet::from([c]), 4));
         let meta = ContainerMeta {
@@ -217,7 +217,7 @@ mod tests {
                 entry(2, Full),
                 entry(3, Full),
                 entry(4, Full),
-                entry(5, Delta { base: id(1) }),
+                entry(5, EntryKind::delta(id(1))),
             ],
         };
         bases.record_full_for_test(c, &meta);

@@ -39,6 +39,7 @@
 //! al.) samples hooks per segment instead of a filter per chunk; its miss rate depends on
 //! the sampling and it needs a segment layer this format does not have.
 
+use super::caf::CachedCopy;
 use crate::backend::Backend;
 use crate::client::index::{FingerprintFilter, IndexReader, Trust};
 use crate::error::Result;
@@ -168,6 +169,17 @@ pub trait FingerprintIndex: Send + Sync {
 
     /// What it counted so far.
     fn counters(&self) -> LookupCounters;
+
+    /// What the fingerprint cache says of `id`'s stored copy, without touching the disk, for
+    /// the cache-aware filter ([`super::caf`]); [`CachedCopy::Unknown`] without a cache.
+    fn cached_copy(&self, _id: &ChunkId) -> CachedCopy {
+        CachedCopy::Unknown
+    }
+
+    /// Whether the strategy has a fingerprint cache ([`Self::cached_copy`] can answer).
+    fn has_cache(&self) -> bool {
+        false
+    }
 }
 
 /// Counters shared by the pool's threads.
@@ -280,6 +292,26 @@ impl ContainerCache {
         Some((c, full, cached.trust))
     }
 
+    /// What the cache says of entry `entry` of container `c` (see [`CachedCopy`]); looking up
+    /// a delta's base counts as a use of the base's container, as restore's read would.
+    fn judge(&mut self, c: ContainerId, entry: u32) -> CachedCopy {
+        let kind = self
+            .containers
+            .peek(&c)
+            .and_then(|m| m.meta.entries.get(entry as usize).map(|e| e.kind));
+        match kind {
+            None => CachedCopy::Unknown,
+            Some(EntryKind::Full) => CachedCopy::Full,
+            Some(EntryKind::Delta { base, .. }) => match self.map.get(&base) {
+                Some(&(bc, _)) => {
+                    self.containers.get(&bc);
+                    CachedCopy::DeltaBaseCached(bc)
+                }
+                None => CachedCopy::DeltaBaseMissing,
+            },
+        }
+    }
+
     /// Takes in container `id`'s metadata as the most recently used, evicting the least
     /// recently used container if full.
     fn load(&mut self, id: ContainerId, meta: Arc<ContainerMeta>, trust: Trust) {
@@ -287,7 +319,11 @@ impl ContainerCache {
             return;
         }
         for (i, e) in meta.entries.iter().enumerate() {
-            self.map.insert(e.id, (id, i as u32));
+            // An inversed delta does not replace the chunk's full copy in the index while
+            // that is indexed (see `crate::backup::inverse`); the cache follows the index.
+            if !e.kind.is_inversed() {
+                self.map.insert(e.id, (id, i as u32));
+            }
         }
         if let Some((old, gone)) = self.containers.push(id, Cached { meta, trust }) {
             if old != id {
@@ -434,6 +470,31 @@ impl FingerprintIndex for LocalityIndex {
         };
         self.prefetch(loc.container);
         Ok(Some(loc.container).filter(|c| self.damage.reason(c, id).is_none()))
+    }
+
+    fn cached_copy(&self, id: &ChunkId) -> CachedCopy {
+        let Some(&(c, entry)) = self.cache().map.get(id) else {
+            return CachedCopy::Unknown;
+        };
+        let judged = self.cache().judge(c, entry);
+        if judged != CachedCopy::DeltaBaseMissing {
+            return judged;
+        }
+        // A chunk stored more than once (rewritten, by Capping or by this filter) is mapped
+        // to the cached container loaded last that holds it, which may not be the copy the
+        // index names (the newest) and restore reads: before judging it fragmented, the
+        // index is asked (one on-disk lookup, for such chunks only).
+        match self.counts.disk_get(&self.reader, id) {
+            Ok(Some(loc)) if (loc.container, loc.entry) != (c, entry) => {
+                self.cache().judge(loc.container, loc.entry)
+            }
+            Ok(Some(_)) => judged,
+            _ => CachedCopy::Unknown,
+        }
+    }
+
+    fn has_cache(&self) -> bool {
+        true
     }
 
     fn counters(&self) -> LookupCounters {

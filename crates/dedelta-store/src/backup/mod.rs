@@ -14,6 +14,8 @@
 //!                                          v
 //! dedup thread     dedup.rs              duplicate or new, in order
 //!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
+//!                  caf.rs                cache-aware filter: base-fragmented duplicates again
+//!                  inverse.rs            inversed deltas: old chunks re-stored behind new ones
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
 //!                  delta.rs                (encoding and base regions shared with the
 //!                                           pool's free threads, ../share.rs; a pool of
@@ -35,12 +37,14 @@
 //! at worst unreferenced containers, which `check` accepts and a later prune removes.
 
 pub mod bases;
+pub mod caf;
 mod chunk;
 pub mod dedup;
 pub mod delta;
 pub mod dense;
 mod fingerprint;
 pub mod fingerprint_index;
+pub mod inverse;
 mod meta;
 pub mod metrics;
 mod pack;
@@ -134,6 +138,8 @@ pub struct BackupOptions {
     pub rewriting: Option<Box<dyn rewrite::Rewriting>>,
     /// The parent snapshot, which files are read, which file systems are crossed.
     pub sources: unchanged::SourceOptions,
+    /// The cache-aware filter and inversed delta compression (LoopDelta §4.4-4.5).
+    pub loopdelta: caf::LoopDeltaOptions,
 }
 
 /// The result of a backup.
@@ -249,6 +255,7 @@ pub fn backup(
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
     config.check_depth(&delta_cfg)?;
     let dense_threshold = delta_cfg.dense_threshold;
+    check_loopdelta(&config, &delta_cfg, &opts)?;
     // What the writer records in the index, and what the full sketch index finds, follow this
     // backup's choice; the config's is set back when it ends.
     repo.index().set_sketch_keep(delta_cfg.sketch_keep);
@@ -363,6 +370,9 @@ pub fn backup(
         if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
             stage.sketch_dupadj_misses(sk.clone());
         }
+        if opts.loopdelta.inversed_delta {
+            stage.inversed_delta();
+        }
         // LoopDelta's bases come from its prefetch cache only (no local base cache).
         if let (Some(root), None) = (&opts.cache_dir, &prefetched) {
             match crate::client::cache::repo_dir(root, &config.id) {
@@ -447,6 +457,9 @@ pub fn backup(
         }
         if let Some((p, _)) = &prefetched {
             dedup = dedup.monitoring(dense::ReuseMonitor::new(p.clone()));
+        }
+        if opts.loopdelta.cache_aware_filter {
+            dedup = dedup.cache_aware_filter();
         }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
         let dedup = spawn("dedup")
@@ -576,6 +589,36 @@ pub fn backup(
         notices,
         metrics,
     })
+}
+
+/// Refuses LoopDelta options the backup cannot honour, before anything is written.
+fn check_loopdelta(
+    config: &crate::format::config::RepoConfig,
+    delta: &DeltaConfig,
+    opts: &BackupOptions,
+) -> Result<()> {
+    let ld = opts.loopdelta;
+    // LoopDelta's prefetching runs on the locality index whatever `--fingerprint-index` says.
+    let locality = opts.lookup.kind == FingerprintIndexKind::Locality
+        || delta.sketch_index == crate::format::config::SketchIndexKind::Prefetch;
+    if ld.cache_aware_filter && !locality {
+        return Err(Error::InvalidOption(
+            "the cache-aware filter needs the fingerprint cache: add --fingerprint-index \
+             locality"
+                .into(),
+        ));
+    }
+    if ld.inversed_delta {
+        config.check_inversed()?;
+        if opts.rewriting.is_none() {
+            return Err(Error::InvalidOption(
+                "inversed delta compression works with rewriting (LoopDelta §4.5): add \
+                 --capping-level"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What the backup learns from its parent snapshot: the one `--parent` names, else the newest

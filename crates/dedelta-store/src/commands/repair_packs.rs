@@ -170,7 +170,7 @@ pub fn repair_packs(
             continue; // check records it
         };
         for (i, e) in meta.entries.iter().enumerate() {
-            let EntryKind::Delta { base } = e.kind else {
+            let EntryKind::Delta { base, .. } = e.kind else {
                 continue;
             };
             let indexed_here = index

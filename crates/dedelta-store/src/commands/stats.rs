@@ -148,7 +148,7 @@ pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
             match e.kind {
                 _ if tree_chunks.contains(&e.id) => {
                     b.trees += share;
-                    if let EntryKind::Delta { base } = e.kind {
+                    if let EntryKind::Delta { base, .. } = e.kind {
                         tree_bases.insert(base);
                     }
                 }

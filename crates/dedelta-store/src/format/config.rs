@@ -26,7 +26,12 @@ use serde::{Deserialize, Serialize};
 /// Magic of the config file.
 pub const CONFIG_MAGIC: &[u8; 4] = b"DDCF";
 /// The repository format version `init` writes; this build reads 1 ..= this.
-pub const FORMAT_VERSION: u16 = 3;
+pub const FORMAT_VERSION: u16 = INVERSED_VERSION;
+/// The first repository format version whose containers may hold inversed deltas (LoopDelta
+/// §4.5, kind code 2 in version-2 metadata): a second copy of a chunk, encoded against a newer
+/// chunk, that an older build would read as damage. The one constant to renumber if another
+/// format change lands first.
+pub const INVERSED_VERSION: u16 = 4;
 /// The first repository format version whose deltas may name a delta as their base
 /// ([`DeltaConfig::max_depth`] above 1); older builds would refuse such a delta as damage.
 pub const CHAINS_VERSION: u32 = 3;
@@ -421,6 +426,20 @@ impl RepoConfig {
         Ok(())
     }
 
+    /// Refuses inversed delta compression in a repository older than [`INVERSED_VERSION`],
+    /// whose readers do not know inversed delta entries.
+    pub fn check_inversed(&self) -> Result<()> {
+        if self.version < u32::from(INVERSED_VERSION) {
+            return Err(Error::InvalidOption(format!(
+                "inversed delta compression needs a repository of format version \
+                 {INVERSED_VERSION}; this one is version {}, whose readers do not know \
+                 inversed delta entries (make a new repository with `dedelta init`)",
+                self.version
+            )));
+        }
+        Ok(())
+    }
+
     /// The delta settings a backup uses when it gives none: the repository's, with the depth
     /// held to 1 in a repository older than [`CHAINS_VERSION`].
     pub fn default_delta(&self) -> DeltaConfig {
@@ -569,7 +588,7 @@ mod tests {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
         let v = serde_json::to_value(&cfg).unwrap();
         let expected = serde_json::json!({
-            "version": 3, "id": "0123456789abcdef0123456789abcdef",
+            "version": 4, "id": "0123456789abcdef0123456789abcdef",
             "chunker": { "kind": "fastcdc", "min_size": 2048, "avg_size": 8192, "max_size": 65536 },
             "hash": "blake3-256",
             "compression": { "codec": "zstd", "level": 3, "text_level": 6 },
@@ -663,7 +682,7 @@ mod tests {
     }
 
     /// Unknown keys are ignored; a missing `delta` means delta compression off; the payload's
-    /// `version` must be 1, 2 or 3, like the envelope's.
+    /// `version` must be 1 ..= [`FORMAT_VERSION`], like the envelope's.
     #[test]
     fn keys_and_versions() {
         let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
@@ -673,7 +692,7 @@ mod tests {
         let seal = |v: &serde_json::Value, version: u16| {
             envelope::seal(CONFIG_MAGIC, version, &serde_json::to_vec(v).unwrap())
         };
-        let read = RepoConfig::from_bytes(&seal(&v, 3)).unwrap();
+        let read = RepoConfig::from_bytes(&seal(&v, FORMAT_VERSION)).unwrap();
         assert_eq!(read.delta, DeltaConfig::default());
         assert!(!read.delta.enabled());
         // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
@@ -696,14 +715,15 @@ mod tests {
         assert_eq!(RepoConfig::from_bytes(&old.to_bytes()).unwrap(), old);
         assert_eq!(&old.to_bytes()[envelope::VERSION_OFFSET..][..2], &[1, 0]);
         // A version this build does not know, in the envelope or in the payload.
+        let next = FORMAT_VERSION + 1;
         assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 4)),
-            Err(Error::UnsupportedVersion { found: 4, .. })
+            RepoConfig::from_bytes(&seal(&v, next)),
+            Err(Error::UnsupportedVersion { found, .. }) if found == u32::from(next)
         ));
-        v["version"] = serde_json::json!(4);
+        v["version"] = serde_json::json!(next);
         assert!(matches!(
-            RepoConfig::from_bytes(&seal(&v, 3)),
-            Err(Error::UnsupportedVersion { found: 4, .. })
+            RepoConfig::from_bytes(&seal(&v, FORMAT_VERSION)),
+            Err(Error::UnsupportedVersion { found, .. }) if found == u32::from(next)
         ));
         v["version"] = serde_json::json!(0);
         assert!(matches!(

@@ -85,6 +85,9 @@ pub const MAX_REGION_RAW_LEN: u32 = (64 + 16) << 20;
 pub const KIND_FULL: u8 = 0;
 /// Entry kind code: a delta against a full base chunk.
 pub const KIND_DELTA: u8 = 1;
+/// Entry kind code (version-2 metadata, repository version
+/// [`crate::format::config::INVERSED_VERSION`]): an inversed delta, laid out as a delta.
+pub const KIND_INVERSED_DELTA: u8 = 2;
 
 /// A container's identity: the BLAKE3 hash of its bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -128,7 +131,28 @@ pub enum EntryKind {
     Delta {
         /// Fingerprint of the base chunk.
         base: ChunkId,
+        /// Written by inversed delta compression (LoopDelta §4.5, repository version
+        /// [`crate::format::config::INVERSED_VERSION`]): a second copy of a chunk that was
+        /// stored in full before, re-encoded against a newer similar chunk. It does not
+        /// replace the full copy in the index while that is indexed; prune makes it the
+        /// chunk's copy (see [`crate::backup::inverse`]).
+        inversed: bool,
     },
+}
+
+impl EntryKind {
+    /// A plain delta against `base`.
+    pub fn delta(base: ChunkId) -> Self {
+        EntryKind::Delta {
+            base,
+            inversed: false,
+        }
+    }
+
+    /// Whether this is an inversed delta (see [`EntryKind::Delta`]).
+    pub fn is_inversed(&self) -> bool {
+        matches!(self, EntryKind::Delta { inversed: true, .. })
+    }
 }
 
 /// One region as recorded in the metadata.
@@ -640,9 +664,7 @@ mod tests {
                 let data = vec![r * 10 + i; 1000 + usize::from(i)];
                 let id = ChunkId::of(&data);
                 let kind = if i == 3 {
-                    EntryKind::Delta {
-                        base: ChunkId::of(b"base"),
-                    }
+                    EntryKind::delta(ChunkId::of(b"base"))
                 } else {
                     EntryKind::Full
                 };
@@ -789,7 +811,7 @@ mod tests {
         let mut r1 = RegionBuilder::default();
         r1.push(
             ChunkId::of(b"target"),
-            EntryKind::Delta { base },
+            EntryKind::delta(base),
             &delta,
             9000,
             vec![],

@@ -550,7 +550,7 @@ impl<'a> ChunkLocator<'a> {
         let e = meta.entries.get(loc.entry as usize)?;
         let base = match e.kind {
             EntryKind::Full => None,
-            EntryKind::Delta { base } => Some(base),
+            EntryKind::Delta { base, .. } => Some(base),
         };
         (e.id == *id).then_some((loc.container, e.region, base))
     }
@@ -587,6 +587,11 @@ impl<'a> ChunkLocator<'a> {
             Some(i) => Arc::try_unwrap(self.retired.swap_remove(i)).unwrap_or_default(),
             None => Vec::new(),
         }
+    }
+
+    /// The container of the copy of `id` the index names, `None` if it is not indexed.
+    pub fn container_of(&mut self, id: &ChunkId) -> Result<Option<ContainerId>> {
+        Ok(self.index.get(id)?.map(|l| l.container))
     }
 
     /// How `id` is stored, from its container's metadata, without reading its region;
@@ -704,7 +709,7 @@ impl<'a> ChunkLocator<'a> {
             original_len: entry.original_len as usize,
             delta_base: match entry.kind {
                 EntryKind::Full => None,
-                EntryKind::Delta { base } => Some(base),
+                EntryKind::Delta { base, .. } => Some(base),
             },
             region,
             range,

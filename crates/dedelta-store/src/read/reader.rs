@@ -54,6 +54,11 @@ impl<'a> ChunkReader<'a> {
         self.locator.keep_regions(reads)
     }
 
+    /// The container of the copy of `id` the index names, `None` if it is not indexed.
+    pub fn container_of(&mut self, id: &ChunkId) -> Result<Option<ContainerId>> {
+        self.locator.container_of(id)
+    }
+
     /// How `id` is stored (from its container's metadata), `None` if it is not indexed.
     pub fn kind_of(&mut self, id: &ChunkId) -> Result<Option<EntryKind>> {
         self.locator.kind_of(id)

@@ -135,7 +135,7 @@ impl Batch {
                     stats.damaged_skipped += 1;
                 } else if indexed(&e.id)? {
                     named.insert(e.id);
-                } else if let EntryKind::Delta { base } = e.kind {
+                } else if let EntryKind::Delta { base, .. } = e.kind {
                     r.set_aside(&DeltaCopy {
                         id: e.id,
                         base,
@@ -209,7 +209,7 @@ mod tests {
         .open_index()
         .unwrap();
         let full = |name: &str| (chunk(name), EntryKind::Full);
-        let delta = |name: &str, base: &str| (chunk(name), EntryKind::Delta { base: chunk(base) });
+        let delta = |name: &str, base: &str| (chunk(name), EntryKind::delta(chunk(base)));
         let containers = [
             // d1's base and d3's come in later containers.
             vec![delta("d1", "f0"), delta("d3", "f5"), delta("f3", "f0")],

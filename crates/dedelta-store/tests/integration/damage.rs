@@ -489,7 +489,7 @@ fn delta_record_cleared_with_its_base(at: impl Fn(usize, usize) -> usize, chaine
         let meta = read_container_meta(backend.as_ref(), &name).unwrap();
         for e in &meta.entries {
             home.insert(e.id, (cid, meta.regions[e.region as usize].offset));
-            if let EntryKind::Delta { base } = e.kind {
+            if let EntryKind::Delta { base, .. } = e.kind {
                 deltas.push((cid, base));
                 stored_as_delta.insert(e.id);
             }

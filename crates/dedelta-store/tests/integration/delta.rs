@@ -279,7 +279,7 @@ fn deltas_cross_containers_and_restore_with_cold_cache() {
             .entries
         {
             home.insert(e.id, cid);
-            if let EntryKind::Delta { base } = e.kind {
+            if let EntryKind::Delta { base, .. } = e.kind {
                 deltas.push((e.id, base));
             }
         }
@@ -321,7 +321,7 @@ fn damaged_base_is_traced_to_every_dependent_file() {
             .unwrap()
             .entries
         {
-            if let EntryKind::Delta { base } = e.kind {
+            if let EntryKind::Delta { base, .. } = e.kind {
                 bases.insert(base);
             }
         }
@@ -613,7 +613,7 @@ fn drifting_series(
                 EntryKind::Full => {
                     full_in.insert(e.id, first_backup.contains(&name));
                 }
-                EntryKind::Delta { base } => {
+                EntryKind::Delta { base, .. } => {
                     base_of.insert(e.id, base);
                     if !trees.contains(&e.id) {
                         deltas.push((base, e));

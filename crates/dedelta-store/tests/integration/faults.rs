@@ -497,6 +497,118 @@ fn locality_backup_crashed_at_every_write_memory() {
     );
 }
 
+/// Version 2 with version 1's new file edited every 4 KiB: new chunks similar to stored ones,
+/// beside duplicates of those in the containers Capping gives up (one old container per
+/// 1 MiB segment), so that an inversed backup of it inverts some.
+fn inversed_next() -> Files {
+    let mut next = tree(2);
+    let mut edited = noise(100_000, 101);
+    for (k, at) in (2048..edited.len() - 16).step_by(4096).enumerate() {
+        edited[at..at + 16].copy_from_slice(&noise(16, 5000 + k as u64));
+    }
+    next.insert("new1.bin".into(), edited);
+    next
+}
+
+/// Backs `files` up from `src` with Capping (level 1, 1 MiB segments) and inversed deltas.
+fn backup_inversed(
+    repo: &IndexedRepository,
+    src: &Path,
+    files: &Files,
+    n: u64,
+    who: &LockInfo,
+) -> Result<dedelta_store::commands::backup::BackupResult> {
+    write_files(src, files);
+    let opts = BackupOptions {
+        rewriting: Some(Box::new(Capping {
+            segment_bytes: 1 << 20,
+            level: 1,
+        })),
+        loopdelta: dedelta_store::commands::backup::caf::LoopDeltaOptions {
+            inversed_delta: true,
+            cache_aware_filter: false,
+        },
+        ..backup_options(vec![src.to_path_buf()], time_of(n))
+    };
+    locked(repo, who, |lock| backup_with(repo, lock, opts))
+}
+
+/// A backup with inversed deltas (issue 17 item 4) writes old chunks again as deltas against
+/// new ones; killed at every write, it leaves a repository whose `check --read-data` passes
+/// and whose snapshots restore (the index names the old full copies until a prune), and that
+/// takes new backups.
+#[test]
+fn inversed_backup_crashed_at_every_write() {
+    let base = base(0..2, 0);
+    let next = inversed_next();
+    let run =
+        |repo: &IndexedRepository, t: &Trial| backup_inversed(repo, &t.src(), &next, 2, &gone());
+    let inversed = {
+        let t = Trial::of(&base, Store::Memory);
+        let repo = t.open().unwrap();
+        run(&repo, &t).unwrap().metrics.rewritten.inversed_chunks
+    };
+    assert!(inversed > 0, "the backup writes inversed deltas");
+    let log = writes_of(&base, Store::Memory, |repo, t| {
+        run(repo, t).unwrap();
+    });
+    let trials = backup_at_every_crash_point(
+        &base,
+        &next,
+        Store::Memory,
+        "inversed backup",
+        &log,
+        |repo, t| run(repo, t).map(|_| ()),
+    );
+    println!("{trials} inversed backup crash points verified");
+}
+
+/// A prune that makes inversed deltas the copies of their chunks (and reclaims their full
+/// copies), killed at every write: nothing is lost, and the next prune finishes.
+#[test]
+fn inversed_prune_crashed_at_every_write() {
+    let trial = Trial::new(Store::Memory, None, None);
+    let mut model = Model::new();
+    {
+        let repo = trial.open().unwrap();
+        for v in 0..2 {
+            let files = tree(v);
+            let id = backup_files(&repo, &trial.src(), &files, v, &me()).unwrap();
+            model.insert(id.snapshot_id.to_hex(), files);
+        }
+        let next = inversed_next();
+        let res = backup_inversed(&repo, &trial.src(), &next, 2, &me()).unwrap();
+        assert!(res.metrics.rewritten.inversed_chunks > 0);
+        model.insert(res.snapshot_id.to_hex(), next);
+    }
+    let base = Base {
+        index: index_files(&trial.index),
+        trial,
+        model,
+    };
+    let mut plan = None;
+    let log = writes_of(&base, Store::Memory, |repo, _| {
+        plan = Some(prune_all(repo, &gone(), false).unwrap().plan);
+    });
+    let plan = plan.unwrap();
+    assert!(plan.inversed_promoted > 0, "{plan:?}");
+    let prune = |repo: &IndexedRepository, _: &Trial| prune_all(repo, &gone(), false).map(|_| ());
+    let trials = at_every_crash_point(
+        &base,
+        Store::Memory,
+        "inversed prune",
+        &log,
+        0,
+        prune,
+        |t, repo, _, _, when| {
+            assert_consistent(repo, &base.model, t, when);
+            prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+            assert_consistent(repo, &base.model, t, when);
+        },
+    );
+    println!("{trials} inversed prune crash points verified");
+}
+
 /// A backup with Capping (issue 16 item 2) stores duplicates again; killed at every write,
 /// it leaves a repository whose `check --read-data` passes and whose snapshots restore, and
 /// that takes new backups.

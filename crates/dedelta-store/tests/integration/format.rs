@@ -654,8 +654,10 @@ fn lean_metadata_example_matches_the_doc() {
     );
     let entry = table_after("Version-2 entry record:");
     assert!(entry[0][2].starts_with(
-        "head: bits 0-1 kind (0 = full, 1 = delta; 2 and 3 are invalid); bit 2 base \
-         back-reference (deltas only); bits 3-7 super-feature count S (0 ..= 16)"
+        "head: bits 0-1 kind (0 = full, 1 = delta, 2 = inversed delta, laid out as a delta, \
+         written only in repositories of version 4; 3 is invalid); bit 2 base back-reference \
+         (deltas only: kinds 1 and 2, a back-reference may name an entry of either); bits 3-7 \
+         super-feature count S (0 ..= 16)"
     ));
     let region = table_after("Nothing follows the last entry record. Version-2 region record:");
     let sizes: Vec<&str> = region.iter().map(|r| r[0].as_str()).collect();
@@ -669,8 +671,8 @@ fn lean_metadata_example_matches_the_doc() {
     r0.push(ChunkId::of(&full), EntryKind::Full, &full, 16, vec![11, 12]);
     b.add_region(r0.compress(Compression::None));
     let mut r1 = RegionBuilder::default();
-    r1.push(t1, EntryKind::Delta { base }, &[7u8; 4000], 9000, vec![]);
-    r1.push(t2, EntryKind::Delta { base }, &[7u8; 3000], 8000, vec![]);
+    r1.push(t1, EntryKind::delta(base), &[7u8; 4000], 9000, vec![]);
+    r1.push(t2, EntryKind::delta(base), &[7u8; 3000], 8000, vec![]);
     b.add_region(r1.compress(Compression::zstd(3)));
     let (_, file, meta) = b.seal();
     let f = &file[file.len() - container::FOOTER_LEN..];

@@ -27,6 +27,8 @@ mod format;
 mod gc;
 /// Container names for a fixed input series: the stored bytes do not change by accident.
 mod golden;
+/// LoopDelta's cache-aware filter and inversed delta compression (issue 17 items 3-4).
+mod inverse;
 /// I/O accounting: a metered repository's requests by purpose (issue 16 item 4).
 mod io;
 /// The locality fingerprint index: deduplicates like the exact one, bounded cache, never

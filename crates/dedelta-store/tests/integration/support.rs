@@ -249,6 +249,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         lookup: Default::default(),
         rewriting: None,
         sources: Default::default(),
+        loopdelta: Default::default(),
     }
 }
 

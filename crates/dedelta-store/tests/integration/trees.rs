@@ -126,7 +126,7 @@ fn a_changed_version_stores_its_tree_as_deltas() {
         .chunks
         .iter()
         .filter(|id| match kinds.get(id) {
-            Some(EntryKind::Delta { base }) => first.tree.chunks.contains(base),
+            Some(EntryKind::Delta { base, .. }) => first.tree.chunks.contains(base),
             _ => false,
         })
         .count();
@@ -155,7 +155,7 @@ fn delta_trees_survive_forget_and_prune_of_their_parent() {
         .chunks
         .iter()
         .filter_map(|id| match kinds.get(id) {
-            Some(EntryKind::Delta { base }) if first.tree.chunks.contains(base) => Some(*base),
+            Some(EntryKind::Delta { base, .. }) if first.tree.chunks.contains(base) => Some(*base),
             _ => None,
         })
         .collect();
@@ -190,7 +190,7 @@ fn delta_trees_survive_forget_and_prune_of_their_parent() {
             .chunks
             .iter()
             .filter_map(|id| match kinds.get(id) {
-                Some(EntryKind::Delta { base }) => Some(*base),
+                Some(EntryKind::Delta { base, .. }) => Some(*base),
                 _ => None,
             }),
     );

@@ -481,7 +481,24 @@ impl ChunkIndex {
             .iter()
             .map(|(id, meta)| (*id, meta.entries.len()))
             .collect();
-        self.take_in(containers, |_, _, _| true, known)
+        // An inversed delta does not replace an indexed copy of its chunk (the full copy
+        // stays the one deltas and reads use until prune decides, see
+        // `crate::backup::inverse`).
+        let reader = self.reader()?;
+        let mut inversed_indexed = HashSet::new();
+        for (_, meta) in &containers {
+            for e in meta.entries.iter().filter(|e| e.kind.is_inversed()) {
+                if reader.get(&e.id)?.is_some() {
+                    inversed_indexed.insert(e.id);
+                }
+            }
+        }
+        drop(reader);
+        self.take_in(
+            containers,
+            |_, _, e| !(e.kind.is_inversed() && inversed_indexed.contains(&e.id)),
+            known,
+        )
     }
 
     /// Replaces the whole index with the entries of `containers` that `keep` accepts and

@@ -484,9 +484,7 @@ fn left_out_deltas_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
     let (a, mut meta) = container(1, 10);
-    meta.entries[3].kind = EntryKind::Delta {
-        base: meta.entries[0].id,
-    };
+    meta.entries[3].kind = EntryKind::delta(meta.entries[0].id);
     index
         .take_in([(a, &meta)], |_, _, e| e.kind == EntryKind::Full, [(a, 10)])
         .unwrap();

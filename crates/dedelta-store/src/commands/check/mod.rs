@@ -543,7 +543,7 @@ fn read_recorded_copy(
         EntryKind::Delta { .. } if depth >= MAX_DELTA_DEPTH => {
             return Err(bad("its delta chain is too long"))
         }
-        EntryKind::Delta { base } => {
+        EntryKind::Delta { base, .. } => {
             let base_bytes = match reader.read_chunk(&base) {
                 Ok(b) => b,
                 Err(_) => read_recorded_copy(backend, reader, recorded, &base, depth + 1)?,

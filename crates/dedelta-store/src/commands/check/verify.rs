@@ -13,7 +13,7 @@ use std::collections::HashMap;
 pub(crate) fn entry_pair(e: &EntryMeta) -> (ChunkId, Option<ChunkId>) {
     match e.kind {
         EntryKind::Full => (e.id, None),
-        EntryKind::Delta { base } => (e.id, Some(base)),
+        EntryKind::Delta { base, .. } => (e.id, Some(base)),
     }
 }
 
@@ -63,7 +63,7 @@ pub(crate) fn verify_entries(
                     Err("content does not match its fingerprint".into())
                 }
             }
-            (Ok(b), EntryKind::Delta { base: base_id }) => {
+            (Ok(b), EntryKind::Delta { base: base_id, .. }) => {
                 let base_bytes = match local_full.get(&base_id) {
                     Some(bytes) => Ok(bytes.to_vec()),
                     None => base(&base_id),

@@ -40,9 +40,12 @@ pub(super) fn execute(
         let meta = crate::format::container::decode_container_meta(&file, &what)?;
         let mut raw_regions: HashMap<u32, Vec<u8>> = HashMap::new();
         for (i, e) in meta.entries.iter().enumerate() {
-            let indexed = index
-                .get(&e.id)?
-                .is_some_and(|l| l.container == cid && l.entry == i as u32);
+            let indexed = match work.promoted.get(&e.id) {
+                Some(&at) => at == (cid, i as u32),
+                None => index
+                    .get(&e.id)?
+                    .is_some_and(|l| l.container == cid && l.entry == i as u32),
+            };
             if !indexed || !work.live.contains(&e.id) {
                 continue;
             }
@@ -60,9 +63,14 @@ pub(super) fn execute(
                     reason: "content does not match its fingerprint; not copying it".into(),
                 });
             }
+            // A promoted inversed delta is copied as a plain delta: the copy the index names.
+            let kind = match e.kind {
+                EntryKind::Delta { base, .. } => EntryKind::delta(base),
+                k => k,
+            };
             writer.push_entry(
                 e.id,
-                e.kind,
+                kind,
                 bytes,
                 e.original_len as usize,
                 e.super_features.clone(),
@@ -76,6 +84,10 @@ pub(super) fn execute(
     // Container names are content hashes: a copy can have the very name of a container this
     // prune is about to delete (an unindexed copy left by a killed prune). Never delete those.
     let written: HashSet<ContainerId> = writer.written.iter().copied().collect();
+    // 1b. Promoted inversed deltas in containers kept become the copies the index names
+    // (those in rewritten containers were indexed as copied), before the containers of the
+    // full copies they replace can go.
+    promote_in_index(repo, work, &index)?;
     // 2. Forget dead chunks in the index before any container disappears.
     repo.index()
         .remove_chunks_trimming(&work.dead, &work.trimmed)?;
@@ -109,4 +121,47 @@ pub(super) fn execute(
     stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;
     stats.plan = plan;
     Ok(stats)
+}
+
+/// Points the index at the promoted inversed deltas of containers that are not rewritten, in
+/// one commit: their containers are taken in again with the entries the index names there and
+/// the promoted ones.
+fn promote_in_index(
+    repo: &IndexedRepository,
+    work: &PruneWork,
+    index: &crate::client::index::IndexReader,
+) -> Result<()> {
+    let mut by_container: HashMap<ContainerId, HashSet<u32>> = HashMap::new();
+    for &(cid, entry) in work.promoted.values() {
+        if !work.rewrite.contains(&cid) {
+            by_container.entry(cid).or_default().insert(entry);
+        }
+    }
+    if by_container.is_empty() {
+        return Ok(());
+    }
+    let backend = repo.backend().clone();
+    let mut metas = Vec::new();
+    for (cid, promoted) in by_container {
+        let meta = crate::repository::read_container_meta(backend.as_ref(), &cid.to_hex())?;
+        let mut keep = promoted;
+        for (i, e) in meta.entries.iter().enumerate() {
+            if index
+                .get(&e.id)?
+                .is_some_and(|l| l.container == cid && l.entry == i as u32)
+            {
+                keep.insert(i as u32);
+            }
+        }
+        metas.push((cid, meta, keep));
+    }
+    repo.index().take_in(
+        metas.iter().map(|(cid, meta, _)| (*cid, meta)),
+        |cid, i, _| {
+            metas
+                .iter()
+                .any(|(c, _, keep)| c == cid && keep.contains(&i))
+        },
+        [],
+    )
 }

@@ -56,6 +56,9 @@ pub struct PrunePlan {
     pub bases_kept: u64,
     /// Chunks that are no longer needed.
     pub dead_chunks: u64,
+    /// Inversed deltas that become their chunk's copy, so that its full copy is reclaimed
+    /// (see [`crate::backup::inverse`]).
+    pub inversed_promoted: u64,
     /// Containers to delete outright.
     pub delete: Vec<ContainerId>,
     /// Containers to rewrite (live entries copied forward).

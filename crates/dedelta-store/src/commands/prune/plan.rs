@@ -21,6 +21,8 @@ struct EntryInfo {
     id: ChunkId,
     base: Option<ChunkId>,
     stored_len: u64,
+    /// An inversed delta (see [`crate::backup::inverse`]).
+    inversed: bool,
 }
 
 /// What the sweep needs beyond the printable plan.
@@ -35,6 +37,9 @@ pub(super) struct PruneWork {
     /// (left by an interrupted backup): the index marks them trimmed with the removal, as it
     /// does the containers of the copies it names (see `ChunkIndex::remove_chunks_trimming`).
     pub trimmed: Vec<ContainerId>,
+    /// Inversed deltas that become their chunk's indexed copy (see [`promote_inversed`]):
+    /// chunk -> (container, entry).
+    pub promoted: HashMap<ChunkId, (ContainerId, u32)>,
 }
 
 /// Marks and plans.
@@ -100,7 +105,7 @@ pub(super) fn plan(
                 .get(&e.id)?
                 .is_some_and(|l| l.container == cid && l.entry == i as u32);
             let base = match e.kind {
-                EntryKind::Delta { base } => Some(base),
+                EntryKind::Delta { base, .. } => Some(base),
                 EntryKind::Full => None,
             };
             entries.push((
@@ -108,6 +113,7 @@ pub(super) fn plan(
                     id: e.id,
                     base,
                     stored_len: u64::from(e.stored_len),
+                    inversed: e.kind.is_inversed(),
                 },
                 indexed_here,
             ));
@@ -115,11 +121,20 @@ pub(super) fn plan(
         metas.push((cid, *size, entries));
     }
     // Bases of live deltas are live, down every delta chain.
-    let base_of: HashMap<ChunkId, ChunkId> = metas
-        .iter()
-        .flat_map(|(_, _, entries)| entries)
-        .filter_map(|(e, indexed)| e.base.filter(|_| *indexed).map(|b| (e.id, b)))
-        .collect();
+    let base_of_indexed = |metas: &[ContainerEntries]| -> HashMap<ChunkId, ChunkId> {
+        metas
+            .iter()
+            .flat_map(|(_, _, entries)| entries)
+            .filter_map(|(e, indexed)| e.base.filter(|_| *indexed).map(|b| (e.id, b)))
+            .collect()
+    };
+    let mut base_of = base_of_indexed(&metas);
+    let max_depth = repo.config().default_delta().max_depth;
+    let promoted = promote_inversed(&mut metas, &live, &base_of, max_depth);
+    plan.inversed_promoted = promoted.len() as u64;
+    if !promoted.is_empty() {
+        base_of = base_of_indexed(&metas);
+    }
     let bases = bases_needed(&live, &base_of);
     plan.bases_kept = bases.len() as u64;
     live.extend(bases);
@@ -198,8 +213,92 @@ pub(super) fn plan(
             dead,
             rewrite,
             trimmed,
+            promoted,
         },
     ))
+}
+
+/// Inversed deltas (LoopDelta §4.5, GC as §4.6) that become the copy of their chunk S, so
+/// that S's full copy is reclaimed: for S referenced by a snapshot (in `live`) and indexed in
+/// full, the first unindexed inversed delta of it (in `metas`' order) whose base N is indexed
+/// in full and not itself promoted now, when no chain grows deeper than `max_depth`: the
+/// deltas that stay and name S as their base, down to S, are at most `max_depth - 1` links
+/// (then S is a delta on the full N, one level, and they are one link deeper). With one-level
+/// deltas (`max_depth` 1) that is: no delta that stays names S as its base; the full copy of
+/// a base stays, as in LoopDelta (bases are full chunks). `base_of` maps each indexed delta
+/// to its base. The promoted copy is marked indexed in `metas` and the full copy not: it is
+/// reclaimed like any unindexed copy. Returns the promoted copies.
+fn promote_inversed(
+    metas: &mut [ContainerEntries],
+    live: &HashSet<ChunkId>,
+    base_of: &HashMap<ChunkId, ChunkId>,
+    max_depth: u8,
+) -> HashMap<ChunkId, (ContainerId, u32)> {
+    let indexed_full: HashSet<ChunkId> = metas
+        .iter()
+        .flat_map(|(_, _, entries)| entries)
+        .filter(|(e, indexed)| *indexed && e.base.is_none())
+        .map(|(e, _)| e.id)
+        .collect();
+    let mut candidates: HashMap<ChunkId, (ContainerId, u32, ChunkId)> = HashMap::new();
+    for (cid, _, entries) in metas.iter() {
+        for (i, (e, indexed)) in entries.iter().enumerate() {
+            let Some(base) = e.base.filter(|_| e.inversed && !*indexed) else {
+                continue;
+            };
+            if live.contains(&e.id) && indexed_full.contains(&e.id) && indexed_full.contains(&base)
+            {
+                candidates.entry(e.id).or_insert((*cid, i as u32, base));
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return HashMap::new();
+    }
+    // Links above each chunk: the longest chain of deltas that stay down to it.
+    let mut stays = live.clone();
+    stays.extend(bases_needed(live, base_of));
+    let mut named_by: HashMap<ChunkId, Vec<ChunkId>> = HashMap::new();
+    for d in &stays {
+        if let Some(b) = base_of.get(d) {
+            named_by.entry(*b).or_default().push(*d);
+        }
+    }
+    let promoted: HashMap<ChunkId, (ContainerId, u32)> = candidates
+        .iter()
+        .filter(|(_, (_, _, base))| !candidates.contains_key(base))
+        .filter(|(id, _)| links_above(id, &named_by, max_depth) < usize::from(max_depth))
+        .map(|(id, (cid, i, _))| (*id, (*cid, *i)))
+        .collect();
+    for (cid, _, entries) in metas.iter_mut() {
+        for (i, (e, indexed)) in entries.iter_mut().enumerate() {
+            if let Some(&(pc, pi)) = promoted.get(&e.id) {
+                *indexed = pc == *cid && pi == i as u32;
+            }
+        }
+    }
+    promoted
+}
+
+/// The longest chain of deltas in `named_by` (base -> the deltas naming it) down to `id`, in
+/// links, counted up to `limit` (a longer chain, or a loop in damaged metadata, gives `limit`).
+fn links_above(id: &ChunkId, named_by: &HashMap<ChunkId, Vec<ChunkId>>, limit: u8) -> usize {
+    let limit = usize::from(limit);
+    let mut level: Vec<ChunkId> = vec![*id];
+    let mut links = 0;
+    while links < limit {
+        let next: Vec<ChunkId> = level
+            .iter()
+            .flat_map(|c| named_by.get(c).into_iter().flatten())
+            .copied()
+            .collect();
+        if next.is_empty() {
+            return links;
+        }
+        links += 1;
+        level = next;
+    }
+    limit
 }
 
 /// The chunks that are not in `live` but that its deltas need: their bases, the bases of
@@ -229,6 +328,20 @@ mod tests {
 
     fn id(n: u8) -> ChunkId {
         ChunkId::of(&[n])
+    }
+
+    /// Links above a chunk: the longest chain of deltas down to it, capped (loops too).
+    #[test]
+    fn links_above_counts_the_longest_chain_and_stops_at_the_limit() {
+        // 3 -> 2 -> 1, 4 -> 1, 6 -> 5 -> 6 (a loop).
+        let mut named_by: HashMap<ChunkId, Vec<ChunkId>> = HashMap::new();
+        for (d, b) in [(3, 2), (2, 1), (4, 1), (6, 5), (5, 6)] {
+            named_by.entry(id(b)).or_default().push(id(d));
+        }
+        assert_eq!(links_above(&id(1), &named_by, 8), 2);
+        assert_eq!(links_above(&id(3), &named_by, 8), 0);
+        assert_eq!(links_above(&id(1), &named_by, 1), 1);
+        assert_eq!(links_above(&id(5), &named_by, 8), 8);
     }
 
     /// A live delta keeps its whole chain; chunks already live stop the walk; a loop ends.

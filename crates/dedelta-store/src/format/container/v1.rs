@@ -63,6 +63,8 @@ pub fn encode(meta: &ContainerMeta) -> Vec<u8> {
     }
     out.extend_from_slice(&(meta.entries.len() as u32).to_le_bytes());
     for e in &meta.entries {
+        // Inversed deltas exist only in version-4 repositories, whose containers are v2.
+        debug_assert!(!e.kind.is_inversed(), "an inversed delta in a v1 container");
         out.extend_from_slice(e.id.as_bytes());
         out.push(match e.kind {
             EntryKind::Full => KIND_FULL,
@@ -73,7 +75,7 @@ pub fn encode(meta: &ContainerMeta) -> Vec<u8> {
         out.extend_from_slice(&e.stored_len.to_le_bytes());
         out.extend_from_slice(&e.original_len.to_le_bytes());
         out.push(e.super_features.len().min(MAX_SUPER_FEATURES) as u8);
-        if let EntryKind::Delta { base } = e.kind {
+        if let EntryKind::Delta { base, .. } = e.kind {
             out.extend_from_slice(base.as_bytes());
         }
         for sf in e.super_features.iter().take(MAX_SUPER_FEATURES) {
@@ -154,9 +156,7 @@ pub fn decode(bytes: &[u8], footer: &Footer, what: &str) -> Result<ContainerMeta
         }
         let kind = match kind_code {
             KIND_FULL => EntryKind::Full,
-            KIND_DELTA => EntryKind::Delta {
-                base: c.id().ok_or_else(short)?,
-            },
+            KIND_DELTA => EntryKind::delta(c.id().ok_or_else(short)?),
             k => return Err(bad(format!("entry {i} has unknown kind {k}"))),
         };
         let mut super_features = Vec::with_capacity(nsf);

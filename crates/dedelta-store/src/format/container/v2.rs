@@ -29,14 +29,15 @@
 
 use super::{
     ContainerMeta, Cursor, EntryKind, EntryMeta, Footer, RegionMeta, HEADER_LEN, KIND_DELTA,
-    KIND_FULL, MAX_REGION_RAW_LEN, MAX_SUPER_FEATURES,
+    KIND_FULL, KIND_INVERSED_DELTA, MAX_REGION_RAW_LEN, MAX_SUPER_FEATURES,
 };
 use crate::error::{Error, Result};
 use dedelta_core::compress;
 use dedelta_core::{varint, ChunkId};
 use std::collections::HashMap;
 
-/// Entry head, bits 0-1: the kind code ([`KIND_FULL`], [`KIND_DELTA`]; 2 and 3 are invalid).
+/// Entry head, bits 0-1: the kind code ([`KIND_FULL`], [`KIND_DELTA`], [`KIND_INVERSED_DELTA`];
+/// 3 is invalid).
 pub const HEAD_KIND_MASK: u8 = 0b0000_0011;
 /// Entry head, bit 2 (deltas only): the base is that of an earlier delta entry, named by a
 /// varint distance, instead of a 32-byte fingerprint.
@@ -78,7 +79,14 @@ pub(super) fn encode(meta: &ContainerMeta) -> Vec<u8> {
         let sfs = &e.super_features[..e.super_features.len().min(MAX_SUPER_FEATURES)];
         let (kind, backref) = match e.kind {
             EntryKind::Full => (KIND_FULL, None),
-            EntryKind::Delta { base } => (KIND_DELTA, last_on_base.insert(base, i)),
+            EntryKind::Delta { base, inversed } => (
+                if inversed {
+                    KIND_INVERSED_DELTA
+                } else {
+                    KIND_DELTA
+                },
+                last_on_base.insert(base, i),
+            ),
         };
         let mut head = kind | (sfs.len() as u8) << HEAD_SF_SHIFT;
         if backref.is_some() {
@@ -87,7 +95,7 @@ pub(super) fn encode(meta: &ContainerMeta) -> Vec<u8> {
         out.push(head);
         out.extend_from_slice(e.id.as_bytes());
         varint::put(&mut out, u64::from(e.stored_len));
-        if let EntryKind::Delta { base } = e.kind {
+        if let EntryKind::Delta { base, .. } = e.kind {
             varint::put(&mut out, u64::from(e.original_len));
             match backref {
                 Some(j) => varint::put(&mut out, (i - j) as u64),
@@ -175,7 +183,7 @@ pub(super) fn decode(bytes: &[u8], footer: &Footer, what: &str) -> Result<Contai
                     )))
                 }
                 KIND_FULL => (EntryKind::Full, len),
-                KIND_DELTA => {
+                k @ (KIND_DELTA | KIND_INVERSED_DELTA) => {
                     let original_len = u32_of(c.varint(), "entry original length")?;
                     let base = if backref {
                         let d = c.varint().ok_or_else(short)?;
@@ -183,7 +191,7 @@ pub(super) fn decode(bytes: &[u8], footer: &Footer, what: &str) -> Result<Contai
                             .then(|| &entries[i - d as usize])
                             .ok_or_else(|| bad(format!("entry {i} refers back {d} entries")))?;
                         match earlier.kind {
-                            EntryKind::Delta { base } => base,
+                            EntryKind::Delta { base, .. } => base,
                             EntryKind::Full => {
                                 return Err(bad(format!(
                                     "entry {i} takes the base of full entry {}",
@@ -194,7 +202,8 @@ pub(super) fn decode(bytes: &[u8], footer: &Footer, what: &str) -> Result<Contai
                     } else {
                         c.id().ok_or_else(short)?
                     };
-                    (EntryKind::Delta { base }, original_len)
+                    let inversed = k == KIND_INVERSED_DELTA;
+                    (EntryKind::Delta { base, inversed }, original_len)
                 }
                 k => return Err(bad(format!("entry {i} has unknown kind {k}"))),
             };
@@ -291,8 +300,8 @@ mod tests {
         r0.push(ChunkId::of(&full), EntryKind::Full, &full, 16, vec![11, 12]);
         b.add_region(r0.compress(Compression::None));
         let mut r1 = RegionBuilder::default();
-        r1.push(t1, EntryKind::Delta { base }, &[7u8; 4000], 9000, vec![5]);
-        r1.push(t2, EntryKind::Delta { base }, &[7u8; 3000], 8000, vec![6]);
+        r1.push(t1, EntryKind::delta(base), &[7u8; 4000], 9000, vec![5]);
+        r1.push(t2, EntryKind::delta(base), &[7u8; 3000], 8000, vec![6]);
         b.add_region(r1.compress(Compression::zstd(3)));
         let (_, file, meta) = b.seal();
         assert_eq!(&file[HEADER_VERSION_OFFSET..][..2], &[2, 0]);
@@ -332,12 +341,42 @@ mod tests {
         let decoded = decode_container_meta(&file, "c").unwrap();
         assert_eq!(decoded, meta);
         assert!(decoded.entries[1].super_features.is_empty());
-        assert_eq!(decoded.entries[2].kind, EntryKind::Delta { base });
+        assert_eq!(decoded.entries[2].kind, EntryKind::delta(base));
         assert_eq!(
             (decoded.entries[2].offset, decoded.regions[1].raw_len),
             (4000, 7000)
         );
         assert_eq!(decoded.regions[1].offset, 16 + 16);
+    }
+
+    /// An inversed delta (kind 2) round-trips, with its kind byte, and back-references to it
+    /// and from it to a plain delta on the same base keep each entry's own kind.
+    #[test]
+    fn inversed_deltas_round_trip() {
+        let base = ChunkId::of(b"base");
+        let (a, b2, c) = (ChunkId::of(b"a"), ChunkId::of(b"b"), ChunkId::of(b"c"));
+        let inv = EntryKind::Delta {
+            base,
+            inversed: true,
+        };
+        let mut builder = ContainerBuilder::with_version(CONTAINER_V2);
+        let mut r = RegionBuilder::default();
+        r.push(a, inv, &[1u8; 40], 900, vec![]);
+        r.push(b2, EntryKind::delta(base), &[2u8; 30], 800, vec![]);
+        r.push(c, inv, &[3u8; 20], 700, vec![]);
+        builder.add_region(r.compress(Compression::None));
+        let (_, file, meta) = builder.seal();
+        let section = meta_of(&file);
+        // Heads: region count, region (1 + 4 + 1 + 1), then the first entry's head.
+        assert_eq!(section[1 + 7] & HEAD_KIND_MASK, KIND_INVERSED_DELTA);
+        let decoded = decode_container_meta(&file, "c").unwrap();
+        assert_eq!(decoded, meta);
+        let kinds: Vec<bool> = decoded
+            .entries
+            .iter()
+            .map(|e| e.kind.is_inversed())
+            .collect();
+        assert_eq!(kinds, [true, false, true]);
     }
 
     /// The same entries cost far less than in version 1.
@@ -353,7 +392,7 @@ mod tests {
                     r.push(id, EntryKind::Full, &data, data.len(), vec![1, 2, 3]);
                 } else {
                     let base = ChunkId::of(format!("base {}", i / 2).as_bytes());
-                    r.push(id, EntryKind::Delta { base }, &data, 8000, vec![1, 2, 3]);
+                    r.push(id, EntryKind::delta(base), &data, 8000, vec![1, 2, 3]);
                 }
             }
             b.add_region(r.compress(Compression::zstd(3)));
@@ -538,14 +577,6 @@ mod tests {
             (
                 section(&[one.to_vec(), region(0, 8, 1), {
                     let mut e = full(1, 8);
-                    e[0] = 2;
-                    e
-                }]),
-                "unknown kind 2",
-            ),
-            (
-                section(&[one.to_vec(), region(0, 8, 1), {
-                    let mut e = full(1, 8);
                     e[0] = 3;
                     e
                 }]),
@@ -620,9 +651,7 @@ mod tests {
             for i in 0..5u8 {
                 let data = vec![r * 10 + i; 300 + usize::from(i)];
                 let kind = if i % 2 == 1 {
-                    EntryKind::Delta {
-                        base: ChunkId::of(&[r]),
-                    }
+                    EntryKind::delta(ChunkId::of(&[r]))
                 } else {
                     EntryKind::Full
                 };

@@ -1,0 +1,114 @@
+//! Runs on: the dedup thread.
+//!
+//! The cache-aware filter, CAF (LoopDelta §4.4): a duplicate whose stored copy is a delta
+//! (an *old delta*) is restored by reading that delta's base too. Restore meets the chunks in
+//! the order backup met them, so if the base's fingerprint is not in the fingerprint cache
+//! when the duplicate is met, the base's container will most likely not be in the restore
+//! cache either: the duplicate is *base-fragmented*, and the filter stores it again, so that
+//! restore needs no extra container read for the base.
+//!
+//! Two steps, as the paper's:
+//! 1. at fingerprint indexing, the old delta's base is looked up in the fingerprint cache
+//!    (the [`LocalityIndex`](super::fingerprint_index::LocalityIndex)'s containers, never the
+//!    disk): absent, the duplicate is base-fragmented; present, its container is noted;
+//! 2. with rewriting (Capping), a duplicate that the strategy keeps is base-fragmented too
+//!    when the noted container is one the segment gave up (an *infrequently reused*
+//!    container, whose chunks may not serve as bases). A duplicate the strategy rewrites is
+//!    rewritten anyway.
+//!
+//! A base-fragmented chunk is stored again like a new chunk, except that its delta base may
+//! only come from memory (the backup's base cache: its own new chunks and the bases it
+//! already holds, LoopDelta's "potential base chunk cache"), never read back from the
+//! repository: a base read back would be the very extra read the filter removes. Without such
+//! a base it is stored in full. The old copy becomes garbage, which prune reclaims (the index
+//! names the newest copy, see [`super::rewrite`]).
+//!
+//! Choices made:
+//! - The filter needs the fingerprint cache: it is refused with the exact index, which has
+//!   none (every base would look fragmented).
+//! - The paper looks in the first 20 (64 without rewriting) cache slots to save CPU; the cache
+//!   here is a hash map over every cached container, so the whole cache is searched at the
+//!   same cost.
+//! - A duplicate whose own container has left the cache by the time the dedup thread meets it
+//!   (the pool looks up ahead of the dedup thread) is not judged: its kind is not known
+//!   without a disk read. Counted as `unjudged`.
+
+use super::fingerprint_index::FingerprintIndex;
+use crate::format::container::ContainerId;
+use dedelta_core::ChunkId;
+use std::collections::HashSet;
+
+/// The LoopDelta refinements of a backup beyond rewriting (issue 17 items 3 and 4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoopDeltaOptions {
+    /// Store base-fragmented duplicates again (see this module).
+    pub cache_aware_filter: bool,
+    /// Inversed delta compression (see [`super::inverse`]).
+    pub inversed_delta: bool,
+}
+
+/// What the fingerprint cache says of a duplicate's stored copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CachedCopy {
+    /// The copy's container is not cached: its kind is unknown without a disk read.
+    Unknown,
+    /// Stored in full (nothing to filter).
+    Full,
+    /// A delta whose base's fingerprint is cached, in this container.
+    DeltaBaseCached(ContainerId),
+    /// A delta whose base's fingerprint is not cached: base-fragmented.
+    DeltaBaseMissing,
+}
+
+/// The filter's counters (a backup reports them; never stored).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CafCounts {
+    /// Duplicates of old deltas judged.
+    pub old_deltas: u64,
+    /// Of those, base-fragmented because the base was not cached (step 1).
+    pub base_not_cached: u64,
+    /// Of those, base-fragmented because the base's container was given up (step 2).
+    pub base_given_up: u64,
+    /// Duplicates not judged (their copy's container left the cache).
+    pub unjudged: u64,
+    /// Raw bytes of the base-fragmented duplicates stored again.
+    pub bytes: u64,
+}
+
+/// The cache-aware filter of one backup.
+#[derive(Debug, Default)]
+pub struct CacheAwareFilter {
+    /// What it did.
+    pub counts: CafCounts,
+}
+
+impl CacheAwareFilter {
+    /// Whether duplicate `id` is base-fragmented: its cached copy is a delta whose base is
+    /// not in the fingerprint cache, or sits in one of `given_up`, the containers rewriting
+    /// gave up for the current segment.
+    pub fn base_fragmented(
+        &mut self,
+        index: &dyn FingerprintIndex,
+        id: &ChunkId,
+        given_up: &HashSet<ContainerId>,
+    ) -> bool {
+        let fragmented = match index.cached_copy(id) {
+            CachedCopy::Full => return false,
+            CachedCopy::Unknown => {
+                self.counts.unjudged += 1;
+                return false;
+            }
+            CachedCopy::DeltaBaseMissing => {
+                self.counts.base_not_cached += 1;
+                true
+            }
+            CachedCopy::DeltaBaseCached(c) if given_up.contains(&c) => {
+                self.counts.base_given_up += 1;
+                true
+            }
+            CachedCopy::DeltaBaseCached(_) => false,
+        };
+        self.counts.old_deltas += 1;
+        fragmented
+    }
+}
