@@ -139,10 +139,11 @@ pub(super) fn plan(
     plan.bases_kept = bases.len() as u64;
     live.extend(bases);
     // Copies the index does not name, kept for the remaining snapshots whose containers
-    // hold them: full copies of live chunks (restore reads no delta own copy). They keep no
-    // base alive, so what prune keeps stays the same from one prune to the next; in a
-    // container rewritten they are dropped (the snapshots do not name the new container) and
-    // those snapshots read the index's copy.
+    // hold them: full copies of live chunks whose indexed copy is full too (restore reads no
+    // delta own copy; an indexed delta, an inversed one, is there to let the full copy go).
+    // They keep no base alive, so what prune keeps stays the same from one prune to the
+    // next; in a container rewritten they are dropped (the snapshots do not name the new
+    // container) and those snapshots read the index's copy.
     let kept_own: HashSet<(ContainerId, usize)> = metas
         .iter()
         .filter(|(cid, _, _)| own.contains(cid))
@@ -150,7 +151,12 @@ pub(super) fn plan(
             entries
                 .iter()
                 .enumerate()
-                .filter(|(_, (e, indexed))| !indexed && e.base.is_none() && live.contains(&e.id))
+                .filter(|(_, (e, indexed))| {
+                    !indexed
+                        && e.base.is_none()
+                        && live.contains(&e.id)
+                        && !base_of.contains_key(&e.id)
+                })
                 .map(|(i, _)| (*cid, i))
                 .collect::<Vec<_>>()
         })
