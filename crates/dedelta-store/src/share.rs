@@ -1,6 +1,8 @@
 //! Sharing a batch of independent jobs between the calling thread and a pool's free threads:
-//! backup's dedup thread with the worker pool (delta encoding, base regions), restore's
-//! locating thread with rayon's global pool (regions read ahead). The dedup
+//! backup's dedup thread with the worker pool (delta encoding, base regions). (Restore's
+//! locating thread reading regions ahead on rayon's global pool was tried and dropped: on
+//! 2 cores the dumps of 20 SQLAlchemy sdists took 20% more CPU and ran 25% slower; see
+//! docs/benchmarks.md.) The dedup
 //! thread is the backup's critical path on versioned data (on 20 SQLAlchemy sdists it held
 //! 44% of the backup's CPU time against the pool's 26%), and while it works the walker waits
 //! on a full channel and the pool runs dry. Handing a batch to the pool outright

@@ -7,10 +7,8 @@ use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::read::walk_tree;
 use crate::read::{
     FetchedChunk, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice, RestoreCacheStats,
-    READ_AHEAD_BYTES,
 };
 use crate::repository::IndexedRepository;
-use dedelta_core::ChunkId;
 use std::io::Write;
 
 /// Region cache for `dump`.
@@ -89,10 +87,8 @@ pub fn dump_with(
         let producer = s.spawn(move || -> Result<RestoreCacheStats> {
             let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?
                 .reading_own_copies(&snapshot.containers);
-            // Areas of the recipe, each assembled (forward assembly) or its regions read
-            // ahead (an LRU) before it is fetched.
-            let assemble = locator.area_bytes().is_some();
-            let area = locator.area_bytes().unwrap_or(READ_AHEAD_BYTES);
+            // Forward assembly: areas of the recipe, each assembled before it is fetched.
+            let area = locator.area_bytes().unwrap_or(u64::MAX);
             let mut rest: &[ChunkRef] = &chunks;
             while !rest.is_empty() {
                 let (mut n, mut bytes) = (0, 0u64);
@@ -102,10 +98,8 @@ pub fn dump_with(
                 }
                 let (now, later) = rest.split_at(n);
                 rest = later;
-                let ids: Vec<ChunkId> = now.iter().map(|c| c.id).collect();
-                match assemble {
-                    true => locator.assemble(&ids),
-                    false => locator.read_ahead(&ids),
+                if area != u64::MAX {
+                    locator.assemble(&now.iter().map(|c| c.id).collect::<Vec<_>>());
                 }
                 for c in now {
                     let fetched = locator.fetch(&c.id)?;

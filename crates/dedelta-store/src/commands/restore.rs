@@ -50,7 +50,7 @@ use crate::progress::Progress;
 use crate::read::walk_tree;
 use crate::read::{
     speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats, RestoreCacheChoice,
-    RestoreCacheStats, READ_AHEAD_BYTES,
+    RestoreCacheStats,
 };
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
@@ -242,17 +242,16 @@ fn read_events(
     cache: RestoreCacheChoice,
     tx: &crossbeam_channel::Sender<Event>,
 ) -> Result<(ReadStats, RestoreCacheStats)> {
-    let locator =
-        PipelinedLocator::new(repo, cache, cache_bytes)?.reading_own_copies(&snapshot.containers);
     let mut reader = Reader {
-        area: locator.area_bytes().unwrap_or(READ_AHEAD_BYTES),
-        assemble: locator.area_bytes().is_some(),
-        locator,
+        area: None,
+        locator: PipelinedLocator::new(repo, cache, cache_bytes)?
+            .reading_own_copies(&snapshot.containers),
         pending: Vec::new(),
         pending_bytes: 0,
         failed: false,
         tx,
     };
+    reader.area = reader.locator.area_bytes();
     let mut stopped = false;
     // The first path of each (device, inode) of the files with more than one link.
     let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
@@ -306,14 +305,12 @@ enum Step {
     End,
 }
 
-/// The reading side: gathers an area of steps, then reads its containers first (forward
-/// assembly) or reads its regions ahead (an LRU cache, [`READ_AHEAD_BYTES`]), then runs them.
+/// The reading side: runs steps at once (an LRU cache), or gathers an assembly area of them
+/// and reads its containers first (forward assembly).
 struct Reader<'r, 'a> {
     locator: PipelinedLocator<'a>,
-    /// The area in restored bytes.
-    area: u64,
-    /// Forward assembly (else the regions are read ahead).
-    assemble: bool,
+    /// Forward assembly's area in restored bytes.
+    area: Option<u64>,
     pending: Vec<Step>,
     pending_bytes: u64,
     /// The current file failed: its remaining chunks are skipped.
@@ -323,8 +320,11 @@ struct Reader<'r, 'a> {
 
 impl Reader<'_, '_> {
     fn step(&mut self, step: Step) -> std::result::Result<(), Stopped> {
+        let Some(area) = self.area else {
+            return self.run(step);
+        };
         if let Step::Chunk(_, len) = step {
-            if self.pending_bytes > 0 && self.pending_bytes + u64::from(len) > self.area {
+            if self.pending_bytes > 0 && self.pending_bytes + u64::from(len) > area {
                 self.flush()?;
             }
             self.pending_bytes += u64::from(len);
@@ -344,10 +344,8 @@ impl Reader<'_, '_> {
                 _ => None,
             })
             .collect();
-        match (ids.is_empty(), self.assemble) {
-            (true, _) => {}
-            (false, true) => self.locator.assemble(&ids),
-            (false, false) => self.locator.read_ahead(&ids),
+        if !ids.is_empty() {
+            self.locator.assemble(&ids);
         }
         steps.into_iter().try_for_each(|s| self.run(s))
     }

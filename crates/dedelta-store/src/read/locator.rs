@@ -108,8 +108,6 @@ pub struct ChunkLocator<'a> {
     stats: ReadStats,
     /// Damage records, read the first time a chunk is not in the index (to say why).
     damage: Option<DamageSet>,
-    /// Regions restore read ahead and opened (see [`Self::read_ahead`]), not yet asked for.
-    ahead: HashMap<(ContainerId, u32), Vec<u8>>,
     /// The containers of the snapshot being read, when it names them.
     own: Option<OwnCopies>,
 }
@@ -151,7 +149,6 @@ impl<'a> ChunkLocator<'a> {
             cache_bytes,
             stats: ReadStats::default(),
             damage: None,
-            ahead: HashMap::new(),
             own: None,
         })
     }
@@ -299,10 +296,7 @@ impl<'a> ChunkLocator<'a> {
                 self.stats.region_cache_hits += 1;
                 return Ok(r);
             }
-            let r = match self.ahead.remove(&(cid, index)) {
-                Some(raw) => Arc::new(raw),
-                None => self.read_region(cid, meta, index)?,
-            };
+            let r = self.read_region(cid, meta, index)?;
             self.keep(cid, meta, index, r.clone());
             return Ok(r);
         }
@@ -382,40 +376,6 @@ impl<'a> ChunkLocator<'a> {
         })
     }
 
-    /// Restore behind an LRU restore cache: reads the regions `wanted` (in the order they
-    /// will be asked for) that the cache lacks, and opens them on this thread and rayon's
-    /// pool at once; each waits beside the cache until [`Self::locate`] asks for it, and only
-    /// then enters the cache, so the cache sees the same uses in the same order as without
-    /// reading ahead (its container reads, the restore speed factor, are unchanged).
-    /// Regions read ahead and not asked for by the next call are dropped. On 2 cores the
-    /// locating thread, which decompresses regions, was the restore's critical path (53% of
-    /// a dump's CPU time against the decoding thread's 17%).
-    pub(crate) fn read_ahead(&mut self, wanted: &[(ContainerId, u32)]) {
-        for (_, old) in std::mem::take(&mut self.ahead) {
-            self.recycle(Arc::new(old));
-        }
-        let Some(cache) = self.restore_cache.as_ref() else {
-            return;
-        };
-        let lacking: Vec<(ContainerId, u32)> = wanted
-            .iter()
-            .filter(|(cid, i)| !cache.has(cid, *i))
-            .copied()
-            .collect();
-        let mut reads: Vec<RegionRead> = Vec::new();
-        for (cid, index) in lacking {
-            if !reads.iter().any(|r| r.container == cid && r.index == index) {
-                reads.extend(self.read_stored(cid, index));
-            }
-        }
-        crate::share::for_each_shared(None, rayon::current_num_threads(), &mut reads, |r| r.open());
-        for r in reads {
-            if r.opened {
-                self.ahead.insert((r.container, r.index), r.raw);
-            }
-        }
-    }
-
     /// Takes the regions of [`Self::read_regions_for`] into the region cache once opened.
     pub fn keep_regions(&mut self, reads: Vec<RegionRead>) {
         for r in reads {
@@ -493,39 +453,17 @@ impl<'a> ChunkLocator<'a> {
         );
         let opened = read.map_err(Error::from).and_then(|()| {
             self.stats.bytes_read += span.len() as u64;
-            // Opened on this thread and rayon's pool at once, as regions read ahead are.
-            let mut jobs = Vec::with_capacity(regions.len());
             for (i, r) in regions {
                 let at = (r.offset - start) as usize;
-                let range = at..at + r.stored_len as usize;
-                if span.get(range.clone()).is_none() {
-                    return Err(Error::corrupt(&what, "a short read".to_string()));
-                }
-                jobs.push((i, *r, range, self.spare_buffer(), Ok(())));
+                let stored = span
+                    .get(at..at + r.stored_len as usize)
+                    .ok_or_else(|| Error::corrupt(&what, "a short read".to_string()))?;
+                let mut raw = self.spare_buffer();
+                container::open_region_into(&mut self.decompressor, stored, r, &what, &mut raw)?;
+                self.stats.regions_read += 1;
+                self.keep(cid, &meta, i, Arc::new(raw));
             }
-            crate::share::for_each_shared(
-                None,
-                rayon::current_num_threads(),
-                &mut jobs,
-                |(_, r, range, raw, opened)| {
-                    *opened = open_on_this_thread(&span[range.clone()], r, &what, raw);
-                },
-            );
-            let mut first_error = Ok(());
-            for (i, _, _, raw, opened) in jobs {
-                match opened {
-                    Ok(()) => {
-                        self.stats.regions_read += 1;
-                        self.keep(cid, &meta, i, Arc::new(raw));
-                    }
-                    Err(e) => {
-                        if first_error.is_ok() {
-                            first_error = Err(e);
-                        }
-                    }
-                }
-            }
-            first_error
+            Ok(())
         });
         self.stored = span;
         opened

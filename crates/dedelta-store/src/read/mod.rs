@@ -52,9 +52,6 @@ pub(crate) const BASE_CACHE_ENTRIES: usize = 4096;
 /// entries (about 40 MB) that dump took 26,900 page faults and 181 ms of CPU, at 512 14,300
 /// and 144 ms.
 pub(crate) const RESTORE_BASE_CACHE_ENTRIES: usize = 512;
-/// Restore and dump behind an LRU restore cache read the regions of this many restored bytes
-/// ahead, opening them on several threads at once (see [`ChunkLocator::read_ahead`]).
-pub const READ_AHEAD_BYTES: u64 = 8 << 20;
 /// Decompression buffers kept for reuse.
 pub(crate) const SPARE_BUFFERS: usize = 16;
 /// Decompression buffers kept for reuse behind a restore cache, which lets go of many regions

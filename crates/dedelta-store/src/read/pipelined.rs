@@ -110,14 +110,6 @@ impl<'a> PipelinedLocator<'a> {
         }
     }
 
-    /// Behind an LRU restore cache: reads ahead the regions chunks `ids`, to be fetched next
-    /// in this order, will ask for, opening them on several threads at once (see
-    /// [`ChunkLocator::read_ahead`]).
-    pub fn read_ahead(&mut self, ids: &[ChunkId]) {
-        let wanted = self.regions_for(ids);
-        self.locator.read_ahead(&wanted);
-    }
-
     /// The regions (container, region) that fetching `ids` in this order reads, in that
     /// order: each chunk's, and those of the delta bases down its chain that the decoder will
     /// not hold (following the decoder's base cache as [`Self::fetch`] will). A chunk that
