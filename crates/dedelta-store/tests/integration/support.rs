@@ -87,6 +87,21 @@ pub fn write_files(dir: &Path, files: &Files) {
     }
 }
 
+/// Makes `dir` hold `files`, writing only the files whose content changed (and removing the
+/// others): unchanged files keep their inode, ctime and mtime, as between real versions.
+pub fn update_files(dir: &Path, files: &Files) {
+    fs::create_dir_all(dir).unwrap();
+    let old = read_files(dir);
+    for name in old.keys().filter(|n| !files.contains_key(*n)) {
+        fs::remove_file(dir.join(name)).unwrap();
+    }
+    for (name, data) in files {
+        if old.get(name) != Some(data) {
+            fs::write(dir.join(name), data).unwrap();
+        }
+    }
+}
+
 /// The files directly in `dir` (none if it does not exist).
 pub fn read_files(dir: &Path) -> Files {
     let Ok(rd) = fs::read_dir(dir) else {

@@ -4,8 +4,8 @@
 //! pruned.
 
 use crate::support::{
-    backup_files, config, forget_ids, init_repo, locked, me, noise, prune_with, read_files,
-    restore_to, restored_root, run_check, text, Files,
+    backup_dir, config, forget_ids, init_repo, locked, me, noise, prune_with, read_files,
+    restore_to, restored_root, run_check, text, update_files, Files,
 };
 use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
@@ -43,8 +43,10 @@ fn version(v: u64) -> Files {
 
 /// Backs up version `v` of `src` as backup number `v`; returns the snapshot.
 fn backup_version(repo: &IndexedRepository, src: &Path, v: u64) -> (SnapshotId, Snapshot) {
-    let files = version(v);
-    let result = backup_files(repo, src, &files, v, &me()).unwrap();
+    // Only the changed files are written: a rewritten file's record changes (inode, ctime,
+    // mtime) even when its content does not.
+    update_files(src, &version(v));
+    let result = backup_dir(repo, src, v, &me()).unwrap();
     let snap = repo
         .snapshots()
         .unwrap()
