@@ -4,8 +4,8 @@
 //! and a restore cache's reads (either strategy) as chunk data.
 
 use crate::support::{
-    backup_options, backup_with, cache_root_for, config, files, locked, me, restored_root, text,
-    time_of, write_files, Files,
+    backup_options, backup_with, cache_root_for, config, edited_texts, files, locked, me,
+    restored_root, text, time_of, write_files, Files,
 };
 use dedelta_store::backend::wrap::metered::{Direction, IoCounts, Purpose, Traffic};
 use dedelta_store::commands::restore;
@@ -17,26 +17,11 @@ use std::path::Path;
 
 /// Version `v` of the test tree: two texts with a few edits per version (deltas of the last).
 fn tree(v: u64) -> Files {
-    let edit = |mut t: Vec<u8>, seed: u64| {
-        for k in 0..8 * v {
-            let pos = ((k * 7919 + seed * 104_729 + v * 31) as usize) % t.len();
-            t[pos] = b'#';
-        }
-        t
-    };
-    files([
-        ("a.txt", edit(text(200_000, 1), 1)),
-        ("b.txt", edit(text(150_000, 2), 2)),
-    ])
+    edited_texts(v, 8, &[("a.txt", 200_000), ("b.txt", 150_000)])
 }
 
 fn metered_repo(path: &Path) -> IndexedRepository {
-    let cfg = config(1, DeltaConfig::recommended());
-    Repository::init_local_with_cache(path, cfg, &cache_root_for(path))
-        .unwrap()
-        .metered()
-        .open_index()
-        .unwrap()
+    crate::support::metered_repo(path, DeltaConfig::recommended())
 }
 
 /// What `f` did to the repository's counters.

@@ -3,9 +3,8 @@
 //! base read on its own), prune keeping the lists in step, and the presets round-tripping.
 
 use crate::support::{
-    backup_options, backup_with, cache_root_for, config, files, forget_ids, locked,
-    loopdelta_delta, me, prune_with, read_files, restore_to, restored_root, run_check, text,
-    time_of, write_files, Files,
+    backup_options, backup_with, edited_texts, forget_ids, locked, loopdelta_delta, me, prune_with,
+    read_files, restore_to, restored_root, run_check, time_of, write_files, Files,
 };
 use dedelta_store::backend::wrap::metered::{Direction, Purpose};
 use dedelta_store::backend::FileKind;
@@ -13,33 +12,22 @@ use dedelta_store::commands::backup::dense;
 use dedelta_store::commands::backup::rewrite::Capping;
 use dedelta_store::commands::backup::{BackupOptions, BackupResult};
 use dedelta_store::format::container::ContainerId;
-use dedelta_store::{IndexedRepository, Repository};
+use dedelta_store::IndexedRepository;
 use std::collections::HashSet;
 use std::path::Path;
 
 /// Version `v`: three texts with a few edits per version (most chunks duplicates, the
 /// edited ones similar to the last version's).
 fn tree(v: u64) -> Files {
-    let edit = |mut t: Vec<u8>, seed: u64| {
-        for k in 0..6 * v {
-            let pos = ((k * 7919 + seed * 104_729 + v * 31) as usize) % t.len();
-            t[pos] = b'#';
-        }
-        t
-    };
-    files([
-        ("a.txt", edit(text(200_000, 1), 1)),
-        ("b.txt", edit(text(150_000, 2), 2)),
-        ("c.txt", edit(text(120_000, 3), 3)),
-    ])
+    edited_texts(
+        v,
+        6,
+        &[("a.txt", 200_000), ("b.txt", 150_000), ("c.txt", 120_000)],
+    )
 }
 
 fn metered_repo(path: &Path) -> IndexedRepository {
-    Repository::init_local_with_cache(path, config(1, loopdelta_delta()), &cache_root_for(path))
-        .unwrap()
-        .metered()
-        .open_index()
-        .unwrap()
+    crate::support::metered_repo(path, loopdelta_delta())
 }
 
 /// Backs up `files` from `src` as backup `n` with `opts` changed by `f`.

@@ -172,6 +172,32 @@ pub fn loopdelta_delta() -> DeltaConfig {
     }
 }
 
+/// Version `v` of a tree of texts, one per `(name, length)` (text seed: its position + 1),
+/// with `edits` scattered bytes changed per version: most chunks duplicates of the last
+/// version's, the edited ones similar to them.
+pub fn edited_texts(v: u64, edits: u64, texts: &[(&str, usize)]) -> Files {
+    let mut out = Files::new();
+    for (i, (name, len)) in texts.iter().enumerate() {
+        let seed = i as u64 + 1;
+        let mut t = text(*len, seed);
+        for k in 0..edits * v {
+            let pos = ((k * 7919 + seed * 104_729 + v * 31) as usize) % t.len();
+            t[pos] = b'#';
+        }
+        out.insert((*name).to_string(), t);
+    }
+    out
+}
+
+/// A new local repository at `path` with `delta`, whose requests are metered (I/O accounting).
+pub fn metered_repo(path: &Path, delta: DeltaConfig) -> IndexedRepository {
+    Repository::init_local_with_cache(path, config(1, delta), &cache_root_for(path))
+        .unwrap()
+        .metered()
+        .open_index()
+        .unwrap()
+}
+
 /// A new repository at `path` (a local directory), opened with its index (kept under
 /// [`cache_root_for`]).
 pub fn init_repo(path: &Path, cfg: RepoConfig) -> IndexedRepository {
