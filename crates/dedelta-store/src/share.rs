@@ -14,11 +14,11 @@
 use std::sync::Mutex;
 
 /// Runs `job` on every item of `items`, on this thread and on up to `helpers` threads of
-/// `pool` (rayon's global pool if `None`) that are free to help. Items are taken in order; each runs exactly once. What each
+/// `pool` that are free to help. Items are taken in order; each runs exactly once. What each
 /// job computes must not depend on which thread runs it (it never does here: stored bytes
 /// depend only on the input).
 pub fn for_each_shared<T: Send>(
-    pool: Option<&rayon::ThreadPool>,
+    pool: &rayon::ThreadPool,
     helpers: usize,
     items: &mut [T],
     job: impl Fn(&mut T) + Sync,
@@ -36,18 +36,12 @@ pub fn for_each_shared<T: Send>(
         };
         job(item);
     };
-    match pool {
-        Some(p) => p.in_place_scope(|s| spawn_and_work(s, helpers, &work)),
-        None => rayon::in_place_scope(|s| spawn_and_work(s, helpers, &work)),
-    }
-}
-
-/// Starts `helpers` copies of `work` in scope `s` and runs it on this thread too.
-fn spawn_and_work<'s, F: Fn() + Sync>(s: &rayon::Scope<'s>, helpers: usize, work: &'s F) {
-    for _ in 0..helpers {
-        s.spawn(move |_| work());
-    }
-    work();
+    pool.in_place_scope(|s| {
+        for _ in 0..helpers {
+            s.spawn(|_| work());
+        }
+        work();
+    });
 }
 
 #[cfg(test)]
@@ -64,7 +58,7 @@ mod tests {
         for helpers in [0, 1, 2, 8] {
             for n in [0, 1, 2, 7, 100] {
                 let mut items: Vec<(usize, u32)> = (0..n).map(|i| (i, 0)).collect();
-                for_each_shared(Some(&pool), helpers, &mut items, |(i, runs)| {
+                for_each_shared(&pool, helpers, &mut items, |(i, runs)| {
                     *runs += 1;
                     *i *= 2;
                 });

@@ -283,9 +283,7 @@ impl<'a> BaseFetcher<'a> {
             self.planned.insert(id, plan);
         }
         let mut reads = self.reader.read_regions_for(&chunks);
-        for_each_shared(Some(pool), pool.current_num_threads(), &mut reads, |r| {
-            r.open()
-        });
+        for_each_shared(pool, pool.current_num_threads(), &mut reads, |r| r.open());
         self.reader.keep_regions(reads);
         Ok(())
     }

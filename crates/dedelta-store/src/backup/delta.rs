@@ -422,7 +422,7 @@ impl<'a> DeltaStage<'a> {
     fn for_each<T: Send>(&self, items: &mut [T], job: impl Fn(&mut T) + Sync + Send) {
         match (self.encode_pool, self.share_with) {
             (Some(p), _) => p.install(|| items.par_iter_mut().for_each(job)),
-            (None, Some(p)) => for_each_shared(Some(p), p.current_num_threads(), items, job),
+            (None, Some(p)) => for_each_shared(p, p.current_num_threads(), items, job),
             (None, None) => items.iter_mut().for_each(job),
         }
     }
