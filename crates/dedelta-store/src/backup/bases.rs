@@ -1,8 +1,8 @@
 //! Runs on: the dedup thread.
 //!
 //! Delta bases: the bytes of the full chunk a delta is encoded against. They come from memory
-//! (an LRU cache bounded in bytes, filled with this backup's new full chunks and the bases it
-//! read), else from the local base cache of the last backups ([`crate::client::local_cache`]),
+//! ([`super::base_cache`]: an LRU bounded in bytes, filled with this backup's new full chunks
+//! and the bases it read), else from the local base cache of the last backups ([`crate::client::local_cache`]),
 //! else they are read back (and verified) from the repository, which is the stage's main cost.
 //!
 //! Delta depth: with one-level deltas (Shilane §2.1, `max_depth` 1) a base is always a chunk
@@ -14,6 +14,7 @@
 //! (damage `check` has not recorded yet) is skipped, never used, and reported when the backup
 //! ends.
 
+use super::base_cache::BaseCache;
 use super::prefetch::PrefetchedBases;
 use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
@@ -24,121 +25,9 @@ use crate::repository::IndexedRepository;
 use crate::share::for_each_shared;
 use bytes::Bytes;
 use dedelta_core::ChunkId;
-use lru::LruCache;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// The share of the budget that new full chunks not used as a base yet may hold (see
-/// [`BaseCache`]).
-const FRESH_SHARE: usize = 8;
-
-/// One LRU list bounded by bytes: each chunk's bytes and delta depth.
-struct Lru {
-    map: LruCache<ChunkId, (Bytes, u8)>,
-    bytes: usize,
-    budget: usize,
-}
-
-impl Lru {
-    fn new(budget: usize) -> Self {
-        Lru {
-            map: LruCache::unbounded(),
-            bytes: 0,
-            budget,
-        }
-    }
-
-    fn put(&mut self, id: ChunkId, data: Bytes, depth: u8) {
-        if self.budget == 0 {
-            return;
-        }
-        self.bytes += data.len();
-        if let Some((old, _)) = self.map.put(id, (data, depth)) {
-            self.bytes -= old.len();
-        }
-        while self.bytes > self.budget {
-            match self.map.pop_lru() {
-                Some((_, (old, _))) => self.bytes -= old.len(),
-                None => break,
-            }
-        }
-    }
-
-    fn take(&mut self, id: &ChunkId) -> Option<(Bytes, u8)> {
-        let (data, depth) = self.map.pop(id)?;
-        self.bytes -= data.len();
-        Some((data, depth))
-    }
-}
-
-/// An LRU cache of base chunks bounded by bytes, in two parts: bases that were used (read
-/// back, or asked for again) get the whole budget; this backup's new full chunks, which on
-/// new data are never used, get an eighth of it until one is asked for (then it moves to
-/// the first part). So a backup of new data holds 32 MiB of them, not 256 (most of its peak
-/// memory), while a chunk similar to a recent one still finds it in memory.
-pub struct BaseCache {
-    used: Lru,
-    fresh: Lru,
-}
-
-impl BaseCache {
-    /// A cache of at most `budget` bytes of used bases and `budget / 8` of new chunks.
-    pub fn new(budget: usize) -> Self {
-        BaseCache {
-            used: Lru::new(budget),
-            fresh: Lru::new(budget / FRESH_SHARE),
-        }
-    }
-
-    /// A cached base (a new chunk asked for moves to the used bases).
-    pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {
-        if let Some((b, _)) = self.used.map.get(id) {
-            return Some(b.clone());
-        }
-        let (b, depth) = self.fresh.take(id)?;
-        self.used.put(*id, b.clone(), depth);
-        Some(b)
-    }
-
-    /// A cached chunk's bytes and delta depth, without counting as a use.
-    fn peek(&self, id: &ChunkId) -> Option<&(Bytes, u8)> {
-        self.used.map.peek(id).or_else(|| self.fresh.map.peek(id))
-    }
-
-    /// The delta depth of a cached chunk, without counting as a use.
-    pub fn depth_of(&self, id: &ChunkId) -> Option<u8> {
-        self.peek(id).map(|(_, d)| *d)
-    }
-
-    /// Adds a base that was used, evicting the least recently used ones beyond the budget.
-    pub fn put(&mut self, id: ChunkId, data: Bytes, depth: u8) {
-        self.used.put(id, data, depth);
-    }
-
-    /// Adds a new chunk of this backup (stored in full, or a delta of `depth`): a possible
-    /// base for later chunks.
-    pub fn put_fresh(&mut self, id: ChunkId, data: Bytes, depth: u8) {
-        if !self.used.map.contains(&id) {
-            self.fresh.put(id, data, depth);
-        }
-    }
-
-    /// The cached bases: the used ones, most recently used first, then the new chunks, most
-    /// recent first; with `fresh_first`, the new chunks first.
-    pub fn iter(&self, fresh_first: bool) -> impl Iterator<Item = (&ChunkId, &Bytes)> {
-        let (first, second) = if fresh_first {
-            (&self.fresh, &self.used)
-        } else {
-            (&self.used, &self.fresh)
-        };
-        first
-            .map
-            .iter()
-            .chain(second.map.iter())
-            .map(|(id, (b, _))| (id, b))
-    }
-}
 
 /// Where bases came from, for the backup's metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -592,47 +481,5 @@ impl<'a> BaseFetcher<'a> {
             }
             other => other,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn chunk(n: u8, len: usize) -> (ChunkId, Bytes) {
-        (ChunkId::of(&[n]), Bytes::from(vec![n; len]))
-    }
-
-    /// New chunks get an eighth of the budget; one asked for moves to the used part and
-    /// stays while later new chunks push the others out.
-    #[test]
-    fn new_chunks_get_a_share_until_used() {
-        let mut c = BaseCache::new(800);
-        let (a, da) = chunk(1, 60);
-        c.put_fresh(a, da, 0);
-        assert!(c.get(&a).is_some());
-        for n in 2..20 {
-            let (id, d) = chunk(n, 60);
-            c.put_fresh(id, d, 1);
-        }
-        // 100 bytes of new chunks: only the last one is left.
-        assert_eq!(c.fresh.map.len(), 1);
-        assert!(c.get(&chunk(19, 60).0).is_some());
-        assert!(c.get(&chunk(18, 60).0).is_none());
-        assert!(c.get(&a).is_some(), "a used base stays");
-        assert_eq!(c.iter(false).count(), 2);
-        // The new chunks first, when asked (what a backup with delta chains saves).
-        let (n, dn) = chunk(40, 60);
-        c.put_fresh(n, dn, 1);
-        assert_eq!(c.iter(false).next().map(|(id, _)| *id), Some(a));
-        assert_eq!(c.iter(true).next().map(|(id, _)| *id), Some(n));
-        assert_eq!(
-            (c.depth_of(&a), c.depth_of(&chunk(19, 60).0)),
-            (Some(0), Some(1))
-        );
-        let (b, db) = chunk(30, 700);
-        c.put(b, db, 2);
-        assert!(c.get(&b).is_some());
-        assert!(c.used.bytes <= 800);
     }
 }

@@ -36,6 +36,7 @@
 //! every container is indexed before the snapshot is written. A backup killed anywhere leaves
 //! at worst unreferenced containers, which `check` accepts and a later prune removes.
 
+mod base_cache;
 pub mod bases;
 pub mod caf;
 mod chunk;
