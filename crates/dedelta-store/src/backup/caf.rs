@@ -112,3 +112,33 @@ impl CacheAwareFilter {
         fragmented
     }
 }
+
+/// Refuses LoopDelta options the backup cannot honour, before anything is written.
+pub(super) fn check_options(
+    config: &crate::format::config::RepoConfig,
+    delta: &crate::format::config::DeltaConfig,
+    opts: &super::BackupOptions,
+) -> crate::error::Result<()> {
+    let ld = opts.loopdelta;
+    // LoopDelta's prefetching runs on the locality index whatever `--fingerprint-index` says.
+    let locality = opts.lookup.kind == super::fingerprint_index::FingerprintIndexKind::Locality
+        || delta.sketch_index == crate::format::config::SketchIndexKind::Prefetch;
+    if ld.cache_aware_filter && !locality {
+        return Err(crate::error::Error::InvalidOption(
+            "the cache-aware filter needs the fingerprint cache: add --fingerprint-index \
+             locality"
+                .into(),
+        ));
+    }
+    if ld.inversed_delta {
+        config.check_inversed()?;
+        if opts.rewriting.is_none() {
+            return Err(crate::error::Error::InvalidOption(
+                "inversed delta compression works with rewriting (LoopDelta §4.5): add \
+                 --capping-level"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}

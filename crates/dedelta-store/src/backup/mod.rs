@@ -49,6 +49,7 @@ pub mod inverse;
 mod meta;
 pub mod metrics;
 mod pack;
+mod parent;
 pub mod prefetch;
 pub mod resemble;
 pub mod rewrite;
@@ -78,7 +79,7 @@ use fingerprint_index::{
 };
 use metrics::{BackupMetrics, StageTimes};
 use prefetch::PrefetchSketchIndex;
-use resemble::dupadj::{DupAdj, ParentRecipe};
+use resemble::dupadj::DupAdj;
 use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use resemble::CandidateSearch;
 use std::io::Read;
@@ -256,7 +257,7 @@ pub fn backup(
     let delta_cfg = opts.delta.take().unwrap_or_else(|| config.default_delta());
     config.check_depth(&delta_cfg)?;
     let dense_threshold = delta_cfg.dense_threshold;
-    check_loopdelta(&config, &delta_cfg, &opts)?;
+    caf::check_options(&config, &delta_cfg, &opts)?;
     // What the writer records in the index, and what the full sketch index finds, follow this
     // backup's choice; the config's is set back when it ends.
     repo.index().set_sketch_keep(delta_cfg.sketch_keep);
@@ -305,11 +306,11 @@ pub fn backup(
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
     let mut parent = if delta_cfg.enabled() || want_files {
-        let want = ParentWants {
+        let want = parent::ParentWants {
             recipe: delta_cfg.enabled() && delta_cfg.dupadj,
             files: want_files.then_some(&opts.sources),
         };
-        parent(
+        parent::find(
             repo,
             listed.as_ref(),
             &snapshot_paths,
@@ -590,130 +591,4 @@ pub fn backup(
         notices,
         metrics,
     })
-}
-
-/// Refuses LoopDelta options the backup cannot honour, before anything is written.
-fn check_loopdelta(
-    config: &crate::format::config::RepoConfig,
-    delta: &DeltaConfig,
-    opts: &BackupOptions,
-) -> Result<()> {
-    let ld = opts.loopdelta;
-    // LoopDelta's prefetching runs on the locality index whatever `--fingerprint-index` says.
-    let locality = opts.lookup.kind == FingerprintIndexKind::Locality
-        || delta.sketch_index == crate::format::config::SketchIndexKind::Prefetch;
-    if ld.cache_aware_filter && !locality {
-        return Err(Error::InvalidOption(
-            "the cache-aware filter needs the fingerprint cache: add --fingerprint-index \
-             locality"
-                .into(),
-        ));
-    }
-    if ld.inversed_delta {
-        config.check_inversed()?;
-        if opts.rewriting.is_none() {
-            return Err(Error::InvalidOption(
-                "inversed delta compression works with rewriting (LoopDelta §4.5): add \
-                 --capping-level"
-                    .into(),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// What the backup learns from its parent snapshot: the one `--parent` names, else the newest
-/// of the same host and paths, else (for delta hints only) the newest with the same paths,
-/// else the newest.
-struct Parent {
-    /// Its chunk sequence, for DupAdj (when asked for).
-    recipe: Option<ParentRecipe>,
-    /// Where its tree's records and references lie, for the tree chunks' delta bases.
-    tree: Option<tree_writer::ParentTree>,
-    /// Its files, to skip the unchanged ones (unless every file is read).
-    files: Option<unchanged::ParentFiles>,
-}
-
-/// What to learn from the parent.
-struct ParentWants<'a> {
-    recipe: bool,
-    /// Its files, compared by these rules.
-    files: Option<&'a unchanged::SourceOptions>,
-}
-
-/// Reads the parent snapshot's tree. A parent that cannot be read only costs the backup its
-/// hints and its unchanged files: it goes on without one, with a notice (a damaged tree must
-/// not block every later backup of its paths).
-///
-/// # Errors
-/// Only a `--parent` that names no snapshot.
-fn parent(
-    repo: &IndexedRepository,
-    listed: Option<&crate::repository::snapshots::SnapshotList>,
-    paths: &[String],
-    opts: &BackupOptions,
-    want: ParentWants<'_>,
-    notices: &mut Vec<String>,
-) -> Result<Option<Parent>> {
-    let chosen = match &opts.sources.parent {
-        Some(spec) => repo.find_snapshot(spec)?,
-        None => {
-            // Not listed: the listing failed, with a notice.
-            let Some(listed) = listed else {
-                return Ok(None);
-            };
-            let all = &listed.snapshots;
-            let same_host = all
-                .iter()
-                .rposition(|(_, s)| s.paths == paths && s.host == opts.host);
-            // Files are compared only with a snapshot of the same host and paths.
-            let fallback = all.iter().rposition(|(_, s)| s.paths == paths);
-            let Some(i) = same_host.or(fallback).or(all.len().checked_sub(1)) else {
-                return Ok(None);
-            };
-            let chosen = all[i].clone();
-            if same_host.is_none() {
-                return Ok(read_parent(repo, chosen, want.recipe, None, notices));
-            }
-            chosen
-        }
-    };
-    Ok(read_parent(repo, chosen, want.recipe, want.files, notices))
-}
-
-/// Reads the chosen parent's tree.
-fn read_parent(
-    repo: &IndexedRepository,
-    (id, snap): (SnapshotId, Snapshot),
-    want_recipe: bool,
-    files: Option<&unchanged::SourceOptions>,
-    notices: &mut Vec<String>,
-) -> Option<Parent> {
-    let mut ids = Vec::new();
-    let mut tree = tree_writer::ParentTreeBuilder::new();
-    let mut parent_files = files.map(unchanged::ParentFiles::new);
-    let walked = crate::read::walk_tree_measured(repo, &snap, |node, chunks| {
-        tree.node(&node, &chunks);
-        if want_recipe {
-            ids.extend(chunks.iter().map(|c| c.id));
-        }
-        if let Some(f) = parent_files.as_mut() {
-            f.add(&node, &chunks);
-        }
-        Ok(())
-    });
-    match walked {
-        Ok(lens) => Some(Parent {
-            recipe: want_recipe.then(|| ParentRecipe::new(ids)),
-            tree: tree.finish(&snap.tree.chunks, &lens),
-            files: parent_files,
-        }),
-        Err(e) => {
-            notices.push(format!(
-                "parent snapshot {} is unreadable ({e}); backing up without a parent",
-                id.short()
-            ));
-            None
-        }
-    }
 }

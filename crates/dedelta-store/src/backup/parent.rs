@@ -1,0 +1,107 @@
+//! Runs on: the caller's thread, before the pipeline starts.
+//!
+//! The parent snapshot: which one a backup compares with (`--parent`, else the newest of the
+//! same host and paths), and what it learns from the parent's tree (DupAdj's recipe, the tree
+//! chunks' delta bases, the files that may be unchanged).
+
+use super::resemble::dupadj::ParentRecipe;
+use super::{tree_writer, unchanged, BackupOptions};
+use crate::error::Result;
+use crate::format::snapshot::{Snapshot, SnapshotId};
+use crate::repository::IndexedRepository;
+
+/// What the backup learns from its parent snapshot: the one `--parent` names, else the newest
+/// of the same host and paths, else (for delta hints only) the newest with the same paths,
+/// else the newest.
+pub(super) struct Parent {
+    /// Its chunk sequence, for DupAdj (when asked for).
+    pub(super) recipe: Option<ParentRecipe>,
+    /// Where its tree's records and references lie, for the tree chunks' delta bases.
+    pub(super) tree: Option<tree_writer::ParentTree>,
+    /// Its files, to skip the unchanged ones (unless every file is read).
+    pub(super) files: Option<unchanged::ParentFiles>,
+}
+
+/// What to learn from the parent.
+pub(super) struct ParentWants<'a> {
+    pub(super) recipe: bool,
+    /// Its files, compared by these rules.
+    pub(super) files: Option<&'a unchanged::SourceOptions>,
+}
+
+/// Reads the parent snapshot's tree. A parent that cannot be read only costs the backup its
+/// hints and its unchanged files: it goes on without one, with a notice (a damaged tree must
+/// not block every later backup of its paths).
+///
+/// # Errors
+/// Only a `--parent` that names no snapshot.
+pub(super) fn find(
+    repo: &IndexedRepository,
+    listed: Option<&crate::repository::snapshots::SnapshotList>,
+    paths: &[String],
+    opts: &BackupOptions,
+    want: ParentWants<'_>,
+    notices: &mut Vec<String>,
+) -> Result<Option<Parent>> {
+    let chosen = match &opts.sources.parent {
+        Some(spec) => repo.find_snapshot(spec)?,
+        None => {
+            // Not listed: the listing failed, with a notice.
+            let Some(listed) = listed else {
+                return Ok(None);
+            };
+            let all = &listed.snapshots;
+            let same_host = all
+                .iter()
+                .rposition(|(_, s)| s.paths == paths && s.host == opts.host);
+            // Files are compared only with a snapshot of the same host and paths.
+            let fallback = all.iter().rposition(|(_, s)| s.paths == paths);
+            let Some(i) = same_host.or(fallback).or(all.len().checked_sub(1)) else {
+                return Ok(None);
+            };
+            let chosen = all[i].clone();
+            if same_host.is_none() {
+                return Ok(read_parent(repo, chosen, want.recipe, None, notices));
+            }
+            chosen
+        }
+    };
+    Ok(read_parent(repo, chosen, want.recipe, want.files, notices))
+}
+
+/// Reads the chosen parent's tree.
+fn read_parent(
+    repo: &IndexedRepository,
+    (id, snap): (SnapshotId, Snapshot),
+    want_recipe: bool,
+    files: Option<&unchanged::SourceOptions>,
+    notices: &mut Vec<String>,
+) -> Option<Parent> {
+    let mut ids = Vec::new();
+    let mut tree = tree_writer::ParentTreeBuilder::new();
+    let mut parent_files = files.map(unchanged::ParentFiles::new);
+    let walked = crate::read::walk_tree_measured(repo, &snap, |node, chunks| {
+        tree.node(&node, &chunks);
+        if want_recipe {
+            ids.extend(chunks.iter().map(|c| c.id));
+        }
+        if let Some(f) = parent_files.as_mut() {
+            f.add(&node, &chunks);
+        }
+        Ok(())
+    });
+    match walked {
+        Ok(lens) => Some(Parent {
+            recipe: want_recipe.then(|| ParentRecipe::new(ids)),
+            tree: tree.finish(&snap.tree.chunks, &lens),
+            files: parent_files,
+        }),
+        Err(e) => {
+            notices.push(format!(
+                "parent snapshot {} is unreadable ({e}); backing up without a parent",
+                id.short()
+            ));
+            None
+        }
+    }
+}
