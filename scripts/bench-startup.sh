@@ -16,7 +16,7 @@ if [ ! -f "$work/built" ]; then
   rm -rf "$repo" "$work/cache"
   # shellcheck disable=SC2086
   "$bin" init -r "$repo" ${INIT_FLAGS:-} >/dev/null
-  head -c 800000000 /dev/urandom | base64 -w 0 | head -c 800000000 > "$work/big"
+  head -c 600000000 /dev/urandom | base64 -w 0 > "$work/big"
   "$bin" backup -r "$repo" --stdin --stdin-name big < "$work/big" >/dev/null
   rm -f "$work/big"
   for i in $(seq 1 999); do
