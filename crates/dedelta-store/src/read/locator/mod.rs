@@ -333,7 +333,7 @@ impl<'a> ChunkLocator<'a> {
         )?;
         self.stats.regions_read += 1;
         self.stats.bytes_read += self.stored.len() as u64;
-        let mut raw = self.spare_buffer();
+        let mut raw = self.spare_buffer(r.raw_len as usize);
         container::open_region_into(&mut self.decompressor, &self.stored, r, &what, &mut raw)?;
         Ok(Arc::new(raw))
     }
@@ -385,7 +385,7 @@ impl<'a> ChunkLocator<'a> {
                 let stored = span
                     .get(at..at + r.stored_len as usize)
                     .ok_or_else(|| Error::corrupt(&what, "a short read".to_string()))?;
-                let mut raw = self.spare_buffer();
+                let mut raw = self.spare_buffer(r.raw_len as usize);
                 container::open_region_into(&mut self.decompressor, stored, r, &what, &mut raw)?;
                 self.stats.regions_read += 1;
                 self.keep(cid, &meta, i, Arc::new(raw));
@@ -443,14 +443,22 @@ impl<'a> ChunkLocator<'a> {
         }
     }
 
-    /// A buffer for the next region: an evicted one if any is free again, else a new one.
-    fn spare_buffer(&mut self) -> Vec<u8> {
-        if let Some(b) = self.spare.pop() {
-            return b;
-        }
-        match self.retired.iter().position(|r| Arc::strong_count(r) == 1) {
-            Some(i) => Arc::try_unwrap(self.retired.swap_remove(i)).unwrap_or_default(),
-            None => Vec::new(),
+    /// A buffer for the next region, of `raw_len` bytes: an evicted one if any is free again
+    /// and large enough, else a new one with its pages mapped ([`crate::buffers::populated`])
+    /// and headroom, so that it fits the next regions too (growing a reused buffer would copy
+    /// its stale contents).
+    fn spare_buffer(&mut self, raw_len: usize) -> Vec<u8> {
+        let free = match self.spare.pop() {
+            Some(b) => Some(b),
+            None => self
+                .retired
+                .iter()
+                .position(|r| Arc::strong_count(r) == 1)
+                .and_then(|i| Arc::try_unwrap(self.retired.swap_remove(i)).ok()),
+        };
+        match free {
+            Some(b) if b.capacity() >= raw_len => b,
+            _ => crate::buffers::populated(raw_len + raw_len / 4),
         }
     }
 
