@@ -188,7 +188,8 @@ pub struct DeltaArgs {
     #[arg(long, value_name = "D")]
     max_depth: Option<u8>,
     /// With `--sketch-index prefetch` (LoopDelta): a container goes on a backup's dense
-    /// container list when the backup references more than this fraction of its chunks.
+    /// container list when the backup references more than this fraction of its chunks
+    /// (default 0.3; the `loopdelta` presets 0.2 without Capping).
     #[arg(long, value_name = "R")]
     dense_threshold: Option<f64>,
     /// With `--sketch-index prefetch`: containers of full chunks the potential base chunk
