@@ -249,7 +249,8 @@ impl<'a> BaseFetcher<'a> {
         }
         let notice = match LocalBaseCache::open(&path) {
             Ok(cache) => {
-                self.local = cache;
+                let hasher = self.reader.hasher();
+                self.local = cache.map(|c| c.verifying_with(hasher));
                 None
             }
             Err(e) => Some(format!("{e}; it is rebuilt")),

@@ -425,6 +425,7 @@ pub fn backup(
         // Sketching only DupAdj's misses, the delta stage sketches file data.
         sketcher: sketcher.clone().filter(|_| !sketches_misses_only),
         times: times.clone(),
+        hasher: repo.chunk_hasher(),
     };
     let threads = workers.pool.current_num_threads();
     let (item_tx, item_rx) =

@@ -181,9 +181,17 @@ pub struct LocalBaseCache {
     /// The data file as long as it was when opened (every entry lies within it).
     data: Bytes,
     entries: HashMap<ChunkId, Extent>,
+    /// How entries are checked against their ids (keyed in an encrypted repository).
+    hasher: dedelta_core::ChunkHasher,
 }
 
 impl LocalBaseCache {
+    /// Checks entries with `hasher` (the repository's: see [`dedelta_core::ChunkHasher`]).
+    pub fn verifying_with(mut self, hasher: dedelta_core::ChunkHasher) -> Self {
+        self.hasher = hasher;
+        self
+    }
+
     /// Opens the cache in directory `dir`; `Ok(None)` if there is none.
     ///
     /// # Errors
@@ -223,6 +231,7 @@ impl LocalBaseCache {
             generation: index.generation,
             data,
             entries: index.entries.into_iter().collect(),
+            hasher: dedelta_core::ChunkHasher::Plain,
         }))
     }
 
@@ -246,7 +255,7 @@ impl LocalBaseCache {
     pub fn get(&mut self, id: &ChunkId) -> Option<Bytes> {
         let x = *self.entries.get(id)?;
         let bytes = self.slice(x);
-        if ChunkId::of(&bytes) == *id {
+        if self.hasher.id(&bytes) == *id {
             Some(bytes)
         } else {
             self.entries.remove(id);

@@ -555,7 +555,7 @@ fn read_recorded_copy(
             out
         }
     };
-    if ChunkId::of(&bytes) != *chunk {
+    if reader.hasher().id(&bytes) != *chunk {
         return Err(bad("content does not match its fingerprint"));
     }
     Ok(bytes)
