@@ -317,7 +317,7 @@ mod tests {
     /// the plaintext.
     #[test]
     fn reads_match_a_plain_backend() {
-        let mem: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let mem: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
         let s = SealedBackend::new(mem.clone(), &key());
         let data: Vec<u8> = (0..70_000u32).map(|i| (i % 253) as u8).collect();
         s.put(FileKind::Container, "c1", &data).unwrap();
@@ -346,7 +346,7 @@ mod tests {
     /// into [`crate::Error::Corrupt`].
     #[test]
     fn a_changed_byte_is_reported_as_damage() {
-        let mem: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let mem: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
         let s = SealedBackend::new(mem.clone(), &key());
         s.put(FileKind::Snapshot, "s1", b"snapshot bytes").unwrap();
         let mut raw = mem.get(FileKind::Snapshot, "s1").unwrap();
