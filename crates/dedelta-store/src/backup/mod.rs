@@ -464,7 +464,8 @@ pub fn backup(
         if opts.loopdelta.cache_aware_filter {
             dedup = dedup.cache_aware_filter();
         }
-        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
+        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
+            .hashing_with(repo.chunk_hasher());
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
             .map_err(|e| Error::io("starting a thread", e))?;

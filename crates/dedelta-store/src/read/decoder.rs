@@ -133,7 +133,7 @@ impl ChunkDecoder {
         // Farthest first: the first link that fails is the damaged one.
         for (id, located) in ids {
             let bad = match self.bases.peek(&id) {
-                Some(bytes) => ChunkId::of(bytes) != id,
+                Some(bytes) => self.hasher.id(bytes) != id,
                 None => false,
             };
             if bad {

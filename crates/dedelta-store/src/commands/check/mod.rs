@@ -279,7 +279,8 @@ pub fn check(
             if recorded_whole {
                 cleared_whole.push(cid);
             }
-            verify_entries(&file, &meta, &what, &mut base, |i, e, verdict| {
+            let hasher = repo.chunk_hasher();
+            verify_entries(&file, &meta, &what, &hasher, &mut base, |i, e, verdict| {
                 report.chunks_read += 1;
                 if verdict.is_ok() && damage.reason(&cid, &e.id).is_some() {
                     cleared.push((cid, e.id));
