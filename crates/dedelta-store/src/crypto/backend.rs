@@ -2,6 +2,11 @@
 //! opens (authenticates, decrypts) it on the way out, ranged reads included, so that the rest
 //! of the store reads and writes plaintext and never knows.
 //!
+//! A container read whole (`get`) is the one exception to "authenticated or refused": its
+//! segments that fail authentication come back as zeros, because every reader of a whole
+//! container checks it against its name (a content hash) and then entry by entry, which is
+//! how `check` and `repair packs` tell the damaged chunks from the intact ones.
+//!
 //! Locks and key files pass through plain (a lock says who holds it, for `unlock`; a key file
 //! is sealed under its password). Sizes (`size`, `list`) are the plaintext's, so that offsets
 //! in container footers hold. A ranged read needs the object's trailer (its length and nonce
@@ -154,6 +159,14 @@ impl Backend for SealedBackend {
             kind: kind.dir(),
             name,
         };
+        if kind == FileKind::Container {
+            // Whole-container readers check the bytes against the container's name and then
+            // entry by entry: a damaged segment reaches them as zeros, and costs only the
+            // chunks in it, as a damaged byte does in a plain repository.
+            return sealed::open_salvaging(&self.cipher, obj, &bytes)
+                .map(|(plain, _)| plain)
+                .map_err(|e| seal_error(kind, name, e));
+        }
         sealed::open(&self.cipher, obj, &bytes).map_err(|e| seal_error(kind, name, e))
     }
 

@@ -265,6 +265,38 @@ pub fn open_window(
     }
 }
 
+/// Opens a whole sealed object, putting zeros in place of the segments that fail
+/// authentication; returns the plaintext and those segments' numbers. For containers read
+/// whole, whose readers check the bytes against the container's name and then entry by entry
+/// (as they find damage in a plain repository), so that one damaged segment costs only the
+/// chunks in it. Errors only for a malformed trailer or length.
+pub fn open_salvaging(
+    cipher: &XChaCha20Poly1305,
+    obj: ObjectName<'_>,
+    sealed: &[u8],
+) -> Result<(Vec<u8>, Vec<u64>), SealError> {
+    let trailer = Trailer::parse(sealed)?;
+    if sealed_len(trailer.plain_len) != sealed.len() as u64 {
+        return Err(SealError::Malformed(format!(
+            "{} bytes where its trailer implies {}",
+            sealed.len(),
+            sealed_len(trailer.plain_len)
+        )));
+    }
+    let mut out = Vec::with_capacity(trailer.plain_len as usize);
+    let mut damaged = Vec::new();
+    for i in 0..segment_count(trailer.plain_len) {
+        let at = segment_offset(i) as usize;
+        let plain = (trailer.plain_len - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize;
+        let window = &sealed[at..at + plain + TAG_LEN];
+        if open_window(cipher, &trailer, obj, i, window, &mut out).is_err() {
+            out.resize(out.len() + plain, 0);
+            damaged.push(i);
+        }
+    }
+    Ok((out, damaged))
+}
+
 /// Opens a whole sealed object.
 pub fn open(
     cipher: &XChaCha20Poly1305,
@@ -345,6 +377,14 @@ mod tests {
         };
         assert_eq!(open(&c, other, &s), Err(SealError::Authentication(0)));
         assert!(open(&cipher(&[8; 32]), OBJ, &s).is_err());
+        // Salvaging keeps the other segments and zeroes the damaged one.
+        let mut bad = s.clone();
+        bad[segment_offset(1) as usize + 5] ^= 1;
+        let (got, damaged) = open_salvaging(&c, OBJ, &bad).unwrap();
+        assert_eq!(damaged, vec![1]);
+        assert_eq!(got[..SEGMENT_LEN], plain[..SEGMENT_LEN]);
+        assert!(got[SEGMENT_LEN..2 * SEGMENT_LEN].iter().all(|&b| b == 0));
+        assert_eq!(got[2 * SEGMENT_LEN..], plain[2 * SEGMENT_LEN..]);
         // Truncated by a segment, with the trailer put back.
         let mut cut = s[..segment_offset(1) as usize].to_vec();
         cut.extend_from_slice(&s[s.len() - TRAILER_LEN..]);
