@@ -339,3 +339,18 @@ fn dense_lists_are_sealed_and_checked() {
     assert!(!all.contains("panicked"), "{all}");
     assert!(all.contains(&name[..8]) || all.contains("dense"), "{all}");
 }
+
+/// A plain config put in place of an encrypted repository's (to have the next backup written
+/// in clear) is refused; a plain repository still works without any password.
+#[test]
+fn a_plain_config_over_an_encrypted_repository_is_refused() {
+    let (f, src) = backed_up();
+    let plain = Fixture::new();
+    plain.backup(&[&src]);
+    plain.ok(&["check", "--read-data"]);
+    fs::copy(plain.repo().join("config"), f.repo().join("config")).unwrap();
+    let out = with_pw(&f, PW, &["backup", src.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("key files"), "{err}");
+}

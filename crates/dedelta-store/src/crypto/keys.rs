@@ -31,7 +31,7 @@ pub struct KdfParams {
 
 impl Default for KdfParams {
     /// 64 MiB, 3 passes, 1 lane (RFC 9106's second recommended option, with 64 MiB): about a
-    /// quarter of a second here, once per command.
+    /// tenth of a second of CPU on the development machine, once per command.
     fn default() -> Self {
         KdfParams {
             memory_kib: 64 * 1024,

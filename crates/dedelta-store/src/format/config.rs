@@ -573,7 +573,7 @@ mod tests {
         v["compression"] = serde_json::from_str(json).unwrap();
         RepoConfig::from_bytes(&envelope::seal(
             CONFIG_MAGIC,
-            FORMAT_VERSION,
+            PLAIN_FORMAT_VERSION,
             &serde_json::to_vec(&v).unwrap(),
         ))
     }
@@ -729,7 +729,7 @@ mod tests {
         let seal = |v: &serde_json::Value, version: u16| {
             envelope::seal(CONFIG_MAGIC, version, &serde_json::to_vec(v).unwrap())
         };
-        let read = RepoConfig::from_bytes(&seal(&v, FORMAT_VERSION)).unwrap();
+        let read = RepoConfig::from_bytes(&seal(&v, PLAIN_FORMAT_VERSION)).unwrap();
         assert_eq!(read.delta, DeltaConfig::default());
         assert!(!read.delta.enabled());
         // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
@@ -799,5 +799,36 @@ mod tests {
         assert_eq!(v2.container_version(), 2);
         assert_eq!(cfg.default_delta(), cfg.delta);
         cfg.validate().unwrap();
+    }
+
+    /// An encrypted config is version 5 with the keyed hash; any other mix is refused.
+    #[test]
+    fn encryption_keys() {
+        let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into()).encrypted();
+        assert_eq!(cfg.version, u32::from(ENCRYPTED_VERSION));
+        cfg.validate().unwrap();
+        assert_eq!(RepoConfig::from_bytes(&cfg.to_bytes()).unwrap(), cfg);
+        let plain = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
+        assert!(!serde_json::to_string(&plain).unwrap().contains("encryption"));
+        for bad in [
+            RepoConfig {
+                hash: HASH_BLAKE3.into(),
+                ..cfg.clone()
+            },
+            RepoConfig {
+                version: PLAIN_FORMAT_VERSION.into(),
+                ..cfg.clone()
+            },
+            RepoConfig {
+                encryption: Some("rot13".into()),
+                ..cfg.clone()
+            },
+            RepoConfig {
+                hash: HASH_BLAKE3_KEYED.into(),
+                ..plain
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 }
