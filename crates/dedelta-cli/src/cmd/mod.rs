@@ -13,6 +13,7 @@ pub mod check;
 pub mod dump;
 pub mod forget;
 pub mod init;
+pub mod key;
 pub mod ls;
 pub mod prune;
 pub mod repair;
@@ -45,6 +46,9 @@ pub struct RepoArg {
     /// else ~/.cache/dedelta).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Where the password of an encrypted repository comes from.
+    #[command(flatten)]
+    pub password: crate::password::PasswordArgs,
 }
 
 impl RepoArg {
@@ -58,7 +62,16 @@ impl RepoArg {
     /// Opens the repository (config only), its index to be kept under [`Self::cache_root`],
     /// metered from here on (see [`IoModelArgs::report`]).
     pub fn open_repository(&self) -> Result<Repository> {
-        Ok(Repository::open_local_with_cache(&self.repo, &self.cache_root())?.metered())
+        Ok(self.open_unmetered()?.metered())
+    }
+
+    /// Opens the repository (config only), asking for its password if it is encrypted.
+    pub fn open_unmetered(&self) -> Result<Repository> {
+        Ok(Repository::open_local_unlocking(
+            &self.repo,
+            &self.cache_root(),
+            &mut || self.password.password(),
+        )?)
     }
 }
 

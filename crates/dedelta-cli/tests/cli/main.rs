@@ -5,6 +5,7 @@ mod backup_restore;
 mod check;
 mod crash;
 mod delta;
+mod encryption;
 mod errors;
 mod metadata;
 mod reliability;

@@ -220,7 +220,7 @@ pub fn restore(
                 read_events(repo, snapshot, &include, cache_bytes, opts.cache, &tx)
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
-        let mut stats = write_events(&rx, target, progress);
+        let mut stats = write_events(&rx, target, repo.chunk_hasher(), progress);
         drop(rx);
         let (reads, restore_cache) = producer
             .join()
@@ -397,10 +397,11 @@ enum Current {
 fn write_events(
     rx: &crossbeam_channel::Receiver<Event>,
     mut target: Target,
+    hasher: dedelta_core::ChunkHasher,
     progress: &dyn Progress,
 ) -> RestoreStats {
     let mut stats = RestoreStats::default();
-    let mut decoder = PipelinedDecoder::default();
+    let mut decoder = PipelinedDecoder::new(hasher);
     let mut dirs: Vec<Node> = Vec::new();
     let mut current = Current::Idle;
     for ev in rx.iter() {
