@@ -4,9 +4,13 @@
 mod backup_restore;
 mod check;
 mod crash;
+mod debug;
 mod delta;
 mod errors;
+mod find_diff;
 mod metadata;
+mod mount;
 mod reliability;
 mod restore_safety;
+mod select;
 mod support;

@@ -11,6 +11,7 @@ pub mod damage;
 pub mod index_rebuild;
 pub mod index_sync;
 pub mod lock;
+pub mod snapshot_filter;
 pub mod snapshots;
 
 use crate::backend::local::LocalBackend;
@@ -35,6 +36,9 @@ pub struct Repository {
     index_path: PathBuf,
     /// The directory of a local repository (for removing a legacy in-repository index).
     local_root: Option<PathBuf>,
+    /// The repository's directory under a cache root, when opened so (see
+    /// [`crate::client::cache::mark_used`]).
+    cache_dir: Option<PathBuf>,
 }
 
 /// Reads and parses the repository config.
@@ -108,6 +112,7 @@ impl Repository {
             config,
             index_path: dir.join(crate::client::cache::INDEX_FILE),
             local_root: None,
+            cache_dir: Some(dir),
         })
     }
 
@@ -120,6 +125,7 @@ impl Repository {
             config,
             index_path,
             local_root: None,
+            cache_dir: None,
         })
     }
 
@@ -211,6 +217,18 @@ impl Repository {
         snapshots::find(self.backend.as_ref(), spec)
     }
 
+    /// The snapshot named by a unique id prefix, or `latest` among those `filter` selects.
+    pub fn find_snapshot_filtered(
+        &self,
+        spec: &str,
+        filter: &snapshot_filter::SnapshotFilter,
+    ) -> Result<(
+        crate::format::snapshot::SnapshotId,
+        crate::format::snapshot::Snapshot,
+    )> {
+        snapshots::find_filtered(self.backend.as_ref(), spec, filter)
+    }
+
     /// Takes the exclusive lock.
     pub fn lock(&self, me: &LockInfo) -> Result<RepoLock> {
         RepoLock::acquire(self.backend.clone(), me)
@@ -233,6 +251,9 @@ impl Repository {
             }
             Err(e) => return Err(e),
         };
+        if let Some(dir) = &self.cache_dir {
+            crate::client::cache::mark_used(dir, self.local_root.as_deref());
+        }
         // Rebuilds, catch-ups and backups record super-features as the config says (a
         // backup that overrides it sets its own for its run).
         index.set_sketch_keep(self.config().delta.sketch_keep);
