@@ -60,15 +60,15 @@ fn three() -> Three {
 fn snapshots_filter_by_host_tag_and_path() {
     let t = three();
     let f = &t.f;
-    assert_eq!(listed(f, &[]), [&t.a1, &t.a2, &t.b]);
-    assert_eq!(listed(f, &["--host", "beta"]), [&t.b]);
+    assert_eq!(listed(f, &[]), [t.a1.as_str(), t.a2.as_str(), t.b.as_str()]);
+    assert_eq!(listed(f, &["--host", "beta"]), [t.b.as_str()]);
     assert_eq!(listed(f, &["--host", "beta", "--host", "alpha"]).len(), 3);
-    assert_eq!(listed(f, &["--tag", "daily,db"]), [&t.a2]);
-    assert_eq!(listed(f, &["--tag", "db", "--tag", ""]), [&t.a2, &t.b]);
+    assert_eq!(listed(f, &["--tag", "daily,db"]), [t.a2.as_str()]);
+    assert_eq!(listed(f, &["--tag", "db", "--tag", ""]), [t.a2.as_str(), t.b.as_str()]);
     let y = f.path("y");
-    assert_eq!(listed(f, &["--path", y.to_str().unwrap()]), [&t.b]);
-    assert_eq!(listed(f, &["--latest", "1"]), [&t.a2, &t.b]);
-    assert_eq!(listed(f, &[&t.a1[..8]]), [&t.a1]);
+    assert_eq!(listed(f, &["--path", y.to_str().unwrap()]), [t.b.as_str()]);
+    assert_eq!(listed(f, &["--latest", "1"]), [t.a2.as_str(), t.b.as_str()]);
+    assert_eq!(listed(f, &[&t.a1[..8]]), [t.a1.as_str()]);
     // Grouped by host: one group per host, with its key.
     let v: Value =
         serde_json::from_str(&f.ok(&["snapshots", "--json", "--group-by", "host"])).unwrap();
@@ -191,11 +191,11 @@ fn tag_add_remove_set() {
     assert!(!ids.contains(&t.a1) && ids.contains(&new), "{ids:?}");
     let snap: Value = serde_json::from_str(&f.ok(&["cat", "snapshot", &new])).unwrap();
     assert_eq!(snap["original"], t.a1.as_str());
-    assert_eq!(listed(f, &["--tag", "keep"]), [&new]);
+    assert_eq!(listed(f, &["--tag", "keep"]), [new.as_str()]);
     // A filter with no ids: every alpha snapshot gets exactly `x`.
     f.ok(&["tag", "--set", "x", "--host", "alpha"]);
     assert_eq!(listed(f, &["--tag", "x"]).len(), 2);
-    assert_eq!(listed(f, &["--tag", ""]), [&t.b]);
+    assert_eq!(listed(f, &["--tag", ""]), [t.b.as_str()]);
     // Tagging again changes nothing.
     let out = f.ok(&["tag", "--add", "x", "--host", "alpha"]);
     assert!(out.contains("0 snapshots changed"), "{out}");
