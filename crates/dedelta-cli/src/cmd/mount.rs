@@ -14,7 +14,7 @@ use super::select::SnapshotFilterArgs;
 use super::{open, RepoArg};
 use anyhow::{Context, Result};
 use clap::Args;
-use dedelta_store::commands::mount::{Attr, MountTree};
+use dedelta_store::commands::mount::{Attr, DirEntry, MountTree};
 use dedelta_store::format::tree::{NodeKind, Timestamp};
 use dedelta_store::IndexedRepository;
 use fuser::{
@@ -152,18 +152,19 @@ impl Filesystem for SnapshotFs {
             Ok(None) => return reply.error(Errno::ENOTDIR),
             Err(e) => return reply.error(eio(&e)),
         };
-        let dots = [
-            (b".".to_vec(), ino.0, NodeKind::Dir),
-            (b"..".to_vec(), ino.0, NodeKind::Dir),
-        ];
-        let all = dots.into_iter().chain(entries);
-        for (i, (name, child, kind)) in all.enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(child),
-                i as u64 + 1,
-                file_type(kind),
-                OsStr::from_bytes(&name),
-            ) {
+        let dots = [&b"."[..], b".."].map(|name| DirEntry {
+            name: name.to_vec(),
+            ino: ino.0,
+            kind: NodeKind::Dir,
+        });
+        for (i, e) in dots
+            .into_iter()
+            .chain(entries)
+            .enumerate()
+            .skip(offset as usize)
+        {
+            let name = OsStr::from_bytes(&e.name);
+            if reply.add(INodeNo(e.ino), i as u64 + 1, file_type(e.kind), name) {
                 break;
             }
         }

@@ -64,7 +64,10 @@ fn snapshots_filter_by_host_tag_and_path() {
     assert_eq!(listed(f, &["--host", "beta"]), [t.b.as_str()]);
     assert_eq!(listed(f, &["--host", "beta", "--host", "alpha"]).len(), 3);
     assert_eq!(listed(f, &["--tag", "daily,db"]), [t.a2.as_str()]);
-    assert_eq!(listed(f, &["--tag", "db", "--tag", ""]), [t.a2.as_str(), t.b.as_str()]);
+    assert_eq!(
+        listed(f, &["--tag", "db", "--tag", ""]),
+        [t.a2.as_str(), t.b.as_str()]
+    );
     let y = f.path("y");
     assert_eq!(listed(f, &["--path", y.to_str().unwrap()]), [t.b.as_str()]);
     assert_eq!(listed(f, &["--latest", "1"]), [t.a2.as_str(), t.b.as_str()]);

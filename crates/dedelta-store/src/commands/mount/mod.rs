@@ -96,6 +96,17 @@ pub struct Attr {
     pub rdev: u64,
 }
 
+/// One entry of a directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Its name.
+    pub name: Vec<u8>,
+    /// Its inode.
+    pub ino: u64,
+    /// What it is.
+    pub kind: NodeKind,
+}
+
 #[derive(Debug)]
 struct Inode {
     attr: Attr,
@@ -352,17 +363,20 @@ impl<'r> MountTree<'r> {
         Ok(found.and_then(|i| self.attr(i)))
     }
 
-    /// The entries of directory `ino` (name, inode, kind), sorted by name; `Ok(None)` if it
-    /// is not a directory.
+    /// The entries of directory `ino`, sorted by name; `Ok(None)` if it is not a directory.
     ///
     /// # Errors
     /// A snapshot tree that could not be read.
-    pub fn readdir(&self, ino: u64) -> Result<Option<Vec<(Vec<u8>, u64, NodeKind)>>> {
+    pub fn readdir(&self, ino: u64) -> Result<Option<Vec<DirEntry>>> {
         self.ensure_loaded(ino)?;
         let nodes = self.lock();
         Ok(dir_entries(&nodes, ino).map(|e| {
             e.iter()
-                .map(|(name, &i)| (name.clone(), i, nodes[(i - 1) as usize].attr.kind))
+                .map(|(name, &i)| DirEntry {
+                    name: name.clone(),
+                    ino: i,
+                    kind: nodes[(i - 1) as usize].attr.kind,
+                })
                 .collect()
         }))
     }
