@@ -203,6 +203,43 @@ fn wait_and_unmount(set: libc::sigset_t, mountpoint: PathBuf, mounted: &AtomicBo
     }
 }
 
+/// Opens the repository with a private copy of its chunk index, in a temporary directory
+/// removed when the mount ends.
+///
+/// A process holds the index's `flock` while the index is open, and a mount stays up for
+/// hours: with the shared index, every other command on the repository (a backup, `ls`)
+/// would fail as "in use by another process" meanwhile. The index is caught up first (under
+/// its lock), then its files are copied; a copy torn by a concurrent writer is found damaged
+/// and rebuilt, as any index.
+fn open_private_index(repo: &RepoArg) -> Result<(tempfile::TempDir, IndexedRepository)> {
+    let shared = open(repo)?;
+    let index = shared.index_path().to_path_buf();
+    let backend = std::sync::Arc::clone(shared.backend());
+    drop(shared);
+    let dir = tempfile::Builder::new()
+        .prefix("dedelta-mount-index-")
+        .tempdir()
+        .context("creating a directory for the mount's index")?;
+    let stem = index
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if let Some(from) = index.parent() {
+        for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let wanted =
+                name.starts_with(&stem) && !name.ends_with(".lock") && !name.contains(".tmp");
+            if wanted && e.file_type().is_ok_and(|t| t.is_file()) {
+                std::fs::copy(e.path(), dir.path().join(&name))
+                    .with_context(|| format!("copying {}", e.path().display()))?;
+            }
+        }
+    }
+    let copy = dedelta_store::Repository::open(backend, dir.path().join(&stem))?;
+    let r = super::with_index(copy)?;
+    Ok((dir, r))
+}
+
 /// Mounts the snapshots and serves them until unmounted.
 pub fn run(args: MountArgs) -> Result<u8> {
     let meta = std::fs::metadata(&args.mountpoint)
@@ -220,7 +257,7 @@ pub fn run(args: MountArgs) -> Result<u8> {
     static MOUNTED: AtomicBool = AtomicBool::new(false);
     let mp = args.mountpoint.clone();
     std::thread::spawn(move || wait_and_unmount(set, mp, &MOUNTED));
-    let r = open(&args.repo)?;
+    let (_index_copy, r) = open_private_index(&args.repo)?;
     let listed = r.snapshots()?;
     crate::render::print_warnings(&listed.warnings());
     let snapshots = filter.apply(listed.snapshots);

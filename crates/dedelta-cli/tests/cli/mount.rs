@@ -105,6 +105,10 @@ fn mount_serves_the_snapshots() {
         assert!(target.starts_with("snapshots/"), "{target:?}");
         // Read-only.
         assert!(fs::write(inside("latest").join("new"), b"x").is_err());
+        // Other commands work while the repository is mounted (the mount has its own copy
+        // of the index).
+        let ls = f.ok(&["ls", "latest"]);
+        assert!(ls.contains("big.bin"), "{ls}");
     };
     let result = std::panic::catch_unwind(check);
     Command::new("kill")
