@@ -9,7 +9,7 @@
 //! - [`read`]: reading chunks back (locator, decoder, caches).
 //! - [`backup`]: the backup pipeline, one module per stage.
 //! - [`commands`]: one file per command (backup, restore, check, ls/dump, stats, forget,
-//!   prune, repair).
+//!   prune, repair, tag, find, diff, mount).
 //! - [`io_report`]: a command's metered I/O by purpose, with its modelled seconds.
 //! - [`backend`]: the `dedelta-backend` crate (named write-once objects; local directory,
 //!   memory, fault injection, metering, the I/O cost models), re-exported.

@@ -1,10 +1,11 @@
 //! `forget`: remove snapshots, by id or by a retention policy with restic's semantics.
 //!
-//! Snapshots are grouped by host and paths; each group is judged on its own. Within a group,
-//! newest first: `keep_last` keeps the N newest; `keep_hourly` (daily, weekly, monthly,
-//! yearly) keeps the newest snapshot of each of the N most recent hours (days, ...) that have
-//! one; `keep_tags` keeps every snapshot with one of the tags; `keep_within` keeps every
-//! snapshot taken within that duration of the group's newest snapshot. A snapshot kept by any
+//! Snapshots are grouped by host and paths (or as `--group-by` says, see [`GroupBy`]); each
+//! group is judged on its own. Within a group, newest first: `keep_last` keeps the N newest;
+//! `keep_hourly` (daily, weekly, monthly, yearly) keeps the newest snapshot of each of the N
+//! most recent hours (days, ...) that have one; `keep_tags` keeps every snapshot with one of
+//! the tags; `keep_within` keeps every snapshot taken within that duration of the group's
+//! newest snapshot. A snapshot kept by any
 //! rule is kept. Forget only deletes snapshot files; `prune` frees the space.
 
 use crate::backend::FileKind;
