@@ -5,20 +5,22 @@ use anyhow::Result;
 use clap::Args;
 use dedelta_store::repository::snapshot_filter::{GroupBy, SnapshotFilter};
 
+/// The `--help` heading of the selection options.
+const HEADING: &str = "Snapshot selection";
+
 /// `--host`, `--tag`, `--path`: which snapshots a command considers (restic's names and
 /// rules: hosts any, tag lists any, paths all).
 #[derive(Args, Clone, Default, Debug)]
-#[command(next_help_heading = "Snapshot selection")]
 pub struct SnapshotFilterArgs {
     /// Only snapshots of this host (repeatable: any of them).
-    #[arg(long = "host", short = 'H', value_name = "HOST")]
+    #[arg(long = "host", short = 'H', value_name = "HOST", help_heading = HEADING)]
     pub hosts: Vec<String>,
     /// Only snapshots with these tags (`a,b`: all of them; repeatable: any of the lists;
     /// `""`: snapshots without tags).
-    #[arg(long = "tag", value_name = "TAG[,TAG...]")]
+    #[arg(long = "tag", value_name = "TAG[,TAG...]", help_heading = HEADING)]
     pub tags: Vec<String>,
     /// Only snapshots that hold this path (repeatable: all of them).
-    #[arg(long = "path", value_name = "PATH")]
+    #[arg(long = "path", value_name = "PATH", help_heading = HEADING)]
     pub paths: Vec<String>,
 }
 

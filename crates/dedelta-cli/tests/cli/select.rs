@@ -213,3 +213,19 @@ fn tag_add_remove_set() {
         assert!(!out.status.success(), "{bad:?}");
     }
 }
+
+/// The selection options are grouped under their own `--help` heading, and only they: the
+/// command's own options after them stay under "Options".
+#[test]
+fn selection_options_have_their_own_help_heading() {
+    for cmd in ["find", "snapshots", "restore"] {
+        let out = dedelta().args([cmd, "--help"]).output().unwrap();
+        let help = String::from_utf8(out.stdout).unwrap();
+        let (before, after) = help.split_once("Snapshot selection:").unwrap();
+        assert!(after.contains("--host") && after.contains("--tag") && after.contains("--path"));
+        assert!(
+            !after.contains("--help") && before.contains("--help"),
+            "{cmd}: {help}"
+        );
+    }
+}
