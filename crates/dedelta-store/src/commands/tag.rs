@@ -82,8 +82,9 @@ pub struct Retagged {
     pub tags: Vec<String>,
 }
 
-/// Changes the tags of the snapshots named in `ids` (unique id prefixes), or, with none
-/// named, of every snapshot `filter` selects; returns the snapshots that changed (one whose
+/// Changes the tags of the snapshots named in `ids` (unique id prefixes; as in restic, a
+/// named snapshot is changed whatever the filter), or, with none named, of every snapshot
+/// `filter` selects; returns the snapshots that changed (one whose
 /// tags stay the same is left alone). The caller holds the exclusive lock.
 pub fn tag(
     repo: &Repository,
@@ -101,7 +102,7 @@ pub fn tag(
         let mut v = Vec::new();
         for spec in ids {
             let s = load(backend, &resolve_name(backend, spec)?)?;
-            if filter.matches(&s.1) && !v.iter().any(|(id, _)| *id == s.0) {
+            if !v.iter().any(|(id, _)| *id == s.0) {
                 v.push(s);
             }
         }
