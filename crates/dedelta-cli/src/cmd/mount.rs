@@ -18,8 +18,8 @@ use dedelta_store::commands::mount::{Attr, DirEntry, MountTree};
 use dedelta_store::format::tree::{NodeKind, Timestamp};
 use dedelta_store::IndexedRepository;
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, INodeNo, LockOwner, MountOption, OpenFlags,
-    ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, Request,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, LockOwner, MountOption,
+    OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen, Request,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -112,6 +112,11 @@ impl Filesystem for SnapshotFs {
             Some(a) => reply.attr(&TTL, &fuse_attr(&a)),
             None => reply.error(Errno::ENOENT),
         }
+    }
+
+    /// Snapshots never change: the kernel may keep a file's pages across opens.
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
