@@ -18,6 +18,8 @@ pub struct LsArgs {
     repo: RepoArg,
     /// Snapshot id (a unique prefix) or `latest`.
     snapshot: String,
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
     /// Print one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -26,7 +28,7 @@ pub struct LsArgs {
 /// Walks the snapshot's tree and prints each node.
 pub fn run(args: LsArgs) -> Result<u8> {
     let r = open(&args.repo)?;
-    let (_, snap) = r.find_snapshot(&args.snapshot)?;
+    let (_, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     dedelta_store::read::walk_tree(&r, &snap, |n, _| {

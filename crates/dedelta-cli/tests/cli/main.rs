@@ -4,10 +4,14 @@
 mod backup_restore;
 mod check;
 mod crash;
+mod debug;
 mod delta;
 mod encryption;
 mod errors;
+mod find_diff;
 mod metadata;
+mod mount;
 mod reliability;
 mod restore_safety;
+mod select;
 mod support;
