@@ -17,11 +17,7 @@ pub struct PasswordArgs {
     #[arg(long, value_name = "FILE", env = "DEDELTA_PASSWORD_FILE")]
     pub password_file: Option<PathBuf>,
     /// Run CMD (with `sh -c`) and take the first line it prints as the repository password.
-    #[arg(
-        long,
-        value_name = "CMD",
-        env = "DEDELTA_PASSWORD_COMMAND"
-    )]
+    #[arg(long, value_name = "CMD", env = "DEDELTA_PASSWORD_COMMAND")]
     pub password_command: Option<String>,
 }
 
@@ -68,9 +64,7 @@ impl PasswordArgs {
     pub fn password(&self) -> dedelta_store::Result<Zeroizing<String>> {
         match self.given() {
             Ok(Some(p)) => Ok(p),
-            Ok(None) if std::io::stdin().is_terminal() => {
-                prompt("enter password for repository: ")
-            }
+            Ok(None) if std::io::stdin().is_terminal() => prompt("enter password for repository: "),
             Ok(None) => Err(Error::PasswordNeeded),
             Err(e) => Err(Error::InvalidOption(format!("{e:#}"))),
         }

@@ -91,9 +91,7 @@ impl Purpose {
         match kind {
             FileKind::Container => Purpose::ChunkData,
             FileKind::Snapshot | FileKind::Dense => Purpose::Snapshot,
-            FileKind::Config | FileKind::Lock | FileKind::Damage | FileKind::Key => {
-                Purpose::Other
-            }
+            FileKind::Config | FileKind::Lock | FileKind::Damage | FileKind::Key => Purpose::Other,
         }
     }
 }

@@ -84,7 +84,13 @@ pub fn run(args: KeyArgs) -> Result<u8> {
             if json {
                 print_json(&serde_json::json!({ "keys": keys }))?;
             } else {
-                outln!(" {:<12}  {:<20}  {:<16}  {}", "ID", "USER", "HOST", "CREATED");
+                outln!(
+                    " {:<12}  {:<20}  {:<16}  {}",
+                    "ID",
+                    "USER",
+                    "HOST",
+                    "CREATED"
+                );
                 for k in keys {
                     outln!(
                         "{}{:<12}  {:<20}  {:<16}  {}",
@@ -99,10 +105,8 @@ pub fn run(args: KeyArgs) -> Result<u8> {
         }
         KeyCommand::Add { repo, new } => {
             let r = repo.open_unmetered()?;
-            let pw = crate::password::new_password(
-                new.new_password_file.as_deref(),
-                "the new key",
-            )?;
+            let pw =
+                crate::password::new_password(new.new_password_file.as_deref(), "the new key")?;
             let id = r.add_key(&pw, kdf_params(new.insecure_kdf), &origin())?;
             outln!("added key {id}");
         }

@@ -68,7 +68,14 @@ fn encrypted_backup_restores_bit_exact_and_stores_no_plaintext() {
     for p in files(&f.repo()) {
         let bytes = fs::read(&p).unwrap();
         let text = String::from_utf8_lossy(&bytes);
-        for needle in ["treasure", "secret-plans", "blake3", "fastcdc", "DDCF", "DDSN"] {
+        for needle in [
+            "treasure",
+            "secret-plans",
+            "blake3",
+            "fastcdc",
+            "DDCF",
+            "DDSN",
+        ] {
             assert!(!text.contains(needle), "{} holds {needle:?}", p.display());
         }
     }
@@ -97,7 +104,10 @@ fn wrong_or_missing_password_is_a_clear_error() {
     let out = f.cmd(&["snapshots"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("encrypted") && err.contains("--password-file"), "{err}");
+    assert!(
+        err.contains("encrypted") && err.contains("--password-file"),
+        "{err}"
+    );
     // The other sources.
     let file = f.path("pw.txt");
     fs::write(&file, format!("{PW}\nnot part of it\n")).unwrap();
@@ -125,7 +135,10 @@ fn wrong_or_missing_password_is_a_clear_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--insecure-no-password") || err.contains("password"), "{err}");
+    assert!(
+        err.contains("--insecure-no-password") || err.contains("password"),
+        "{err}"
+    );
     assert!(!f.path("other").join("config").exists());
 }
 
@@ -163,7 +176,10 @@ fn keys_rotate() {
     // The key in use cannot be removed.
     let out = with_pw(&f, "second password", &["key", "remove", current[0]]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("in use") || String::from_utf8_lossy(&out.stderr).contains("opened"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("in use")
+            || String::from_utf8_lossy(&out.stderr).contains("opened")
+    );
     // passwd: the second password is replaced by a third.
     let third = new_pw("third", "third password");
     ok_with(
@@ -177,7 +193,10 @@ fn keys_rotate() {
             third.to_str().unwrap(),
         ],
     );
-    assert_eq!(with_pw(&f, "second password", &["snapshots"]).status.code(), Some(12));
+    assert_eq!(
+        with_pw(&f, "second password", &["snapshots"]).status.code(),
+        Some(12)
+    );
     ok_with(&f, "third password", &["snapshots"]);
     ok_with(&f, PW, &["snapshots"]);
     // Remove the first key with the third password: the first stops working.
@@ -329,7 +348,13 @@ fn dense_lists_are_sealed_and_checked() {
     let out = with_pw(
         &f,
         PW,
-        &["backup", "--json", "--preset", "loopdelta", src.to_str().unwrap()],
+        &[
+            "backup",
+            "--json",
+            "--preset",
+            "loopdelta",
+            src.to_str().unwrap(),
+        ],
     );
     let all = format!(
         "{}{}",

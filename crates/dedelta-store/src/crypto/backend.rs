@@ -334,7 +334,10 @@ mod tests {
         let s = SealedBackend::new(mem.clone(), &key());
         let data: Vec<u8> = (0..70_000u32).map(|i| (i % 253) as u8).collect();
         s.put(FileKind::Container, "c1", &data).unwrap();
-        assert_ne!(mem.get(FileKind::Container, "c1").unwrap()[..100], data[..100]);
+        assert_ne!(
+            mem.get(FileKind::Container, "c1").unwrap()[..100],
+            data[..100]
+        );
         assert_eq!(s.get(FileKind::Container, "c1").unwrap(), data);
         assert_eq!(s.size(FileKind::Container, "c1").unwrap(), 70_000);
         assert_eq!(s.list(FileKind::Container).unwrap()[0].1, 70_000);
@@ -343,8 +346,17 @@ mod tests {
             assert_eq!(t, data[70_000 - max.min(70_000)..], "{max}");
         }
         // A fresh handle (cold trailer cache) and a warm one.
-        for b in [SealedBackend::new(mem.clone(), &key()), s.rewrap(mem.clone())] {
-            for (off, len) in [(0i64, 10usize), (16_380, 10), (69_990, 10), (-10, 10), (5, 0)] {
+        for b in [
+            SealedBackend::new(mem.clone(), &key()),
+            s.rewrap(mem.clone()),
+        ] {
+            for (off, len) in [
+                (0i64, 10usize),
+                (16_380, 10),
+                (69_990, 10),
+                (-10, 10),
+                (5, 0),
+            ] {
                 let at = if off < 0 { 70_000 + off } else { off } as usize;
                 let got = b.get_range(FileKind::Container, "c1", off, len).unwrap();
                 assert_eq!(got, data[at..at + len], "{off} {len}");

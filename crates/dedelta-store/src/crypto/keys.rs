@@ -53,8 +53,9 @@ impl KdfParams {
     }
 
     fn derive(&self, password: &[u8], salt: &[u8]) -> Result<Zeroizing<[u8; 32]>> {
-        let params = argon2::Params::new(self.memory_kib, self.iterations, self.parallelism, Some(32))
-            .map_err(|e| Error::InvalidOption(format!("argon2 parameters: {e}")))?;
+        let params =
+            argon2::Params::new(self.memory_kib, self.iterations, self.parallelism, Some(32))
+                .map_err(|e| Error::InvalidOption(format!("argon2 parameters: {e}")))?;
         let a = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
         let mut out = Zeroizing::new([0u8; 32]);
         a.hash_password_into(password, salt, out.as_mut())
@@ -168,8 +169,7 @@ fn parse(name: &str, bytes: &[u8]) -> Result<KeyFileJson> {
             supported: 1,
         });
     }
-    if f.kdf.algorithm != "argon2id" || f.kdf.version != 19 || f.cipher != "xchacha20-poly1305"
-    {
+    if f.kdf.algorithm != "argon2id" || f.kdf.version != 19 || f.cipher != "xchacha20-poly1305" {
         return Err(bad(name, "unknown KDF or cipher"));
     }
     Ok(f)
@@ -269,7 +269,9 @@ pub fn find_key(backend: &dyn Backend, prefix: &str) -> Result<String> {
         .collect();
     match found.len() {
         1 => Ok(found.into_iter().next().expect("one")),
-        0 => Err(Error::InvalidOption(format!("no key file matches {prefix:?}"))),
+        0 => Err(Error::InvalidOption(format!(
+            "no key file matches {prefix:?}"
+        ))),
         n => Err(Error::InvalidOption(format!(
             "key id prefix {prefix:?} is ambiguous: matches {n} key files"
         ))),

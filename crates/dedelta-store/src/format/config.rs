@@ -809,7 +809,9 @@ mod tests {
         cfg.validate().unwrap();
         assert_eq!(RepoConfig::from_bytes(&cfg.to_bytes()).unwrap(), cfg);
         let plain = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
-        assert!(!serde_json::to_string(&plain).unwrap().contains("encryption"));
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("encryption"));
         for bad in [
             RepoConfig {
                 hash: HASH_BLAKE3.into(),

@@ -53,7 +53,9 @@ pub enum SealError {
     Malformed(String),
     /// A segment failed authentication: the bytes were changed, or belong to another object
     /// or repository.
-    #[error("authentication failed in segment {0} (damaged, tampered with, or not this repository's)")]
+    #[error(
+        "authentication failed in segment {0} (damaged, tampered with, or not this repository's)"
+    )]
     Authentication(u64),
 }
 
@@ -250,7 +252,12 @@ pub fn open_window(
         out.extend_from_slice(&seg[..plain]);
         let tag = Tag::from_slice(&seg[plain..]);
         if cipher
-            .decrypt_in_place_detached(&nonce(&trailer.nonce_prefix, i), &aad, &mut out[start..], tag)
+            .decrypt_in_place_detached(
+                &nonce(&trailer.nonce_prefix, i),
+                &aad,
+                &mut out[start..],
+                tag,
+            )
             .is_err()
         {
             out.truncate(start);
@@ -349,13 +356,29 @@ mod tests {
         assert_eq!(s.len() as u64, sealed_len(plain.len() as u64));
         assert_eq!(open(&c, OBJ, &s).unwrap(), plain);
         let t = Trailer::parse(&s).unwrap();
-        for (off, len) in [(0u64, 1u64), (16383, 2), (50_000, 49_999), (99_999, 1), (5, 0)] {
+        for (off, len) in [
+            (0u64, 1u64),
+            (16383, 2),
+            (50_000, 49_999),
+            (99_999, 1),
+            (5, 0),
+        ] {
             let (so, sl, first) = sealed_span(t.plain_len, off, len).unwrap();
             let mut out = Vec::new();
-            open_window(&c, &t, OBJ, first, &s[so as usize..(so + sl) as usize], &mut out)
-                .unwrap();
+            open_window(
+                &c,
+                &t,
+                OBJ,
+                first,
+                &s[so as usize..(so + sl) as usize],
+                &mut out,
+            )
+            .unwrap();
             let skip = (off - first * SEGMENT_LEN as u64) as usize;
-            assert_eq!(&out[skip..skip + len as usize], &plain[off as usize..(off + len) as usize]);
+            assert_eq!(
+                &out[skip..skip + len as usize],
+                &plain[off as usize..(off + len) as usize]
+            );
         }
         assert!(sealed_span(t.plain_len, 99_999, 2).is_none());
         let (c, e) = sealed(b"");
