@@ -37,6 +37,8 @@ const EXIT_LOCKED: u8 = 11;
 #[derive(Parser)]
 #[command(name = "dedelta", version, about)]
 struct Cli {
+    #[command(flatten)]
+    global: cmd::global::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -153,6 +155,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 /// Runs the parsed command and returns its exit code.
 fn run(cli: Cli) -> anyhow::Result<u8> {
+    cmd::global::set(cli.global);
     match cli.command {
         Command::Init(args) => cmd::init::run(args),
         Command::Backup(args) => cmd::backup::run(args),

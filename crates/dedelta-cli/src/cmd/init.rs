@@ -64,7 +64,7 @@ pub fn run(args: InitArgs) -> Result<u8> {
     })?;
     cfg.region_size = args.region_size;
     args.delta.apply(&mut cfg.delta)?;
-    let path = &args.repo.repo;
+    let path = &args.repo.path()?;
     let r = Repository::init_local(path, cfg)?;
     if args.json {
         print_json(&json!({"repository": path, "config": r.config()}))?;

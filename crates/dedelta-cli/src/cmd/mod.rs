@@ -12,6 +12,7 @@ pub mod backup;
 pub mod check;
 pub mod dump;
 pub mod forget;
+pub mod global;
 pub mod init;
 pub mod ls;
 pub mod prune;
@@ -34,23 +35,23 @@ use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-/// The repository option every repository command takes.
-#[derive(Args, Clone)]
-pub struct RepoArg {
-    /// Repository path.
-    #[arg(short = 'r', long = "repo", env = "DEDELTA_REPO")]
-    pub repo: PathBuf,
-    /// Directory of the client caches: the chunk index and the local base cache, in
-    /// <DIR>/<repository id>/ (default: $DEDELTA_CACHE_DIR, else $XDG_CACHE_HOME/dedelta,
-    /// else ~/.cache/dedelta).
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
-}
+/// The repository a command works on. It takes no arguments of its own: `-r/--repo` and
+/// `--cache-dir` are global options ([`global::GlobalArgs`], valid before or after the
+/// command), and every repository command flattens this to say it uses them.
+#[derive(Args, Clone, Debug, Default)]
+pub struct RepoArg {}
 
 impl RepoArg {
+    /// The repository path (`-r` or `DEDELTA_REPO`), or an error that says how to give one
+    /// or that names another tool's repository.
+    pub fn path(&self) -> Result<PathBuf> {
+        global::repo_path()
+    }
+
     /// The cache root: `--cache-dir`, else the default from the environment.
     pub fn cache_root(&self) -> PathBuf {
-        self.cache_dir
+        global::get()
+            .cache_dir
             .clone()
             .unwrap_or_else(dedelta_store::client::cache::root_or_temp)
     }
@@ -58,7 +59,7 @@ impl RepoArg {
     /// Opens the repository (config only), its index to be kept under [`Self::cache_root`],
     /// metered from here on (see [`IoModelArgs::report`]).
     pub fn open_repository(&self) -> Result<Repository> {
-        Ok(Repository::open_local_with_cache(&self.repo, &self.cache_root())?.metered())
+        Ok(Repository::open_local_with_cache(&self.path()?, &self.cache_root())?.metered())
     }
 }
 
@@ -360,10 +361,20 @@ pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
     Ok(())
 }
 
-/// A progress bar on stderr, drawn only when stderr is a terminal and the result is not
-/// JSON (whose reader is a program).
+/// A progress bar on stderr, drawn only when stderr is a terminal, the result is not JSON
+/// (whose reader is a program) and `-q` was not given.
 pub fn progress_bar(json: bool) -> progress::Bar {
-    progress::Bar::new(std::io::stderr().is_terminal() && !json)
+    progress::Bar::new(std::io::stderr().is_terminal() && !json && !global::quiet())
+}
+
+/// The progress of `backup`, `restore` and `check`: with `--json`, restic-style `status`
+/// lines (and `verbose_status`, `error`) for the phase `during`; else [`progress_bar`].
+pub fn progress_stream(json: bool, during: &'static str) -> progress::Bar {
+    if json {
+        progress::Bar::json(during)
+    } else {
+        progress_bar(false)
+    }
 }
 
 #[cfg(test)]
