@@ -55,7 +55,7 @@ enum Command {
     Snapshots(cmd::snapshots::SnapshotsArgs),
     /// List the files of a snapshot.
     Ls(cmd::ls::LsArgs),
-    /// Write one file of a snapshot to standard output.
+    /// Write a file of a snapshot to standard output (a directory as a tar stream).
     Dump(cmd::dump::DumpArgs),
     /// Restore a snapshot into a directory.
     Restore(cmd::restore::RestoreArgs),

@@ -63,21 +63,23 @@ impl Bar {
     }
 
     /// restic-style JSON lines for the phase `during` (`archival`, `restore`, `check`): a
-    /// `status` line at most every 1/`DEDELTA_PROGRESS_FPS` seconds (default 1), as restic's
-    /// `RESTIC_PROGRESS_FPS`.
+    /// `status` line every 1/`DEDELTA_PROGRESS_FPS` seconds (default 1, as restic's
+    /// `RESTIC_PROGRESS_FPS`) while work goes on, the first after one interval (a command
+    /// done sooner prints only its summary).
     pub fn json(during: &'static str) -> Self {
         let fps: f64 = std::env::var("DEDELTA_PROGRESS_FPS")
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|f: &f64| *f > 0.0 && f.is_finite())
             .unwrap_or(1.0);
+        let started = Instant::now();
         Bar {
             bar: ProgressBar::hidden(),
             mode: Mode::Json(JsonStatus {
                 during,
-                started: Instant::now(),
+                started,
                 interval: Duration::from_secs_f64(1.0 / fps),
-                last: Mutex::new(None),
+                last: Mutex::new(Some(started)),
                 total: AtomicU64::new(0),
                 done: AtomicU64::new(0),
             }),
@@ -104,7 +106,7 @@ fn text_line(line: &str) {
 }
 
 impl JsonStatus {
-    /// A `status` line, if the interval has passed since the last one (or none was printed).
+    /// A `status` line, if the interval has passed since the last one (or the start).
     fn maybe_status(&self) {
         let now = Instant::now();
         {

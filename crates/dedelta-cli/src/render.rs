@@ -283,7 +283,15 @@ pub fn io_line(io: &IoReport) -> String {
 /// counts chunks read only if `read_data`).
 pub fn check(report: &check::CheckReport, read_data: bool, json: bool) -> Result<()> {
     if json {
-        return print_json(report);
+        // Each problem as restic's `error` message on stderr, then the summary.
+        for p in &report.problems {
+            let item = p.path.as_ref().map(|f| format!("/{f}"));
+            crate::progress::json_error("check", item.as_deref(), &p.message);
+        }
+        let mut v = serde_json::to_value(report)?;
+        v["message_type"] = json!("summary");
+        v["num_errors"] = json!(report.problems.len());
+        return print_json(&v);
     }
     for p in &report.problems {
         let mut where_ = String::new();

@@ -11,6 +11,7 @@
 pub mod backup;
 pub mod check;
 pub mod dump;
+pub mod dump_tar;
 pub mod forget;
 pub mod global;
 pub mod init;

@@ -3,10 +3,13 @@
 
 mod backup_restore;
 mod check;
+mod conventions;
 mod crash;
 mod delta;
 mod errors;
 mod metadata;
 mod reliability;
+mod restore_options;
 mod restore_safety;
+mod selection;
 mod support;

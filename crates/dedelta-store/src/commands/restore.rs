@@ -237,17 +237,23 @@ pub fn restore(
             });
         }
     }
-    let mut stats = restore_selected(repo, snapshot, opts, &selector, progress)?;
-    if opts.delete {
+    // What the snapshot does not hold goes first: the restore then sets the directories'
+    // times last, as it always does.
+    let mut pruned = RestoreStats::default();
+    if opts.delete && opts.target.exists() {
         passes::delete(
             repo,
             snapshot,
             &selector,
             &opts.target,
-            &mut stats,
+            &mut pruned,
             progress,
         )?;
     }
+    let mut stats = restore_selected(repo, snapshot, opts, &selector, progress)?;
+    stats.deleted = pruned.deleted;
+    stats.errors.extend(pruned.errors);
+    stats.warnings.extend(pruned.warnings);
     if opts.verify {
         passes::verify(repo, snapshot, &selector, &opts.target, &mut stats)?;
     }
