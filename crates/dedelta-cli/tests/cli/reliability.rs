@@ -78,7 +78,7 @@ fn file_changing_while_read_is_recorded_as_read() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = summary(&out.stdout);
     let warnings = v["warning_messages"].to_string();
     assert!(
         warnings.contains("changed while it was being read"),
@@ -166,7 +166,7 @@ fn huge_thread_count_is_capped() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = summary(&out.stdout);
     assert!(v["notices"].to_string().contains("capped"), "{v}");
 }
 
