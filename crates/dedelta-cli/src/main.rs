@@ -45,6 +45,8 @@ struct Cli {
 
 /// The subcommands; each but `bench` and `eval` has its arguments and its `run` in
 /// `cmd/<name>.rs`.
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Create a new repository.

@@ -357,7 +357,10 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
         mb(s.index_bytes)
     );
     outln!("dedup factor:       {:.2}", s.dedup_factor);
-    outln!("delta factor (DCR): {:.2}", s.delta_factor);
+    outln!(
+        "delta factor (DCR): {:.2} (new bytes before / after delta compression)",
+        s.delta_factor
+    );
     outln!(
         "DCE:                {:.3} (fraction of the delta chunks' bytes saved by delta encoding)",
         s.dce

@@ -38,7 +38,7 @@ pub struct InitArgs {
     /// Raw size of a compression region in bytes.
     #[arg(long, default_value_t = DEFAULT_REGION_SIZE)]
     region_size: usize,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Algorithm options")]
     delta: DeltaArgs,
     /// Print the result as JSON.
     #[arg(long)]
