@@ -32,8 +32,6 @@ pub struct BackupArgs {
     /// with -v) on standard output, `error` on standard error, then the `summary`.
     #[arg(long)]
     json: bool,
-    #[command(flatten)]
-    select: SelectArgs,
     /// Back up standard input as one file.
     #[arg(long)]
     stdin: bool,
@@ -59,6 +57,8 @@ pub struct BackupArgs {
     /// Keep no local base cache (every base is read back from the repository).
     #[arg(long)]
     no_cache: bool,
+    #[command(flatten)]
+    select: SelectArgs,
     #[command(flatten, next_help_heading = "Algorithm options")]
     delta: DeltaArgs,
     /// Capping (rewriting for restore speed): reference at most this many old containers per

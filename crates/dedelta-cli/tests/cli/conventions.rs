@@ -78,6 +78,15 @@ fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The JSON lines of standard error (which also carries plain `note:` and `warning:` lines).
+fn json_lines_of_stderr(err: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(err)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 fn of_type<'a>(lines: &'a [serde_json::Value], t: &str) -> Vec<&'a serde_json::Value> {
     lines.iter().filter(|v| v["message_type"] == t).collect()
 }
@@ -185,7 +194,7 @@ fn json_error_messages_go_to_stderr() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
-    let errors = json_lines(&out.stderr);
+    let errors = json_lines_of_stderr(&out.stderr);
     let e = errors
         .iter()
         .find(|v| v["message_type"] == "error")
@@ -244,4 +253,48 @@ fn help_puts_everyday_options_first() {
     let out = dedelta().args(["restore", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.find("--include").unwrap() < help.find("Restore cache:").unwrap());
+}
+
+#[test]
+fn json_error_messages_of_check_and_restore() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("data.bin"), bytes(1 << 20, 5)).unwrap();
+    f.backup(&[&src]);
+    for c in f.containers() {
+        let mut b = fs::read(&c).unwrap();
+        b[100] ^= 0xff;
+        fs::write(&c, b).unwrap();
+    }
+    let out = f.cmd(&["check", "--read-data", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let errors = json_lines_of_stderr(&out.stderr);
+    let checks: Vec<_> = errors
+        .iter()
+        .filter(|v| v["message_type"] == "error")
+        .collect();
+    assert!(
+        !checks.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(checks
+        .iter()
+        .all(|e| e["during"] == "check" && e["error"]["message"].is_string()));
+    let last = json_lines(&out.stdout).pop().unwrap();
+    assert_eq!(last["message_type"], "summary");
+    assert_eq!(last["num_errors"].as_u64().unwrap(), checks.len() as u64);
+    let t = f.path("t");
+    let out = f
+        .cmd(&["restore", "latest", "--json", "-t", t.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let e = json_lines_of_stderr(&out.stderr)
+        .into_iter()
+        .find(|v| v["message_type"] == "error")
+        .expect("an error message");
+    assert_eq!(e["during"], "restore");
+    assert!(e["item"].as_str().unwrap().ends_with("/data.bin"), "{e}");
 }
