@@ -132,11 +132,11 @@ impl SelectArgs {
     fn options(&self) -> Result<backup::SelectOptions> {
         let mut excludes = self.exclude.clone();
         for f in &self.exclude_file {
-            excludes.extend(lines_of(f, ListFormat::Commented)?.into_iter().map(lossy));
+            excludes.extend(patterns_of(f)?);
         }
         let mut iexcludes = self.iexclude.clone();
         for f in &self.iexclude_file {
-            iexcludes.extend(lines_of(f, ListFormat::Commented)?.into_iter().map(lossy));
+            iexcludes.extend(patterns_of(f)?);
         }
         Ok(backup::SelectOptions {
             excludes,
@@ -219,8 +219,59 @@ fn lines_of(path: &Path, format: ListFormat) -> Result<Vec<Vec<u8>>> {
         .collect())
 }
 
-fn lossy(b: Vec<u8>) -> String {
-    String::from_utf8_lossy(&b).into_owned()
+/// The patterns of an exclude file: its lines, comments skipped, `$NAME` and `${NAME}`
+/// replaced by the environment's values (as restic does; an unset variable is empty).
+fn patterns_of(path: &Path) -> Result<Vec<String>> {
+    Ok(lines_of(path, ListFormat::Commented)?
+        .into_iter()
+        .map(|b| expand_env(&String::from_utf8_lossy(&b), |k| std::env::var(k).ok()))
+        .collect())
+}
+
+/// `s` with `$NAME` and `${NAME}` replaced by `var(NAME)` (empty when unset); a `$` not
+/// followed by a name stays.
+fn expand_env(s: &str, var: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, tail) = if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) => (&braced[..end], &braced[end + 1..]),
+                None => ("", after),
+            }
+        } else {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        };
+        if name.is_empty() {
+            out.push('$');
+            rest = after;
+        } else {
+            out.push_str(&var(name).unwrap_or_default());
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_env;
+
+    #[test]
+    fn exclude_files_expand_variables_as_restic() {
+        let var = |k: &str| (k == "HOME").then(|| "/home/me".to_string());
+        assert_eq!(expand_env("$HOME/.cache", var), "/home/me/.cache");
+        assert_eq!(expand_env("${HOME}x/*.o", var), "/home/mex/*.o");
+        assert_eq!(expand_env("$UNSET/a", var), "/a");
+        assert_eq!(expand_env("a$", var), "a$");
+        assert_eq!(expand_env("*.tmp", var), "*.tmp");
+    }
 }
 
 /// How a backup finds duplicates of chunks stored before (shared with `eval`).

@@ -38,6 +38,12 @@ pub struct RestoreArgs {
     /// Do not restore what this glob matches, nor what is below it (repeatable).
     #[arg(long, short = 'e', value_name = "PATTERN")]
     exclude: Vec<OsString>,
+    /// As --include, ignoring case.
+    #[arg(long, value_name = "PATTERN")]
+    iinclude: Vec<OsString>,
+    /// As --exclude, ignoring case.
+    #[arg(long, value_name = "PATTERN")]
+    iexclude: Vec<OsString>,
     /// What to do with files the target already holds: always (replace), if-changed
     /// (replace if size or modification time differ), if-newer, never.
     #[arg(long, value_name = "WHEN", default_value = "always", value_parser = ["always", "if-changed", "if-newer", "never"])]
@@ -118,8 +124,10 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     let started = std::time::Instant::now();
     let opts = restore::RestoreOptions {
         target: args.target.clone(),
-        include: args.include.iter().map(|p| p.as_bytes().to_vec()).collect(),
-        exclude: args.exclude.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        include: bytes_of(&args.include),
+        exclude: bytes_of(&args.exclude),
+        iinclude: bytes_of(&args.iinclude),
+        iexclude: bytes_of(&args.iexclude),
         overwrite: restore::select::Overwrite::parse(&args.overwrite).unwrap_or_default(),
         dry_run: args.dry_run,
         verify: args.verify,
@@ -236,4 +244,9 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     } else {
         EXIT_PARTIAL
     })
+}
+
+/// Patterns as the raw bytes the store matches.
+fn bytes_of(patterns: &[OsString]) -> Vec<Vec<u8>> {
+    patterns.iter().map(|p| p.as_bytes().to_vec()).collect()
 }

@@ -45,6 +45,13 @@ fn include_and_exclude_globs_select_what_is_restored() {
     let r = restored(&t, &src);
     assert!(r.join("sub/c.txt").exists() && r.join("sub/d.rs").exists());
     assert!(!r.join("a.txt").exists());
+    // Ignoring case.
+    let t = f.path("t3");
+    assert!(restore(&f, &t, &["--iinclude", "A.TXT"]).status.success());
+    assert!(restored(&t, &src).join("a.txt").exists());
+    assert!(!restore(&f, &f.path("t4"), &["--include", "A.TXT"])
+        .status
+        .success());
 }
 
 #[test]

@@ -28,10 +28,12 @@ fn exclude_file_and_iexclude_leave_out_what_they_match() {
         fs::write(src.join(name), name).unwrap();
     }
     let list = f.path("excludes");
-    fs::write(&list, "# comment\n\n*.tmp\n  *.bak  \n").unwrap();
+    // Variables are expanded, as restic does.
+    fs::write(&list, "# comment\n\n*.tmp\n  *.${EXCL_EXT}  \n").unwrap();
     let ilist = f.path("iexcludes");
     fs::write(&ilist, "*.BAK\n").unwrap();
     f.cmd(&["backup", "--exclude-file", list.to_str().unwrap()])
+        .env("EXCL_EXT", "bak")
         .args(["--iexclude", "*.log"])
         .args(["--iexclude-file", ilist.to_str().unwrap()])
         .arg(&src)

@@ -77,6 +77,10 @@ pub struct RestoreOptions {
     pub include: Vec<Vec<u8>>,
     /// Do not restore what these patterns match (nor what is below it).
     pub exclude: Vec<Vec<u8>>,
+    /// As `include`, ignoring case.
+    pub iinclude: Vec<Vec<u8>>,
+    /// As `exclude`, ignoring case.
+    pub iexclude: Vec<Vec<u8>>,
     /// What to do with entries the target already holds.
     pub overwrite: Overwrite,
     /// Only count what would be restored; write nothing (not even the target directory).
@@ -218,7 +222,11 @@ pub fn restore(
     opts: &RestoreOptions,
     progress: &dyn Progress,
 ) -> Result<RestoreStats> {
-    let selector = Selector::new(&opts.include, &opts.exclude)?;
+    let selector = Selector::new(&opts.include, &opts.exclude)?.merged(Selector::with_case(
+        &opts.iinclude,
+        &opts.iexclude,
+        true,
+    )?);
     if selector.has_includes() || opts.dry_run {
         let quiet = crate::progress::NoProgress;
         let report: &dyn Progress = if opts.dry_run { progress } else { &quiet };

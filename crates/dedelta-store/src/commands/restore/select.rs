@@ -72,7 +72,7 @@ enum Pattern {
 }
 
 impl Pattern {
-    fn new(raw: &[u8], flag: &str) -> Result<Self> {
+    fn new(raw: &[u8], flag: &str, icase: bool) -> Result<Self> {
         let Ok(text) = std::str::from_utf8(raw) else {
             return Ok(Pattern::Literal(normalize_path(raw).to_vec()));
         };
@@ -83,6 +83,7 @@ impl Pattern {
             format!("**/{trimmed}")
         };
         let m = GlobBuilder::new(&glob)
+            .case_insensitive(icase)
             .literal_separator(true)
             .backslash_escape(true)
             .build()
@@ -131,20 +132,34 @@ impl Selector {
     /// # Errors
     /// [`Error::InvalidOption`] for a pattern that is not a glob.
     pub fn new(include: &[Vec<u8>], exclude: &[Vec<u8>]) -> Result<Self> {
+        Self::with_case(include, exclude, false)
+    }
+
+    /// [`Self::new`], the patterns ignoring case with `icase` (`--iinclude`, `--iexclude`).
+    pub fn with_case(include: &[Vec<u8>], exclude: &[Vec<u8>], icase: bool) -> Result<Self> {
+        let i = if icase { "--i" } else { "--" };
         Ok(Selector {
             include: include
                 .iter()
-                .map(|p| Pattern::new(p, "--include"))
+                .map(|p| Pattern::new(p, &format!("{i}include"), icase))
                 .collect::<Result<_>>()?,
             exclude: exclude
                 .iter()
-                .map(|p| Pattern::new(p, "--exclude"))
+                .map(|p| Pattern::new(p, &format!("{i}exclude"), icase))
                 .collect::<Result<_>>()?,
             include_text: include
                 .iter()
                 .map(|p| String::from_utf8_lossy(p).into_owned())
                 .collect(),
         })
+    }
+
+    /// Adds `other`'s patterns to these.
+    pub fn merged(mut self, other: Selector) -> Self {
+        self.include.extend(other.include);
+        self.exclude.extend(other.exclude);
+        self.include_text.extend(other.include_text);
+        self
     }
 
     /// Whether there are include patterns (then directories above a match are created only
@@ -239,6 +254,15 @@ mod tests {
         assert!(s.selects(b"a/b"));
         assert!(!s.selects(b"a/cache"));
         assert!(!s.selects(b"a/cache/x"));
+    }
+
+    #[test]
+    fn iinclude_ignores_case() {
+        let v = |s: &str| vec![s.as_bytes().to_vec()];
+        let s = Selector::with_case(&v("*.TXT"), &[], true).unwrap();
+        assert!(s.selects(b"a/b.txt"));
+        let s = Selector::new(&v("*.TXT"), &[]).unwrap();
+        assert!(!s.selects(b"a/b.txt"));
     }
 
     #[test]
