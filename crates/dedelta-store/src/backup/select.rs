@@ -115,12 +115,17 @@ fn globs(patterns: &[String], icase: bool) -> Result<GlobSet> {
     let mut b = GlobSetBuilder::new();
     for p in patterns {
         let flag = if icase { "iexclude" } else { "exclude" };
-        b.add(
-            GlobBuilder::new(p)
-                .case_insensitive(icase)
-                .build()
-                .map_err(|e| Error::InvalidOption(format!("--{flag} pattern {p:?}: {e}")))?,
-        );
+        // A relative pattern with a `/` (`build/out`) matches at any depth, as in restic.
+        let anywhere = (!p.starts_with('/') && !p.starts_with("**") && p.contains('/'))
+            .then(|| format!("**/{p}"));
+        for glob in std::iter::once(p).chain(anywhere.as_ref()) {
+            b.add(
+                GlobBuilder::new(glob)
+                    .case_insensitive(icase)
+                    .build()
+                    .map_err(|e| Error::InvalidOption(format!("--{flag} pattern {p:?}: {e}")))?,
+            );
+        }
     }
     b.build().map_err(|e| Error::InvalidOption(e.to_string()))
 }
@@ -311,6 +316,16 @@ mod tests {
         assert!(!sel.excluded_by_pattern(Path::new("/a/b.TMP")));
         assert!(sel.excluded_by_pattern(Path::new("/a/b.log")));
         assert!(sel.excluded_by_pattern(Path::new("/a/b.Log")));
+        // A relative pattern with a slash matches at any depth; an absolute one at the root.
+        let sel = Selection::new(&SelectOptions {
+            excludes: vec!["build/out".into(), "/top/x".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(sel.excluded_by_pattern(Path::new("/src/proj/build/out")));
+        assert!(!sel.excluded_by_pattern(Path::new("/src/proj/build/outside")));
+        assert!(sel.excluded_by_pattern(Path::new("/top/x")));
+        assert!(!sel.excluded_by_pattern(Path::new("/a/top/x")));
     }
 
     #[test]
