@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// The bar: elapsed time, bytes done of the total, rate and ETA, all sizes binary.
+const BAR_TEMPLATE: &str = "{elapsed_precise} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+     {binary_bytes_per_sec} ETA {eta} {wide_msg}";
+
 /// How progress is shown.
 enum Mode {
     /// A bar on stderr (a terminal), or hidden.
@@ -50,9 +54,7 @@ impl Bar {
                 ProgressDrawTarget::hidden()
             },
         );
-        if let Ok(style) = ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta} {wide_msg}",
-        ) {
+        if let Ok(style) = ProgressStyle::with_template(BAR_TEMPLATE) {
             bar.set_style(style.progress_chars("=> "));
         }
         Bar {
@@ -202,5 +204,33 @@ impl Progress for Bar {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bad template would silently fall back to indicatif's default bar (no ETA).
+    #[test]
+    fn the_bar_template_parses_and_shows_eta_in_one_unit_system() {
+        assert!(ProgressStyle::with_template(BAR_TEMPLATE).is_ok());
+        assert!(BAR_TEMPLATE.contains("{eta}"));
+        // Every size on the line is named binary explicitly (KiB, MiB, MiB/s).
+        for key in ["{bytes}", "{total_bytes}", "{bytes_per_sec}", "{decimal_"] {
+            assert!(!BAR_TEMPLATE.contains(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn json_status_reports_fraction_and_remaining_time() {
+        let bar = Bar::json("check");
+        bar.set_total(100);
+        bar.inc(25);
+        let Mode::Json(s) = &bar.mode else {
+            panic!("not JSON")
+        };
+        assert_eq!(s.done.load(Ordering::Relaxed), 25);
+        assert_eq!(s.total.load(Ordering::Relaxed), 100);
     }
 }

@@ -28,7 +28,7 @@ pub struct GlobalArgs {
     /// else ~/.cache/dedelta).
     #[arg(long, value_name = "DIR", global = true)]
     pub cache_dir: Option<PathBuf>,
-    /// Print only errors and warnings: no progress bar, no summary.
+    /// Print less: no progress bar, and backup and restore print only errors and warnings.
     #[arg(short = 'q', long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
     /// Say more: each file as it is backed up or restored (repeat for more).
