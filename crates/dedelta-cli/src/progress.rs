@@ -33,6 +33,10 @@ struct JsonStatus {
     last: Mutex<Option<Instant>>,
     total: AtomicU64,
     done: AtomicU64,
+    /// Files done (each entry reported through `item`).
+    files_done: AtomicU64,
+    /// `error` messages printed.
+    errors: AtomicU64,
 }
 
 /// Progress of one command.
@@ -84,6 +88,8 @@ impl Bar {
                 last: Mutex::new(Some(started)),
                 total: AtomicU64::new(0),
                 done: AtomicU64::new(0),
+                files_done: AtomicU64::new(0),
+                errors: AtomicU64::new(0),
             }),
             verbose: crate::cmd::global::verbosity() > 0,
         }
@@ -134,6 +140,8 @@ impl JsonStatus {
             "percent_done": fraction,
             "total_bytes": total,
             "bytes_done": done,
+            "files_done": self.files_done.load(Ordering::Relaxed),
+            "error_count": self.errors.load(Ordering::Relaxed),
             "seconds_elapsed": elapsed.round() as u64,
             "seconds_remaining": remaining.map(|r| r.round() as u64),
         }));
@@ -173,18 +181,24 @@ impl Progress for Bar {
     fn warn(&self, msg: &str) {
         match &self.mode {
             // The path the message starts with, if it names one.
-            Mode::Json(s) => json_error(
-                s.during,
-                msg.split_once(": ")
-                    .map(|(p, _)| p)
-                    .filter(|p| p.starts_with('/')),
-                msg,
-            ),
+            Mode::Json(s) => {
+                s.errors.fetch_add(1, Ordering::Relaxed);
+                json_error(
+                    s.during,
+                    msg.split_once(": ")
+                        .map(|(p, _)| p)
+                        .filter(|p| p.starts_with('/')),
+                    msg,
+                )
+            }
             // Without a bar the command prints its warnings with its result.
             Mode::Bar => self.bar.println(format!("warning: {msg}")),
         }
     }
     fn item(&self, action: &str, path: &str, bytes: u64) {
+        if let Mode::Json(s) = &self.mode {
+            s.files_done.fetch_add(1, Ordering::Relaxed);
+        }
         if !self.verbose {
             return;
         }
