@@ -254,6 +254,10 @@ mod tests {
         assert!(s.selects(b"a/b"));
         assert!(!s.selects(b"a/cache"));
         assert!(!s.selects(b"a/cache/x"));
+        // Glob characters in a name are escaped with a backslash.
+        let s = sel(&["/a/b\\[1\\]"], &[]);
+        assert!(s.selects(b"a/b[1]"));
+        assert!(!s.selects(b"a/b1"));
     }
 
     #[test]
