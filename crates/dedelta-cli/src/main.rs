@@ -7,7 +7,7 @@
 //!
 //! Exit codes: 0 ok; 1 fatal (or `check`/`repair index` found errors); 3 backup completed but
 //! some sources were unreadable, or restore completed but some files could not be restored;
-//! 10 repository does not exist; 11 repository locked. A closed standard output (`dedelta
+//! 10 repository does not exist; 11 repository locked; 12 wrong password. A closed standard output (`dedelta
 //! snapshots | head`) exits 0, see [`is_broken_pipe`].
 
 mod alloc_tuning;
@@ -15,6 +15,7 @@ mod bench;
 mod bench_delta;
 mod cmd;
 mod eval_cmd;
+mod password;
 mod progress;
 mod render;
 
@@ -32,6 +33,8 @@ const EXIT_PARTIAL: u8 = 3;
 const EXIT_NO_REPO: u8 = 10;
 /// Exit code: the repository is locked by another process.
 const EXIT_LOCKED: u8 = 11;
+/// Exit code: the password opens no key file of the repository (as restic).
+const EXIT_WRONG_PASSWORD: u8 = 12;
 
 /// A backup store with deduplication, resemblance detection and delta compression.
 #[derive(Parser)]
@@ -71,6 +74,8 @@ enum Command {
     Forget(cmd::forget::ForgetArgs),
     /// Free the space of data no snapshot needs.
     Prune(cmd::prune::PruneArgs),
+    /// Manage the passwords (key files) of an encrypted repository.
+    Key(cmd::key::KeyArgs),
     /// Measure the algorithms (single thread) on your files.
     Bench {
         #[command(subcommand)]
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
             let code = match e.downcast_ref::<Error>() {
                 Some(Error::RepoNotFound(_)) => EXIT_NO_REPO,
                 Some(Error::Locked { .. }) => EXIT_LOCKED,
+                Some(Error::WrongPassword) => EXIT_WRONG_PASSWORD,
                 _ => EXIT_ERROR,
             };
             ExitCode::from(code)
@@ -170,6 +176,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Repair(args) => cmd::repair::run(args),
         Command::Forget(args) => cmd::forget::run(args),
         Command::Prune(args) => cmd::prune::run(args),
+        Command::Key(args) => cmd::key::run(args),
         Command::Eval(args) => eval_cmd::run(args, cmd::host(), cmd::now_rfc3339()),
         Command::Bench { what } => {
             match what {

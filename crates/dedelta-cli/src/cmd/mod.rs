@@ -15,6 +15,7 @@ pub mod dump_tar;
 pub mod forget;
 pub mod global;
 pub mod init;
+pub mod key;
 pub mod ls;
 pub mod prune;
 pub mod repair;
@@ -36,11 +37,15 @@ use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-/// The repository a command works on. It takes no arguments of its own: `-r/--repo` and
-/// `--cache-dir` are global options ([`global::GlobalArgs`], valid before or after the
-/// command), and every repository command flattens this to say it uses them.
-#[derive(Args, Clone, Debug, Default)]
-pub struct RepoArg {}
+/// The repository a command works on. `-r/--repo` and `--cache-dir` are global options
+/// ([`global::GlobalArgs`], valid before or after the command); every repository command
+/// flattens this to say it uses them, and to take the password options.
+#[derive(Args, Clone)]
+pub struct RepoArg {
+    /// Where the password of an encrypted repository comes from.
+    #[command(flatten)]
+    pub password: crate::password::PasswordArgs,
+}
 
 impl RepoArg {
     /// The repository path (`-r` or `DEDELTA_REPO`), or an error that says how to give one
@@ -60,7 +65,16 @@ impl RepoArg {
     /// Opens the repository (config only), its index to be kept under [`Self::cache_root`],
     /// metered from here on (see [`IoModelArgs::report`]).
     pub fn open_repository(&self) -> Result<Repository> {
-        Ok(Repository::open_local_with_cache(&self.path()?, &self.cache_root())?.metered())
+        Ok(self.open_unmetered()?.metered())
+    }
+
+    /// Opens the repository (config only), asking for its password if it is encrypted.
+    pub fn open_unmetered(&self) -> Result<Repository> {
+        Ok(Repository::open_local_unlocking(
+            &self.path()?,
+            &self.cache_root(),
+            &mut || self.password.password(),
+        )?)
     }
 }
 
@@ -190,7 +204,8 @@ pub struct DeltaArgs {
     #[arg(long, value_name = "D")]
     max_depth: Option<u8>,
     /// With `--sketch-index prefetch` (LoopDelta): a container goes on a backup's dense
-    /// container list when the backup references more than this fraction of its chunks.
+    /// container list when the backup references more than this fraction of its chunks
+    /// (default 0.3; the `loopdelta` presets 0.2 without Capping).
     #[arg(long, value_name = "R")]
     dense_threshold: Option<f64>,
     /// With `--sketch-index prefetch`: containers of full chunks the potential base chunk

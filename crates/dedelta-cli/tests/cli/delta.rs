@@ -19,6 +19,7 @@ fn delta_options_and_statistics() {
     dedelta()
         .args([
             "init",
+            "--insecure-no-password",
             "--sketch",
             "odess",
             "--sketch-index",
@@ -193,6 +194,7 @@ fn init_config(dir: &std::path::Path, name: &str, args: &[&str]) -> (std::path::
     let repo = dir.join(name);
     dedelta()
         .arg("init")
+        .arg("--insecure-no-password")
         .args(args)
         .arg("-r")
         .arg(&repo)

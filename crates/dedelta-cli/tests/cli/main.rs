@@ -6,6 +6,7 @@ mod check;
 mod conventions;
 mod crash;
 mod delta;
+mod encryption;
 mod errors;
 mod metadata;
 mod reliability;

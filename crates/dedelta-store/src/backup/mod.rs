@@ -429,6 +429,7 @@ pub fn backup(
         // Sketching only DupAdj's misses, the delta stage sketches file data.
         sketcher: sketcher.clone().filter(|_| !sketches_misses_only),
         times: times.clone(),
+        hasher: repo.chunk_hasher(),
     };
     let threads = workers.pool.current_num_threads();
     let (item_tx, item_rx) =
@@ -467,7 +468,8 @@ pub fn backup(
         if opts.loopdelta.cache_aware_filter {
             dedup = dedup.cache_aware_filter();
         }
-        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
+        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
+            .hashing_with(repo.chunk_hasher());
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
             .map_err(|e| Error::io("starting a thread", e))?;

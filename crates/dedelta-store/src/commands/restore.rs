@@ -287,7 +287,7 @@ fn restore_selected(
                 read_events(repo, snapshot, selector, opts, cache_bytes, &tx)
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
-        let mut stats = write_events(&rx, target, progress);
+        let mut stats = write_events(&rx, target, repo.chunk_hasher(), progress);
         drop(rx);
         let (reads, restore_cache) = producer
             .join()
@@ -496,10 +496,11 @@ enum Current {
 fn write_events(
     rx: &crossbeam_channel::Receiver<Event>,
     mut target: Target,
+    hasher: dedelta_core::ChunkHasher,
     progress: &dyn Progress,
 ) -> RestoreStats {
     let mut stats = RestoreStats::default();
-    let mut decoder = PipelinedDecoder::default();
+    let mut decoder = PipelinedDecoder::new(hasher);
     let mut dirs: Vec<Node> = Vec::new();
     let mut current = Current::Idle;
     for ev in rx.iter() {

@@ -10,6 +10,7 @@
 pub mod damage;
 pub mod index_rebuild;
 pub mod index_sync;
+pub mod keys;
 pub mod lock;
 pub mod snapshots;
 
@@ -35,11 +36,17 @@ pub struct Repository {
     index_path: PathBuf,
     /// The directory of a local repository (for removing a legacy in-repository index).
     local_root: Option<PathBuf>,
+    /// In an encrypted repository: the seal `backend` is (or is under the meter of), for
+    /// sealing the meter's tagged handles too, and the key that opened it.
+    unlocked: Option<keys::Unlocked>,
 }
 
-/// Reads and parses the repository config.
-fn read_config(backend: &dyn Backend) -> Result<RepoConfig> {
-    RepoConfig::from_bytes(&backend.get(FileKind::Config, "config")?)
+/// Asks for the password of an encrypted repository (only when it is encrypted).
+pub type PasswordPrompt<'a> = &'a mut dyn FnMut() -> Result<zeroize::Zeroizing<String>>;
+
+/// For repositories opened without a password: an encrypted one is refused.
+fn no_password() -> Result<zeroize::Zeroizing<String>> {
+    Err(Error::PasswordNeeded)
 }
 
 impl Repository {
@@ -57,6 +64,20 @@ impl Repository {
         cache_root: &Path,
     ) -> Result<Self> {
         config.validate()?;
+        Self::check_new_local(path)?;
+        if config.is_encrypted() {
+            return Err(Error::InvalidOption(
+                "an encrypted repository is made by Repository::init_local_encrypted".into(),
+            ));
+        }
+        let backend = LocalBackend::new(path);
+        backend.create_layout()?;
+        backend.put(FileKind::Config, "config", &config.to_bytes())?;
+        Self::open_local_with_cache(path, cache_root)
+    }
+
+    /// Checks that `path` can hold a new repository (absent or empty).
+    fn check_new_local(path: &Path) -> Result<()> {
         if path.join("config").exists() {
             return Err(Error::RepoExists(path.to_path_buf()));
         }
@@ -68,10 +89,7 @@ impl Repository {
                 )));
             }
         }
-        let backend = LocalBackend::new(path);
-        backend.create_layout()?;
-        backend.put(FileKind::Config, "config", &config.to_bytes())?;
-        Self::open_local_with_cache(path, cache_root)
+        Ok(())
     }
 
     /// Opens a repository in a local directory, with its chunk index in the default cache
@@ -83,6 +101,19 @@ impl Repository {
     /// Opens a repository in a local directory, with its chunk index under the cache root
     /// `cache_root` (in `<cache_root>/<repository id>/`).
     pub fn open_local_with_cache(path: &Path, cache_root: &Path) -> Result<Self> {
+        Self::open_local_unlocking(path, cache_root, &mut no_password)
+    }
+
+    /// [`Self::open_local_with_cache`], calling `password` for the password if the
+    /// repository is encrypted.
+    ///
+    /// # Errors
+    /// [`Error::WrongPassword`] if no key file opens with it; what `password` returns.
+    pub fn open_local_unlocking(
+        path: &Path,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
         let cfg = path.join("config");
         match std::fs::metadata(&cfg) {
             Ok(_) => {}
@@ -92,7 +123,7 @@ impl Repository {
             Err(e) => return Err(Error::io(format!("reading {}", cfg.display()), e)),
         }
         let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(path));
-        let mut repo = Self::open_in_cache(backend, cache_root)?;
+        let mut repo = Self::open_in_cache_unlocking(backend, cache_root, password)?;
         repo.local_root = Some(path.to_path_buf());
         Ok(repo)
     }
@@ -100,27 +131,67 @@ impl Repository {
     /// Opens a repository on any backend, with the chunk index under the cache root
     /// `cache_root` (in `<cache_root>/<repository id>/`).
     pub fn open_in_cache(backend: Arc<dyn Backend>, cache_root: &Path) -> Result<Self> {
-        let config = read_config(backend.as_ref())?;
+        Self::open_in_cache_unlocking(backend, cache_root, &mut no_password)
+    }
+
+    /// [`Self::open_in_cache`], calling `password` if the repository is encrypted.
+    pub fn open_in_cache_unlocking(
+        backend: Arc<dyn Backend>,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
+        let (config, unlocked) = keys::read_config(backend.clone(), password)?;
         let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
-        Ok(Repository {
+        Ok(Self::assemble(
             backend,
-            metered: None,
             config,
-            index_path: dir.join(crate::client::cache::INDEX_FILE),
-            local_root: None,
-        })
+            unlocked,
+            dir.join(crate::client::cache::INDEX_FILE),
+        ))
     }
 
     /// Opens a repository on any backend, with the chunk index at `index_path`.
     pub fn open(backend: Arc<dyn Backend>, index_path: PathBuf) -> Result<Self> {
-        let config = read_config(backend.as_ref())?;
-        Ok(Repository {
+        Self::open_unlocking(backend, index_path, &mut no_password)
+    }
+
+    /// [`Self::open`], calling `password` if the repository is encrypted.
+    pub fn open_unlocking(
+        backend: Arc<dyn Backend>,
+        index_path: PathBuf,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
+        let (config, unlocked) = keys::read_config(backend.clone(), password)?;
+        Ok(Self::assemble(backend, config, unlocked, index_path))
+    }
+
+    /// A repository on `raw` (sealed if `unlocked`).
+    fn assemble(
+        raw: Arc<dyn Backend>,
+        config: RepoConfig,
+        unlocked: Option<keys::Unlocked>,
+        index_path: PathBuf,
+    ) -> Self {
+        let backend: Arc<dyn Backend> = match &unlocked {
+            Some(u) => Arc::new(u.seal.rewrap(raw)),
+            None => raw,
+        };
+        Repository {
             backend,
             metered: None,
             config,
             index_path,
             local_root: None,
-        })
+            unlocked,
+        }
+    }
+
+    /// Seals `b` if the repository is encrypted.
+    fn sealed(&self, b: Arc<dyn Backend>) -> Arc<dyn Backend> {
+        match &self.unlocked {
+            Some(u) => Arc::new(u.seal.rewrap(b)),
+            None => b,
+        }
     }
 
     /// Where the chunk index is kept (a client cache, not part of the repository).
@@ -163,8 +234,13 @@ impl Repository {
     /// atomic additions per request. Metering twice keeps the first meter.
     pub fn metered(mut self) -> Self {
         if self.metered.is_none() {
-            let m = Arc::new(MeteredBackend::new(self.backend.clone()));
-            self.backend = m.clone();
+            // The meter is under the seal: it counts the bytes stored and read.
+            let raw = match &self.unlocked {
+                Some(u) => u.seal.inner().clone(),
+                None => self.backend.clone(),
+            };
+            let m = Arc::new(MeteredBackend::new(raw));
+            self.backend = self.sealed(m.clone());
             self.metered = Some(m);
         }
         self
@@ -175,7 +251,7 @@ impl Repository {
     /// filed by their kind ([`Purpose::of_kind`]: containers as chunk data).
     pub fn backend_for(&self, purpose: Purpose) -> Arc<dyn Backend> {
         match &self.metered {
-            Some(m) => Arc::new(m.tagged(purpose)),
+            Some(m) => self.sealed(Arc::new(m.tagged(purpose))),
             None => self.backend.clone(),
         }
     }
@@ -184,7 +260,7 @@ impl Repository {
     /// distort the counts. [`Self::backend`] when not metered.
     pub fn unmetered_backend(&self) -> Arc<dyn Backend> {
         match &self.metered {
-            Some(m) => m.inner().clone(),
+            Some(m) => self.sealed(m.inner().clone()),
             None => self.backend.clone(),
         }
     }

@@ -418,3 +418,79 @@ fn a_damaged_own_copy_falls_back_to_the_index_for_that_chunk_only() {
         assert!(own.contains(&locator.locate(id).unwrap().container));
     }
 }
+
+/// Issue 17 (the cache-aware filter lowered the speed factor): an own copy stored as a delta
+/// is read too when its base's copy is stored in full. Here the old snapshot's edited chunks
+/// are one-level deltas; after a capped backup stored them again (the index names the new
+/// copies), restoring the old snapshot reads every chunk, deltas included, from its own
+/// containers, bit-exact.
+#[test]
+fn restore_reads_own_delta_copies_onto_full_bases() {
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        max_depth: 1,
+        reanchor: None,
+        ..DeltaConfig::recommended()
+    };
+    let repo = init_repo(&tmp.path().join("repo"), config(1, delta));
+    let src = tmp.path().join("src");
+    let mut ids = Vec::new();
+    for v in 0..4 {
+        ids.push(backup(&repo, &src, v, None).snapshot_id);
+    }
+    let old = ids[3];
+    let (_, old_snap) = repo.find_snapshot(&old.to_hex()).unwrap();
+    let own: HashSet<ContainerId> = old_snap.containers.iter().copied().collect();
+    // The old snapshot's chunks stored as deltas (its own copies).
+    let mut deltas = HashSet::new();
+    {
+        let mut locator = ChunkLocator::new(&repo, 1 << 20).unwrap();
+        walk_tree(&repo, &old_snap, |_, chunks| {
+            for c in chunks {
+                if locator.locate(&c.id)?.delta_base.is_some() {
+                    deltas.insert(c.id);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    assert!(!deltas.is_empty(), "version 3 has deltas");
+
+    let capped = backup(&repo, &src, 3, Some(0));
+    assert!(
+        capped.metrics.rewritten.chunks > 0,
+        "capping rewrote nothing"
+    );
+    let index = repo.index().reader().unwrap();
+    let moved_deltas: Vec<ChunkId> = deltas
+        .iter()
+        .filter(|id| !own.contains(&index.get(id).unwrap().unwrap().container))
+        .copied()
+        .collect();
+    assert!(
+        !moved_deltas.is_empty(),
+        "no delta of the old snapshot moved"
+    );
+
+    let mut locator = ChunkLocator::new(&repo, 1 << 20)
+        .unwrap()
+        .reading_own_copies(&old_snap.containers);
+    for id in &moved_deltas {
+        let c = locator.locate(id).unwrap();
+        assert!(own.contains(&c.container), "own delta copy not read");
+        assert!(c.delta_base.is_some());
+    }
+    restores_exact(&repo, tmp.path(), &src, &old, 3);
+    let caches = [
+        RestoreCacheChoice::Lru { containers: 2 },
+        RestoreCacheChoice::Forward {
+            area_bytes: 64 * 1024,
+        },
+    ];
+    for cache in caches {
+        let (_, read_from) = restore_reads(&repo, tmp.path(), &src, &old, 3, cache);
+        assert!(read_from.is_subset(&own), "{cache:?}");
+    }
+    check_clean(&repo);
+}
