@@ -15,7 +15,7 @@ mkdir -p "$work/src"
 if [ ! -f "$work/built" ]; then
   rm -rf "$repo" "$work/cache"
   # shellcheck disable=SC2086
-  "$bin" init -r "$repo" ${INIT_FLAGS:-} >/dev/null
+  "$bin" init -r "$repo" --insecure-no-password ${INIT_FLAGS:-} >/dev/null
   head -c 600000000 /dev/urandom | base64 -w 0 > "$work/big"
   "$bin" backup -r "$repo" --stdin --stdin-name big < "$work/big" >/dev/null
   rm -f "$work/big"

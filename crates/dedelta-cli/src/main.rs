@@ -76,6 +76,20 @@ enum Command {
     Prune(cmd::prune::PruneArgs),
     /// Manage the passwords (key files) of an encrypted repository.
     Key(cmd::key::KeyArgs),
+    /// Add, remove or set the tags of snapshots.
+    Tag(cmd::tag::TagArgs),
+    /// Find files by name or path in snapshots.
+    Find(cmd::find::FindArgs),
+    /// Show the differences between two snapshots.
+    Diff(cmd::diff::DiffArgs),
+    /// Print a repository object decoded (config, snapshot, tree, container, index, chunk).
+    Cat(cmd::cat::CatArgs),
+    /// Mount the snapshots read-only over FUSE.
+    Mount(cmd::mount::MountArgs),
+    /// List the client caches; remove those of repositories gone or unused with --cleanup.
+    Cache(cmd::cache::CacheArgs),
+    /// Generate shell completions or man pages.
+    Generate(cmd::generate::GenerateArgs),
     /// Measure the algorithms (single thread) on your files.
     Bench {
         #[command(subcommand)]
@@ -177,6 +191,15 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Forget(args) => cmd::forget::run(args),
         Command::Prune(args) => cmd::prune::run(args),
         Command::Key(args) => cmd::key::run(args),
+        Command::Tag(args) => cmd::tag::run(args),
+        Command::Find(args) => cmd::find::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Cat(args) => cmd::cat::run(args),
+        Command::Mount(args) => cmd::mount::run(args),
+        Command::Cache(args) => cmd::cache::run(args),
+        Command::Generate(args) => {
+            cmd::generate::run(args, <Cli as clap::CommandFactory>::command())
+        }
         Command::Eval(args) => eval_cmd::run(args, cmd::host(), cmd::now_rfc3339()),
         Command::Bench { what } => {
             match what {

@@ -49,31 +49,6 @@ impl BufferPool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buffers_come_back_empty_and_large_enough() {
-        let pool = BufferPool::default();
-        let mut b = pool.take(100);
-        b.extend_from_slice(&[7; 100]);
-        let ptr = b.as_ptr();
-        pool.give(b);
-        assert_eq!(pool.free(), 1);
-        let again = pool.take(50);
-        assert!(again.is_empty() && again.capacity() >= 100);
-        assert_eq!(again.as_ptr(), ptr, "the same buffer");
-        pool.give(again);
-        // Too small for the request: a new one.
-        assert!(pool.take(1000).capacity() >= 1000);
-        for _ in 0..2 * MAX_FREE {
-            pool.give(vec![0; 1]);
-        }
-        assert_eq!(pool.free(), MAX_FREE);
-    }
-}
-
 /// A new empty buffer of `capacity` bytes whose pages are already mapped
 /// (`madvise(MADV_POPULATE_WRITE)` on Linux; elsewhere, or where the kernel refuses, a plain
 /// allocation).
@@ -103,4 +78,29 @@ pub fn populated(capacity: usize) -> Vec<u8> {
         }
     }
     buf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_come_back_empty_and_large_enough() {
+        let pool = BufferPool::default();
+        let mut b = pool.take(100);
+        b.extend_from_slice(&[7; 100]);
+        let ptr = b.as_ptr();
+        pool.give(b);
+        assert_eq!(pool.free(), 1);
+        let again = pool.take(50);
+        assert!(again.is_empty() && again.capacity() >= 100);
+        assert_eq!(again.as_ptr(), ptr, "the same buffer");
+        pool.give(again);
+        // Too small for the request: a new one.
+        assert!(pool.take(1000).capacity() >= 1000);
+        for _ in 0..2 * MAX_FREE {
+            pool.give(vec![0; 1]);
+        }
+        assert_eq!(pool.free(), MAX_FREE);
+    }
 }

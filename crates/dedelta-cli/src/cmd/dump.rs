@@ -27,6 +27,8 @@ pub struct DumpArgs {
     repo: RepoArg,
     /// Snapshot id (a unique prefix) or `latest`.
     snapshot: String,
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
     /// Path of the file inside the snapshot (any bytes: names need not be UTF-8); a
     /// directory (`/` for the whole snapshot) is written as a tar stream.
     path: OsString,
@@ -49,7 +51,7 @@ pub struct DumpArgs {
 pub fn run(args: DumpArgs) -> Result<u8> {
     args.io_models.models()?;
     let r = open(&args.repo)?;
-    let (id, snap) = r.find_snapshot(&args.snapshot)?;
+    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let (cache, cache_bytes) = args.cache.choice(DUMP_CACHE_MIB)?;

@@ -18,6 +18,8 @@ pub struct LsArgs {
     repo: RepoArg,
     /// Snapshot id (a unique prefix) or `latest`.
     snapshot: String,
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
     /// Print one JSON object per line.
     #[arg(long)]
     json: bool,
@@ -27,7 +29,7 @@ pub struct LsArgs {
 /// snapshot, as restic's `ls --json`).
 pub fn run(args: LsArgs) -> Result<u8> {
     let r = open(&args.repo)?;
-    let (id, snap) = r.find_snapshot(&args.snapshot)?;
+    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if args.json {

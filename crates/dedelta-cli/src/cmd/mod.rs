@@ -9,19 +9,27 @@
 //! not here: they use no repository.
 
 pub mod backup;
+pub mod cache;
+pub mod cat;
 pub mod check;
+pub mod diff;
 pub mod dump;
 pub mod dump_tar;
+pub mod find;
 pub mod forget;
+pub mod generate;
 pub mod global;
 pub mod init;
 pub mod key;
 pub mod ls;
+pub mod mount;
 pub mod prune;
 pub mod repair;
 pub mod restore;
+pub mod select;
 pub mod snapshots;
 pub mod stats;
+pub mod tag;
 
 use crate::progress;
 use crate::render::print_notices;
@@ -324,8 +332,12 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
-/// This machine's host name, or `unknown`.
+/// The host name snapshots record: `$DEDELTA_HOST` if set (restic's `RESTIC_HOST`), else
+/// this machine's host name, or `unknown`.
 pub fn host() -> String {
+    if let Some(h) = std::env::var_os("DEDELTA_HOST").filter(|h| !h.is_empty()) {
+        return h.to_string_lossy().into_owned();
+    }
     hostname::get()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into())

@@ -27,6 +27,8 @@ pub struct RestoreArgs {
     repo: RepoArg,
     /// Snapshot id (a unique prefix) or `latest`.
     snapshot: String,
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
     /// Directory to restore into.
     #[arg(long, short = 't')]
     target: PathBuf,
@@ -118,7 +120,7 @@ impl CacheArgs {
 pub fn run(args: RestoreArgs) -> Result<u8> {
     args.io_models.models()?;
     let r = open(&args.repo)?;
-    let (id, snap) = r.find_snapshot(&args.snapshot)?;
+    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let progress = progress_stream(args.json, "restore");
     let (cache, cache_bytes) = args.cache.choice(RESTORE_CACHE_MIB)?;
     let started = std::time::Instant::now();

@@ -12,6 +12,7 @@ pub mod index_rebuild;
 pub mod index_sync;
 pub mod keys;
 pub mod lock;
+pub mod snapshot_filter;
 pub mod snapshots;
 
 use crate::backend::local::LocalBackend;
@@ -39,6 +40,9 @@ pub struct Repository {
     /// In an encrypted repository: the seal `backend` is (or is under the meter of), for
     /// sealing the meter's tagged handles too, and the key that opened it.
     unlocked: Option<keys::Unlocked>,
+    /// The repository's directory under a cache root, when opened so (see
+    /// [`crate::client::cache::mark_used`]).
+    cache_dir: Option<PathBuf>,
 }
 
 /// Asks for the password of an encrypted repository (only when it is encrypted).
@@ -142,12 +146,14 @@ impl Repository {
     ) -> Result<Self> {
         let (config, unlocked) = keys::read_config(backend.clone(), password)?;
         let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
-        Ok(Self::assemble(
+        let mut repo = Self::assemble(
             backend,
             config,
             unlocked,
             dir.join(crate::client::cache::INDEX_FILE),
-        ))
+        );
+        repo.cache_dir = Some(dir);
+        Ok(repo)
     }
 
     /// Opens a repository on any backend, with the chunk index at `index_path`.
@@ -183,6 +189,7 @@ impl Repository {
             index_path,
             local_root: None,
             unlocked,
+            cache_dir: None,
         }
     }
 
@@ -287,6 +294,18 @@ impl Repository {
         snapshots::find(self.backend.as_ref(), spec)
     }
 
+    /// The snapshot named by a unique id prefix, or `latest` among those `filter` selects.
+    pub fn find_snapshot_filtered(
+        &self,
+        spec: &str,
+        filter: &snapshot_filter::SnapshotFilter,
+    ) -> Result<(
+        crate::format::snapshot::SnapshotId,
+        crate::format::snapshot::Snapshot,
+    )> {
+        snapshots::find_filtered(self.backend.as_ref(), spec, filter)
+    }
+
     /// Takes the exclusive lock.
     pub fn lock(&self, me: &LockInfo) -> Result<RepoLock> {
         RepoLock::acquire(self.backend.clone(), me)
@@ -309,6 +328,9 @@ impl Repository {
             }
             Err(e) => return Err(e),
         };
+        if let Some(dir) = &self.cache_dir {
+            crate::client::cache::mark_used(dir, self.local_root.as_deref());
+        }
         // Rebuilds, catch-ups and backups record super-features as the config says (a
         // backup that overrides it sets its own for its run).
         index.set_sketch_keep(self.config().delta.sketch_keep);
