@@ -17,6 +17,8 @@ pub struct PasswordArgs {
     #[arg(long, value_name = "FILE", env = "DEDELTA_PASSWORD_FILE")]
     pub password_file: Option<PathBuf>,
     /// Run CMD (with `sh -c`) and take the first line it prints as the repository password.
+    /// Without this or --password-file: $DEDELTA_PASSWORD, else a prompt on a terminal. A
+    /// repository made with `init --insecure-no-password` needs none.
     #[arg(long, value_name = "CMD", env = "DEDELTA_PASSWORD_COMMAND")]
     pub password_command: Option<String>,
 }

@@ -16,7 +16,9 @@ use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::ContainerId;
 use dedelta_store::format::snapshot::SnapshotId;
 use dedelta_store::progress::NoProgress;
-use dedelta_store::read::{walk_tree, ChunkLocator, RestoreCacheChoice};
+use dedelta_store::read::{
+    walk_tree, ChunkLocator, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice,
+};
 use dedelta_store::IndexedRepository;
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -493,4 +495,67 @@ fn restore_reads_own_delta_copies_onto_full_bases() {
         assert!(read_from.is_subset(&own), "{cache:?}");
     }
     check_clean(&repo);
+}
+
+/// Found by the campaign after own delta copies became readable: a chunk whose own copy is a
+/// delta on a base whose region is damaged, while the index's copy of the chunk does not need
+/// that base, is read from the index's copy (restore failed on it before).
+#[test]
+fn an_own_delta_copy_on_a_damaged_base_falls_back_to_the_index_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        max_depth: 1,
+        reanchor: None,
+        ..DeltaConfig::recommended()
+    };
+    let repo_path = tmp.path().join("repo");
+    let repo = init_repo(&repo_path, config(1, delta));
+    let src = tmp.path().join("src");
+    let mut old = None;
+    for v in 0..4 {
+        old = Some(backup(&repo, &src, v, None).snapshot_id);
+    }
+    backup(&repo, &src, 3, Some(0));
+    let (_, snap) = repo.find_snapshot(&old.unwrap().to_hex()).unwrap();
+    let own: HashSet<ContainerId> = snap.containers.iter().copied().collect();
+    // A chunk read from its own delta copy whose index copy is stored in full elsewhere.
+    let mut locator = ChunkLocator::new(&repo, 1 << 20)
+        .unwrap()
+        .reading_own_copies(&snap.containers);
+    let mut picked = None;
+    walk_tree(&repo, &snap, |_, chunks| {
+        for c in chunks {
+            let own_copy = locator.locate(&c.id)?;
+            let index_copy = locator.locate_index_copy(&c.id)?;
+            if picked.is_none()
+                && own.contains(&own_copy.container)
+                && !own.contains(&index_copy.container)
+                && index_copy.delta_base.is_none()
+            {
+                picked = own_copy.delta_base.map(|base| (c.id, base));
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    let (chunk, base) = picked.expect("an own delta copy whose index copy is full");
+    // Damage the base's region (its only copy).
+    let at = locator.locate_index_copy(&base).unwrap().container;
+    let meta = repo.read_container_meta(&at).unwrap();
+    let entry = meta.entries.iter().find(|e| e.id == base).unwrap();
+    let region = meta.regions[entry.region as usize];
+    let hex = at.to_hex();
+    let file = repo_path.join("containers").join(&hex[..2]).join(&hex);
+    let mut bytes = fs::read(&file).unwrap();
+    bytes[region.offset as usize + region.stored_len as usize / 2] ^= 0xff;
+    fs::write(&file, &bytes).unwrap();
+
+    let mut pipelined =
+        PipelinedLocator::new(&repo, RestoreCacheChoice::Lru { containers: 4 }, 1 << 20)
+            .unwrap()
+            .reading_own_copies(&snap.containers);
+    let fetched = pipelined.fetch(&chunk).unwrap();
+    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
+    let got = decoder.decode(&fetched).unwrap();
+    assert_eq!(ChunkId::of(got), chunk);
 }

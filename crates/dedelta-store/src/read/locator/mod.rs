@@ -477,6 +477,21 @@ impl<'a> ChunkLocator<'a> {
         Ok(meta.entries.get(loc.entry as usize).map(|e| e.kind))
     }
 
+    /// [`Self::locate`] in the copy the index names, even when reading own copies: the
+    /// retry of a chunk whose own copy is a delta whose base cannot be read (damaged), while
+    /// the index's copy may not need that base.
+    pub fn locate_index_copy(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
+        let own = self.own.take();
+        let located = self.locate(id);
+        self.own = own;
+        located
+    }
+
+    /// Whether this locator reads snapshots' own copies ([`Self::reading_own_copies`]).
+    pub fn reads_own_copies(&self) -> bool {
+        self.own.is_some()
+    }
+
     /// Finds chunk `id` and decompresses its region.
     ///
     /// Readers take no lock, so a prune may move the chunk to a new container and delete the
