@@ -40,12 +40,16 @@ const EXIT_WRONG_PASSWORD: u8 = 12;
 #[derive(Parser)]
 #[command(name = "dedelta", version, about)]
 struct Cli {
+    #[command(flatten)]
+    global: cmd::global::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
 
 /// The subcommands; each but `bench` and `eval` has its arguments and its `run` in
 /// `cmd/<name>.rs`.
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Create a new repository.
@@ -56,7 +60,7 @@ enum Command {
     Snapshots(cmd::snapshots::SnapshotsArgs),
     /// List the files of a snapshot.
     Ls(cmd::ls::LsArgs),
-    /// Write one file of a snapshot to standard output.
+    /// Write a file of a snapshot to standard output (a directory as a tar stream).
     Dump(cmd::dump::DumpArgs),
     /// Restore a snapshot into a directory.
     Restore(cmd::restore::RestoreArgs),
@@ -173,6 +177,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 /// Runs the parsed command and returns its exit code.
 fn run(cli: Cli) -> anyhow::Result<u8> {
+    cmd::global::set(cli.global);
     match cli.command {
         Command::Init(args) => cmd::init::run(args),
         Command::Backup(args) => cmd::backup::run(args),

@@ -42,7 +42,7 @@ pub struct InitArgs {
     /// Raw size of a compression region in bytes.
     #[arg(long, default_value_t = DEFAULT_REGION_SIZE)]
     region_size: usize,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Algorithm options")]
     delta: DeltaArgs,
     /// Make a repository WITHOUT encryption (anyone who can read its files reads the backed
     /// up data): for benchmarks, or storage that is encrypted and trusted otherwise.
@@ -76,7 +76,7 @@ pub fn run(args: InitArgs) -> Result<u8> {
     })?;
     cfg.region_size = args.region_size;
     args.delta.apply(&mut cfg.delta)?;
-    let path = &args.repo.repo;
+    let path = &args.repo.path()?;
     let cache_root = args.repo.cache_root();
     let r = if args.insecure_no_password {
         Repository::init_local_with_cache(path, cfg, &cache_root)?

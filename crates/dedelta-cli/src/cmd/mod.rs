@@ -14,9 +14,11 @@ pub mod cat;
 pub mod check;
 pub mod diff;
 pub mod dump;
+pub mod dump_tar;
 pub mod find;
 pub mod forget;
 pub mod generate;
+pub mod global;
 pub mod init;
 pub mod key;
 pub mod ls;
@@ -43,26 +45,27 @@ use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-/// The repository option every repository command takes.
+/// The repository a command works on. `-r/--repo` and `--cache-dir` are global options
+/// ([`global::GlobalArgs`], valid before or after the command); every repository command
+/// flattens this to say it uses them, and to take the password options.
 #[derive(Args, Clone)]
 pub struct RepoArg {
-    /// Repository path.
-    #[arg(short = 'r', long = "repo", env = "DEDELTA_REPO")]
-    pub repo: PathBuf,
-    /// Directory of the client caches: the chunk index and the local base cache, in
-    /// <DIR>/<repository id>/ (default: $DEDELTA_CACHE_DIR, else $XDG_CACHE_HOME/dedelta,
-    /// else ~/.cache/dedelta).
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
     /// Where the password of an encrypted repository comes from.
     #[command(flatten)]
     pub password: crate::password::PasswordArgs,
 }
 
 impl RepoArg {
+    /// The repository path (`-r` or `DEDELTA_REPO`), or an error that says how to give one
+    /// or that names another tool's repository.
+    pub fn path(&self) -> Result<PathBuf> {
+        global::repo_path()
+    }
+
     /// The cache root: `--cache-dir`, else the default from the environment.
     pub fn cache_root(&self) -> PathBuf {
-        self.cache_dir
+        global::get()
+            .cache_dir
             .clone()
             .unwrap_or_else(dedelta_store::client::cache::root_or_temp)
     }
@@ -76,7 +79,7 @@ impl RepoArg {
     /// Opens the repository (config only), asking for its password if it is encrypted.
     pub fn open_unmetered(&self) -> Result<Repository> {
         Ok(Repository::open_local_unlocking(
-            &self.repo,
+            &self.path()?,
             &self.cache_root(),
             &mut || self.password.password(),
         )?)
@@ -386,10 +389,20 @@ pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
     Ok(())
 }
 
-/// A progress bar on stderr, drawn only when stderr is a terminal and the result is not
-/// JSON (whose reader is a program).
+/// A progress bar on stderr, drawn only when stderr is a terminal, the result is not JSON
+/// (whose reader is a program) and `-q` was not given.
 pub fn progress_bar(json: bool) -> progress::Bar {
-    progress::Bar::new(std::io::stderr().is_terminal() && !json)
+    progress::Bar::new(std::io::stderr().is_terminal() && !json && !global::quiet())
+}
+
+/// The progress of `backup`, `restore` and `check`: with `--json`, restic-style `status`
+/// lines (and `verbose_status`, `error`) for the phase `during`; else [`progress_bar`].
+pub fn progress_stream(json: bool, during: &'static str) -> progress::Bar {
+    if json {
+        progress::Bar::json(during)
+    } else {
+        progress_bar(false)
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 mod backup_restore;
 mod check;
+mod conventions;
 mod crash;
 mod debug;
 mod delta;
@@ -12,6 +13,8 @@ mod find_diff;
 mod metadata;
 mod mount;
 mod reliability;
+mod restore_options;
 mod restore_safety;
 mod select;
+mod selection;
 mod support;

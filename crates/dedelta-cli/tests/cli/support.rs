@@ -97,7 +97,7 @@ impl Fixture {
             "backup failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap()
+        summary(&out.stdout)
     }
 
     /// The chunk index's manifest: a client cache, in `<cache>/<repository id>/chunks.idx`.
@@ -279,4 +279,20 @@ pub fn give_to_user(f: &Fixture) {
         .unwrap()
         .success();
     assert!(ok);
+}
+
+/// The result object of a command's `--json` output: its restic-style `summary` line when it
+/// streams messages (`status` lines come before it when the command runs long enough), else
+/// its one JSON document.
+pub fn summary(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    let mut last = None;
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        if v["message_type"] == "summary" {
+            return v;
+        }
+        last = Some(v);
+    }
+    last.unwrap_or_else(|| serde_json::from_str(&text).expect("JSON"))
 }

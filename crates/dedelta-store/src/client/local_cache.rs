@@ -60,13 +60,14 @@ const INDEX_FILE: &str = "bases.idx";
 /// Why the cache was not used or not written.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    /// A file could not be read or written.
-    #[error("local base cache {path}: {source}")]
+    /// A file could not be read or written. The cause is in the message only (a field named
+    /// `source` would also be the error's `source()`, and a printed chain would repeat it).
+    #[error("local base cache {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The index is not of this version, or is damaged, or does not fit its data file.
     #[error("local base cache {path}: {reason}")]
@@ -203,10 +204,10 @@ impl LocalBaseCache {
         let bytes = match std::fs::read(&index_path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
+            Err(cause) => {
                 return Err(CacheError::Io {
                     path: index_path,
-                    source,
+                    cause,
                 })
             }
         };
@@ -216,9 +217,9 @@ impl LocalBaseCache {
         };
         let index = CacheIndex::decode(&bytes).map_err(malformed)?;
         let data_path = dir.join(data_file_name(index.generation));
-        let io = |source| CacheError::Io {
+        let io = |cause| CacheError::Io {
             path: data_path.clone(),
-            source,
+            cause,
         };
         let file = File::open(&data_path).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
@@ -332,9 +333,9 @@ impl LocalBaseCache {
                 chosen.push((*id, Source::Old(*x)));
             }
         }
-        std::fs::create_dir_all(dir).map_err(|source| CacheError::Io {
+        std::fs::create_dir_all(dir).map_err(|cause| CacheError::Io {
             path: dir.to_owned(),
-            source,
+            cause,
         })?;
 
         // Append to the old data file, or write a new one.
@@ -346,7 +347,7 @@ impl LocalBaseCache {
         let data_path = dir.join(data_file_name(generation));
         let io = |path: &Path| {
             let path = path.to_owned();
-            move |source| CacheError::Io { path, source }
+            move |cause| CacheError::Io { path, cause }
         };
         let write_data = || -> std::io::Result<Vec<(ChunkId, Extent)>> {
             let (file, mut offset) = match append {
