@@ -11,7 +11,7 @@ use anyhow::Result;
 use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use clap::Args;
 use dedelta_store::commands::find::{find, FindOptions, NodeMatcher};
-use dedelta_store::format::tree::{Node, NodeKind};
+use dedelta_store::format::tree::Node;
 use dedelta_store::Error;
 use serde_json::json;
 
@@ -81,16 +81,7 @@ fn rfc3339(secs: i64, nanos: u32) -> String {
 
 /// `ls -l`'s type letter and permission string, e.g. `-rw-r--r--`.
 pub fn permissions(n: &Node) -> String {
-    let t = match n.kind {
-        NodeKind::Dir => 'd',
-        NodeKind::File => '-',
-        NodeKind::Symlink => 'l',
-        NodeKind::Fifo => 'p',
-        NodeKind::Socket => 's',
-        NodeKind::CharDevice => 'c',
-        NodeKind::BlockDevice => 'b',
-    };
-    let mut s = String::from(t);
+    let mut s = String::from(super::ls::kind_char(n.kind));
     for shift in [6, 3, 0] {
         let bits = (n.mode >> shift) & 7;
         s.push(if bits & 4 != 0 { 'r' } else { '-' });
@@ -106,7 +97,7 @@ fn match_json(n: &Node) -> serde_json::Value {
         "path": format!("/{}", n.path_lossy()),
         "permissions": permissions(n),
         "type": n.kind,
-        "mode": n.mode,
+        "mode": format!("{:04o}", n.mode & 0o7777),
         "mtime": rfc3339(n.mtime_secs, n.mtime_nanos),
         "atime": rfc3339(n.meta.atime.secs, n.meta.atime.nanos),
         "ctime": rfc3339(n.meta.ctime.secs, n.meta.ctime.nanos),

@@ -70,7 +70,7 @@ fn json_line(n: &Node) -> String {
         "path": path,
         "type": n.kind,
         "mode": format!("{:04o}", n.mode & 0o7777),
-        "permissions": permissions(n),
+        "permissions": super::find::permissions(n),
         "size": n.size,
         "mtime": rfc3339(n.mtime_secs, n.mtime_nanos),
         "atime": rfc3339(n.meta.atime.secs, n.meta.atime.nanos),
@@ -95,29 +95,8 @@ fn rfc3339(secs: i64, nanos: u32) -> Option<String> {
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
 }
 
-/// `ls -l`'s permission string, e.g. `drwxr-xr-x`.
-fn permissions(n: &Node) -> String {
-    let mut s = String::with_capacity(10);
-    s.push(kind_char(n.kind));
-    let m = n.mode;
-    for (bit, c) in [
-        (0o400, 'r'),
-        (0o200, 'w'),
-        (0o100, 'x'),
-        (0o040, 'r'),
-        (0o020, 'w'),
-        (0o010, 'x'),
-        (0o004, 'r'),
-        (0o002, 'w'),
-        (0o001, 'x'),
-    ] {
-        s.push(if m & bit != 0 { c } else { '-' });
-    }
-    s
-}
-
 /// The `ls -l` letter of a node's kind.
-fn kind_char(k: NodeKind) -> char {
+pub(crate) fn kind_char(k: NodeKind) -> char {
     match k {
         NodeKind::Dir => 'd',
         NodeKind::File => '-',

@@ -49,7 +49,15 @@ fn found(f: &Fixture, args: &[&str]) -> Vec<(String, Vec<String>)> {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|m| m["path"].as_str().unwrap().replace(&src, ""))
+                .map(|m| {
+                    // The mode in octal, as `ls --json` gives it.
+                    let mode = m["mode"].as_str().unwrap();
+                    assert!(
+                        mode.len() == 4 && mode.chars().all(|c| c.is_digit(8)),
+                        "{mode}"
+                    );
+                    m["path"].as_str().unwrap().replace(&src, "")
+                })
                 .collect();
             (s["snapshot"].as_str().unwrap().to_string(), paths)
         })
