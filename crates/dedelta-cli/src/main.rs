@@ -67,6 +67,8 @@ enum Command {
     Forget(cmd::forget::ForgetArgs),
     /// Free the space of data no snapshot needs.
     Prune(cmd::prune::PruneArgs),
+    /// Remove stale locks (or, with --remove-all, every lock).
+    Unlock(cmd::unlock::UnlockArgs),
     /// Measure the algorithms (single thread) on your files.
     Bench {
         #[command(subcommand)]
@@ -165,6 +167,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Repair(args) => cmd::repair::run(args),
         Command::Forget(args) => cmd::forget::run(args),
         Command::Prune(args) => cmd::prune::run(args),
+        Command::Unlock(args) => cmd::unlock::run(args),
         Command::Eval(args) => eval_cmd::run(args, cmd::host(), cmd::now_rfc3339()),
         Command::Bench { what } => {
             match what {

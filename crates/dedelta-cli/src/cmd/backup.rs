@@ -5,7 +5,7 @@
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
 use super::{
-    finish, host, now_rfc3339, open_locked, progress_bar, DeltaArgs, IoModelArgs, RepoArg,
+    finish, host, now_rfc3339, progress_bar, DeltaArgs, IoModelArgs, RepoArg,
 };
 use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
@@ -128,7 +128,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     args.io_models.models()?;
     // Lock first, then the index: every writer takes them in this order.
     let lookup = args.lookup.options()?;
-    let (r, lock) = open_locked(&args.repo, "backup")?;
+    let (r, lock) = super::open_shared(&args.repo, "backup")?;
     let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
     let progress = progress_bar(args.json);

@@ -5,7 +5,8 @@
 //! Exit codes: 0 done (or, with `--dry-run`, decided); 1 no snapshot and no policy given, or
 //! the removal stopped; 10 no repository; 11 locked.
 
-use super::{lock_info, with_index, RepoArg};
+use super::{with_index, RepoArg};
+use dedelta_store::repository::lock::LockMode;
 use crate::render::{self, outln, print_json};
 use anyhow::Result;
 use clap::Args;
@@ -79,7 +80,7 @@ pub fn run(args: ForgetArgs) -> Result<u8> {
         .into());
     }
     let r = args.repo.open_repository()?;
-    let lock = r.lock(&lock_info("forget"))?;
+    let lock = args.repo.lock(&r, "forget", LockMode::Exclusive)?;
     let decisions = forget::forget(&r, &lock, &args.snapshots, &policy, args.dry_run)?;
     print_decisions(&decisions, args.dry_run, args.json)?;
     if args.prune && !args.dry_run {

@@ -65,7 +65,15 @@ pub fn run(args: InitArgs) -> Result<u8> {
     cfg.region_size = args.region_size;
     args.delta.apply(&mut cfg.delta)?;
     let path = &args.repo.repo;
-    let r = Repository::init_local(path, cfg)?;
+    let r = match path.to_str() {
+        Some(loc) => Repository::init_location(
+            loc,
+            cfg,
+            &args.repo.cache_root(),
+            args.repo.connections,
+        )?,
+        None => Repository::init_local_with_cache(path, cfg, &args.repo.cache_root())?,
+    };
     if args.json {
         print_json(&json!({"repository": path, "config": r.config()}))?;
     } else {

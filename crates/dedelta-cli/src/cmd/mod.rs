@@ -19,6 +19,7 @@ pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
+pub mod unlock;
 
 use crate::progress;
 use crate::render::print_notices;
@@ -29,7 +30,7 @@ use dedelta_core::sketch::{SketchKeep, SketchKind};
 use dedelta_store::backend::cost::{DiskModel, IoModels, ObjectStoreModel};
 use dedelta_store::format::config::{default_reanchor, DeltaConfig, SketchIndexKind};
 use dedelta_store::io_report::IoReport;
-use dedelta_store::repository::lock::{LockInfo, RepoLock};
+use dedelta_store::repository::lock::{LockInfo, LockMode, RepoLock};
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -37,9 +38,18 @@ use std::path::PathBuf;
 /// The repository option every repository command takes.
 #[derive(Args, Clone)]
 pub struct RepoArg {
-    /// Repository path.
+    /// Repository: a local directory, or an S3 bucket as s3:http://HOST:PORT/BUCKET/PREFIX
+    /// (or s3:https://...; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
+    /// the AWS profile files).
     #[arg(short = 'r', long = "repo", env = "DEDELTA_REPO")]
     pub repo: PathBuf,
+    /// S3: requests in flight at most (default 8).
+    #[arg(long, value_name = "N")]
+    pub connections: Option<usize>,
+    /// When the repository is locked, retry for up to DURATION (e.g. 30s, 5m, 1h) before
+    /// giving up.
+    #[arg(long, value_name = "DURATION")]
+    pub retry_lock: Option<String>,
     /// Directory of the client caches: the chunk index and the local base cache, in
     /// <DIR>/<repository id>/ (default: $DEDELTA_CACHE_DIR, else $XDG_CACHE_HOME/dedelta,
     /// else ~/.cache/dedelta).
@@ -58,7 +68,30 @@ impl RepoArg {
     /// Opens the repository (config only), its index to be kept under [`Self::cache_root`],
     /// metered from here on (see [`IoModelArgs::report`]).
     pub fn open_repository(&self) -> Result<Repository> {
-        Ok(Repository::open_local_with_cache(&self.repo, &self.cache_root())?.metered())
+        let r = match self.repo.to_str() {
+            Some(loc) => Repository::open_location(loc, &self.cache_root(), self.connections)?,
+            None => Repository::open_local_with_cache(&self.repo, &self.cache_root())?,
+        };
+        Ok(r.metered())
+    }
+
+    /// How long `--retry-lock` retries (zero without it).
+    pub fn retry_lock(&self) -> Result<std::time::Duration> {
+        let Some(d) = &self.retry_lock else {
+            return Ok(std::time::Duration::ZERO);
+        };
+        dedelta_store::repository::lock::parse_wait(d)
+            .ok_or_else(|| {
+                Error::InvalidOption(format!(
+                    "--retry-lock {d:?}: a duration such as 30s, 5m, 1h or 1h30m"
+                ))
+            })
+            .map_err(Into::into)
+    }
+
+    /// Takes a lock of `mode` on `r` for `command`, with `--retry-lock`.
+    pub fn lock(&self, r: &Repository, command: &str, mode: LockMode) -> Result<RepoLock> {
+        Ok(r.lock_with(&lock_info(command), mode, self.retry_lock()?)?)
     }
 }
 
@@ -324,10 +357,11 @@ pub fn lock_info(command: &str) -> LockInfo {
     }
 }
 
-/// Opens the repository and its index without a lock, printing on stderr what the user
-/// should know (an index that had to be rebuilt).
-pub fn open(repo: &RepoArg) -> Result<IndexedRepository> {
-    with_index(repo.open_repository()?)
+/// Opens the repository, takes a shared lock for `command` (so that no prune deletes what
+/// the command reads), then opens the index, printing on stderr what the user should know
+/// (an index that had to be rebuilt). The lock is released when dropped.
+pub fn open_shared(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
+    open_with(repo, command, LockMode::Shared)
 }
 
 /// Opens the index of an open repository (after the lock, for commands that take it),
@@ -338,11 +372,20 @@ pub fn with_index(r: Repository) -> Result<IndexedRepository> {
     Ok(r)
 }
 
-/// Opens the repository, takes its exclusive lock for `command`, then opens the index (in
+/// Opens the repository, takes an exclusive lock for `command`, then opens the index (in
 /// that order, so that no other process changes the containers while the index is read).
 pub fn open_locked(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
+    open_with(repo, command, LockMode::Exclusive)
+}
+
+/// [`open_locked`] with a lock of `mode`.
+fn open_with(
+    repo: &RepoArg,
+    command: &str,
+    mode: LockMode,
+) -> Result<(IndexedRepository, RepoLock)> {
     let r = repo.open_repository()?;
-    let lock = r.lock(&lock_info(command))?;
+    let lock = repo.lock(&r, command, mode)?;
     if let Some(n) = r.remove_legacy_index(&lock)? {
         print_notices(&[n]);
     }

@@ -9,4 +9,6 @@ mod errors;
 mod metadata;
 mod reliability;
 mod restore_safety;
+mod s3;
+mod locks;
 mod support;

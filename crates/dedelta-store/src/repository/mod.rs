@@ -11,6 +11,7 @@ pub mod damage;
 pub mod index_rebuild;
 pub mod index_sync;
 pub mod lock;
+pub mod lock_guard;
 pub mod snapshots;
 
 use crate::backend::local::LocalBackend;
@@ -20,15 +21,19 @@ use crate::client::index::ChunkIndex;
 use crate::error::{Error, Result};
 use crate::format::config::RepoConfig;
 use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMeta, FOOTER_LEN};
-use crate::repository::lock::{LockInfo, RepoLock};
+use crate::repository::lock::{LockInfo, LockMode, LockTiming, RepoLock};
+use crate::repository::lock_guard::WriteGuard;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// An open repository: backend and config.
 #[derive(Debug)]
 pub struct Repository {
     backend: Arc<dyn Backend>,
+    /// Under `backend` (and its meter): refuses writes once the lock is lost.
+    guard: Arc<WriteGuard>,
     /// With [`Self::metered`]: the meter `backend` is, for tagged handles and counts.
     metered: Option<Arc<MeteredBackend>>,
     config: RepoConfig,
@@ -102,25 +107,68 @@ impl Repository {
     pub fn open_in_cache(backend: Arc<dyn Backend>, cache_root: &Path) -> Result<Self> {
         let config = read_config(backend.as_ref())?;
         let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
-        Ok(Repository {
+        Ok(Self::guarded(
             backend,
-            metered: None,
             config,
-            index_path: dir.join(crate::client::cache::INDEX_FILE),
-            local_root: None,
-        })
+            dir.join(crate::client::cache::INDEX_FILE),
+        ))
     }
 
     /// Opens a repository on any backend, with the chunk index at `index_path`.
     pub fn open(backend: Arc<dyn Backend>, index_path: PathBuf) -> Result<Self> {
         let config = read_config(backend.as_ref())?;
-        Ok(Repository {
-            backend,
+        Ok(Self::guarded(backend, config, index_path))
+    }
+
+    /// A repository on `backend` behind a [`WriteGuard`].
+    fn guarded(backend: Arc<dyn Backend>, config: RepoConfig, index_path: PathBuf) -> Self {
+        let guard = Arc::new(WriteGuard::new(backend));
+        Repository {
+            backend: guard.clone(),
+            guard,
             metered: None,
             config,
             index_path,
             local_root: None,
-        })
+        }
+    }
+
+    /// Opens the repository at `location`: an S3 URL (`s3:http://HOST:PORT/BUCKET/PREFIX`,
+    /// see [`crate::backend::open_url`], with at most `connections` requests in flight) or a
+    /// local directory; the chunk index under `cache_root`.
+    pub fn open_location(
+        location: &str,
+        cache_root: &Path,
+        connections: Option<usize>,
+    ) -> Result<Self> {
+        let Some(backend) = crate::backend::open_url(location, connections) else {
+            return Self::open_local_with_cache(Path::new(location), cache_root);
+        };
+        let backend = backend?;
+        match Self::open_in_cache(backend, cache_root) {
+            Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
+            other => other,
+        }
+    }
+
+    /// Creates a repository at `location` (an S3 URL, or a local directory that must be
+    /// absent or empty), its index under `cache_root`.
+    pub fn init_location(
+        location: &str,
+        config: RepoConfig,
+        cache_root: &Path,
+        connections: Option<usize>,
+    ) -> Result<Self> {
+        let Some(backend) = crate::backend::open_url(location, connections) else {
+            return Self::init_local_with_cache(Path::new(location), config, cache_root);
+        };
+        let backend = backend?;
+        config.validate()?;
+        if backend.exists(FileKind::Config, "config")? {
+            return Err(Error::RepoExists(location.into()));
+        }
+        backend.put(FileKind::Config, "config", &config.to_bytes())?;
+        Self::open_in_cache(backend, cache_root)
     }
 
     /// Where the chunk index is kept (a client cache, not part of the repository).
@@ -211,9 +259,24 @@ impl Repository {
         snapshots::find(self.backend.as_ref(), spec)
     }
 
-    /// Takes the exclusive lock.
+    /// Takes an exclusive lock (timing from the environment, see [`LockTiming::from_env`]).
     pub fn lock(&self, me: &LockInfo) -> Result<RepoLock> {
-        RepoLock::acquire(self.backend.clone(), me)
+        self.lock_with(me, LockMode::Exclusive, Duration::ZERO)
+    }
+
+    /// Takes a lock in `mode`, retrying for up to `retry_for` while the repository is
+    /// locked, and guards every later write of this repository with it: once the lock is
+    /// lost, writes fail (see [`lock`]).
+    pub fn lock_with(&self, me: &LockInfo, mode: LockMode, retry_for: Duration) -> Result<RepoLock> {
+        let lock = RepoLock::acquire_retrying(
+            self.guard.inner().clone(),
+            me,
+            mode,
+            LockTiming::from_env(),
+            retry_for,
+        )?;
+        self.guard.watch(lock.health().clone());
+        Ok(lock)
     }
 
     /// Opens the chunk index. The index is a cache of the containers' metadata: an index that
