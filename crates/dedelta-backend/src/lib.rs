@@ -199,7 +199,10 @@ impl std::fmt::Debug for dyn Backend {
 /// [`s3::config::DEFAULT_CONNECTIONS`]), credentials from the environment
 /// ([`s3::Credentials::from_environment`]), behind a [`wrap::retry::RetryBackend`]. `None`
 /// when `url` is not a remote URL (a local path).
-pub fn open_url(url: &str, connections: Option<usize>) -> Option<Result<std::sync::Arc<dyn Backend>>> {
+pub fn open_url(
+    url: &str,
+    connections: Option<usize>,
+) -> Option<Result<std::sync::Arc<dyn Backend>>> {
     let config = s3::S3Config::parse(url)?;
     Some(config.and_then(|mut c| {
         if let Some(n) = connections {

@@ -46,7 +46,10 @@ fn objects_round_trip_with_ranges_listing_and_multipart() {
         &small[100_000 - 64..]
     );
     // A tail longer than the object is the whole object.
-    assert_eq!(b.get_tail(FileKind::Container, &name, 1 << 20).unwrap(), small);
+    assert_eq!(
+        b.get_tail(FileKind::Container, &name, 1 << 20).unwrap(),
+        small
+    );
     // A range past the end is an error, not a short answer.
     assert!(b.get_range(FileKind::Container, &name, 99_990, 20).is_err());
 
@@ -80,6 +83,7 @@ fn objects_round_trip_with_ranges_listing_and_multipart() {
     ));
 
     // Another prefix in the same bucket is another repository.
-    let other = S3Backend::new(server.config("rt", "repo/two"), &MotoServer::credentials()).unwrap();
+    let other =
+        S3Backend::new(server.config("rt", "repo/two"), &MotoServer::credentials()).unwrap();
     assert!(other.list(FileKind::Container).unwrap().is_empty());
 }

@@ -188,9 +188,18 @@ mod tests {
     #[test]
     fn reads_profile_files() {
         let text = "# comment\n[default]\naws_access_key_id = A\n\n[other]\naws_access_key_id=B\nregion = eu-west-1\n";
-        assert_eq!(ini_value(text, "default", "aws_access_key_id").as_deref(), Some("A"));
-        assert_eq!(ini_value(text, "other", "aws_access_key_id").as_deref(), Some("B"));
-        assert_eq!(ini_value(text, "other", "region").as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            ini_value(text, "default", "aws_access_key_id").as_deref(),
+            Some("A")
+        );
+        assert_eq!(
+            ini_value(text, "other", "aws_access_key_id").as_deref(),
+            Some("B")
+        );
+        assert_eq!(
+            ini_value(text, "other", "region").as_deref(),
+            Some("eu-west-1")
+        );
         assert_eq!(ini_value(text, "default", "region"), None);
         assert_eq!(ini_value(text, "missing", "aws_access_key_id"), None);
     }

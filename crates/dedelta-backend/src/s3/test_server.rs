@@ -104,7 +104,9 @@ impl MotoServer {
     pub fn create_bucket(&self, bucket: &str) -> std::io::Result<()> {
         match self.request("PUT", &format!("/{bucket}"))? {
             200..=299 => Ok(()),
-            s => Err(std::io::Error::other(format!("creating bucket {bucket}: HTTP {s}"))),
+            s => Err(std::io::Error::other(format!(
+                "creating bucket {bucket}: HTTP {s}"
+            ))),
         }
     }
 

@@ -225,7 +225,10 @@ mod tests {
             let left = self.fail.load(Ordering::Relaxed);
             if left > 0 {
                 self.fail.store(left - 1, Ordering::Relaxed);
-                return Err(Error::io("flaky", std::io::Error::new(self.kind, "injected")));
+                return Err(Error::io(
+                    "flaky",
+                    std::io::Error::new(self.kind, "injected"),
+                ));
             }
             Ok(())
         }

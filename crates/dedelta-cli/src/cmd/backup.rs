@@ -4,9 +4,7 @@
 //! Exit codes: 0 saved; 3 saved, but some sources could not be read (each named in a
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
-use super::{
-    finish, host, now_rfc3339, progress_bar, DeltaArgs, IoModelArgs, RepoArg,
-};
+use super::{finish, host, now_rfc3339, progress_bar, DeltaArgs, IoModelArgs, RepoArg};
 use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
 use clap::Args;

@@ -6,11 +6,11 @@
 //! the removal stopped; 10 no repository; 11 locked.
 
 use super::{with_index, RepoArg};
-use dedelta_store::repository::lock::LockMode;
 use crate::render::{self, outln, print_json};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::{forget, prune};
+use dedelta_store::repository::lock::LockMode;
 use dedelta_store::Error;
 use serde_json::json;
 

@@ -66,12 +66,9 @@ pub fn run(args: InitArgs) -> Result<u8> {
     args.delta.apply(&mut cfg.delta)?;
     let path = &args.repo.repo;
     let r = match path.to_str() {
-        Some(loc) => Repository::init_location(
-            loc,
-            cfg,
-            &args.repo.cache_root(),
-            args.repo.connections,
-        )?,
+        Some(loc) => {
+            Repository::init_location(loc, cfg, &args.repo.cache_root(), args.repo.connections)?
+        }
         None => Repository::init_local_with_cache(path, cfg, &args.repo.cache_root())?,
     };
     if args.json {

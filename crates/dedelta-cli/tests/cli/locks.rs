@@ -30,7 +30,10 @@ fn forget_prune_waits_for_a_running_dump() {
     fs::create_dir_all(&src).unwrap();
     let data = bytes(8 << 20, 5);
     fs::write(src.join("big.bin"), &data).unwrap();
-    let first = f.backup(&[&src])["snapshot_id"].as_str().unwrap().to_string();
+    let first = f.backup(&[&src])["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     fs::write(src.join("big.bin"), bytes(1 << 20, 6)).unwrap();
     f.backup(&[&src]);
 
@@ -66,7 +69,11 @@ fn forget_prune_waits_for_a_running_dump() {
     };
     std::thread::sleep(Duration::from_millis(1500));
     let mut dumped = Vec::new();
-    dump.stdout.take().unwrap().read_to_end(&mut dumped).unwrap();
+    dump.stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut dumped)
+        .unwrap();
     let st = dump.wait_with_output().unwrap();
     assert!(st.status.success(), "{st:?}");
     assert!(dumped == data, "the dump is not the file backed up");

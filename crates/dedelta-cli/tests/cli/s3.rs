@@ -146,7 +146,11 @@ fn missing_repository_and_bucket_are_named() {
     assert_eq!(out.status.code(), Some(10), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     let out = dedelta()
-        .args(["snapshots", "-r", &format!("s3:{}/nobucket/x", server.endpoint)])
+        .args([
+            "snapshots",
+            "-r",
+            &format!("s3:{}/nobucket/x", server.endpoint),
+        ])
         .envs(MotoServer::env())
         .output()
         .unwrap();

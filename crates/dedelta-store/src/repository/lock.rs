@@ -99,8 +99,12 @@ impl LockRecord {
         }
         let age = epoch_secs(now).saturating_sub(self.refreshed);
         // A lock from before locks were refreshed has no timeout: only its host can tell.
-        (self.stale_secs > 0 && age > self.stale_secs)
-            .then(|| format!("not refreshed for {age} s (its timeout is {} s)", self.stale_secs))
+        (self.stale_secs > 0 && age > self.stale_secs).then(|| {
+            format!(
+                "not refreshed for {age} s (its timeout is {} s)",
+                self.stale_secs
+            )
+        })
     }
 
     fn locked_error(&self, name: &str, backend: &dyn Backend) -> Error {
@@ -111,7 +115,11 @@ impl LockRecord {
             command: format!(
                 "{}, {} lock",
                 self.info.command,
-                if self.exclusive { "exclusive" } else { "shared" }
+                if self.exclusive {
+                    "exclusive"
+                } else {
+                    "shared"
+                }
             ),
             path: format!("{}/locks/{name}", backend.location()),
         }
@@ -152,7 +160,7 @@ pub fn remove_locks(backend: &dyn Backend, all: bool, my_host: &str) -> Result<V
         let stale = l
             .record
             .as_ref()
-            .map_or(true, |r| r.stale_reason(now, my_host).is_some());
+            .is_none_or(|r| r.stale_reason(now, my_host).is_some());
         if all || stale {
             backend.delete(FileKind::Lock, &l.name)?;
             removed.push(l.name);

@@ -267,7 +267,12 @@ impl Repository {
     /// Takes a lock in `mode`, retrying for up to `retry_for` while the repository is
     /// locked, and guards every later write of this repository with it: once the lock is
     /// lost, writes fail (see [`lock`]).
-    pub fn lock_with(&self, me: &LockInfo, mode: LockMode, retry_for: Duration) -> Result<RepoLock> {
+    pub fn lock_with(
+        &self,
+        me: &LockInfo,
+        mode: LockMode,
+        retry_for: Duration,
+    ) -> Result<RepoLock> {
         let lock = RepoLock::acquire_retrying(
             self.guard.inner().clone(),
             me,

@@ -1254,7 +1254,10 @@ fn damaged_or_stray_snapshot_file_does_not_block_commands() {
 fn torn_lock_file_does_not_block_the_repository() {
     let base = base(0..1, 0);
     let t = Trial::of(&base, Store::Local);
-    t.fault.inner().put(FileKind::Lock, "exclusive", b"").unwrap();
+    t.fault
+        .inner()
+        .put(FileKind::Lock, "exclusive", b"")
+        .unwrap();
     let repo = t.reopen(false);
     let id = backup_files(&repo, &t.src(), &tree(1), 1, &me())
         .map(|r| r.snapshot_id)

@@ -57,7 +57,9 @@ impl LockTiming {
 
     /// How long after its last good refresh the holder counts its lock lost.
     pub fn lost_after(&self) -> Duration {
-        self.stale_after.saturating_sub(self.refresh).max(self.refresh / 2)
+        self.stale_after
+            .saturating_sub(self.refresh)
+            .max(self.refresh / 2)
     }
 }
 
