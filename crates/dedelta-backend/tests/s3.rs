@@ -20,8 +20,8 @@ fn data(len: usize, seed: u64) -> Vec<u8> {
 #[test]
 fn objects_round_trip_with_ranges_listing_and_multipart() {
     let Some(server) = moto_or_skip() else { return };
-    server.create_bucket("rt").unwrap();
-    let mut cfg = server.config("rt", "repo/one");
+    server.create_bucket("roundtrip").unwrap();
+    let mut cfg = server.config("roundtrip", "repo/one");
     // Small parts, so that a 11 MiB object goes in three parts (S3's minimum part is 5 MiB).
     cfg.multipart_threshold = 6 << 20;
     cfg.part_size = 5 << 20;
@@ -84,6 +84,6 @@ fn objects_round_trip_with_ranges_listing_and_multipart() {
 
     // Another prefix in the same bucket is another repository.
     let other =
-        S3Backend::new(server.config("rt", "repo/two"), &MotoServer::credentials()).unwrap();
+        S3Backend::new(server.config("roundtrip", "repo/two"), &MotoServer::credentials()).unwrap();
     assert!(other.list(FileKind::Container).unwrap().is_empty());
 }
