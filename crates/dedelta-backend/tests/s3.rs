@@ -83,7 +83,10 @@ fn objects_round_trip_with_ranges_listing_and_multipart() {
     ));
 
     // Another prefix in the same bucket is another repository.
-    let other =
-        S3Backend::new(server.config("roundtrip", "repo/two"), &MotoServer::credentials()).unwrap();
+    let other = S3Backend::new(
+        server.config("roundtrip", "repo/two"),
+        &MotoServer::credentials(),
+    )
+    .unwrap();
     assert!(other.list(FileKind::Container).unwrap().is_empty());
 }

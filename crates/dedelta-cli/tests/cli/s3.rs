@@ -159,3 +159,99 @@ fn missing_repository_and_bucket_are_named() {
     assert!(err.contains("nobucket"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// A TCP proxy on 127.0.0.1 to `upstream` that cuts every `nth` connection once `after`
+/// bytes went through it (in either direction): network errors in the middle of requests.
+/// Returns its address and the count of connections cut.
+fn flaky_proxy(
+    upstream: &str,
+    nth: usize,
+    after: usize,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let cuts = Arc::new(AtomicUsize::new(0));
+    let counted = cuts.clone();
+    std::thread::spawn(move || {
+        for (i, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let cut = (i % nth == nth - 1).then(|| Arc::new(AtomicUsize::new(0)));
+            let cuts = counted.clone();
+            for (mut from, mut to) in [
+                (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                (server, client),
+            ] {
+                let cut = cut.clone();
+                let cuts = cuts.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16384];
+                    loop {
+                        let n = match from.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if let Some(c) = &cut {
+                            if c.fetch_add(n, Ordering::Relaxed) + n > after {
+                                cuts.fetch_add(1, Ordering::Relaxed);
+                                break;
+                            }
+                        }
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = from.shutdown(Shutdown::Both);
+                    let _ = to.shutdown(Shutdown::Both);
+                });
+            }
+        }
+    });
+    (format!("http://{addr}"), cuts)
+}
+
+/// Connections cut in the middle of uploads and downloads: the retries carry backup,
+/// restore and check through, and the data is intact.
+#[test]
+fn network_errors_are_retried() {
+    let Some(server) = moto_or_skip() else { return };
+    server.create_bucket("flaky").unwrap();
+    let (proxy, cuts) = flaky_proxy(&server.endpoint, 3, 300_000);
+    let url = format!("s3:{proxy}/flaky/repo");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = dedelta()
+            .args(args)
+            .args(["-r", &url, "--connections", "2"])
+            .envs(MotoServer::env())
+            .env("DEDELTA_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let src = dir.path().join("src");
+    make_tree(&src, 3);
+    run(&["init"]);
+    run(&["backup", src.to_str().unwrap()]);
+    fs::remove_dir_all(dir.path().join("cache")).unwrap();
+    let target = dir.path().join("out");
+    run(&["restore", "latest", "--target", target.to_str().unwrap()]);
+    assert_same_tree(&src, &restored(&target, &src));
+    run(&["check", "--read-data"]);
+    assert!(
+        cuts.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no connection was cut"
+    );
+}
