@@ -3,7 +3,7 @@
 //!
 //! Exit codes: 0 listed; 1 no such snapshot or a tree could not be read; 10 no repository.
 
-use super::{open_shared, RepoArg};
+use super::{open_reader, RepoArg};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::format::tree::{Node, NodeKind};
@@ -25,7 +25,7 @@ pub struct LsArgs {
 
 /// Walks the snapshot's tree and prints each node.
 pub fn run(args: LsArgs) -> Result<u8> {
-    let (r, _lock) = open_shared(&args.repo, "ls")?;
+    let (r, _lock) = open_reader(&args.repo, "ls")?;
     let (_, snap) = r.find_snapshot(&args.snapshot)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

@@ -5,7 +5,8 @@
 //!
 //! This file holds what several commands share: the option groups [`RepoArg`],
 //! [`DeltaArgs`] and [`IoModelArgs`], and opening (metered, for the `io` report), locking and
-//! describing the caller ([`open`], [`open_locked`], [`lock_info`]). `bench` and `eval` are
+//! describing the caller ([`open_reader`], [`open_shared`], [`open_locked`], [`lock_info`]).
+//! `bench` and `eval` are
 //! not here: they use no repository.
 
 pub mod backup;
@@ -359,7 +360,37 @@ pub fn lock_info(command: &str) -> LockInfo {
 
 /// Opens the repository, takes a shared lock for `command` (so that no prune deletes what
 /// the command reads), then opens the index, printing on stderr what the user should know
-/// (an index that had to be rebuilt). The lock is released when dropped.
+/// (an index that had to be rebuilt). For readers: a repository this process cannot write
+/// (read-only media, another user's) is read without a lock, with a notice. The lock is
+/// released when dropped.
+pub fn open_reader(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, Option<RepoLock>)> {
+    let r = repo.open_repository()?;
+    let lock = match repo.lock(&r, command, LockMode::Shared) {
+        Err(e) if is_read_only(&e) => {
+            print_notices(&[format!(
+                "no shared lock could be written ({e:#}): reading without one; a prune running now could remove data this {command} reads"
+            )]);
+            None
+        }
+        other => Some(other?),
+    };
+    Ok((with_index(r)?, lock))
+}
+
+/// Whether taking a lock failed because the repository cannot be written here.
+fn is_read_only(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Error>()
+        .and_then(Error::io_cause)
+        .is_some_and(|c| {
+            matches!(
+                c.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            )
+        })
+}
+
+/// Opens the repository, takes a shared lock for `command` (a writer that only adds: backup,
+/// or check), then opens the index.
 pub fn open_shared(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
     open_with(repo, command, LockMode::Shared)
 }

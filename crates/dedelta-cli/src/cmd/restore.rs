@@ -5,7 +5,7 @@
 //! Exit codes: 0 everything restored; 3 restored, but some files could not be; 1 the
 //! restore stopped (no such snapshot, a target that cannot be used); 10 no repository.
 
-use super::{open_shared, progress_bar, IoModelArgs, RepoArg};
+use super::{open_reader, progress_bar, IoModelArgs, RepoArg};
 use crate::render::{io_line, mb, outln, print_json};
 use crate::EXIT_PARTIAL;
 use anyhow::Result;
@@ -92,7 +92,7 @@ impl CacheArgs {
 /// Restores the snapshot and prints what was restored, with the time taken.
 pub fn run(args: RestoreArgs) -> Result<u8> {
     args.io_models.models()?;
-    let (r, _lock) = open_shared(&args.repo, "restore")?;
+    let (r, _lock) = open_reader(&args.repo, "restore")?;
     let (id, snap) = r.find_snapshot(&args.snapshot)?;
     let progress = progress_bar(args.json);
     let (cache, cache_bytes) = args.cache.choice(RESTORE_CACHE_MIB)?;
