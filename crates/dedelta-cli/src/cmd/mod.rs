@@ -6,8 +6,7 @@
 //! This file holds what several commands share: the option groups [`RepoArg`],
 //! [`DeltaArgs`] and [`IoModelArgs`], and opening (metered, for the `io` report), locking and
 //! describing the caller ([`open_reader`], [`open_shared`], [`open_locked`], [`lock_info`]).
-//! `bench` and `eval` are
-//! not here: they use no repository.
+//! `bench` and `eval` are not here: they use no repository.
 
 pub mod backup;
 pub mod check;

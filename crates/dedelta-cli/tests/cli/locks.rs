@@ -96,14 +96,20 @@ fn unlock_removes_stale_locks_and_remove_all_every_lock() {
             "exclusive": true, "refreshed": now - age, "refresh_secs": 300, "stale_secs": 1800})
         .to_string()
     };
-    // Stale: a dead process on this host; another host's lock not refreshed for an hour.
-    fs::write(f.repo().join("locks/a"), lock(4_000_000_000, &host, 0)).unwrap();
-    fs::write(f.repo().join("locks/b"), lock(1, "elsewhere", 3600)).unwrap();
+    let plant_stale = || {
+        // A dead process on this host; another host's lock not refreshed for an hour.
+        fs::write(f.repo().join("locks/a"), lock(4_000_000_000, &host, 0)).unwrap();
+        fs::write(f.repo().join("locks/b"), lock(1, "elsewhere", 3600)).unwrap();
+    };
+    plant_stale();
     // Live: another host's lock refreshed a minute ago.
     fs::write(f.repo().join("locks/c"), lock(1, "elsewhere", 60)).unwrap();
     let out = f.cmd(&["backup"]).arg(&src).output().unwrap();
     assert_eq!(out.status.code(), Some(11), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("elsewhere"));
+    // The attempt removed the stale locks it met on its way.
+    assert_eq!(lock_count(&f), 1);
+    plant_stale();
     assert!(f.ok(&["unlock"]).contains("removed 2 stale locks"));
     assert_eq!(lock_count(&f), 1);
     assert!(f.ok(&["unlock", "--remove-all"]).contains("removed 1 lock"));
