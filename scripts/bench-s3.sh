@@ -4,8 +4,10 @@
 # Garage node, with AWS_* credentials set and bucket BUCKET existing) on 127.0.0.1; backs up
 # N versions (default 4) of the SQLAlchemy tars (~/.cache/dedelta-eval/sqla, see
 # scripts/datasets.sh) into a fresh local and a fresh S3 repository in turn, then restores the
-# last into a fresh directory from each, with an empty client cache each time.
-# Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, ENDPOINT, BUCKET, CONNECTIONS)
+# last into a fresh directory from each, with an empty client cache each time. With STEP=K,
+# backup i holds the first i*K tars (cumulative: more data per run, so that throughput, not
+# per-request latency, decides).
+# Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, ENDPOINT, BUCKET, CONNECTIONS, STEP)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -31,11 +33,15 @@ $D init -r local >/dev/null
 $D init -r "$s3" "${conn[@]}" >/dev/null
 mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 t() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
-tars=$(ls "$data"/*.tar | sort -V | head -n "$n")
-i=0
-for f in $tars; do
-  i=$((i + 1))
-  rm -f src/*; cp "$f" src/; cat src/* >/dev/null
+step=${STEP:-0}
+tars=$(ls "$data"/*.tar | sort -V)
+for i in $(seq "$n"); do
+  if [ "$step" -gt 0 ]; then
+    for f in $(echo "$tars" | head -n $((i * step))); do [ -e "src/${f##*/}" ] || cp "$f" src/; done
+  else
+    rm -f src/*; cp "$(echo "$tars" | sed -n "${i}p")" src/
+  fi
+  cat src/* >/dev/null
   lt=$(DEDELTA_CACHE_DIR=$work/cache-l t $D backup -r local src)
   st=$(DEDELTA_CACHE_DIR=$work/cache-s t $D backup -r "$s3" "${conn[@]}" src)
   echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s"
@@ -44,6 +50,6 @@ for k in 1 2; do
   rm -rf out-l out-s cache-rl cache-rs
   lt=$(DEDELTA_CACHE_DIR=$work/cache-rl t $D restore -r local latest --target out-l)
   st=$(DEDELTA_CACHE_DIR=$work/cache-rs t $D restore -r "$s3" "${conn[@]}" latest --target out-s)
-  cmp -s "$(find out-l -name '*.tar')" "$(find out-s -name '*.tar')" || { echo "restores differ"; exit 1; }
+  diff -r out-l out-s >/dev/null || { echo "restores differ"; exit 1; }
   echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s"
 done
