@@ -96,14 +96,16 @@ impl LockHealth {
         self.released.store(true, Ordering::Relaxed);
     }
 
-    /// Fails with [`Error::LockLost`] if the lock was lost, released, or not refreshed for
-    /// [`LockTiming::lost_after`].
+    /// Fails with [`Error::LockLost`] if the lock was lost or not refreshed for
+    /// [`LockTiming::lost_after`] while held (a released lock no longer guards anything).
     pub fn check(&self) -> Result<()> {
+        if self.released.load(Ordering::Relaxed) {
+            // Released whole: what follows is no longer this lock's business (a later
+            // write takes a lock of its own, or needs none).
+            return Ok(());
+        }
         if let Some(why) = self.lost.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Err(Error::LockLost(why));
-        }
-        if self.released.load(Ordering::Relaxed) {
-            return Err(Error::LockLost("the lock was released".into()));
         }
         let last = *self.last_ok.lock().unwrap_or_else(|e| e.into_inner());
         let since = SystemTime::now().duration_since(last).unwrap_or_default();
