@@ -84,7 +84,7 @@ echo "garage cluster up: 3 nodes, repository $repo"
 dd() { local who=$1; shift; DEDELTA_CACHE_DIR="$work/cache-$who" "$D" "$@"; }
 mktree() { # dir seed: a few MB of files that differ by seed
   mkdir -p "$1"
-  head -c 3000000 <(python3 -c "import random,sys; r=random.Random($2); sys.stdout.buffer.write(bytes(r.getrandbits(8) for _ in range(3000000)))") > "$1/rand.bin"
+  head -c 3000000 /dev/urandom > "$1/rand.bin"
   seq "$2" 400000 | sed "s/^/line $2 /" > "$1/text.txt"
   cp -r "$here/crates/dedelta-core/src" "$1/code"
 }
