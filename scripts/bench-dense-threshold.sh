@@ -17,7 +17,7 @@ mkdir -p "$work"
 export DEDELTA_CACHE_DIR="$work/cache"
 for t in $thresholds; do
   repo="$work/repo-$t"; rm -rf "$repo" "$work/cache"
-  "$bin" init -r "$repo" --preset loopdelta --dense-threshold "$t" >/dev/null
+  "$bin" init -r "$repo" --insecure-no-password --preset loopdelta --dense-threshold "$t" >/dev/null
   added=0; prefetched=0; deltas=0; base=0
   for f in "$@"; do
     # shellcheck disable=SC2086

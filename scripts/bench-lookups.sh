@@ -18,7 +18,7 @@ for kind in exact locality; do
   repo="$work/repo-$kind"; rm -rf "$repo" "$work/cache-$kind"; mkdir -p "$work"
   export DEDELTA_CACHE_DIR="$work/cache-$kind"
   # shellcheck disable=SC2086
-  "$bin" init -r "$repo" ${INIT_FLAGS:-} >/dev/null
+  "$bin" init -r "$repo" --insecure-no-password ${INIT_FLAGS:-} >/dev/null
   : > "$work/$kind.jsonl"
   for f in "$@"; do
     "$bin" backup -r "$repo" --stdin --stdin-name data.tar --json \

@@ -17,7 +17,7 @@ work=$1; flags=$2; shift 2
 repo="$work/repo"; rm -rf "$repo" "$work/cache" "$work/out"; mkdir -p "$work"
 export DEDELTA_CACHE_DIR="$work/cache"
 # shellcheck disable=SC2086
-"$bin" init -r "$repo" $flags >/dev/null
+"$bin" init -r "$repo" --insecure-no-password $flags >/dev/null
 for f in "$@"; do
   "$bin" backup -r "$repo" --stdin --stdin-name data.tar --json < "$f" > /dev/null
 done

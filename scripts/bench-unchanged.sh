@@ -26,7 +26,7 @@ EOF
   touch "src.$n.done"
 fi
 rm -rf dd dd.cache rs rs.cache
-export DEDELTA_CACHE_DIR="$work/dd.cache" RESTIC_PASSWORD=x RESTIC_CACHE_DIR="$work/rs.cache"
+export DEDELTA_CACHE_DIR="$work/dd.cache" DEDELTA_PASSWORD=x RESTIC_PASSWORD=x RESTIC_CACHE_DIR="$work/rs.cache"
 $D init -r dd >/dev/null
 restic init -r rs -q
 secs() { local t0 t1; t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }

@@ -10,7 +10,7 @@ D=${DEDELTA_BIN:-$here/target/release/dedelta}
 work=$1; n=${2:-8}
 mkdir -p "$work"; cd "$work"
 rm -rf dd dd.cache rs src; mkdir -p src
-export DEDELTA_CACHE_DIR="$work/dd.cache" RESTIC_PASSWORD=x
+export DEDELTA_CACHE_DIR="$work/dd.cache" DEDELTA_PASSWORD=x RESTIC_PASSWORD=x
 $D init -r dd >/dev/null
 restic init -r rs -q
 for i in $(seq 1 "$n"); do

@@ -17,7 +17,7 @@ repo="$work/repo"; rm -rf "$repo" "$work/cache"; mkdir -p "$work"
 # The client cache (chunk index, base cache) of this fresh repository, beside it.
 export DEDELTA_CACHE_DIR="$work/cache"
 # shellcheck disable=SC2086
-"$bin" init -r "$repo" $flags >/dev/null
+"$bin" init -r "$repo" --insecure-no-password $flags >/dev/null
 cat "$@" > /dev/null  # page cache
 logical=0; backup_s=0; backup_cpu=0; restore_cpu=0
 backup_io='{}'; restore_io='{}'

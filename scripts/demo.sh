@@ -32,6 +32,7 @@ for v in 2 3 4 5; do
   gen_file "$((100 + v))" 4000 > "$data/v$v/src/new_module_$v.txt"
 done
 
+export DEDELTA_PASSWORD=demo  # encrypted, as by default; a real password belongs in a file
 "$bin" init -r "$repo"
 for v in 1 2 3 4 5; do
   echo "== backup of version $v"

@@ -82,17 +82,20 @@ pub enum FileKind {
     Damage,
     /// Dense container lists, one beside each snapshot that has one (LoopDelta §4.2).
     Dense,
+    /// Key files of an encrypted repository: the master key sealed under a password.
+    Key,
 }
 
 impl FileKind {
     /// Every kind, in [`FileKind::slot`] order (for per-kind counters).
-    pub const ALL: [FileKind; 6] = [
+    pub const ALL: [FileKind; 7] = [
         FileKind::Config,
         FileKind::Container,
         FileKind::Snapshot,
         FileKind::Lock,
         FileKind::Damage,
         FileKind::Dense,
+        FileKind::Key,
     ];
 
     /// This kind's position in [`FileKind::ALL`].
@@ -104,6 +107,7 @@ impl FileKind {
             FileKind::Lock => 3,
             FileKind::Damage => 4,
             FileKind::Dense => 5,
+            FileKind::Key => 6,
         }
     }
 
@@ -116,6 +120,7 @@ impl FileKind {
             FileKind::Lock => "locks",
             FileKind::Damage => "damage",
             FileKind::Dense => "dense",
+            FileKind::Key => "keys",
         }
     }
 
@@ -128,6 +133,7 @@ impl FileKind {
             FileKind::Lock => "lock",
             FileKind::Damage => "damage record",
             FileKind::Dense => "dense container list",
+            FileKind::Key => "key file",
         }
     }
 

@@ -7,7 +7,7 @@
 //!
 //! Exit codes: 0 ok; 1 fatal (or `check`/`repair index` found errors); 3 backup completed but
 //! some sources were unreadable, or restore completed but some files could not be restored;
-//! 10 repository does not exist; 11 repository locked. A closed standard output (`dedelta
+//! 10 repository does not exist; 11 repository locked; 12 wrong password. A closed standard output (`dedelta
 //! snapshots | head`) exits 0, see [`is_broken_pipe`].
 
 mod alloc_tuning;
@@ -15,6 +15,7 @@ mod bench;
 mod bench_delta;
 mod cmd;
 mod eval_cmd;
+mod password;
 mod progress;
 mod render;
 
@@ -32,17 +33,23 @@ const EXIT_PARTIAL: u8 = 3;
 const EXIT_NO_REPO: u8 = 10;
 /// Exit code: the repository is locked by another process.
 const EXIT_LOCKED: u8 = 11;
+/// Exit code: the password opens no key file of the repository (as restic).
+const EXIT_WRONG_PASSWORD: u8 = 12;
 
 /// A backup store with deduplication, resemblance detection and delta compression.
 #[derive(Parser)]
 #[command(name = "dedelta", version, about)]
 struct Cli {
+    #[command(flatten)]
+    global: cmd::global::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
 
 /// The subcommands; each but `bench` and `eval` has its arguments and its `run` in
 /// `cmd/<name>.rs`.
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Create a new repository.
@@ -53,7 +60,7 @@ enum Command {
     Snapshots(cmd::snapshots::SnapshotsArgs),
     /// List the files of a snapshot.
     Ls(cmd::ls::LsArgs),
-    /// Write one file of a snapshot to standard output.
+    /// Write a file of a snapshot to standard output (a directory as a tar stream).
     Dump(cmd::dump::DumpArgs),
     /// Restore a snapshot into a directory.
     Restore(cmd::restore::RestoreArgs),
@@ -69,6 +76,22 @@ enum Command {
     Prune(cmd::prune::PruneArgs),
     /// Remove stale locks (or, with --remove-all, every lock).
     Unlock(cmd::unlock::UnlockArgs),
+    /// Manage the passwords (key files) of an encrypted repository.
+    Key(cmd::key::KeyArgs),
+    /// Add, remove or set the tags of snapshots.
+    Tag(cmd::tag::TagArgs),
+    /// Find files by name or path in snapshots.
+    Find(cmd::find::FindArgs),
+    /// Show the differences between two snapshots.
+    Diff(cmd::diff::DiffArgs),
+    /// Print a repository object decoded (config, snapshot, tree, container, index, chunk).
+    Cat(cmd::cat::CatArgs),
+    /// Mount the snapshots read-only over FUSE.
+    Mount(cmd::mount::MountArgs),
+    /// List the client caches; remove those of repositories gone or unused with --cleanup.
+    Cache(cmd::cache::CacheArgs),
+    /// Generate shell completions or man pages.
+    Generate(cmd::generate::GenerateArgs),
     /// Measure the algorithms (single thread) on your files.
     Bench {
         #[command(subcommand)]
@@ -128,6 +151,7 @@ fn main() -> ExitCode {
             let code = match e.downcast_ref::<Error>() {
                 Some(Error::RepoNotFound(_)) => EXIT_NO_REPO,
                 Some(Error::Locked { .. }) => EXIT_LOCKED,
+                Some(Error::WrongPassword) => EXIT_WRONG_PASSWORD,
                 _ => EXIT_ERROR,
             };
             ExitCode::from(code)
@@ -155,6 +179,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 /// Runs the parsed command and returns its exit code.
 fn run(cli: Cli) -> anyhow::Result<u8> {
+    cmd::global::set(cli.global);
     match cli.command {
         Command::Init(args) => cmd::init::run(args),
         Command::Backup(args) => cmd::backup::run(args),
@@ -168,6 +193,16 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Forget(args) => cmd::forget::run(args),
         Command::Prune(args) => cmd::prune::run(args),
         Command::Unlock(args) => cmd::unlock::run(args),
+        Command::Key(args) => cmd::key::run(args),
+        Command::Tag(args) => cmd::tag::run(args),
+        Command::Find(args) => cmd::find::run(args),
+        Command::Diff(args) => cmd::diff::run(args),
+        Command::Cat(args) => cmd::cat::run(args),
+        Command::Mount(args) => cmd::mount::run(args),
+        Command::Cache(args) => cmd::cache::run(args),
+        Command::Generate(args) => {
+            cmd::generate::run(args, <Cli as clap::CommandFactory>::command())
+        }
         Command::Eval(args) => eval_cmd::run(args, cmd::host(), cmd::now_rfc3339()),
         Command::Bench { what } => {
             match what {

@@ -71,6 +71,13 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
     let mbps = s.bytes_read as f64 / 1e6 / s.seconds.max(1e-9);
     if json {
         let mut v = serde_json::to_value(s)?;
+        // restic's summary message, under its names, then ours.
+        v["message_type"] = json!("summary");
+        v["dry_run"] = json!(false);
+        v["total_files_processed"] = json!(s.files);
+        v["total_bytes_processed"] = json!(s.bytes_read);
+        v["data_added"] = json!(s.bytes_added);
+        v["total_duration"] = json!(s.seconds);
         v["snapshot_id"] = json!(res.snapshot_id.to_hex());
         v["dedup_factor"] = json!(s.dedup_factor());
         v["dcr"] = json!(s.dcr());
@@ -112,6 +119,9 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
     }
     print_warnings(&res.warnings);
     print_notices(&res.notices);
+    if crate::cmd::global::quiet() {
+        return Ok(());
+    }
     outln!("snapshot {} saved", res.snapshot_id.short());
     outln!(
         "files: {} ({} new, {} changed, {} unmodified, not read), dirs: {}, symlinks: {}, special: {}",
@@ -209,6 +219,48 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
     Ok(())
 }
 
+/// The result of `backup --dry-run`: what a backup would store (with `listing`, each entry),
+/// as restic's `verbose_status` and `summary` messages with `json`.
+pub fn backup_dry_run(
+    found: &backup::DryRun,
+    listing: &[(std::path::PathBuf, u64, bool)],
+    json: bool,
+) -> Result<()> {
+    if json {
+        for (p, size, is_dir) in listing {
+            print_json(&json!({
+                "message_type": "verbose_status",
+                "action": "scan",
+                "item": p,
+                "data_size": if *is_dir { 0 } else { *size },
+            }))?;
+        }
+        for w in &found.warnings {
+            crate::progress::json_error("archival", None, w);
+        }
+        let mut v = serde_json::to_value(found)?;
+        v["message_type"] = json!("summary");
+        v["dry_run"] = json!(true);
+        v["total_files_processed"] = json!(found.files);
+        v["total_bytes_processed"] = json!(found.bytes);
+        v["data_added"] = json!(0);
+        return print_json(&v);
+    }
+    for (p, _, _) in listing {
+        outln!("would back up {}", p.display());
+    }
+    print_warnings(&found.warnings);
+    outln!(
+        "dry run: would back up {} files ({}), {} dirs, {} symlinks, {} special; nothing was written",
+        found.files,
+        mb(found.bytes),
+        found.dirs,
+        found.symlinks,
+        found.special_files
+    );
+    Ok(())
+}
+
 /// The one line of a command's I/O: requests and bytes, the three purposes that matter most
 /// to reads, and the modelled seconds.
 pub fn io_line(io: &IoReport) -> String {
@@ -231,7 +283,15 @@ pub fn io_line(io: &IoReport) -> String {
 /// counts chunks read only if `read_data`).
 pub fn check(report: &check::CheckReport, read_data: bool, json: bool) -> Result<()> {
     if json {
-        return print_json(report);
+        // Each problem as restic's `error` message on stderr, then the summary.
+        for p in &report.problems {
+            let item = p.path.as_ref().map(|f| format!("/{f}"));
+            crate::progress::json_error("check", item.as_deref(), &p.message);
+        }
+        let mut v = serde_json::to_value(report)?;
+        v["message_type"] = json!("summary");
+        v["num_errors"] = json!(report.problems.len());
+        return print_json(&v);
     }
     for p in &report.problems {
         let mut where_ = String::new();
@@ -297,7 +357,10 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
         mb(s.index_bytes)
     );
     outln!("dedup factor:       {:.2}", s.dedup_factor);
-    outln!("delta factor (DCR): {:.2}", s.delta_factor);
+    outln!(
+        "delta factor (DCR): {:.2} (new bytes before / after delta compression)",
+        s.delta_factor
+    );
     outln!(
         "DCE:                {:.3} (fraction of the delta chunks' bytes saved by delta encoding)",
         s.dce

@@ -50,6 +50,38 @@ impl ChunkId {
     }
 }
 
+/// How a repository turns chunk bytes into [`ChunkId`]s: plain BLAKE3-256, or (in an
+/// encrypted repository) BLAKE3's keyed mode under a secret id key, so that an id does not let
+/// someone without the key confirm a guess of a chunk's content (as borg's HMAC ids).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChunkHasher {
+    /// `blake3(data)`: [`ChunkId::of`].
+    #[default]
+    Plain,
+    /// `blake3::keyed_hash(key, data)`.
+    Keyed([u8; 32]),
+}
+
+impl ChunkHasher {
+    /// The id of `data`.
+    pub fn id(&self, data: &[u8]) -> ChunkId {
+        match self {
+            ChunkHasher::Plain => ChunkId::of(data),
+            ChunkHasher::Keyed(key) => ChunkId(*blake3::keyed_hash(key, data).as_bytes()),
+        }
+    }
+}
+
+impl fmt::Debug for ChunkHasher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the key.
+        match self {
+            ChunkHasher::Plain => f.write_str("ChunkHasher::Plain"),
+            ChunkHasher::Keyed(_) => f.write_str("ChunkHasher::Keyed(..)"),
+        }
+    }
+}
+
 impl fmt::Debug for ChunkId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ChunkId({})", &self.to_hex()[..16])
@@ -92,5 +124,17 @@ mod tests {
             ChunkId::of(b"").to_hex(),
             "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
         );
+    }
+
+    /// A keyed id differs from the plain one and from another key's, and is stable.
+    #[test]
+    fn keyed_ids_depend_on_the_key() {
+        let a = ChunkHasher::Keyed([1; 32]);
+        let b = ChunkHasher::Keyed([2; 32]);
+        assert_eq!(ChunkHasher::Plain.id(b"x"), ChunkId::of(b"x"));
+        assert_ne!(a.id(b"x"), ChunkId::of(b"x"));
+        assert_ne!(a.id(b"x"), b.id(b"x"));
+        assert_eq!(a.id(b"x"), a.id(b"x"));
+        assert_eq!(format!("{a:?}"), "ChunkHasher::Keyed(..)");
     }
 }

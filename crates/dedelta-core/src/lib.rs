@@ -18,4 +18,4 @@ pub mod fingerprint;
 pub mod sketch;
 pub mod varint;
 
-pub use fingerprint::ChunkId;
+pub use fingerprint::{ChunkHasher, ChunkId};

@@ -76,12 +76,23 @@ fn paper_presets_are_what_they_say() {
     assert_eq!(
         DeltaConfig {
             sketch_index: SketchIndexKind::Full,
+            dense_threshold: DEFAULT_DENSE_THRESHOLD,
             ..ld.clone()
         },
         get("greedy")
     );
+    // 0.2 without rewriting; the paper's 0.3 with Capping (§5.2.1), also for a sweep's T.
+    assert_eq!(ld.dense_threshold, LOOPDELTA_DENSE_THRESHOLD);
     let ld_cap = parse("loopdelta-cap").unwrap().remove(0);
-    assert_eq!(ld_cap.delta, ld);
+    assert_eq!(
+        ld_cap.delta,
+        DeltaConfig {
+            dense_threshold: DEFAULT_DENSE_THRESHOLD,
+            ..ld.clone()
+        }
+    );
+    let ld_cap5 = parse("loopdelta-cap5").unwrap().remove(0);
+    assert_eq!(ld_cap5.delta.dense_threshold, DEFAULT_DENSE_THRESHOLD);
     // The techniques of §4.4-§4.5: CAF in loopdelta, inversed deltas where Capping is.
     let full = parse("loopdelta,loopdelta-nocaf").unwrap();
     assert!(full[0].loopdelta.cache_aware_filter && !full[0].loopdelta.inversed_delta);

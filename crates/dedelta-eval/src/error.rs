@@ -6,14 +6,16 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EvalError {
-    /// A file or directory could not be read or written.
-    #[error("{context}: {source}")]
+    /// A file or directory could not be read or written. The cause is part of the message
+    /// and not also exposed as `source()`, so that a printed error chain (`{:#}`) does not
+    /// repeat it ("No space left on device (os error 28): No space left on device (os error
+    /// 28)"), as the store's errors do.
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done, with the path.
         context: String,
         /// The cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The dataset could not be found or has too few versions.
     #[error("dataset {0}")]
@@ -21,14 +23,13 @@ pub enum EvalError {
     /// An option is invalid (unknown configuration name, bad number).
     #[error("invalid option: {0}")]
     InvalidOption(String),
-    /// The repository library failed.
-    #[error("{context}: {source}")]
+    /// The repository library failed (the cause in the message only, as for `Io`).
+    #[error("{context}: {cause}")]
     Store {
         /// What was being done (configuration and version).
         context: String,
         /// The cause (boxed: the store's error is large and this enum travels in every Result).
-        #[source]
-        source: Box<dedelta_store::Error>,
+        cause: Box<dedelta_store::Error>,
     },
     /// A restored version differs from its original.
     #[error("restore of {version} in configuration {config} does not match {path}")]
@@ -69,9 +70,9 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for std::io::Result<T> {
     fn ctx(self, f: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| EvalError::Io {
+        self.map_err(|cause| EvalError::Io {
             context: f(),
-            source,
+            cause,
         })
     }
 }
@@ -84,9 +85,32 @@ pub(crate) trait StoreContext<T> {
 
 impl<T> StoreContext<T> for dedelta_store::Result<T> {
     fn store_ctx(self, f: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|source| EvalError::Store {
+        self.map_err(|cause| EvalError::Store {
             context: f(),
-            source: Box::new(source),
+            cause: Box::new(cause),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error chain printed whole states its cause once.
+    #[test]
+    fn the_cause_is_stated_once() {
+        let full = std::io::Error::from_raw_os_error(28);
+        let e: Result<()> = Err(full).ctx(|| "writing report.md".into());
+        let e = e.unwrap_err();
+        assert!(std::error::Error::source(&e).is_none());
+        let shown = e.to_string();
+        assert_eq!(shown.matches("os error 28").count(), 1, "{shown}");
+        let store: Result<()> = Err(dedelta_store::Error::io(
+            "writing a container",
+            std::io::Error::from_raw_os_error(28),
+        ))
+        .store_ctx(|| "backup of v1".into());
+        let shown = store.unwrap_err().to_string();
+        assert_eq!(shown.matches("os error 28").count(), 1, "{shown}");
     }
 }

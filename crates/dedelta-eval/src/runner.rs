@@ -576,6 +576,7 @@ pub fn run_config(
                         containers: opts.cache_containers,
                     },
                 },
+                ..Default::default()
             },
             &NoProgress,
         )

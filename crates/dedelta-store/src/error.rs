@@ -135,6 +135,12 @@ pub enum Error {
     /// command rebuilds it from the containers.
     #[error("the chunk index is damaged ({0}); it has been discarded and is rebuilt from the containers by the next command: run the command again")]
     IndexDamaged(String),
+    /// No key file of an encrypted repository opens with the password given (exit code 12).
+    #[error("wrong password: no key file of this repository opens with it")]
+    WrongPassword,
+    /// An encrypted repository was opened without a way to get its password.
+    #[error("the repository is encrypted: give its password with --password-file, --password-command, DEDELTA_PASSWORD or DEDELTA_PASSWORD_FILE, or on a terminal")]
+    PasswordNeeded,
 }
 
 impl From<dedelta_backend::BackendError> for Error {
@@ -142,6 +148,17 @@ impl From<dedelta_backend::BackendError> for Error {
         use dedelta_backend::BackendError as B;
         match e {
             B::Missing { kind, name } => Error::ObjectMissing { kind, name },
+            // A sealed object that fails to open (crate::crypto::backend) is damage.
+            B::Io { context, cause }
+                if cause
+                    .get_ref()
+                    .is_some_and(|e| e.is::<crate::format::sealed::SealError>()) =>
+            {
+                Error::Corrupt {
+                    what: context,
+                    reason: cause.to_string(),
+                }
+            }
             B::Io { context, cause } => Error::Io { context, cause },
             B::Refused(m) => Error::InvalidOption(m),
             other => Error::InvalidOption(other.to_string()),

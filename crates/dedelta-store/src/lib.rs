@@ -9,7 +9,8 @@
 //! - [`read`]: reading chunks back (locator, decoder, caches).
 //! - [`backup`]: the backup pipeline, one module per stage.
 //! - [`commands`]: one file per command (backup, restore, check, ls/dump, stats, forget,
-//!   prune, repair).
+//!   prune, repair, tag, find, diff, mount).
+//! - [`crypto`]: encryption at rest (master key, key files, the sealing backend wrapper).
 //! - [`io_report`]: a command's metered I/O by purpose, with its modelled seconds.
 //! - [`backend`]: the `dedelta-backend` crate (named write-once objects; local directory,
 //!   memory, fault injection, metering, the I/O cost models), re-exported.
@@ -19,6 +20,7 @@ pub mod backup;
 pub mod buffers;
 pub mod client;
 pub mod commands;
+pub mod crypto;
 pub mod error;
 pub mod format;
 pub mod io_report;

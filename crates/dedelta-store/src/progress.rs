@@ -11,6 +11,10 @@ pub trait Progress: Send + Sync {
     fn message(&self, _msg: &str) {}
     /// A non-fatal problem (an unreadable source file).
     fn warn(&self, _msg: &str) {}
+    /// One entry is done: `action` is what happened to it (backup: `new`, `modified`,
+    /// `unchanged`; restore: `restored`, `unchanged`, `deleted`), `path` where it is, `bytes`
+    /// its size (for `-v` listings and restic's `verbose_status` messages).
+    fn item(&self, _action: &str, _path: &str, _bytes: u64) {}
 }
 
 /// Reports nothing.

@@ -91,7 +91,7 @@ impl Purpose {
         match kind {
             FileKind::Container => Purpose::ChunkData,
             FileKind::Snapshot | FileKind::Dense => Purpose::Snapshot,
-            FileKind::Config | FileKind::Lock | FileKind::Damage => Purpose::Other,
+            FileKind::Config | FileKind::Lock | FileKind::Damage | FileKind::Key => Purpose::Other,
         }
     }
 }

@@ -4,12 +4,13 @@
 //! Exit codes: 0 saved; 3 saved, but some sources could not be read (each named in a
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
-use super::{finish, host, now_rfc3339, progress_bar, DeltaArgs, IoModelArgs, RepoArg};
+use super::{finish, host, now_rfc3339, progress_stream, DeltaArgs, IoModelArgs, RepoArg};
 use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::backup;
 use dedelta_store::Error;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `dedelta backup`.
@@ -19,52 +20,22 @@ pub struct BackupArgs {
     repo: RepoArg,
     /// Files and directories to back up.
     paths: Vec<PathBuf>,
-    /// Skip paths whose full path or name matches this glob (repeatable).
-    #[arg(long)]
-    exclude: Vec<String>,
     /// Tag the snapshot (repeatable).
     #[arg(long)]
     tag: Vec<String>,
+    /// Show what would be backed up (with -v, each entry); read no file, write nothing.
+    #[arg(long, short = 'n')]
+    dry_run: bool,
+    /// Print restic-style JSON lines: `status` while it runs (and `verbose_status` per file
+    /// with -v) on standard output, `error` on standard error, then the `summary`.
+    #[arg(long)]
+    json: bool,
     /// Back up standard input as one file.
     #[arg(long)]
     stdin: bool,
     /// File name for --stdin.
     #[arg(long, default_value = "stdin")]
     stdin_name: String,
-    /// Worker threads (default: number of cores).
-    #[arg(long)]
-    threads: Option<usize>,
-    #[command(flatten)]
-    delta: DeltaArgs,
-    /// Capping (rewriting for restore speed): reference at most this many old containers per
-    /// segment of the stream, storing the other duplicates again (0: off, unless a `-cap`
-    /// `--preset` sets it). A prune reclaims the copies they replace.
-    #[arg(long, default_value_t = 0)]
-    capping_level: usize,
-    /// Capping's segment, in MiB of file data.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
-    capping_segment_mib: u64,
-    /// Cache-aware filter (LoopDelta §4.4): store again a duplicate of an old delta whose
-    /// base is not in the fingerprint cache, so that restore reads no extra container for it.
-    /// Needs --fingerprint-index locality.
-    #[arg(long)]
-    cache_aware_filter: bool,
-    /// Inversed delta compression (LoopDelta §4.5): a new chunk similar to a chunk in a
-    /// container Capping gave up is stored in full, and the old chunk again as a delta
-    /// against it; a prune reclaims the old full copy. Needs --capping-level and a
-    /// repository of format version 4.
-    #[arg(long)]
-    inversed_delta: bool,
-    /// Keep no local base cache (every base is read back from the repository).
-    #[arg(long)]
-    no_cache: bool,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    io_models: IoModelArgs,
-    #[command(flatten)]
-    lookup: LookupArgs,
     /// Compare files with this snapshot (an id prefix or `latest`) instead of the newest
     /// snapshot of the same host and paths.
     #[arg(long, value_name = "SNAPSHOT")]
@@ -78,9 +49,227 @@ pub struct BackupArgs {
     /// A file whose status change time (ctime) changed but nothing else is unchanged.
     #[arg(long)]
     ignore_ctime: bool,
+    /// Worker threads (default: number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Keep no local base cache (every base is read back from the repository).
+    #[arg(long)]
+    no_cache: bool,
+    #[command(flatten)]
+    select: SelectArgs,
+    #[command(flatten, next_help_heading = "Algorithm options")]
+    delta: DeltaArgs,
+    /// Capping (rewriting for restore speed): reference at most this many old containers per
+    /// segment of the stream, storing the other duplicates again (0: off, unless a `-cap`
+    /// `--preset` sets it). A prune reclaims the copies they replace.
+    #[arg(long, default_value_t = 0, help_heading = "Algorithm options")]
+    capping_level: usize,
+    /// Capping's segment, in MiB of file data.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1_048_576), help_heading = "Algorithm options")]
+    capping_segment_mib: u64,
+    /// Cache-aware filter (LoopDelta §4.4): store again a duplicate of an old delta whose
+    /// base is not in the fingerprint cache, so that restore reads no extra container for it.
+    /// Needs --fingerprint-index locality.
+    #[arg(long, help_heading = "Algorithm options")]
+    cache_aware_filter: bool,
+    /// Inversed delta compression (LoopDelta §4.5): a new chunk similar to a chunk in a
+    /// container Capping gave up is stored in full, and the old chunk again as a delta
+    /// against it; a prune reclaims the old full copy. Needs --capping-level and a
+    /// repository of format version 4.
+    #[arg(long, help_heading = "Algorithm options")]
+    inversed_delta: bool,
+    #[command(flatten, next_help_heading = "Algorithm options")]
+    lookup: LookupArgs,
+    #[command(flatten, next_help_heading = "I/O cost model")]
+    io_models: IoModelArgs,
+}
+
+/// What to back up and what to leave out (restic's names and behaviour).
+#[derive(Args)]
+#[command(next_help_heading = "Selection")]
+pub struct SelectArgs {
+    /// Skip entries whose full path or name matches this glob (repeatable).
+    #[arg(long, short = 'e', value_name = "PATTERN")]
+    exclude: Vec<String>,
+    /// As --exclude, ignoring case.
+    #[arg(long, value_name = "PATTERN")]
+    iexclude: Vec<String>,
+    /// Read --exclude patterns from FILE, one a line (`#` starts a comment).
+    #[arg(long, value_name = "FILE")]
+    exclude_file: Vec<PathBuf>,
+    /// Read --iexclude patterns from FILE, one a line.
+    #[arg(long, value_name = "FILE")]
+    iexclude_file: Vec<PathBuf>,
+    /// Back up the paths listed in FILE, one a line (`#` starts a comment, empty lines are
+    /// skipped; `-` is standard input).
+    #[arg(long, value_name = "FILE")]
+    files_from: Vec<PathBuf>,
+    /// As --files-from, taking every line as a path (no comments).
+    #[arg(long, value_name = "FILE")]
+    files_from_verbatim: Vec<PathBuf>,
+    /// As --files-from, paths separated by NUL bytes (`find -print0`).
+    #[arg(long, value_name = "FILE")]
+    files_from_raw: Vec<PathBuf>,
+    /// Skip directories that hold a CACHEDIR.TAG with the cache directory signature.
+    #[arg(long)]
+    exclude_caches: bool,
+    /// Skip directories that hold a file of this name (NAME:HEADER: only if the file starts
+    /// with HEADER).
+    #[arg(long, value_name = "NAME[:HEADER]")]
+    exclude_if_present: Vec<String>,
+    /// Skip files larger than SIZE (bytes, or with k, m, g, t: powers of 1024).
+    #[arg(long, value_name = "SIZE")]
+    exclude_larger_than: Option<String>,
     /// Do not cross into other file systems below a source (mount points are kept, empty).
     #[arg(long, short = 'x')]
     one_file_system: bool,
+}
+
+impl SelectArgs {
+    /// The selection options, with the pattern files read.
+    fn options(&self) -> Result<backup::SelectOptions> {
+        let mut excludes = self.exclude.clone();
+        for f in &self.exclude_file {
+            excludes.extend(patterns_of(f)?);
+        }
+        let mut iexcludes = self.iexclude.clone();
+        for f in &self.iexclude_file {
+            iexcludes.extend(patterns_of(f)?);
+        }
+        Ok(backup::SelectOptions {
+            excludes,
+            iexcludes,
+            exclude_caches: self.exclude_caches,
+            exclude_if_present: self.exclude_if_present.clone(),
+            exclude_larger_than: self
+                .exclude_larger_than
+                .as_deref()
+                .map(|s| {
+                    backup::parse_size(s)
+                        .map_err(|e| Error::InvalidOption(format!("--exclude-larger-than: {e}")))
+                })
+                .transpose()?,
+        })
+    }
+
+    /// The paths the --files-from options list.
+    fn listed_paths(&self) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        for (files, format) in [
+            (&self.files_from, ListFormat::Commented),
+            (&self.files_from_verbatim, ListFormat::Lines),
+            (&self.files_from_raw, ListFormat::Nul),
+        ] {
+            for f in files {
+                out.extend(
+                    lines_of(f, format)?
+                        .into_iter()
+                        .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b))),
+                );
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// How a list file separates its entries.
+#[derive(Clone, Copy, PartialEq)]
+enum ListFormat {
+    /// Lines; empty lines and lines starting with `#` are skipped, blanks trimmed.
+    Commented,
+    /// Lines, each taken whole (empty lines skipped).
+    Lines,
+    /// NUL-separated entries, each taken whole.
+    Nul,
+}
+
+/// The entries of a list file (`-`: standard input), as bytes (paths need not be UTF-8).
+fn lines_of(path: &Path, format: ListFormat) -> Result<Vec<Vec<u8>>> {
+    let data = if path == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| Error::io("reading standard input", e))?;
+        b
+    } else {
+        std::fs::read(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?
+    };
+    let sep = if format == ListFormat::Nul {
+        b'\0'
+    } else {
+        b'\n'
+    };
+    Ok(data
+        .split(|&b| b == sep)
+        .filter_map(|l| {
+            let l = if format == ListFormat::Nul {
+                l
+            } else {
+                l.strip_suffix(b"\r").unwrap_or(l)
+            };
+            let l = if format == ListFormat::Commented {
+                l.trim_ascii()
+            } else {
+                l
+            };
+            let skip = l.is_empty() || (format == ListFormat::Commented && l.starts_with(b"#"));
+            (!skip).then(|| l.to_vec())
+        })
+        .collect())
+}
+
+/// The patterns of an exclude file: its lines, comments skipped, `$NAME` and `${NAME}`
+/// replaced by the environment's values (as restic does; an unset variable is empty).
+fn patterns_of(path: &Path) -> Result<Vec<String>> {
+    Ok(lines_of(path, ListFormat::Commented)?
+        .into_iter()
+        .map(|b| expand_env(&String::from_utf8_lossy(&b), |k| std::env::var(k).ok()))
+        .collect())
+}
+
+/// `s` with `$NAME` and `${NAME}` replaced by `var(NAME)` (empty when unset); a `$` not
+/// followed by a name stays.
+fn expand_env(s: &str, var: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, tail) = if let Some(braced) = after.strip_prefix('{') {
+            match braced.find('}') {
+                Some(end) => (&braced[..end], &braced[end + 1..]),
+                None => ("", after),
+            }
+        } else {
+            let end = after
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        };
+        if name.is_empty() {
+            out.push('$');
+            rest = after;
+        } else {
+            out.push_str(&var(name).unwrap_or_default());
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand_env;
+
+    #[test]
+    fn exclude_files_expand_variables_as_restic() {
+        let var = |k: &str| (k == "HOME").then(|| "/home/me".to_string());
+        assert_eq!(expand_env("$HOME/.cache", var), "/home/me/.cache");
+        assert_eq!(expand_env("${HOME}x/*.o", var), "/home/mex/*.o");
+        assert_eq!(expand_env("$UNSET/a", var), "/a");
+        assert_eq!(expand_env("a$", var), "a$");
+        assert_eq!(expand_env("*.tmp", var), "*.tmp");
+    }
 }
 
 /// How a backup finds duplicates of chunks stored before (shared with `eval`).
@@ -121,15 +310,20 @@ impl LookupArgs {
 
 /// Runs the backup pipeline with the repository's delta settings overridden by the
 /// arguments, then prints the summary.
-pub fn run(args: BackupArgs) -> Result<u8> {
+pub fn run(mut args: BackupArgs) -> Result<u8> {
     // Bad model flags are refused before anything is locked or read, not after the backup.
     args.io_models.models()?;
+    let select = args.select.options()?;
+    args.paths.extend(args.select.listed_paths()?);
+    if args.dry_run {
+        return dry_run(&args, select);
+    }
     // Lock first, then the index: every writer takes them in this order.
     let lookup = args.lookup.options()?;
     let (r, lock) = super::open_shared(&args.repo, "backup")?;
     let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
-    let progress = progress_bar(args.json);
+    let progress = progress_stream(args.json, "archival");
     let stdin_src = args.stdin.then(|| backup::StdinSource {
         reader: Box::new(std::io::stdin()),
         name: args.stdin_name,
@@ -140,7 +334,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     }
     // The total only sizes the bar: no walk of the sources when there is none to show.
     let bar_shown = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let total: u64 = if args.stdin || !bar_shown {
+    let total: u64 = if args.stdin || !(bar_shown || args.json) {
         0
     } else {
         args.paths.iter().map(|p| du(p)).sum()
@@ -149,7 +343,7 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     let preset = args.delta.preset()?;
     let opts = backup::BackupOptions {
         paths: args.paths,
-        excludes: args.exclude,
+        excludes: Vec::new(),
         tags: args.tag,
         stdin: stdin_src,
         host: host(),
@@ -173,7 +367,8 @@ pub fn run(args: BackupArgs) -> Result<u8> {
             force: args.force,
             ignore_inode: args.ignore_inode,
             ignore_ctime: args.ignore_ctime,
-            one_file_system: args.one_file_system,
+            one_file_system: args.select.one_file_system,
+            select,
         },
         // The flags add to what the preset turns on.
         loopdelta: backup::caf::LoopDeltaOptions {
@@ -196,6 +391,34 @@ pub fn run(args: BackupArgs) -> Result<u8> {
     let io = args.io_models.report(&r)?;
     render::backup(&res, &io, args.json)?;
     Ok(if res.warnings.is_empty() {
+        0
+    } else {
+        EXIT_PARTIAL
+    })
+}
+
+/// `--dry-run`: walks the sources with the selection, reports what a backup would store
+/// (each entry with -v), and touches no repository file.
+fn dry_run(args: &BackupArgs, select: backup::SelectOptions) -> Result<u8> {
+    if args.stdin {
+        return Err(Error::InvalidOption("--dry-run does not apply to --stdin".into()).into());
+    }
+    // The repository must exist (as for a real backup), but nothing in it is read.
+    args.repo.open_repository()?;
+    let sources = backup::SourceOptions {
+        one_file_system: args.select.one_file_system,
+        select,
+        ..Default::default()
+    };
+    let verbose = super::global::verbosity() > 0;
+    let mut listing = Vec::new();
+    let found = backup::dry_run(&args.paths, &sources, &mut |p, md| {
+        if verbose {
+            listing.push((p.to_path_buf(), md.len(), md.is_dir()));
+        }
+    })?;
+    render::backup_dry_run(&found, &listing, args.json)?;
+    Ok(if found.warnings.is_empty() {
         0
     } else {
         EXIT_PARTIAL

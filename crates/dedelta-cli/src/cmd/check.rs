@@ -5,7 +5,7 @@
 //! Exit codes: 0 no errors; 1 errors found (each printed), or the check could not run;
 //! 10 no repository; 11 locked.
 
-use super::{finish, now_rfc3339, progress_bar, RepoArg};
+use super::{finish, now_rfc3339, progress_stream, RepoArg};
 use crate::render::{self, print_notices};
 use crate::EXIT_ERROR;
 use anyhow::Result;
@@ -20,7 +20,8 @@ pub struct CheckArgs {
     /// Also read and verify every stored chunk.
     #[arg(long)]
     read_data: bool,
-    /// Print the report as JSON.
+    /// Print restic-style JSON lines: `status` while it runs, an `error` line per problem on
+    /// standard error, then the `summary` (the report).
     #[arg(long)]
     json: bool,
 }
@@ -28,7 +29,7 @@ pub struct CheckArgs {
 /// Runs the check and prints its report.
 pub fn run(args: CheckArgs) -> Result<u8> {
     let (r, lock) = super::open_shared(&args.repo, "check")?;
-    let progress = progress_bar(args.json);
+    let progress = progress_stream(args.json, "check");
     let report = check::check(&r, &lock, args.read_data, &now_rfc3339(), &progress)?;
     progress.finish();
     finish(&r, lock)?;

@@ -1,5 +1,5 @@
 //! `dedelta dump`: writes one file of a snapshot to standard output, byte for byte (for
-//! pipes; `restore` is the way to get many files back).
+//! pipes), or a directory as a tar stream ([`super::dump_tar`]).
 //!
 //! Standard output is the file's bytes only, so `--io-json` writes the I/O accounting (the
 //! `io` object of `restore --json`) and the restore cache's counters and speed factor (as
@@ -27,8 +27,14 @@ pub struct DumpArgs {
     repo: RepoArg,
     /// Snapshot id (a unique prefix) or `latest`.
     snapshot: String,
-    /// Path of the file inside the snapshot (any bytes: names need not be UTF-8).
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
+    /// Path of the file inside the snapshot (any bytes: names need not be UTF-8); a
+    /// directory (`/` for the whole snapshot) is written as a tar stream.
     path: OsString,
+    /// The format of a directory's stream (restic's option; tar is the one there is).
+    #[arg(long, value_name = "FORMAT", default_value = "tar", value_parser = ["tar"])]
+    archive: String,
     #[command(flatten)]
     cache: super::restore::CacheArgs,
     /// After the file, write `{"io": ..., "bytes_written": ..., "restore_cache": ...,
@@ -45,10 +51,18 @@ pub struct DumpArgs {
 pub fn run(args: DumpArgs) -> Result<u8> {
     args.io_models.models()?;
     let (r, _lock) = open_reader(&args.repo, "dump")?;
-    let (id, snap) = r.find_snapshot(&args.snapshot)?;
+    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let (cache, cache_bytes) = args.cache.choice(DUMP_CACHE_MIB)?;
+    let want = ls::normalize_path(args.path.as_bytes());
+    let is_dir = want.is_empty()
+        || ls::find_node(&r, &id, &snap, want)
+            .is_ok_and(|(n, _)| n.kind == dedelta_store::format::tree::NodeKind::Dir);
+    if is_dir {
+        super::dump_tar::write_tar(&r, &snap, want, &mut out)?;
+        return Ok(0);
+    }
     let (bytes_written, restore_cache) = ls::dump_with(
         &r,
         &id,

@@ -21,6 +21,12 @@ pub struct ForgetArgs {
     repo: RepoArg,
     /// Snapshots to remove (unique id prefixes).
     snapshots: Vec<String>,
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
+    /// Apply the policy per group of the same host, paths and/or tags.
+    #[arg(long, short = 'g', value_name = "FIELDS", default_value = "host,paths",
+          value_parser = super::select::parse_group_by)]
+    group_by: dedelta_store::repository::snapshot_filter::GroupBy,
     /// Keep the N newest snapshots.
     #[arg(long, default_value_t = 0)]
     keep_last: usize,
@@ -79,9 +85,12 @@ pub fn run(args: ForgetArgs) -> Result<u8> {
         )
         .into());
     }
+    let filter = args.filter.filter()?;
     let r = args.repo.open_repository()?;
     let lock = args.repo.lock(&r, "forget", LockMode::Exclusive)?;
-    let decisions = forget::forget(&r, &lock, &args.snapshots, &policy, args.dry_run)?;
+    let selection = (&filter, args.group_by);
+    let decisions =
+        forget::forget_selected(&r, &lock, &args.snapshots, &policy, selection, args.dry_run)?;
     print_decisions(&decisions, args.dry_run, args.json)?;
     if args.prune && !args.dry_run {
         let r = with_index(r)?;

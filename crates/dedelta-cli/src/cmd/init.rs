@@ -1,6 +1,10 @@
 //! `dedelta init`: creates a repository with its chunking, compression and delta settings,
 //! which every later backup reads from the repository config.
 //!
+//! Encrypted by default: the password comes from `--password-file`, `--password-command`,
+//! `DEDELTA_PASSWORD` or a terminal (asked twice); `--insecure-no-password` makes a repository
+//! without encryption.
+//!
 //! Exit codes: 0 created; 1 a bad option, or a repository already exists at the path.
 
 use super::{DeltaArgs, RepoArg};
@@ -38,8 +42,16 @@ pub struct InitArgs {
     /// Raw size of a compression region in bytes.
     #[arg(long, default_value_t = DEFAULT_REGION_SIZE)]
     region_size: usize,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Algorithm options")]
     delta: DeltaArgs,
+    /// Make a repository WITHOUT encryption (anyone who can read its files reads the backed
+    /// up data): for benchmarks, or storage that is encrypted and trusted otherwise.
+    #[arg(long)]
+    insecure_no_password: bool,
+    /// Derive the key file's key with Argon2id's smallest parameters (tests only: such a
+    /// password falls to guessing quickly).
+    #[arg(long, hide = true)]
+    insecure_kdf: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -64,23 +76,63 @@ pub fn run(args: InitArgs) -> Result<u8> {
     })?;
     cfg.region_size = args.region_size;
     args.delta.apply(&mut cfg.delta)?;
-    let path = &args.repo.repo;
-    let r = match path.to_str() {
-        Some(loc) => {
-            Repository::init_location(loc, cfg, &args.repo.cache_root(), args.repo.connections)?
+    let path = &args.repo.path()?;
+    let cache_root = args.repo.cache_root();
+    let connections = args.repo.connections;
+    let r = if args.insecure_no_password {
+        match path.to_str() {
+            Some(loc) => Repository::init_location(loc, cfg, &cache_root, connections)?,
+            None => Repository::init_local_with_cache(path, cfg, &cache_root)?,
         }
-        None => Repository::init_local_with_cache(path, cfg, &args.repo.cache_root())?,
+    } else {
+        // An existing repository is named before a password is asked for.
+        if path.join("config").exists() {
+            return Err(Error::RepoExists(path.clone()).into());
+        }
+        cfg.validate()?;
+        let password = args.repo.password.new_password("the new repository")?;
+        let kdf = kdf_params(args.insecure_kdf);
+        let origin = super::key::origin();
+        match path.to_str() {
+            Some(loc) => Repository::init_location_encrypted(
+                loc,
+                cfg,
+                &cache_root,
+                connections,
+                &password,
+                kdf,
+                &origin,
+            )?,
+            None => {
+                Repository::init_local_encrypted(path, cfg, &cache_root, &password, kdf, &origin)?
+            }
+        }
     };
+    let encrypted = r.config().is_encrypted();
     if args.json {
-        print_json(&json!({"repository": path, "config": r.config()}))?;
+        print_json(&json!({"repository": path, "config": r.config(), "encrypted": encrypted}))?;
     } else {
         outln!(
             "created dedelta repository {} at {}",
             r.config().id,
             path.display()
         );
+        if encrypted {
+            outln!("encrypted: keep the password safe, the data cannot be read without it");
+        } else {
+            outln!("NOT encrypted (--insecure-no-password): anyone who can read its files reads the data");
+        }
     }
     Ok(0)
+}
+
+/// Argon2id's parameters: the defaults, or the smallest with the hidden `--insecure-kdf`.
+pub fn kdf_params(insecure: bool) -> dedelta_store::crypto::KdfParams {
+    if insecure {
+        dedelta_store::crypto::KdfParams::insecure_for_tests()
+    } else {
+        dedelta_store::crypto::KdfParams::default()
+    }
 }
 
 /// A new repository id: 16 random bytes from the OS, as hex.

@@ -18,17 +18,33 @@ pub struct LsArgs {
     repo: RepoArg,
     /// Snapshot id (a unique prefix) or `latest`.
     snapshot: String,
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
     /// Print one JSON object per line.
     #[arg(long)]
     json: bool,
 }
 
-/// Walks the snapshot's tree and prints each node.
+/// Walks the snapshot's tree and prints each node (with `--json`, after a line describing the
+/// snapshot, as restic's `ls --json`).
 pub fn run(args: LsArgs) -> Result<u8> {
     let (r, _lock) = open_reader(&args.repo, "ls")?;
-    let (_, snap) = r.find_snapshot(&args.snapshot)?;
+    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    if args.json {
+        let line = json!({
+            "struct_type": "snapshot",
+            "message_type": "snapshot",
+            "id": id.to_hex(),
+            "short_id": id.short(),
+            "time": snap.time,
+            "hostname": snap.host,
+            "paths": snap.paths,
+            "tags": snap.tags,
+        });
+        writeln!(out, "{line}").map_err(|e| Error::io("writing to standard output", e))?;
+    }
     dedelta_store::read::walk_tree(&r, &snap, |n, _| {
         let line = if args.json {
             json_line(&n)
@@ -41,21 +57,29 @@ pub fn run(args: LsArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// A node as one JSON object (paths and targets lossily as UTF-8).
+/// A node as one JSON object, restic's `node` message: `struct_type`, the path with a
+/// leading `/` (as `snapshots` gives the sources and `find` the matches), RFC 3339 times and
+/// the mode in octal (paths and targets lossily as UTF-8).
 fn json_line(n: &Node) -> String {
+    let path = format!("/{}", n.path_lossy());
+    let name = path.rsplit('/').next().unwrap_or("").to_string();
     json!({
-        "path": format!("/{}", n.path_lossy()),
+        "struct_type": "node",
+        "message_type": "node",
+        "name": name,
+        "path": path,
         "type": n.kind,
-        "mode": n.mode,
+        "mode": format!("{:04o}", n.mode & 0o7777),
+        "permissions": permissions(n),
         "size": n.size,
-        "mtime": n.mtime_secs,
+        "mtime": rfc3339(n.mtime_secs, n.mtime_nanos),
+        "atime": rfc3339(n.meta.atime.secs, n.meta.atime.nanos),
+        "ctime": rfc3339(n.meta.ctime.secs, n.meta.ctime.nanos),
         "target": if n.target.is_empty() { None } else { Some(String::from_utf8_lossy(&n.target)) },
         "uid": n.meta.uid,
         "gid": n.meta.gid,
         "user": n.meta.user,
         "group": n.meta.group,
-        "atime": n.meta.atime.secs,
-        "ctime": n.meta.ctime.secs,
         "inode": n.meta.ino,
         "links": n.meta.nlink,
         "device": n.meta.dev,
@@ -65,10 +89,36 @@ fn json_line(n: &Node) -> String {
     .to_string()
 }
 
-/// A node as `-0644         1234 /path` (`d` directory, `-` file, `l` symlink with
-/// ` -> target`, `p` FIFO, `s` socket, `c` and `b` devices).
-fn text_line(n: &Node) -> String {
-    let t = match n.kind {
+/// A time as RFC 3339 in UTC with nanoseconds (`null` if out of range).
+fn rfc3339(secs: i64, nanos: u32) -> Option<String> {
+    chrono::DateTime::from_timestamp(secs, nanos)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+}
+
+/// `ls -l`'s permission string, e.g. `drwxr-xr-x`.
+fn permissions(n: &Node) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(kind_char(n.kind));
+    let m = n.mode;
+    for (bit, c) in [
+        (0o400, 'r'),
+        (0o200, 'w'),
+        (0o100, 'x'),
+        (0o040, 'r'),
+        (0o020, 'w'),
+        (0o010, 'x'),
+        (0o004, 'r'),
+        (0o002, 'w'),
+        (0o001, 'x'),
+    ] {
+        s.push(if m & bit != 0 { c } else { '-' });
+    }
+    s
+}
+
+/// The `ls -l` letter of a node's kind.
+fn kind_char(k: NodeKind) -> char {
+    match k {
         NodeKind::Dir => 'd',
         NodeKind::File => '-',
         NodeKind::Symlink => 'l',
@@ -76,7 +126,13 @@ fn text_line(n: &Node) -> String {
         NodeKind::Socket => 's',
         NodeKind::CharDevice => 'c',
         NodeKind::BlockDevice => 'b',
-    };
+    }
+}
+
+/// A node as `-0644         1234 /path` (`d` directory, `-` file, `l` symlink with
+/// ` -> target`, `p` FIFO, `s` socket, `c` and `b` devices).
+fn text_line(n: &Node) -> String {
+    let t = kind_char(n.kind);
     let mut l = format!(
         "{t}{:04o} {:>12} /{}",
         n.mode & 0o7777,

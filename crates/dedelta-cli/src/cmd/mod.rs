@@ -9,16 +9,27 @@
 //! `bench` and `eval` are not here: they use no repository.
 
 pub mod backup;
+pub mod cache;
+pub mod cat;
 pub mod check;
+pub mod diff;
 pub mod dump;
+pub mod dump_tar;
+pub mod find;
 pub mod forget;
+pub mod generate;
+pub mod global;
 pub mod init;
+pub mod key;
 pub mod ls;
+pub mod mount;
 pub mod prune;
 pub mod repair;
 pub mod restore;
+pub mod select;
 pub mod snapshots;
 pub mod stats;
+pub mod tag;
 pub mod unlock;
 
 use crate::progress;
@@ -35,14 +46,11 @@ use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-/// The repository option every repository command takes.
+/// The repository a command works on. `-r/--repo` and `--cache-dir` are global options
+/// ([`global::GlobalArgs`], valid before or after the command); every repository command
+/// flattens this to say it uses them, and to take the password options.
 #[derive(Args, Clone)]
 pub struct RepoArg {
-    /// Repository: a local directory, or an S3 bucket as s3:http://HOST:PORT/BUCKET/PREFIX
-    /// (or s3:https://...; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
-    /// the AWS profile files).
-    #[arg(short = 'r', long = "repo", env = "DEDELTA_REPO")]
-    pub repo: PathBuf,
     /// S3: requests in flight at most (default 8).
     #[arg(long, value_name = "N")]
     pub connections: Option<usize>,
@@ -50,17 +58,22 @@ pub struct RepoArg {
     /// giving up.
     #[arg(long, value_name = "DURATION")]
     pub retry_lock: Option<String>,
-    /// Directory of the client caches: the chunk index and the local base cache, in
-    /// <DIR>/<repository id>/ (default: $DEDELTA_CACHE_DIR, else $XDG_CACHE_HOME/dedelta,
-    /// else ~/.cache/dedelta).
-    #[arg(long, value_name = "DIR")]
-    pub cache_dir: Option<PathBuf>,
+    /// Where the password of an encrypted repository comes from.
+    #[command(flatten)]
+    pub password: crate::password::PasswordArgs,
 }
 
 impl RepoArg {
+    /// The repository path (`-r` or `DEDELTA_REPO`), or an error that says how to give one
+    /// or that names another tool's repository.
+    pub fn path(&self) -> Result<PathBuf> {
+        global::repo_path()
+    }
+
     /// The cache root: `--cache-dir`, else the default from the environment.
     pub fn cache_root(&self) -> PathBuf {
-        self.cache_dir
+        global::get()
+            .cache_dir
             .clone()
             .unwrap_or_else(dedelta_store::client::cache::root_or_temp)
     }
@@ -68,11 +81,24 @@ impl RepoArg {
     /// Opens the repository (config only), its index to be kept under [`Self::cache_root`],
     /// metered from here on (see [`IoModelArgs::report`]).
     pub fn open_repository(&self) -> Result<Repository> {
-        let r = match self.repo.to_str() {
-            Some(loc) => Repository::open_location(loc, &self.cache_root(), self.connections)?,
-            None => Repository::open_local_with_cache(&self.repo, &self.cache_root())?,
+        Ok(self.open_unmetered()?.metered())
+    }
+
+    /// Opens the repository (config only), asking for its password if it is encrypted.
+    pub fn open_unmetered(&self) -> Result<Repository> {
+        let path = self.path()?;
+        let cache_root = self.cache_root();
+        let mut password = || self.password.password();
+        let r = match path.to_str() {
+            Some(loc) => Repository::open_location_unlocking(
+                loc,
+                &cache_root,
+                self.connections,
+                &mut password,
+            )?,
+            None => Repository::open_local_unlocking(&path, &cache_root, &mut password)?,
         };
-        Ok(r.metered())
+        Ok(r)
     }
 
     /// How long `--retry-lock` retries (zero without it).
@@ -221,7 +247,8 @@ pub struct DeltaArgs {
     #[arg(long, value_name = "D")]
     max_depth: Option<u8>,
     /// With `--sketch-index prefetch` (LoopDelta): a container goes on a backup's dense
-    /// container list when the backup references more than this fraction of its chunks.
+    /// container list when the backup references more than this fraction of its chunks
+    /// (default 0.3; the `loopdelta` presets 0.2 without Capping).
     #[arg(long, value_name = "R")]
     dense_threshold: Option<f64>,
     /// With `--sketch-index prefetch`: containers of full chunks the potential base chunk
@@ -340,8 +367,12 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
-/// This machine's host name, or `unknown`.
+/// The host name snapshots record: `$DEDELTA_HOST` if set (restic's `RESTIC_HOST`), else
+/// this machine's host name, or `unknown`.
 pub fn host() -> String {
+    if let Some(h) = std::env::var_os("DEDELTA_HOST").filter(|h| !h.is_empty()) {
+        return h.to_string_lossy().into_owned();
+    }
     hostname::get()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "unknown".into())
@@ -433,10 +464,20 @@ pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
     Ok(())
 }
 
-/// A progress bar on stderr, drawn only when stderr is a terminal and the result is not
-/// JSON (whose reader is a program).
+/// A progress bar on stderr, drawn only when stderr is a terminal, the result is not JSON
+/// (whose reader is a program) and `-q` was not given.
 pub fn progress_bar(json: bool) -> progress::Bar {
-    progress::Bar::new(std::io::stderr().is_terminal() && !json)
+    progress::Bar::new(std::io::stderr().is_terminal() && !json && !global::quiet())
+}
+
+/// The progress of `backup`, `restore` and `check`: with `--json`, restic-style `status`
+/// lines (and `verbose_status`, `error`) for the phase `during`; else [`progress_bar`].
+pub fn progress_stream(json: bool, during: &'static str) -> progress::Bar {
+    if json {
+        progress::Bar::json(during)
+    } else {
+        progress_bar(false)
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! Exit codes: 0 everything restored; 3 restored, but some files could not be; 1 the
 //! restore stopped (no such snapshot, a target that cannot be used); 10 no repository.
 
-use super::{open_reader, progress_bar, IoModelArgs, RepoArg};
+use super::{open_reader, progress_stream, IoModelArgs, RepoArg};
 use crate::render::{io_line, mb, outln, print_json};
 use crate::EXIT_PARTIAL;
 use anyhow::Result;
@@ -27,18 +27,45 @@ pub struct RestoreArgs {
     repo: RepoArg,
     /// Snapshot id (a unique prefix) or `latest`.
     snapshot: String,
+    #[command(flatten)]
+    filter: super::select::SnapshotFilterArgs,
     /// Directory to restore into.
     #[arg(long, short = 't')]
     target: PathBuf,
-    /// Restore only this path and what is below it (repeatable; any bytes).
-    #[arg(long)]
+    /// Restore only what this glob matches, and what is below it (repeatable). A pattern
+    /// starting with `/` is anchored at the snapshot's root, any other matches at any depth
+    /// (`*.txt`). A pattern that matches nothing is an error.
+    #[arg(long, short = 'i', value_name = "PATTERN")]
     include: Vec<OsString>,
-    /// Print the result as JSON.
+    /// Do not restore what this glob matches, nor what is below it (repeatable).
+    #[arg(long, short = 'e', value_name = "PATTERN")]
+    exclude: Vec<OsString>,
+    /// As --include, ignoring case.
+    #[arg(long, value_name = "PATTERN")]
+    iinclude: Vec<OsString>,
+    /// As --exclude, ignoring case.
+    #[arg(long, value_name = "PATTERN")]
+    iexclude: Vec<OsString>,
+    /// What to do with files the target already holds: always (replace), if-changed
+    /// (replace if size or modification time differ), if-newer, never.
+    #[arg(long, value_name = "WHEN", default_value = "always", value_parser = ["always", "if-changed", "if-newer", "never"])]
+    overwrite: String,
+    /// Remove what the target holds (within --include/--exclude) that the snapshot does not.
+    #[arg(long)]
+    delete: bool,
+    /// Read every restored file back and compare it with the snapshot.
+    #[arg(long)]
+    verify: bool,
+    /// Show what would be restored (with -v, each entry); write nothing.
+    #[arg(long, short = 'n')]
+    dry_run: bool,
+    /// Print restic-style JSON lines: `status` while it runs (and `verbose_status` per file
+    /// with -v), `error` lines on standard error, then the `summary`.
     #[arg(long)]
     json: bool,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Restore cache")]
     cache: CacheArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "I/O cost model")]
     io_models: IoModelArgs,
 }
 
@@ -93,25 +120,36 @@ impl CacheArgs {
 pub fn run(args: RestoreArgs) -> Result<u8> {
     args.io_models.models()?;
     let (r, _lock) = open_reader(&args.repo, "restore")?;
-    let (id, snap) = r.find_snapshot(&args.snapshot)?;
-    let progress = progress_bar(args.json);
+    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
+    let progress = progress_stream(args.json, "restore");
     let (cache, cache_bytes) = args.cache.choice(RESTORE_CACHE_MIB)?;
     let started = std::time::Instant::now();
     let opts = restore::RestoreOptions {
         target: args.target.clone(),
-        include: args.include.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        include: bytes_of(&args.include),
+        exclude: bytes_of(&args.exclude),
+        iinclude: bytes_of(&args.iinclude),
+        iexclude: bytes_of(&args.iexclude),
+        overwrite: restore::select::Overwrite::parse(&args.overwrite).unwrap_or_default(),
+        dry_run: args.dry_run,
+        verify: args.verify,
+        delete: args.delete,
         cache_bytes,
         cache,
     };
     let st = restore::restore(&r, &snap, &opts, &progress)?;
     progress.finish();
     let secs = started.elapsed().as_secs_f64();
-    let mbps = st.bytes_written as f64 / 1e6 / secs.max(1e-9);
+    let mibps = st.bytes_written as f64 / (1024.0 * 1024.0) / secs.max(1e-9);
     let io = args.io_models.report(&r)?;
     // Each file that could not be restored, then the summary: the last line says
     // what happened as a whole.
     for e in &st.errors {
-        eprintln!("error: {}: {}", e.path_lossy(), e.message);
+        if args.json {
+            crate::progress::json_error("restore", Some(&e.path_lossy()), &e.message);
+        } else {
+            eprintln!("error: {}: {}", e.path_lossy(), e.message);
+        }
     }
     // A snapshot rewritten by `repair snapshots` lists the files whose lost chunks it removed.
     for p in &snap.damaged_paths {
@@ -128,15 +166,35 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     }
     if args.json {
         let mut v = serde_json::to_value(&st)?;
+        // restic's summary message, under its names, then ours.
+        v["message_type"] = json!("summary");
+        v["files_restored"] = json!(st.files + st.hard_links);
+        v["files_skipped"] = json!(st.files_unchanged);
+        v["files_deleted"] = json!(st.deleted);
+        v["bytes_restored"] = json!(st.bytes_written);
+        v["total_errors"] = json!(st.errors.len());
         v["snapshot_id"] = json!(id.to_hex());
         v["seconds"] = json!(secs);
-        v["mb_per_s"] = json!(mbps);
+        v["mb_per_s"] = json!(st.bytes_written as f64 / 1e6 / secs.max(1e-9));
         v["speed_factor"] = json!(st.speed_factor());
         v["io"] = serde_json::to_value(io)?;
         print_json(&v)?;
-    } else {
+    } else if st.dry_run {
         outln!(
-            "restored snapshot {} to {}: {} files ({} hard links), {} dirs, {} symlinks, {} special, {} in {:.2} s ({:.1} MB/s){}",
+            "dry run: would restore snapshot {} to {}: {} files ({}), {} dirs, {} symlinks, {} special; {} files left as they are (--overwrite {}); nothing was written",
+            id.short(),
+            args.target.display(),
+            st.files,
+            mb(st.bytes_written),
+            st.dirs,
+            st.symlinks,
+            st.special_files,
+            st.files_unchanged,
+            args.overwrite
+        );
+    } else if !super::global::quiet() {
+        outln!(
+            "restored snapshot {} to {}: {} files ({} hard links), {} dirs, {} symlinks, {} special, {} in {:.2} s ({:.1} MiB/s){}",
             id.short(),
             args.target.display(),
             st.files + st.hard_links,
@@ -146,13 +204,26 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
             st.special_files,
             mb(st.bytes_written),
             secs,
-            mbps,
+            mibps,
             if st.errors.is_empty() {
                 String::new()
             } else {
                 format!("; {} could not be restored", st.errors.len())
             }
         );
+        if st.files_unchanged > 0 {
+            outln!(
+                "{} files left as they are (--overwrite {})",
+                st.files_unchanged,
+                args.overwrite
+            );
+        }
+        if args.delete {
+            outln!("deleted {} entries not in the snapshot", st.deleted);
+        }
+        if let Some(n) = st.files_verified {
+            outln!("verified {n} files against the snapshot");
+        }
         let c = &st.restore_cache;
         let through = match cache {
             RestoreCacheChoice::Lru { containers } => {
@@ -175,4 +246,9 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     } else {
         EXIT_PARTIAL
     })
+}
+
+/// Patterns as the raw bytes the store matches.
+fn bytes_of(patterns: &[OsString]) -> Vec<Vec<u8>> {
+    patterns.iter().map(|p| p.as_bytes().to_vec()).collect()
 }

@@ -432,7 +432,7 @@ fn capping_rewrites_duplicates_and_prune_reclaims_them() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap()
+        summary(&out.stdout)
     };
     let first = backup("old.bin", &old, &[]);
     assert_eq!(first["rewritten_chunks"], 0, "{first}");
@@ -517,7 +517,7 @@ fn loopdelta_options_say_what_they_need_and_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = summary(&out.stdout);
     assert_eq!(v["inversed_chunks"], 0, "{v}");
     assert_eq!(v["cache_aware_filter"]["base_not_cached"], 0, "{v}");
     let id = v["snapshot_id"].as_str().unwrap().to_string();

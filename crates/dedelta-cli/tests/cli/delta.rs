@@ -19,6 +19,7 @@ fn delta_options_and_statistics() {
     dedelta()
         .args([
             "init",
+            "--insecure-no-password",
             "--sketch",
             "odess",
             "--sketch-index",
@@ -44,7 +45,7 @@ fn delta_options_and_statistics() {
             .output()
             .unwrap();
         assert!(out.status.success());
-        last = serde_json::from_slice(&out.stdout).unwrap();
+        last = summary(&out.stdout);
     }
     assert!(last["delta_chunks"].as_u64().unwrap() > 0, "{last}");
     // DupAdj is off: no data delta comes from it; `dupadj_deltas` counts only tree chunks
@@ -102,7 +103,7 @@ fn delta_options_and_statistics() {
         .arg(&repo)
         .output()
         .unwrap();
-    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stats: serde_json::Value = summary(&out.stdout);
     assert!(stats["delta_chunks"].as_u64().unwrap() > 0);
     assert!(stats["dcr"].as_f64().unwrap() > 1.0);
     assert!(stats["delta_detected"].as_u64().unwrap() >= stats["delta_chunks"].as_u64().unwrap());
@@ -115,7 +116,7 @@ fn delta_options_and_statistics() {
         .arg(&src)
         .output()
         .unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s: serde_json::Value = summary(&out.stdout);
     assert_eq!(s["delta_chunks"], 0, "{s}");
     // Everything restores.
     dedelta()
@@ -142,7 +143,7 @@ fn delta_options_and_statistics() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r: serde_json::Value = summary(&out.stdout);
         let c = &r["restore_cache"];
         assert_eq!(c["cache"], cache, "{r}");
         assert_eq!(c["cache_containers"], n, "{r}");
@@ -193,6 +194,7 @@ fn init_config(dir: &std::path::Path, name: &str, args: &[&str]) -> (std::path::
     let repo = dir.join(name);
     dedelta()
         .arg("init")
+        .arg("--insecure-no-password")
         .args(args)
         .arg("-r")
         .arg(&repo)
@@ -268,7 +270,7 @@ fn sketch_keep_and_dupadj_misses_are_recorded() {
                 .output()
                 .unwrap();
             assert!(out.status.success());
-            last = serde_json::from_slice(&out.stdout).unwrap();
+            last = summary(&out.stdout);
         }
         assert!(last["dupadj_deltas"].as_u64().unwrap() > 0, "{last}");
         sketched.push(last["sketched_chunks"].as_u64().unwrap());
@@ -349,7 +351,7 @@ fn loopdelta_presets_round_trip_through_the_cli() {
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{out:?}");
-            let v_json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let v_json: serde_json::Value = summary(&out.stdout);
             let io = &v_json["io"]["purposes"];
             assert_eq!(io["base_reads"]["requests"], 0, "{v_json}");
             // Capping runs (decides segments) with the -cap preset only.

@@ -3,12 +3,20 @@
 
 mod backup_restore;
 mod check;
+mod conventions;
 mod crash;
+mod debug;
 mod delta;
+mod encryption;
 mod errors;
+mod find_diff;
 mod locks;
 mod metadata;
+mod mount;
 mod reliability;
+mod restore_options;
 mod restore_safety;
 mod s3;
+mod select;
+mod selection;
 mod support;

@@ -18,7 +18,8 @@ fn a_stdin_backup_lists_its_size() {
         .assert()
         .success();
     let out = f.ok(&["ls", "latest", "--json"]);
-    let node: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    // The first line describes the snapshot (restic's `ls --json`), the nodes follow.
+    let node: serde_json::Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
     assert_eq!(node["size"], 123_456, "{out}");
     assert_eq!(node["type"], "file");
 }

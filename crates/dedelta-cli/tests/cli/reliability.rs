@@ -9,8 +9,9 @@ use std::process::Stdio;
 fn ls_paths(f: &Fixture) -> Vec<(String, String)> {
     let out = f.ok(&["ls", "latest", "--json"]);
     out.lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["struct_type"] == "node")
+        .map(|v| {
             (
                 v["path"].as_str().unwrap().to_string(),
                 v["type"].as_str().unwrap().to_string(),
@@ -77,7 +78,7 @@ fn file_changing_while_read_is_recorded_as_read() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = summary(&out.stdout);
     let warnings = v["warning_messages"].to_string();
     assert!(
         warnings.contains("changed while it was being read"),
@@ -87,6 +88,7 @@ fn file_changing_while_read_is_recorded_as_read() {
     let size = ls
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["struct_type"] == "node")
         .find(|v| v["path"].as_str().unwrap().ends_with("/status"))
         .unwrap()["size"]
         .as_u64()
@@ -164,7 +166,7 @@ fn huge_thread_count_is_capped() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = summary(&out.stdout);
     assert!(v["notices"].to_string().contains("capped"), "{v}");
 }
 

@@ -126,12 +126,19 @@ fn restore_of_a_damaged_repository_restores_the_rest_and_exits_3() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     let bad = format!("{}/a.bin", src.display());
+    // With --json, the one error is restic's `error` message on stderr.
     assert_eq!(err.lines().count(), 1, "{err}");
+    let e: serde_json::Value = serde_json::from_str(err.trim()).unwrap();
+    assert_eq!(e["message_type"], "error", "{err}");
+    assert_eq!(e["item"], bad.as_str(), "{err}");
     assert!(
-        err.starts_with(&format!("error: {bad}: corrupt chunk")),
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("corrupt chunk"),
         "{err}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = summary(&out.stdout);
     let errors = v["errors"].as_array().unwrap();
     assert_eq!(errors.len(), 1, "{v}");
     assert_eq!(errors[0]["path"], bad.as_str());

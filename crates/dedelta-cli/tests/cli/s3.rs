@@ -25,7 +25,7 @@ impl S3Repo {
             url,
             dir: tempfile::tempdir().unwrap(),
         };
-        r.ok("a", &["init"]);
+        r.ok("a", &["init", "--insecure-no-password"]);
         Some(r)
     }
 
@@ -243,7 +243,7 @@ fn network_errors_are_retried() {
     };
     let src = dir.path().join("src");
     make_tree(&src, 3);
-    run(&["init"]);
+    run(&["init", "--insecure-no-password"]);
     run(&["backup", src.to_str().unwrap()]);
     fs::remove_dir_all(dir.path().join("cache")).unwrap();
     let target = dir.path().join("out");

@@ -8,11 +8,17 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-/// The binary under test with `DEDELTA_REPO` cleared and its local cache kept under the
-/// build's temporary directory (never the user's `~/.cache`).
+/// The binary under test with `DEDELTA_REPO` and the password variables cleared and its
+/// local cache kept under the build's temporary directory (never the user's `~/.cache`).
+/// Tests make repositories without encryption (`init --insecure-no-password`, see
+/// [`Fixture::new`]) unless they test encryption (encryption.rs), so that the tests of
+/// damage see the plain format they damage.
 pub fn dedelta() -> Command {
     let mut c = Command::cargo_bin("dedelta").expect("binary built");
     c.env_remove("DEDELTA_REPO")
+        .env_remove("DEDELTA_PASSWORD")
+        .env_remove("DEDELTA_PASSWORD_FILE")
+        .env_remove("DEDELTA_PASSWORD_COMMAND")
         .env("DEDELTA_CACHE_DIR", test_cache_dir());
     c
 }
@@ -32,7 +38,22 @@ impl Fixture {
         let f = Fixture {
             dir: tempfile::tempdir().unwrap(),
         };
-        f.cmd(&["init"]).assert().success();
+        f.cmd(&["init", "--insecure-no-password"])
+            .assert()
+            .success();
+        f
+    }
+
+    /// A fresh directory with an encrypted repository at `<dir>/repo`, whose password
+    /// [`Self::cmd`] does not give (set `DEDELTA_PASSWORD` on the command).
+    pub fn encrypted(password: &str) -> Self {
+        let f = Fixture {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        f.cmd(&["init", "--insecure-kdf"])
+            .env("DEDELTA_PASSWORD", password)
+            .assert()
+            .success();
         f
     }
 
@@ -76,7 +97,7 @@ impl Fixture {
             "backup failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        serde_json::from_slice(&out.stdout).unwrap()
+        summary(&out.stdout)
     }
 
     /// The chunk index's manifest: a client cache, in `<cache>/<repository id>/chunks.idx`.
@@ -258,4 +279,20 @@ pub fn give_to_user(f: &Fixture) {
         .unwrap()
         .success();
     assert!(ok);
+}
+
+/// The result object of a command's `--json` output: its restic-style `summary` line when it
+/// streams messages (`status` lines come before it when the command runs long enough), else
+/// its one JSON document.
+pub fn summary(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    let mut last = None;
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        if v["message_type"] == "summary" {
+            return v;
+        }
+        last = Some(v);
+    }
+    last.unwrap_or_else(|| serde_json::from_str(&text).expect("JSON"))
 }

@@ -249,6 +249,8 @@ impl<'a> BaseFetcher<'a> {
         }
         let notice = match LocalBaseCache::open(&path) {
             Ok(cache) => {
+                // Entries are checked by the XXH3 of their bytes, not their (possibly keyed)
+                // ids: see local_cache.rs.
                 self.local = cache;
                 None
             }

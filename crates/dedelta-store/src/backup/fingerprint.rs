@@ -66,6 +66,8 @@ pub(super) struct FingerprintJob {
     pub sketcher: Option<Arc<dyn Sketcher>>,
     /// Stage timings.
     pub times: Arc<StageTimes>,
+    /// How chunk ids are computed (keyed in an encrypted repository).
+    pub hasher: dedelta_core::ChunkHasher,
 }
 
 impl FingerprintJob {
@@ -77,7 +79,7 @@ impl FingerprintJob {
             .map(|r| {
                 let data = block.slice(r);
                 Fingerprinted {
-                    id: ChunkId::of(&data),
+                    id: self.hasher.id(&data),
                     data,
                     sfs: None,
                     lookup: IndexLookup::NotLookedUp,

@@ -53,6 +53,7 @@ mod parent;
 pub mod prefetch;
 pub mod resemble;
 pub mod rewrite;
+pub mod select;
 mod store;
 mod tree_writer;
 pub mod unchanged;
@@ -243,7 +244,10 @@ pub fn backup(
     let config = repo.config().clone();
     let chunker = new_chunker(config.chunker.kind, config.chunker.params)
         .map_err(|e| Error::InvalidOption(e.to_string()))?;
-    let excludes = walk::build_excludes(&opts.excludes)?;
+    let selection = select::Selection::new(&select::SelectOptions {
+        excludes: [opts.excludes.as_slice(), &opts.sources.select.excludes].concat(),
+        ..opts.sources.select.clone()
+    })?;
     let sources = walk::resolve_sources(&opts.paths)?;
     if sources.is_empty() && opts.stdin.is_none() {
         return Err(Error::InvalidOption(
@@ -425,6 +429,7 @@ pub fn backup(
         // Sketching only DupAdj's misses, the delta stage sketches file data.
         sketcher: sketcher.clone().filter(|_| !sketches_misses_only),
         times: times.clone(),
+        hasher: repo.chunk_hasher(),
     };
     let threads = workers.pool.current_num_threads();
     let (item_tx, item_rx) =
@@ -463,7 +468,8 @@ pub fn backup(
         if opts.loopdelta.cache_aware_filter {
             dedup = dedup.cache_aware_filter();
         }
-        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree);
+        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
+            .hashing_with(repo.chunk_hasher());
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
             .map_err(|e| Error::io("starting a thread", e))?;
@@ -476,7 +482,7 @@ pub fn backup(
             chunker: chunker.as_ref(),
             pool: &workers.pool,
             tx: item_tx,
-            excludes: &excludes,
+            selection: &selection,
             progress,
             warnings: &mut warnings,
             stats: &mut walked,

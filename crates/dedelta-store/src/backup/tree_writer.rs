@@ -130,9 +130,17 @@ pub(super) struct TreeWriter<'c> {
     /// (offset in this stream, offset in the parent's) of the records and references of the
     /// buffer found in the parent's tree, in order.
     anchors: VecDeque<(u64, u64)>,
+    /// How chunk ids are computed (keyed in an encrypted repository).
+    hasher: dedelta_core::ChunkHasher,
 }
 
 impl<'c> TreeWriter<'c> {
+    /// Computes the stream's chunk ids with `hasher` (the repository's).
+    pub fn hashing_with(mut self, hasher: dedelta_core::ChunkHasher) -> Self {
+        self.hasher = hasher;
+        self
+    }
+
     /// A writer that cuts the stream with `chunker`, with delta base hints from the parent
     /// snapshot's tree when there is one.
     pub fn new(chunker: &'c dyn Chunker, parent: Option<ParentTree>) -> Self {
@@ -146,6 +154,7 @@ impl<'c> TreeWriter<'c> {
             // The headers match.
             anchors: VecDeque::from([(0, 0)]),
             parent,
+            hasher: dedelta_core::ChunkHasher::Plain,
         };
         w.encoder.begin(&mut w.buf);
         w
@@ -240,7 +249,7 @@ impl<'c> TreeWriter<'c> {
         } = self.cut(all);
         for r in ranges {
             let chunk = Bytes::copy_from_slice(&self.buf[r]);
-            let id = ChunkId::of(&chunk);
+            let id = self.hasher.id(&chunk);
             let hints = self.hints(self.len, chunk.len() as u64);
             self.len += chunk.len() as u64;
             dedup.add_tree(id, chunk, hints)?;

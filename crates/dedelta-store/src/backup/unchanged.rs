@@ -38,6 +38,8 @@ pub struct SourceOptions {
     /// Does not cross into other file systems below a source (their mount points are kept,
     /// empty).
     pub one_file_system: bool,
+    /// What to leave out (excludes, caches, large files).
+    pub select: super::select::SelectOptions,
 }
 
 /// What the parent recorded of one file.

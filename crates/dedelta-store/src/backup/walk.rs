@@ -12,6 +12,7 @@ use super::chunk::{BlockPool, BlockReader};
 use super::fingerprint::{submit, FingerprintJob};
 use super::fingerprint_index::FingerprintIndex;
 use super::meta::{kind_of, MetaReader};
+use super::select::{Entry, SelectedWalk, Selection};
 use super::unchanged::{ParentFiles, Verdict};
 use super::{closed, Item, StdinSource};
 use crate::error::{Error, Result};
@@ -20,7 +21,6 @@ use crate::progress::Progress;
 use crossbeam_channel::Sender;
 use crossbeam_utils::sync::WaitGroup;
 use dedelta_core::chunker::Chunker;
-use globset::{Glob, GlobSet, GlobSetBuilder};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -51,7 +51,8 @@ pub(super) struct Walker<'a> {
     pub chunker: &'a dyn Chunker,
     pub pool: &'a rayon::ThreadPool,
     pub tx: Sender<Item>,
-    pub excludes: &'a GlobSet,
+    /// What to leave out.
+    pub selection: &'a Selection,
     pub progress: &'a dyn Progress,
     pub warnings: &'a mut Vec<String>,
     pub stats: &'a mut WalkStats,
@@ -77,48 +78,17 @@ impl Walker<'_> {
         self.warnings.push(msg);
     }
 
-    fn excluded(&self, p: &Path) -> bool {
-        !self.excludes.is_empty()
-            && (self.excludes.is_match(p)
-                || p.file_name().is_some_and(|n| self.excludes.is_match(n)))
-    }
-
     /// Walks one source (a resolved path: see [`resolve_sources`]).
     pub fn walk(&mut self, root: &Path) -> Result<()> {
-        let walker = walkdir::WalkDir::new(root)
-            .follow_links(false)
-            .follow_root_links(false)
-            .sort_by(|a, b| a.file_name().cmp(b.file_name()));
-        let mut it = walker.into_iter();
-        // The source's file system, for `one_file_system`.
-        let mut root_dev: Option<u64> = None;
-        loop {
-            let ent = match it.next() {
-                None => break,
-                Some(Ok(e)) => e,
-                Some(Err(e)) => {
-                    let p = e
-                        .path()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default();
-                    self.warn(format!("{p}: {e}"));
+        for entry in SelectedWalk::new(root, self.selection, self.one_file_system) {
+            let (ent, md) = match entry {
+                Entry::Selected(ent, md) => (ent, md),
+                Entry::Unreadable(msg) => {
+                    self.warn(msg);
                     continue;
                 }
             };
             let path = ent.path();
-            if self.excluded(path) {
-                if ent.file_type().is_dir() {
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-            let md = match ent.metadata() {
-                Ok(m) => m,
-                Err(e) => {
-                    self.warn(format!("{}: {e}", path.display()));
-                    continue;
-                }
-            };
             let kind = kind_of(md.file_type());
             let mut node = self.meta.node(stored_path(path), &md, kind);
             match self.meta.xattrs(path) {
@@ -128,12 +98,6 @@ impl Walker<'_> {
             match kind {
                 NodeKind::Dir => {
                     self.stats.dirs += 1;
-                    let dev = md.dev();
-                    let root_dev = *root_dev.get_or_insert(dev);
-                    if self.one_file_system && dev != root_dev {
-                        // A mount point: kept, its contents are another file system's.
-                        it.skip_current_dir();
-                    }
                     self.tx.send(Item::Node(node)).map_err(closed)?;
                 }
                 NodeKind::Symlink => match std::fs::read_link(path) {
@@ -160,6 +124,7 @@ impl Walker<'_> {
     /// A regular file, as `lstat` described it in `node`: stored with the parent's recipe if
     /// unchanged, else read.
     fn regular_file(&mut self, path: &Path, node: Node) -> Result<()> {
+        let mut action = "new";
         if let Some(parent) = self.parent.as_mut() {
             match parent.judge(&node, self.presence.as_ref())? {
                 Verdict::Unchanged(chunks) => {
@@ -168,9 +133,14 @@ impl Walker<'_> {
                     self.stats.bytes_unmodified += node.size;
                     self.stats.bytes_read += node.size;
                     self.progress.inc(node.size);
+                    self.progress
+                        .item("unchanged", &path.display().to_string(), node.size);
                     return self.tx.send(Item::Unchanged(node, chunks)).map_err(closed);
                 }
-                Verdict::Changed => self.stats.files_changed += 1,
+                Verdict::Changed => {
+                    self.stats.files_changed += 1;
+                    action = "modified";
+                }
                 Verdict::New => self.stats.files_new += 1,
             }
         }
@@ -182,6 +152,7 @@ impl Walker<'_> {
                 let mut opened = self.meta.node(node.path, &before, NodeKind::File);
                 opened.meta.xattrs = node.meta.xattrs;
                 let read = self.file(opened, &mut f, &display)?;
+                self.progress.item(action, &display, read);
                 if let Some(change) = changed_while_read(&before, f.metadata(), read) {
                     self.warn(format!(
                         "{display}: changed while it was being read ({change}); \
@@ -288,18 +259,6 @@ fn stored_path(p: &Path) -> Vec<u8> {
     let b = p.as_os_str().as_bytes();
     let trimmed = b.strip_prefix(b"/").unwrap_or(b);
     trimmed.to_vec()
-}
-
-/// The exclude patterns as one matcher.
-pub(super) fn build_excludes(patterns: &[String]) -> Result<GlobSet> {
-    let mut b = GlobSetBuilder::new();
-    for p in patterns {
-        b.add(
-            Glob::new(p)
-                .map_err(|e| Error::InvalidOption(format!("exclude pattern {p:?}: {e}")))?,
-        );
-    }
-    b.build().map_err(|e| Error::InvalidOption(e.to_string()))
 }
 
 /// The sources as stored: absolute, with symlinks in their *parent* directories resolved (a

@@ -3,6 +3,10 @@
 //! `~/.cache/dedelta`). It holds the chunk index ([`INDEX_FILE`] and its run files) and the
 //! local base cache.
 //! Everything in it can be rebuilt from the repository, so deleting it loses nothing.
+//!
+//! Each command that opens the index rewrites [`LOCATION_FILE`] there (the repository's
+//! location, empty when it is not a local directory): its time says when the cache was last
+//! used, and its content lets `cache --cleanup` see that the repository is gone.
 
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -52,6 +56,140 @@ pub fn repo_dir(root: &Path, repo_id: &str) -> Result<PathBuf> {
     }
 }
 
+/// The file in a repository's cache directory that names the repository's location (see
+/// the module doc).
+pub const LOCATION_FILE: &str = "repository";
+
+/// Marks the cache directory `dir` as used now by the repository at `location` (`None`: not
+/// a local directory), rewriting [`LOCATION_FILE`]. Best effort, as the cache itself: a
+/// failure only costs `cache --cleanup` its knowledge of this cache.
+pub fn mark_used(dir: &Path, location: Option<&Path>) {
+    let text = location
+        .and_then(|l| std::path::absolute(l).ok())
+        .map(|l| l.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!("{LOCATION_FILE}.tmp-{}", std::process::id()));
+    if std::fs::write(&tmp, text.as_bytes()).is_err()
+        || std::fs::rename(&tmp, dir.join(LOCATION_FILE)).is_err()
+    {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// Whether a repository cache is still wanted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheState {
+    /// Used within the maximum age, and its repository (if known) is there.
+    Current,
+    /// Not used for longer than the maximum age (restic's "old" caches).
+    Old,
+    /// Its repository was a local directory that no longer holds it (no config there, or
+    /// the config of another repository).
+    Gone,
+}
+
+/// One repository's cache directory.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CacheDir {
+    /// The repository id (the directory's name).
+    pub id: String,
+    /// The directory.
+    pub path: PathBuf,
+    /// Bytes of its files.
+    pub bytes: u64,
+    /// Seconds since it was last used (its newest file).
+    pub age_secs: u64,
+    /// The repository's location, when it was recorded and is a local directory.
+    pub location: Option<PathBuf>,
+    /// Whether it is still wanted.
+    pub state: CacheState,
+}
+
+/// Whether the local repository at `location` is gone or is no longer repository `id`:
+/// only a config that is missing, or that parses with another id, says so (one that cannot
+/// be read or parsed leaves the cache alone).
+fn repository_gone(location: &Path, id: &str) -> bool {
+    match std::fs::read(location.join("config")) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(bytes) => crate::format::config::RepoConfig::from_bytes(&bytes)
+            .map(|c| c.id != id)
+            .unwrap_or(false),
+    }
+}
+
+/// The repository caches under `root` (directories named like a repository id that hold a
+/// chunk index, a base cache or a [`LOCATION_FILE`]), by id; those unused for more than
+/// `max_age_secs` are [`CacheState::Old`], those whose local repository is gone
+/// [`CacheState::Gone`].
+///
+/// # Errors
+/// [`Error::Io`] if `root` exists but cannot be listed.
+pub fn list_caches(root: &Path, max_age_secs: u64) -> Result<Vec<CacheDir>> {
+    let rd = match std::fs::read_dir(root) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("listing {}", root.display()), e)),
+    };
+    let now = std::time::SystemTime::now();
+    let mut out = Vec::new();
+    for entry in rd.flatten() {
+        let path = entry.path();
+        let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let is_cache = repo_dir(root, &id).is_ok()
+            && path.is_dir()
+            && [INDEX_FILE, LOCATION_FILE, "bases.idx"]
+                .iter()
+                .any(|f| path.join(f).exists());
+        if !is_cache {
+            continue;
+        }
+        let newest = std::fs::read_dir(&path)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.metadata().ok()?.modified().ok())
+                    .max()
+            })
+            .ok()
+            .flatten();
+        let age_secs = newest
+            .and_then(|t| now.duration_since(t).ok())
+            .map_or(0, |d| d.as_secs());
+        let location = std::fs::read_to_string(path.join(LOCATION_FILE))
+            .ok()
+            .filter(|l| !l.is_empty())
+            .map(PathBuf::from);
+        let state = if location.as_deref().is_some_and(|l| repository_gone(l, &id)) {
+            CacheState::Gone
+        } else if age_secs > max_age_secs {
+            CacheState::Old
+        } else {
+            CacheState::Current
+        };
+        out.push(CacheDir {
+            bytes: dir_bytes(&path),
+            id,
+            path,
+            age_secs,
+            location,
+            state,
+        });
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// Removes a repository's cache directory (see [`list_caches`]).
+///
+/// # Errors
+/// [`Error::Io`] if it cannot be removed.
+pub fn remove_cache(dir: &CacheDir) -> Result<()> {
+    std::fs::remove_dir_all(&dir.path)
+        .map_err(|e| Error::io(format!("removing {}", dir.path.display()), e))
+}
+
 /// Total bytes of the regular files in `dir` (not recursive): what a cache costs on disk.
 pub fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
@@ -68,6 +206,47 @@ pub fn dir_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache whose recorded local repository is gone, or holds another repository, is
+    /// `Gone`; one without a location is judged by age only; other directories are no caches.
+    #[test]
+    fn caches_of_gone_repositories_are_found() {
+        let root = tempfile::tempdir().unwrap();
+        let repo = tempfile::tempdir().unwrap();
+        let cfg = crate::format::config::RepoConfig::new("abc".into());
+        std::fs::write(repo.path().join("config"), cfg.to_bytes()).unwrap();
+        for (id, loc) in [
+            ("abc", Some(repo.path().to_path_buf())),
+            ("other", Some(repo.path().to_path_buf())),
+            ("gone", Some(root.path().join("nowhere"))),
+            ("remote", None),
+        ] {
+            let dir = root.path().join(id);
+            std::fs::create_dir(&dir).unwrap();
+            mark_used(&dir, loc.as_deref());
+        }
+        std::fs::create_dir(root.path().join("not-a-cache")).unwrap();
+        let states: Vec<(String, CacheState)> = list_caches(root.path(), 3600)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.id, c.state))
+            .collect();
+        let want = [
+            ("abc", CacheState::Current),
+            ("gone", CacheState::Gone),
+            ("other", CacheState::Gone),
+            ("remote", CacheState::Current),
+        ];
+        assert_eq!(
+            states,
+            want.map(|(i, s)| (i.to_string(), s)).to_vec(),
+            "{states:?}"
+        );
+        let c = &list_caches(root.path(), 0).unwrap()[0];
+        assert!(c.age_secs < 60);
+        remove_cache(c).unwrap();
+        assert_eq!(list_caches(root.path(), 3600).unwrap().len(), 3);
+    }
 
     #[test]
     fn only_plain_ids_name_a_directory() {

@@ -8,6 +8,7 @@ pub use crate::backup::{
     metrics::BackupMetrics,
     prefetch::PrefetchCounts,
     rewrite,
+    select::{self, dry_run, parse_size, DryRun, SelectOptions},
     unchanged::SourceOptions,
     BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
 };

@@ -1,16 +1,18 @@
 //! `forget`: remove snapshots, by id or by a retention policy with restic's semantics.
 //!
-//! Snapshots are grouped by host and paths; each group is judged on its own. Within a group,
-//! newest first: `keep_last` keeps the N newest; `keep_hourly` (daily, weekly, monthly,
-//! yearly) keeps the newest snapshot of each of the N most recent hours (days, ...) that have
-//! one; `keep_tags` keeps every snapshot with one of the tags; `keep_within` keeps every
-//! snapshot taken within that duration of the group's newest snapshot. A snapshot kept by any
+//! Snapshots are grouped by host and paths (or as `--group-by` says, see [`GroupBy`]); each
+//! group is judged on its own. Within a group, newest first: `keep_last` keeps the N newest;
+//! `keep_hourly` (daily, weekly, monthly, yearly) keeps the newest snapshot of each of the N
+//! most recent hours (days, ...) that have one; `keep_tags` keeps every snapshot with one of
+//! the tags; `keep_within` keeps every snapshot taken within that duration of the group's
+//! newest snapshot. A snapshot kept by any
 //! rule is kept. Forget only deletes snapshot files; `prune` frees the space.
 
 use crate::backend::FileKind;
 use crate::error::{Error, Result};
 use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::repository::lock::RepoLock;
+use crate::repository::snapshot_filter::{GroupBy, GroupKey, SnapshotFilter};
 use crate::repository::snapshots::list;
 use crate::repository::Repository;
 use chrono::{DateTime, Datelike, Utc};
@@ -100,20 +102,24 @@ fn time_of(s: &Snapshot) -> DateTime<Utc> {
         .unwrap_or_default()
 }
 
-/// Snapshots are judged per (host, paths).
-type GroupKey = (String, Vec<String>);
-
-/// Applies `policy` to all snapshots; returns a decision per snapshot, newest first.
+/// Applies `policy` to all snapshots, judged per host and paths (restic's default groups);
+/// returns a decision per snapshot, newest first within each group.
 pub fn apply_policy(
     snapshots: &[(SnapshotId, Snapshot)],
     policy: &KeepPolicy,
 ) -> Vec<ForgetDecision> {
+    apply_policy_grouped(snapshots, policy, GroupBy::HOST_PATHS)
+}
+
+/// [`apply_policy`] with the snapshots judged per group of `group_by` (`--group-by`).
+pub fn apply_policy_grouped(
+    snapshots: &[(SnapshotId, Snapshot)],
+    policy: &KeepPolicy,
+    group_by: GroupBy,
+) -> Vec<ForgetDecision> {
     let mut groups: BTreeMap<GroupKey, Vec<&(SnapshotId, Snapshot)>> = BTreeMap::new();
     for s in snapshots {
-        groups
-            .entry((s.1.host.clone(), s.1.paths.clone()))
-            .or_default()
-            .push(s);
+        groups.entry(group_by.key(&s.1)).or_default().push(s);
     }
     let mut out = Vec::new();
     for (_, mut group) in groups {
@@ -178,9 +184,24 @@ pub fn apply_policy(
 /// not keep. The caller holds the exclusive lock.
 pub fn forget(
     repo: &Repository,
+    lock: &RepoLock,
+    ids: &[String],
+    policy: &KeepPolicy,
+    dry_run: bool,
+) -> Result<Vec<ForgetDecision>> {
+    let all = (&SnapshotFilter::default(), GroupBy::HOST_PATHS);
+    forget_selected(repo, lock, ids, policy, all, dry_run)
+}
+
+/// [`forget`] with the policy applied only to the snapshots `selection.0` selects, judged per
+/// group of `selection.1` (restic's `--host`/`--tag`/`--path` and `--group-by`); snapshots
+/// named in `ids` go whatever the filter.
+pub fn forget_selected(
+    repo: &Repository,
     _lock: &RepoLock,
     ids: &[String],
     policy: &KeepPolicy,
+    selection: (&SnapshotFilter, GroupBy),
     dry_run: bool,
 ) -> Result<Vec<ForgetDecision>> {
     let listed = list(repo.backend().as_ref())?;
@@ -188,7 +209,13 @@ pub fn forget(
     let mut decisions = if policy.is_empty() {
         Vec::new()
     } else {
-        apply_policy(&all, policy)
+        let (filter, group_by) = selection;
+        let selected: Vec<_> = all
+            .iter()
+            .filter(|s| filter.matches(&s.1))
+            .cloned()
+            .collect();
+        apply_policy_grouped(&selected, policy, group_by)
     };
     let mut named: HashSet<String> = HashSet::new();
     for spec in ids {

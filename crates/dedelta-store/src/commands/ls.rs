@@ -111,7 +111,7 @@ pub fn dump_with(
             }
             Ok(locator.cache_stats())
         });
-        let mut decoder = PipelinedDecoder::default();
+        let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
         let written = (|| -> Result<u64> {
             let mut written = 0u64;
             for fetched in rx.iter() {

@@ -2,11 +2,15 @@
 
 pub mod backup;
 pub mod check;
+pub mod diff;
+pub mod find;
 pub mod forget;
 pub mod ls;
+pub mod mount;
 pub mod prune;
 pub mod repair;
 pub mod repair_packs;
 pub mod repair_snapshots;
 pub mod restore;
 pub mod stats;
+pub mod tag;

@@ -115,8 +115,9 @@ pub fn repair_packs(
             stats.left_in_place.push(*cid);
             continue;
         };
+        let hasher = repo.chunk_hasher();
         let mut base = |b: &ChunkId| reader.read_chunk(b);
-        verify_entries(&file, &meta, &what, &mut base, |_, e, verdict| {
+        verify_entries(&file, &meta, &what, &hasher, &mut base, |_, e, verdict| {
             let Ok(bytes) = verdict else { return Ok(()) };
             let elsewhere = index
                 .get(&e.id)?

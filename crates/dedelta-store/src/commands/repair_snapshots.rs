@@ -201,7 +201,7 @@ fn store_tree(
     let mut new: HashSet<ChunkId> = HashSet::new();
     for r in chunk_all(chunker.as_ref(), &buf) {
         let data = &buf[r];
-        let id = ChunkId::of(data);
+        let id = repo.chunk_hasher().id(data);
         if !usable(&id) && new.insert(id) {
             writer.push_entry(id, EntryKind::Full, data, data.len(), Vec::new())?;
         }

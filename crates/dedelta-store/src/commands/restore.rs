@@ -40,9 +40,10 @@
 //! inode of a file restored before is linked to that file instead of written again.
 
 mod attrs;
+mod passes;
+pub mod select;
 mod target;
 
-use crate::commands::ls::normalize_path;
 use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, NodeKind};
@@ -54,6 +55,7 @@ use crate::read::{
 };
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
+use select::{is_ancestor, Overwrite, Selector};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use target::{PendingFile, Target};
@@ -69,10 +71,24 @@ pub struct RestoreOptions {
     /// Target directory (created if missing). It may be given through a symlink; nothing
     /// below it is ever followed.
     pub target: PathBuf,
-    /// Restore only these paths of the snapshot (and what is below them); empty means
-    /// everything. Raw bytes, since stored names need not be UTF-8; a leading or trailing `/`
-    /// is ignored.
+    /// Restore only what these patterns match (and what is below it); empty means
+    /// everything. Globs as restic's ([`select`]); a pattern that is not UTF-8 is a literal
+    /// path (stored names need not be UTF-8). A pattern that matches nothing is an error.
     pub include: Vec<Vec<u8>>,
+    /// Do not restore what these patterns match (nor what is below it).
+    pub exclude: Vec<Vec<u8>>,
+    /// As `include`, ignoring case.
+    pub iinclude: Vec<Vec<u8>>,
+    /// As `exclude`, ignoring case.
+    pub iexclude: Vec<Vec<u8>>,
+    /// What to do with entries the target already holds.
+    pub overwrite: Overwrite,
+    /// Only count what would be restored; write nothing (not even the target directory).
+    pub dry_run: bool,
+    /// Read every restored file back and compare it with the snapshot.
+    pub verify: bool,
+    /// Remove what the target holds within the selection but the snapshot does not.
+    pub delete: bool,
     /// Bytes of decompressed regions the LRU restore cache holds at most (besides its bound
     /// in containers; whichever binds first). At least 8 MiB is used.
     pub cache_bytes: usize,
@@ -124,6 +140,14 @@ pub struct RestoreStats {
     /// Metadata the target refused without failing a node (owners when not root, extended
     /// attributes), one line per kind.
     pub warnings: Vec<String>,
+    /// Files left as they were by `--overwrite` (or, in a dry run, that would be).
+    pub files_unchanged: u64,
+    /// Entries `--delete` removed.
+    pub deleted: u64,
+    /// Files `--verify` read back and found equal to the snapshot's (`None`: not verified).
+    pub files_verified: Option<u64>,
+    /// A dry run: the counts say what would have been restored; nothing was written.
+    pub dry_run: bool,
     /// Reads from the repository.
     pub reads: ReadStats,
     /// What the restore cache ([`RestoreOptions::cache`]) read.
@@ -136,18 +160,6 @@ impl RestoreStats {
     pub fn speed_factor(&self) -> Option<f64> {
         speed_factor(self.bytes_written, self.restore_cache.containers_read)
     }
-}
-
-fn included(path: &[u8], include: &[&[u8]]) -> bool {
-    if include.is_empty() {
-        return true;
-    }
-    include.iter().any(|inc| {
-        path == *inc
-            || (path.starts_with(inc) && path.get(inc.len()) == Some(&b'/'))
-            // an ancestor directory of an included path
-            || (inc.starts_with(path) && inc.get(path.len()) == Some(&b'/'))
-    })
 }
 
 /// Checks that a file's recipe holds as many bytes as its node records: a file whose chunks
@@ -187,6 +199,8 @@ enum Event {
     Refused(Node, Error),
     /// A file to restore as a hard link to this path, restored before.
     HardLink(Node, Vec<u8>),
+    /// A file `--overwrite` leaves as the target holds it.
+    Unchanged(Node),
 }
 
 /// The reader stopped because the writing side is gone (it panicked).
@@ -208,7 +222,60 @@ pub fn restore(
     opts: &RestoreOptions,
     progress: &dyn Progress,
 ) -> Result<RestoreStats> {
-    let include: Vec<&[u8]> = opts.include.iter().map(|p| normalize_path(p)).collect();
+    let selector = Selector::new(&opts.include, &opts.exclude)?.merged(Selector::with_case(
+        &opts.iinclude,
+        &opts.iexclude,
+        true,
+    )?);
+    if selector.has_includes() || opts.dry_run {
+        let quiet = crate::progress::NoProgress;
+        let report: &dyn Progress = if opts.dry_run { progress } else { &quiet };
+        let planned = passes::plan(
+            repo,
+            snapshot,
+            &selector,
+            opts.overwrite,
+            &opts.target,
+            report,
+        )?;
+        if opts.dry_run {
+            return Ok(RestoreStats {
+                dry_run: true,
+                ..planned
+            });
+        }
+    }
+    // What the snapshot does not hold goes first: the restore then sets the directories'
+    // times last, as it always does.
+    let mut pruned = RestoreStats::default();
+    if opts.delete && opts.target.exists() {
+        passes::delete(
+            repo,
+            snapshot,
+            &selector,
+            &opts.target,
+            &mut pruned,
+            progress,
+        )?;
+    }
+    let mut stats = restore_selected(repo, snapshot, opts, &selector, progress)?;
+    stats.deleted = pruned.deleted;
+    stats.errors.extend(pruned.errors);
+    stats.warnings.extend(pruned.warnings);
+    if opts.verify {
+        passes::verify(repo, snapshot, &selector, &opts.target, &mut stats)?;
+    }
+    Ok(stats)
+}
+
+/// The restore itself: what `selector` selects, written into the target.
+fn restore_selected(
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    opts: &RestoreOptions,
+    selector: &Selector,
+    progress: &dyn Progress,
+) -> Result<RestoreStats> {
     let target = Target::open(&opts.target, std::process::id())?;
     progress.set_total(snapshot.summary.bytes_read);
     let (tx, rx) = crossbeam_channel::bounded::<Event>(CHANNEL_EVENTS);
@@ -217,10 +284,10 @@ pub fn restore(
         let producer = std::thread::Builder::new()
             .name("dedelta-restore-reader".into())
             .spawn_scoped(s, move || {
-                read_events(repo, snapshot, &include, cache_bytes, opts.cache, &tx)
+                read_events(repo, snapshot, selector, opts, cache_bytes, &tx)
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
-        let mut stats = write_events(&rx, target, progress);
+        let mut stats = write_events(&rx, target, repo.chunk_hasher(), progress);
         drop(rx);
         let (reads, restore_cache) = producer
             .join()
@@ -237,11 +304,12 @@ pub fn restore(
 fn read_events(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
-    include: &[&[u8]],
+    selector: &Selector,
+    opts: &RestoreOptions,
     cache_bytes: usize,
-    cache: RestoreCacheChoice,
     tx: &crossbeam_channel::Sender<Event>,
 ) -> Result<(ReadStats, RestoreCacheStats)> {
+    let cache = opts.cache;
     let mut reader = Reader {
         area: None,
         locator: PipelinedLocator::new(repo, cache, cache_bytes)?
@@ -255,8 +323,39 @@ fn read_events(
     let mut stopped = false;
     // The first path of each (device, inode) of the files with more than one link.
     let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    // Directories not selected themselves, above the node: created only if something below
+    // them is selected (with include patterns).
+    let mut above: Vec<Node> = Vec::new();
     let walked = walk_tree(repo, snapshot, |node, chunks| {
-        if stopped || !included(&node.path, include) {
+        if stopped {
+            return Ok(());
+        }
+        while above
+            .last()
+            .is_some_and(|d| !is_ancestor(&d.path, &node.path))
+        {
+            above.pop();
+        }
+        if !selector.selects(&node.path) {
+            if node.kind == NodeKind::Dir && !selector.excluded(&node.path) {
+                above.push(node);
+            }
+            return Ok(());
+        }
+        for dir in above.drain(..) {
+            if reader.step(Step::Send(Box::new(Event::Node(dir)))).is_err() {
+                stopped = true;
+                return Ok(());
+            }
+        }
+        let keep = opts.overwrite != Overwrite::Always
+            && node.kind != NodeKind::Dir
+            && passes::existing(&opts.target, &node.path)
+                .is_some_and(|e| !opts.overwrite.replaces(&node, &e));
+        if keep {
+            stopped = reader
+                .step(Step::Send(Box::new(Event::Unchanged(node))))
+                .is_err();
             return Ok(());
         }
         let link_to = match (&node.kind, node.meta.nlink > 1 && node.meta.ino != 0) {
@@ -397,10 +496,11 @@ enum Current {
 fn write_events(
     rx: &crossbeam_channel::Receiver<Event>,
     mut target: Target,
+    hasher: dedelta_core::ChunkHasher,
     progress: &dyn Progress,
 ) -> RestoreStats {
     let mut stats = RestoreStats::default();
-    let mut decoder = PipelinedDecoder::default();
+    let mut decoder = PipelinedDecoder::new(hasher);
     let mut dirs: Vec<Node> = Vec::new();
     let mut current = Current::Idle;
     for ev in rx.iter() {
@@ -460,6 +560,7 @@ fn write_events(
                         Ok(()) => {
                             stats.files += 1;
                             stats.bytes_written += written;
+                            progress.item("restored", &format!("/{}", node.path_lossy()), written);
                         }
                         Err(e) => fail(&mut stats, &node.path, e.to_string()),
                     }
@@ -472,6 +573,11 @@ fn write_events(
                 abandon(&mut target, &mut current, false);
             }
             Event::Refused(node, e) => fail(&mut stats, &node.path, e.to_string()),
+            Event::Unchanged(node) => {
+                stats.files_unchanged += 1;
+                progress.inc(node.size);
+                progress.item("unchanged", &format!("/{}", node.path_lossy()), node.size);
+            }
         }
     }
     // The reader stopped mid-file (an unreadable tree, reported by the caller).

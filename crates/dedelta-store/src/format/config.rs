@@ -25,8 +25,15 @@ use serde::{Deserialize, Serialize};
 
 /// Magic of the config file.
 pub const CONFIG_MAGIC: &[u8; 4] = b"DDCF";
-/// The repository format version `init` writes; this build reads 1 ..= this.
-pub const FORMAT_VERSION: u16 = INVERSED_VERSION;
+/// The newest repository format version: this build reads 1 ..= this. `init` writes it for an
+/// encrypted repository, and [`PLAIN_FORMAT_VERSION`] for one made with
+/// `--insecure-no-password` (whose format did not change).
+pub const FORMAT_VERSION: u16 = ENCRYPTED_VERSION;
+/// The first repository format version that may be encrypted ([`RepoConfig::encryption`]):
+/// every object but locks sealed (docs/format.md, "Encryption"), keyed chunk ids.
+pub const ENCRYPTED_VERSION: u16 = 5;
+/// The version of a new repository without encryption.
+pub const PLAIN_FORMAT_VERSION: u16 = INVERSED_VERSION;
 /// The first repository format version whose containers may hold inversed deltas (LoopDelta
 /// §4.5, kind code 2 in version-2 metadata): a second copy of a chunk, encoded against a newer
 /// chunk, that an older build would read as damage. The one constant to renumber if another
@@ -44,8 +51,11 @@ pub const MAX_DELTA_DEPTH: u8 = 16;
 pub const DEFAULT_MAX_DEPTH: u8 = 8;
 /// The oldest repository format version this build reads (and writes into).
 pub const MIN_FORMAT_VERSION: u16 = 1;
-/// The only fingerprint hash.
+/// The fingerprint hash of a repository without encryption.
 pub const HASH_BLAKE3: &str = "blake3-256";
+/// The fingerprint hash of an encrypted repository: BLAKE3's keyed mode under the master
+/// key's id key.
+pub const HASH_BLAKE3_KEYED: &str = "blake3-256-keyed";
 /// Default compression region size (raw bytes): see docs/format.md for the measurement (with
 /// delta chains 512 KiB stores 3 % less than 256 KiB on 20 SQLAlchemy sdists and 1 MiB 6 %
 /// less, but 1 MiB restores prettier's versions about 10 % slower).
@@ -73,7 +83,7 @@ pub struct RepoConfig {
     pub id: String,
     /// Chunking.
     pub chunker: ChunkerConfig,
-    /// Fingerprint hash; always `blake3-256`.
+    /// Fingerprint hash: `blake3-256`, or `blake3-256-keyed` in an encrypted repository.
     pub hash: String,
     /// Local compression of regions.
     pub compression: Compression,
@@ -84,6 +94,10 @@ pub struct RepoConfig {
     /// Resemblance detection and delta compression (defaults for every backup).
     #[serde(default)]
     pub delta: DeltaConfig,
+    /// The cipher suite of an encrypted repository ([`crate::crypto::SUITE`]), absent (and
+    /// not written) in one without encryption. An encrypted config is itself sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<String>,
 }
 
 /// How the sketch index finds candidate bases.
@@ -388,7 +402,7 @@ impl RepoConfig {
     /// A config with the defaults and the given id.
     pub fn new(id: String) -> Self {
         RepoConfig {
-            version: FORMAT_VERSION.into(),
+            version: PLAIN_FORMAT_VERSION.into(),
             id,
             chunker: ChunkerConfig {
                 kind: ChunkerKind::FastCdc,
@@ -399,7 +413,21 @@ impl RepoConfig {
             region_size: DEFAULT_REGION_SIZE,
             container_size: DEFAULT_CONTAINER_SIZE,
             delta: DeltaConfig::recommended(),
+            encryption: None,
         }
+    }
+
+    /// This config for an encrypted repository: version [`ENCRYPTED_VERSION`], keyed ids.
+    pub fn encrypted(mut self) -> Self {
+        self.version = ENCRYPTED_VERSION.into();
+        self.hash = HASH_BLAKE3_KEYED.into();
+        self.encryption = Some(crate::crypto::SUITE.into());
+        self
+    }
+
+    /// Whether the repository is encrypted.
+    pub fn is_encrypted(&self) -> bool {
+        self.encryption.is_some()
     }
 
     /// The container version writers use in this repository: 1 in a version-1 repository
@@ -463,11 +491,20 @@ impl RepoConfig {
             .params
             .validate(self.chunker.kind)
             .map_err(|e| Error::InvalidOption(e.to_string()))?;
-        if self.hash != HASH_BLAKE3 {
-            return Err(Error::InvalidOption(format!(
-                "unsupported hash {}",
-                self.hash
-            )));
+        match self.encryption.as_deref() {
+            None if self.hash == HASH_BLAKE3 => {}
+            Some(crate::crypto::SUITE)
+                if self.hash == HASH_BLAKE3_KEYED
+                    && self.version >= u32::from(ENCRYPTED_VERSION) => {}
+            Some(s) if s != crate::crypto::SUITE => {
+                return Err(Error::InvalidOption(format!("unsupported encryption {s}")))
+            }
+            _ => {
+                return Err(Error::InvalidOption(format!(
+                    "unsupported hash {} (encryption {:?}, version {})",
+                    self.hash, self.encryption, self.version
+                )))
+            }
         }
         if !(4096..=64 * 1024 * 1024).contains(&self.region_size) {
             return Err(Error::InvalidOption(
@@ -536,7 +573,7 @@ mod tests {
         v["compression"] = serde_json::from_str(json).unwrap();
         RepoConfig::from_bytes(&envelope::seal(
             CONFIG_MAGIC,
-            FORMAT_VERSION,
+            PLAIN_FORMAT_VERSION,
             &serde_json::to_vec(&v).unwrap(),
         ))
     }
@@ -692,7 +729,7 @@ mod tests {
         let seal = |v: &serde_json::Value, version: u16| {
             envelope::seal(CONFIG_MAGIC, version, &serde_json::to_vec(v).unwrap())
         };
-        let read = RepoConfig::from_bytes(&seal(&v, FORMAT_VERSION)).unwrap();
+        let read = RepoConfig::from_bytes(&seal(&v, PLAIN_FORMAT_VERSION)).unwrap();
         assert_eq!(read.delta, DeltaConfig::default());
         assert!(!read.delta.enabled());
         // Inside `delta`, `sketch` may be absent (= null); the other keys are required.
@@ -762,5 +799,38 @@ mod tests {
         assert_eq!(v2.container_version(), 2);
         assert_eq!(cfg.default_delta(), cfg.delta);
         cfg.validate().unwrap();
+    }
+
+    /// An encrypted config is version 5 with the keyed hash; any other mix is refused.
+    #[test]
+    fn encryption_keys() {
+        let cfg = RepoConfig::new("0123456789abcdef0123456789abcdef".into()).encrypted();
+        assert_eq!(cfg.version, u32::from(ENCRYPTED_VERSION));
+        cfg.validate().unwrap();
+        assert_eq!(RepoConfig::from_bytes(&cfg.to_bytes()).unwrap(), cfg);
+        let plain = RepoConfig::new("0123456789abcdef0123456789abcdef".into());
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("encryption"));
+        for bad in [
+            RepoConfig {
+                hash: HASH_BLAKE3.into(),
+                ..cfg.clone()
+            },
+            RepoConfig {
+                version: PLAIN_FORMAT_VERSION.into(),
+                ..cfg.clone()
+            },
+            RepoConfig {
+                encryption: Some("rot13".into()),
+                ..cfg.clone()
+            },
+            RepoConfig {
+                hash: HASH_BLAKE3_KEYED.into(),
+                ..plain
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 }

@@ -29,5 +29,6 @@ pub mod container;
 pub mod damage;
 pub mod dense;
 pub mod envelope;
+pub mod sealed;
 pub mod snapshot;
 pub mod tree;

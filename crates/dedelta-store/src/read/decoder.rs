@@ -4,7 +4,7 @@
 use super::{lru, LocatedChunk, ReadStats, BASE_CACHE_ENTRIES};
 use crate::error::{Error, Result};
 use dedelta_core::delta::{new_codec, DeltaCodec, DeltaKind};
-use dedelta_core::ChunkId;
+use dedelta_core::{ChunkHasher, ChunkId};
 use lru::LruCache;
 use std::sync::Arc;
 
@@ -13,18 +13,20 @@ pub struct ChunkDecoder {
     bases: LruCache<ChunkId, Arc<Vec<u8>>>,
     codec: Box<dyn DeltaCodec>,
     stats: ReadStats,
-}
-
-impl Default for ChunkDecoder {
-    fn default() -> Self {
-        ChunkDecoder::with_bases(BASE_CACHE_ENTRIES)
-    }
+    /// How chunk ids are computed (keyed in an encrypted repository).
+    hasher: ChunkHasher,
 }
 
 impl ChunkDecoder {
+    /// A decoder that keeps the default number of delta bases.
+    pub(crate) fn new(hasher: ChunkHasher) -> Self {
+        ChunkDecoder::with_bases(BASE_CACHE_ENTRIES, hasher)
+    }
+
     /// A decoder that keeps up to `entries` delta bases.
-    pub(crate) fn with_bases(entries: usize) -> Self {
+    pub(crate) fn with_bases(entries: usize, hasher: ChunkHasher) -> Self {
         ChunkDecoder {
+            hasher,
             bases: lru(entries),
             // Every codec writes the same instruction format, which any codec decodes.
             codec: new_codec(DeltaKind::Ddelta),
@@ -108,7 +110,7 @@ impl ChunkDecoder {
                 return Err(c.corrupt(format!("its delta base {b} is not available")))
             }
         };
-        if data.len() != c.original_len || (verify && ChunkId::of(data) != c.id) {
+        if data.len() != c.original_len || (verify && self.hasher.id(data) != c.id) {
             return Err(c.corrupt("content does not match its fingerprint".into()));
         }
         Ok(data)
@@ -131,7 +133,7 @@ impl ChunkDecoder {
         // Farthest first: the first link that fails is the damaged one.
         for (id, located) in ids {
             let bad = match self.bases.peek(&id) {
-                Some(bytes) => ChunkId::of(bytes) != id,
+                Some(bytes) => self.hasher.id(bytes) != id,
                 None => false,
             };
             if bad {

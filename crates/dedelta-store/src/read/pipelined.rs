@@ -185,16 +185,15 @@ pub struct PipelinedDecoder {
     scratch: Vec<u8>,
 }
 
-impl Default for PipelinedDecoder {
-    fn default() -> Self {
+impl PipelinedDecoder {
+    /// A decoder checking chunks with `hasher` (the repository's).
+    pub fn new(hasher: dedelta_core::ChunkHasher) -> Self {
         PipelinedDecoder {
-            decoder: ChunkDecoder::with_bases(RESTORE_BASE_CACHE_ENTRIES),
+            decoder: ChunkDecoder::with_bases(RESTORE_BASE_CACHE_ENTRIES, hasher),
             scratch: Vec::new(),
         }
     }
-}
 
-impl PipelinedDecoder {
     /// Counters so far.
     pub fn stats(&self) -> ReadStats {
         self.decoder.stats()

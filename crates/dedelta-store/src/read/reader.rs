@@ -15,6 +15,7 @@ pub struct ChunkReader<'a> {
     locator: ChunkLocator<'a>,
     decoder: ChunkDecoder,
     scratch: Vec<u8>,
+    hasher: dedelta_core::ChunkHasher,
 }
 
 impl<'a> ChunkReader<'a> {
@@ -22,8 +23,9 @@ impl<'a> ChunkReader<'a> {
     pub fn new(repo: &'a IndexedRepository, cache_bytes: usize) -> Result<Self> {
         Ok(ChunkReader {
             locator: ChunkLocator::new(repo, cache_bytes)?,
-            decoder: ChunkDecoder::default(),
+            decoder: ChunkDecoder::new(repo.chunk_hasher()),
             scratch: Vec::new(),
+            hasher: repo.chunk_hasher(),
         })
     }
 
@@ -32,6 +34,11 @@ impl<'a> ChunkReader<'a> {
     pub fn reading_for(mut self, purpose: crate::backend::wrap::metered::Purpose) -> Self {
         self.locator = self.locator.reading_for(purpose);
         self
+    }
+
+    /// How this reader's repository computes chunk ids.
+    pub fn hasher(&self) -> dedelta_core::ChunkHasher {
+        self.hasher
     }
 
     /// Counters so far.
@@ -137,9 +144,14 @@ pub(crate) fn chain_too_long(c: &LocatedChunk) -> Error {
     ))
 }
 
-/// Checks bytes against their fingerprint.
-pub fn verify_chunk(id: &ChunkId, container: &ContainerId, data: &[u8]) -> Result<()> {
-    if ChunkId::of(data) == *id {
+/// Checks bytes against their fingerprint, computed by `hasher` (the repository's).
+pub fn verify_chunk(
+    hasher: &dedelta_core::ChunkHasher,
+    id: &ChunkId,
+    container: &ContainerId,
+    data: &[u8],
+) -> Result<()> {
+    if hasher.id(data) == *id {
         Ok(())
     } else {
         Err(corrupt(

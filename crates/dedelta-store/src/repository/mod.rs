@@ -10,8 +10,10 @@
 pub mod damage;
 pub mod index_rebuild;
 pub mod index_sync;
+pub mod keys;
 pub mod lock;
 pub mod lock_guard;
+pub mod snapshot_filter;
 pub mod snapshots;
 
 use crate::backend::local::LocalBackend;
@@ -40,11 +42,20 @@ pub struct Repository {
     index_path: PathBuf,
     /// The directory of a local repository (for removing a legacy in-repository index).
     local_root: Option<PathBuf>,
+    /// In an encrypted repository: the seal `backend` is (or is under the meter of), for
+    /// sealing the meter's tagged handles too, and the key that opened it.
+    unlocked: Option<keys::Unlocked>,
+    /// The repository's directory under a cache root, when opened so (see
+    /// [`crate::client::cache::mark_used`]).
+    cache_dir: Option<PathBuf>,
 }
 
-/// Reads and parses the repository config.
-fn read_config(backend: &dyn Backend) -> Result<RepoConfig> {
-    RepoConfig::from_bytes(&backend.get(FileKind::Config, "config")?)
+/// Asks for the password of an encrypted repository (only when it is encrypted).
+pub type PasswordPrompt<'a> = &'a mut dyn FnMut() -> Result<zeroize::Zeroizing<String>>;
+
+/// For repositories opened without a password: an encrypted one is refused.
+fn no_password() -> Result<zeroize::Zeroizing<String>> {
+    Err(Error::PasswordNeeded)
 }
 
 impl Repository {
@@ -62,6 +73,20 @@ impl Repository {
         cache_root: &Path,
     ) -> Result<Self> {
         config.validate()?;
+        Self::check_new_local(path)?;
+        if config.is_encrypted() {
+            return Err(Error::InvalidOption(
+                "an encrypted repository is made by Repository::init_local_encrypted".into(),
+            ));
+        }
+        let backend = LocalBackend::new(path);
+        backend.create_layout()?;
+        backend.put(FileKind::Config, "config", &config.to_bytes())?;
+        Self::open_local_with_cache(path, cache_root)
+    }
+
+    /// Checks that `path` can hold a new repository (absent or empty).
+    fn check_new_local(path: &Path) -> Result<()> {
         if path.join("config").exists() {
             return Err(Error::RepoExists(path.to_path_buf()));
         }
@@ -73,10 +98,7 @@ impl Repository {
                 )));
             }
         }
-        let backend = LocalBackend::new(path);
-        backend.create_layout()?;
-        backend.put(FileKind::Config, "config", &config.to_bytes())?;
-        Self::open_local_with_cache(path, cache_root)
+        Ok(())
     }
 
     /// Opens a repository in a local directory, with its chunk index in the default cache
@@ -88,6 +110,19 @@ impl Repository {
     /// Opens a repository in a local directory, with its chunk index under the cache root
     /// `cache_root` (in `<cache_root>/<repository id>/`).
     pub fn open_local_with_cache(path: &Path, cache_root: &Path) -> Result<Self> {
+        Self::open_local_unlocking(path, cache_root, &mut no_password)
+    }
+
+    /// [`Self::open_local_with_cache`], calling `password` for the password if the
+    /// repository is encrypted.
+    ///
+    /// # Errors
+    /// [`Error::WrongPassword`] if no key file opens with it; what `password` returns.
+    pub fn open_local_unlocking(
+        path: &Path,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
         let cfg = path.join("config");
         match std::fs::metadata(&cfg) {
             Ok(_) => {}
@@ -97,7 +132,7 @@ impl Repository {
             Err(e) => return Err(Error::io(format!("reading {}", cfg.display()), e)),
         }
         let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(path));
-        let mut repo = Self::open_in_cache(backend, cache_root)?;
+        let mut repo = Self::open_in_cache_unlocking(backend, cache_root, password)?;
         repo.local_root = Some(path.to_path_buf());
         Ok(repo)
     }
@@ -105,31 +140,72 @@ impl Repository {
     /// Opens a repository on any backend, with the chunk index under the cache root
     /// `cache_root` (in `<cache_root>/<repository id>/`).
     pub fn open_in_cache(backend: Arc<dyn Backend>, cache_root: &Path) -> Result<Self> {
-        let config = read_config(backend.as_ref())?;
+        Self::open_in_cache_unlocking(backend, cache_root, &mut no_password)
+    }
+
+    /// [`Self::open_in_cache`], calling `password` if the repository is encrypted.
+    pub fn open_in_cache_unlocking(
+        backend: Arc<dyn Backend>,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
+        let (config, unlocked) = keys::read_config(backend.clone(), password)?;
         let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
-        Ok(Self::guarded(
+        let mut repo = Self::assemble(
             backend,
             config,
+            unlocked,
             dir.join(crate::client::cache::INDEX_FILE),
-        ))
+        );
+        repo.cache_dir = Some(dir);
+        Ok(repo)
     }
 
     /// Opens a repository on any backend, with the chunk index at `index_path`.
     pub fn open(backend: Arc<dyn Backend>, index_path: PathBuf) -> Result<Self> {
-        let config = read_config(backend.as_ref())?;
-        Ok(Self::guarded(backend, config, index_path))
+        Self::open_unlocking(backend, index_path, &mut no_password)
     }
 
-    /// A repository on `backend` behind a [`WriteGuard`].
-    fn guarded(backend: Arc<dyn Backend>, config: RepoConfig, index_path: PathBuf) -> Self {
-        let guard = Arc::new(WriteGuard::new(backend));
+    /// [`Self::open`], calling `password` if the repository is encrypted.
+    pub fn open_unlocking(
+        backend: Arc<dyn Backend>,
+        index_path: PathBuf,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
+        let (config, unlocked) = keys::read_config(backend.clone(), password)?;
+        Ok(Self::assemble(backend, config, unlocked, index_path))
+    }
+
+    /// A repository on `raw`: behind a [`WriteGuard`], and sealed above the guard if
+    /// `unlocked` (so that sealed writes pass the guard too).
+    fn assemble(
+        raw: Arc<dyn Backend>,
+        config: RepoConfig,
+        unlocked: Option<keys::Unlocked>,
+        index_path: PathBuf,
+    ) -> Self {
+        let guard = Arc::new(WriteGuard::new(raw));
+        let backend: Arc<dyn Backend> = match &unlocked {
+            Some(u) => Arc::new(u.seal.rewrap(guard.clone())),
+            None => guard.clone(),
+        };
         Repository {
-            backend: guard.clone(),
+            backend,
             guard,
             metered: None,
             config,
             index_path,
             local_root: None,
+            unlocked,
+            cache_dir: None,
+        }
+    }
+
+    /// Seals `b` if the repository is encrypted.
+    fn sealed(&self, b: Arc<dyn Backend>) -> Arc<dyn Backend> {
+        match &self.unlocked {
+            Some(u) => Arc::new(u.seal.rewrap(b)),
+            None => b,
         }
     }
 
@@ -141,11 +217,21 @@ impl Repository {
         cache_root: &Path,
         connections: Option<usize>,
     ) -> Result<Self> {
+        Self::open_location_unlocking(location, cache_root, connections, &mut no_password)
+    }
+
+    /// [`Self::open_location`], calling `password` if the repository is encrypted.
+    pub fn open_location_unlocking(
+        location: &str,
+        cache_root: &Path,
+        connections: Option<usize>,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
         let Some(backend) = crate::backend::open_url(location, connections) else {
-            return Self::open_local_with_cache(Path::new(location), cache_root);
+            return Self::open_local_unlocking(Path::new(location), cache_root, password);
         };
         let backend = backend?;
-        match Self::open_in_cache(backend, cache_root) {
+        match Self::open_in_cache_unlocking(backend, cache_root, password) {
             Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
             other => other,
         }
@@ -211,8 +297,10 @@ impl Repository {
     /// atomic additions per request. Metering twice keeps the first meter.
     pub fn metered(mut self) -> Self {
         if self.metered.is_none() {
-            let m = Arc::new(MeteredBackend::new(self.backend.clone()));
-            self.backend = m.clone();
+            // The meter is under the seal: it counts the bytes stored and read.
+            let under: Arc<dyn Backend> = self.guard.clone();
+            let m = Arc::new(MeteredBackend::new(under));
+            self.backend = self.sealed(m.clone());
             self.metered = Some(m);
         }
         self
@@ -223,7 +311,7 @@ impl Repository {
     /// filed by their kind ([`Purpose::of_kind`]: containers as chunk data).
     pub fn backend_for(&self, purpose: Purpose) -> Arc<dyn Backend> {
         match &self.metered {
-            Some(m) => Arc::new(m.tagged(purpose)),
+            Some(m) => self.sealed(Arc::new(m.tagged(purpose))),
             None => self.backend.clone(),
         }
     }
@@ -232,7 +320,7 @@ impl Repository {
     /// distort the counts. [`Self::backend`] when not metered.
     pub fn unmetered_backend(&self) -> Arc<dyn Backend> {
         match &self.metered {
-            Some(m) => m.inner().clone(),
+            Some(m) => self.sealed(m.inner().clone()),
             None => self.backend.clone(),
         }
     }
@@ -257,6 +345,18 @@ impl Repository {
         crate::format::snapshot::Snapshot,
     )> {
         snapshots::find(self.backend.as_ref(), spec)
+    }
+
+    /// The snapshot named by a unique id prefix, or `latest` among those `filter` selects.
+    pub fn find_snapshot_filtered(
+        &self,
+        spec: &str,
+        filter: &snapshot_filter::SnapshotFilter,
+    ) -> Result<(
+        crate::format::snapshot::SnapshotId,
+        crate::format::snapshot::Snapshot,
+    )> {
+        snapshots::find_filtered(self.backend.as_ref(), spec, filter)
     }
 
     /// Takes an exclusive lock (timing from the environment, see [`LockTiming::from_env`]).
@@ -301,6 +401,9 @@ impl Repository {
             }
             Err(e) => return Err(e),
         };
+        if let Some(dir) = &self.cache_dir {
+            crate::client::cache::mark_used(dir, self.local_root.as_deref());
+        }
         // Rebuilds, catch-ups and backups record super-features as the config says (a
         // backup that overrides it sets its own for its run).
         index.set_sketch_keep(self.config().delta.sketch_keep);

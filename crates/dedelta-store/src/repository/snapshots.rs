@@ -5,6 +5,7 @@
 use crate::backend::{Backend, FileKind};
 use crate::error::{Error, Result};
 use crate::format::snapshot::{Snapshot, SnapshotId};
+use crate::repository::snapshot_filter::SnapshotFilter;
 use dedelta_core::ChunkId;
 
 /// Writes a snapshot durably; returns its id (the BLAKE3 hash of its file).
@@ -137,11 +138,24 @@ pub fn resolve_name(backend: &dyn Backend, spec: &str) -> Result<String> {
 
 /// Finds a snapshot by unique id prefix, or `latest` (the newest readable one).
 pub fn find(backend: &dyn Backend, spec: &str) -> Result<(SnapshotId, Snapshot)> {
+    find_filtered(backend, spec, &SnapshotFilter::default())
+}
+
+/// Finds a snapshot by unique id prefix, or `latest`: the newest readable one `filter`
+/// selects (as restic, the filter narrows `latest` only; an id names its snapshot).
+pub fn find_filtered(
+    backend: &dyn Backend,
+    spec: &str,
+    filter: &SnapshotFilter,
+) -> Result<(SnapshotId, Snapshot)> {
     if spec == "latest" {
-        return list(backend)?
-            .snapshots
-            .pop()
-            .ok_or_else(|| Error::SnapshotNotFound(spec.to_string()));
+        return filter.apply(list(backend)?.snapshots).pop().ok_or_else(|| {
+            Error::SnapshotNotFound(if filter.is_empty() {
+                spec.to_string()
+            } else {
+                format!("{spec} (with the --host/--tag/--path given)")
+            })
+        });
     }
     let name = resolve_name(backend, spec)?;
     load(backend, &name)

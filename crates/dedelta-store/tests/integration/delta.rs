@@ -118,6 +118,7 @@ fn restore_all(repo: &IndexedRepository, dir: &Path, contents: &[Files], cache_b
                 include: vec![],
                 cache_bytes,
                 cache,
+                ..Default::default()
             };
             let st = restore::restore(repo, snap, &opts, &NoProgress).unwrap();
             assert!(st.errors.is_empty(), "{cache:?}: {:?}", st.errors);

@@ -42,6 +42,7 @@ fn restore_with(
         include: vec![],
         cache_bytes: 1 << 20,
         cache,
+        ..Default::default()
     };
     restore::restore(repo, &snap, &opts, &NoProgress).unwrap()
 }

@@ -9,6 +9,8 @@
 //! Tests marked `#[ignore = "bug: ..."]` reproduce open bugs: run them with `-- --ignored`,
 //! and un-ignore one with its fix.
 
+/// Browsing snapshots: the mount tree, and `tag`'s rewrite at every crash point.
+mod browse;
 /// The reliability campaign: seeded random operations against a model (docs/reliability.md).
 mod campaign;
 /// Several clients, each with its own index, catching up with each other's changes.

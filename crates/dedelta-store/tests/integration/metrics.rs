@@ -131,6 +131,7 @@ fn restore_speed_factor_by_hand() {
             include: vec![],
             cache_bytes: 1 << 20,
             cache: RestoreCacheChoice::Lru { containers: cache },
+            ..Default::default()
         };
         let st = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
         assert_eq!(fs::read(restored_root(&target, &src).join("b")).unwrap(), b);
@@ -151,6 +152,7 @@ fn restore_speed_factor_by_hand() {
         cache: RestoreCacheChoice::Forward {
             area_bytes: 1 << 20,
         },
+        ..Default::default()
     };
     let st = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
     assert_eq!(

@@ -168,6 +168,7 @@ fn every_restore_cache_restores_bit_exact_within_its_bounds() {
                 include: vec![],
                 cache_bytes: 64 << 20,
                 cache,
+                ..Default::default()
             };
             counting.take();
             let st = restore::restore(&repo, snap, &opts, &NoProgress).unwrap();
@@ -249,6 +250,7 @@ fn fewer_containers_read_with_more_cache() {
             include: vec![],
             cache_bytes: 64 << 20,
             cache,
+            ..Default::default()
         };
         let st = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
         st.restore_cache.containers_read

@@ -441,6 +441,7 @@ fn restore_and_dump_take_names_that_are_not_utf8() {
             include: vec![b"/d/caf\xff".to_vec()],
             cache_bytes: 1 << 20,
             cache: Default::default(),
+            ..Default::default()
         },
         &NoProgress,
     )

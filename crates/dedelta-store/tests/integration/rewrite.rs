@@ -246,6 +246,7 @@ fn restore_reads(
         include: vec![],
         cache_bytes: 1 << 20,
         cache,
+        ..Default::default()
     };
     let stats = restore(repo, &snap, &opts, &NoProgress).unwrap();
     assert!(stats.errors.is_empty(), "{:?}", stats.errors);

@@ -398,6 +398,7 @@ pub fn restore_to(
         include: vec![],
         cache_bytes: 1 << 20,
         cache: Default::default(),
+        ..Default::default()
     };
     restore::restore(repo, snap, &opts, &NoProgress)
 }

@@ -279,7 +279,8 @@ pub fn check(
             if recorded_whole {
                 cleared_whole.push(cid);
             }
-            verify_entries(&file, &meta, &what, &mut base, |i, e, verdict| {
+            let hasher = repo.chunk_hasher();
+            verify_entries(&file, &meta, &what, &hasher, &mut base, |i, e, verdict| {
                 report.chunks_read += 1;
                 if verdict.is_ok() && damage.reason(&cid, &e.id).is_some() {
                     cleared.push((cid, e.id));
@@ -555,7 +556,7 @@ fn read_recorded_copy(
             out
         }
     };
-    if ChunkId::of(&bytes) != *chunk {
+    if reader.hasher().id(&bytes) != *chunk {
         return Err(bad("content does not match its fingerprint"));
     }
     Ok(bytes)

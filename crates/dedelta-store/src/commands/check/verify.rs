@@ -26,6 +26,7 @@ pub(crate) fn verify_entries(
     file: &[u8],
     meta: &ContainerMeta,
     what: &str,
+    hasher: &dedelta_core::ChunkHasher,
     base: &mut dyn FnMut(&ChunkId) -> Result<Vec<u8>>,
     mut verdict: impl FnMut(u32, &EntryMeta, std::result::Result<&[u8], String>) -> Result<()>,
 ) -> Result<()> {
@@ -46,7 +47,7 @@ pub(crate) fn verify_entries(
     let mut local_full: HashMap<ChunkId, &[u8]> = HashMap::new();
     for e in &meta.entries {
         if let (EntryKind::Full, Ok(b)) = (e.kind, raw_of(e)) {
-            if ChunkId::of(b) == e.id {
+            if hasher.id(b) == e.id {
                 local_full.insert(e.id, b);
             }
         }
@@ -75,7 +76,7 @@ pub(crate) fn verify_entries(
                         out.reserve(e.original_len as usize);
                         match codec.decode(&base_bytes, b, &mut out) {
                             Err(err) => Err(err.to_string()),
-                            Ok(()) if ChunkId::of(&out) != e.id => {
+                            Ok(()) if hasher.id(&out) != e.id => {
                                 Err("content does not match its fingerprint".into())
                             }
                             Ok(()) => Ok(&out[..]),

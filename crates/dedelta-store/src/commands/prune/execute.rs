@@ -56,7 +56,7 @@ pub(super) fn execute(
             }
             let raw = &raw_regions[&e.region];
             let bytes = &raw[e.offset as usize..(e.offset + e.stored_len) as usize];
-            if e.kind == EntryKind::Full && ChunkId::of(bytes) != e.id {
+            if e.kind == EntryKind::Full && repo.chunk_hasher().id(bytes) != e.id {
                 return Err(Error::CorruptChunk {
                     container: name.clone(),
                     chunk: e.id.to_hex(),

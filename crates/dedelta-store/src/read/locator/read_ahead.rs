@@ -96,7 +96,7 @@ impl ChunkLocator<'_> {
             index,
             meta,
             stored,
-            raw: self.spare_buffer(),
+            raw: self.spare_buffer(meta.raw_len as usize),
             opened: false,
         })
     }

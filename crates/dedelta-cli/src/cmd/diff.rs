@@ -1,0 +1,99 @@
+//! `dedelta diff A B`: the nodes added, removed and changed from snapshot A to snapshot B,
+//! and what each added to the repository (restic's `diff`; the rules are
+//! dedelta_store::commands::diff's).
+//!
+//! Exit codes: 0 compared; 1 no such snapshot or a tree could not be read; 10 no repository.
+
+use super::select::SnapshotFilterArgs;
+use super::{open_reader, RepoArg};
+use crate::render::{mb, outln, print_json};
+use anyhow::Result;
+use clap::Args;
+use dedelta_store::commands::diff::{diff, Modifier, SideCounts};
+use serde_json::json;
+
+/// Arguments of `dedelta diff`.
+#[derive(Args)]
+pub struct DiffArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// The first snapshot (id prefix or `latest`).
+    a: String,
+    /// The second snapshot (id prefix or `latest`).
+    b: String,
+    #[command(flatten)]
+    filter: SnapshotFilterArgs,
+    /// Also list nodes whose metadata alone changed (`U`).
+    #[arg(long)]
+    metadata: bool,
+    /// Print one JSON object per line: `{"message_type": "change", "path", "modifier"}` per
+    /// change, then one `{"message_type": "statistics", ...}`.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Compares the snapshots and prints the changes and the statistics.
+pub fn run(args: DiffArgs) -> Result<u8> {
+    let filter = args.filter.filter()?;
+    let (r, _lock) = open_reader(&args.repo, "diff")?;
+    let a = r.find_snapshot_filtered(&args.a, &filter)?;
+    let b = r.find_snapshot_filtered(&args.b, &filter)?;
+    let rep = diff(&r, &a, &b)?;
+    let shown = rep
+        .changes
+        .iter()
+        .filter(|c| args.metadata || c.modifier != Modifier::Metadata);
+    if args.json {
+        for c in shown {
+            print_json(&json!({"message_type": "change", "path": c.path, "modifier": c.modifier}))?;
+        }
+        return print_json(&json!({
+            "message_type": "statistics",
+            "source_snapshot": a.0.to_hex(),
+            "target_snapshot": b.0.to_hex(),
+            "changed_files": rep.changed_files,
+            "metadata_changed": rep.metadata_changed,
+            "added": rep.added,
+            "removed": rep.removed,
+            "repository": {"source": rep.source, "target": rep.target},
+        }))
+        .map(|()| 0);
+    }
+    outln!("comparing snapshot {} to {}:", a.0.short(), b.0.short());
+    outln!();
+    for c in shown {
+        outln!("{}    {}", c.modifier.code(), c.path);
+    }
+    outln!();
+    let side = |s: &SideCounts| {
+        format!(
+            "{} files ({}), {} dirs, {} others; {} chunks ({})",
+            s.files,
+            mb(s.file_bytes),
+            s.dirs,
+            s.others,
+            s.chunks,
+            mb(s.chunk_bytes)
+        )
+    };
+    outln!("added:    {}", side(&rep.added));
+    outln!("removed:  {}", side(&rep.removed));
+    outln!(
+        "changed:  {} files, {} with metadata only",
+        rep.changed_files,
+        rep.metadata_changed
+    );
+    for (name, s) in [("source", &rep.source), ("target", &rep.target)] {
+        outln!(
+            "{name} {} added to the repository when written: {} ({} new chunks, {} as deltas); \
+             {} containers only it references ({})",
+            &s.snapshot[..8],
+            mb(s.bytes_added),
+            s.new_chunks,
+            s.delta_chunks,
+            s.containers_only_here,
+            mb(s.container_bytes_only_here)
+        );
+    }
+    Ok(0)
+}

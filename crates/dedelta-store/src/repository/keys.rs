@@ -1,0 +1,246 @@
+//! Opening an encrypted repository (its config is sealed: the password opens a key file,
+//! whose master key opens the config), creating one, and its keys (`key list|add|remove|
+//! passwd`).
+
+use super::{PasswordPrompt, Repository};
+use crate::backend::local::LocalBackend;
+use crate::backend::{Backend, FileKind};
+use crate::crypto::keys::{self, KeyOrigin};
+use crate::crypto::{KdfParams, KeyInfo, MasterKey, SealedBackend};
+use crate::error::{Error, Result};
+use crate::format::config::{RepoConfig, CONFIG_MAGIC};
+use crate::format::sealed;
+use dedelta_core::ChunkHasher;
+use std::path::Path;
+use std::sync::Arc;
+
+/// What opened an encrypted repository.
+#[derive(Debug)]
+pub(crate) struct Unlocked {
+    /// The seal around the raw backend (its keys and trailer cache serve every handle).
+    pub seal: Arc<SealedBackend>,
+    /// The master key.
+    pub key: Arc<MasterKey>,
+    /// The key file it came from.
+    pub key_id: String,
+}
+
+impl std::fmt::Debug for SealedBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SealedBackend({})", self.location())
+    }
+}
+
+/// Reads the config of the repository on `raw`: a plain one as it is, a sealed one after
+/// unlocking a key file with the password `password` gives.
+///
+/// A plain config in a repository that has key files is refused: someone who can write to
+/// the storage could otherwise replace an encrypted repository's config by a plain one and
+/// have the next backup written in clear.
+pub(crate) fn read_config(
+    raw: Arc<dyn Backend>,
+    password: PasswordPrompt<'_>,
+) -> Result<(RepoConfig, Option<Unlocked>)> {
+    let bytes = raw.get(FileKind::Config, "config")?;
+    if bytes.starts_with(CONFIG_MAGIC) || !sealed::looks_sealed(&bytes) {
+        let cfg = RepoConfig::from_bytes(&bytes)?;
+        if cfg.is_encrypted() {
+            return Err(Error::corrupt(
+                "config",
+                "it names a cipher but is not sealed (tampered with?)",
+            ));
+        }
+        if !raw.list(FileKind::Key)?.is_empty() {
+            return Err(Error::corrupt(
+                "config",
+                "it is not encrypted but the repository has key files: refusing to write \
+                 in clear into a repository whose config may have been replaced",
+            ));
+        }
+        return Ok((cfg, None));
+    }
+    let pw = password()?;
+    let (key, key_id) = keys::unlock(raw.as_ref(), pw.as_bytes())?;
+    let seal = Arc::new(SealedBackend::new(raw, &key));
+    let cfg = RepoConfig::from_bytes(&seal.get(FileKind::Config, "config")?)?;
+    if !cfg.is_encrypted() {
+        return Err(Error::corrupt(
+            "config",
+            "it is sealed but says the repository is not encrypted",
+        ));
+    }
+    Ok((
+        cfg,
+        Some(Unlocked {
+            seal,
+            key: Arc::new(key),
+            key_id,
+        }),
+    ))
+}
+
+impl Repository {
+    /// Creates an encrypted repository in a local directory (absent or empty): a new random
+    /// master key, one key file holding it under `password` (Argon2id with `kdf`), and the
+    /// config (made [`RepoConfig::encrypted`]) sealed.
+    pub fn init_local_encrypted(
+        path: &Path,
+        config: RepoConfig,
+        cache_root: &Path,
+        password: &str,
+        kdf: KdfParams,
+        origin: &KeyOrigin,
+    ) -> Result<Self> {
+        let config = config.encrypted();
+        config.validate()?;
+        Self::check_new_local(path)?;
+        if password.is_empty() {
+            return Err(Error::InvalidOption(
+                "an empty password (use --insecure-no-password for a repository without \
+                 encryption)"
+                    .into(),
+            ));
+        }
+        let local = LocalBackend::new(path);
+        local.create_layout()?;
+        let mut repo =
+            Self::init_encrypted_on(Arc::new(local), config, cache_root, password, kdf, origin)?;
+        repo.local_root = Some(path.to_path_buf());
+        Ok(repo)
+    }
+
+    /// Creates an encrypted repository at `location` (an S3 URL, or a local directory that
+    /// must be absent or empty; see [`Self::init_location`]).
+    pub fn init_location_encrypted(
+        location: &str,
+        config: RepoConfig,
+        cache_root: &Path,
+        connections: Option<usize>,
+        password: &str,
+        kdf: KdfParams,
+        origin: &KeyOrigin,
+    ) -> Result<Self> {
+        let Some(raw) = crate::backend::open_url(location, connections) else {
+            return Self::init_local_encrypted(
+                Path::new(location),
+                config,
+                cache_root,
+                password,
+                kdf,
+                origin,
+            );
+        };
+        let raw = raw?;
+        let config = config.encrypted();
+        config.validate()?;
+        if raw.exists(FileKind::Config, "config")? {
+            return Err(Error::RepoExists(location.into()));
+        }
+        if password.is_empty() {
+            return Err(Error::InvalidOption(
+                "an empty password (use --insecure-no-password for a repository without \
+                 encryption)"
+                    .into(),
+            ));
+        }
+        Self::init_encrypted_on(raw, config, cache_root, password, kdf, origin)
+    }
+
+    /// Writes a new master key (in one key file under `password`) and the sealed config
+    /// `config` (already [`RepoConfig::encrypted`] and validated) to `raw`.
+    fn init_encrypted_on(
+        raw: Arc<dyn Backend>,
+        config: RepoConfig,
+        cache_root: &Path,
+        password: &str,
+        kdf: KdfParams,
+        origin: &KeyOrigin,
+    ) -> Result<Self> {
+        let key = MasterKey::random()?;
+        let key_id = keys::add_key(raw.as_ref(), &key, password.as_bytes(), kdf, origin)?;
+        let seal = Arc::new(SealedBackend::new(raw.clone(), &key));
+        // The key file is durable before the config that needs it.
+        seal.put(FileKind::Config, "config", &config.to_bytes())?;
+        let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
+        let mut repo = Self::assemble(
+            raw,
+            config,
+            Some(Unlocked {
+                seal,
+                key: Arc::new(key),
+                key_id,
+            }),
+            dir.join(crate::client::cache::INDEX_FILE),
+        );
+        repo.cache_dir = Some(dir);
+        Ok(repo)
+    }
+
+    /// How this repository computes chunk ids: keyed in an encrypted repository.
+    pub fn chunk_hasher(&self) -> ChunkHasher {
+        match &self.unlocked {
+            Some(u) => u.key.chunk_hasher(),
+            None => ChunkHasher::Plain,
+        }
+    }
+
+    /// The key file this repository was opened with (`None` if it is not encrypted).
+    pub fn key_id(&self) -> Option<&str> {
+        self.unlocked.as_ref().map(|u| u.key_id.as_str())
+    }
+
+    fn unlocked(&self) -> Result<&Unlocked> {
+        self.unlocked.as_ref().ok_or_else(|| {
+            Error::InvalidOption(
+                "the repository is not encrypted (made with --insecure-no-password): it has \
+                 no keys"
+                    .into(),
+            )
+        })
+    }
+
+    /// Every key file (`current`: the one this repository was opened with).
+    pub fn list_keys(&self) -> Result<Vec<KeyInfo>> {
+        let u = self.unlocked()?;
+        keys::list_keys(self.backend.as_ref(), Some(&u.key_id))
+    }
+
+    /// Adds a key file holding the master key under `password`; returns its id.
+    pub fn add_key(&self, password: &str, kdf: KdfParams, origin: &KeyOrigin) -> Result<String> {
+        let u = self.unlocked()?;
+        if password.is_empty() {
+            return Err(Error::InvalidOption("an empty password".into()));
+        }
+        keys::add_key(
+            self.backend.as_ref(),
+            &u.key,
+            password.as_bytes(),
+            kdf,
+            origin,
+        )
+    }
+
+    /// Removes the key file whose id starts with `prefix` (never the one in use, nor the
+    /// last); returns its id.
+    pub fn remove_key(&self, prefix: &str) -> Result<String> {
+        let u = self.unlocked()?;
+        let id = keys::find_key(self.backend.as_ref(), prefix)?;
+        keys::remove_key(self.backend.as_ref(), &id, &u.key_id)?;
+        Ok(id)
+    }
+
+    /// Changes the password of the key in use: adds a key file under `password`, then
+    /// removes the old one (in that order, so that a crash leaves both). Returns the new id.
+    pub fn change_password(
+        &mut self,
+        password: &str,
+        kdf: KdfParams,
+        origin: &KeyOrigin,
+    ) -> Result<String> {
+        let new = self.add_key(password, kdf, origin)?;
+        let u = self.unlocked.as_mut().expect("add_key checked");
+        let old = std::mem::replace(&mut u.key_id, new.clone());
+        self.backend.delete(FileKind::Key, &old)?;
+        Ok(new)
+    }
+}
