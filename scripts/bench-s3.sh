@@ -29,8 +29,8 @@ prefix=run$(date +%s)
 s3="s3:$ENDPOINT/${BUCKET:-bench}/$prefix"
 conn=()
 [ -n "${CONNECTIONS:-}" ] && conn=(--connections "$CONNECTIONS")
-$D init -r local >/dev/null
-$D init -r "$s3" "${conn[@]}" >/dev/null
+$D init -r local --insecure-no-password >/dev/null
+$D init -r "$s3" --insecure-no-password "${conn[@]}" >/dev/null
 mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 t() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
 step=${STEP:-0}

@@ -95,7 +95,7 @@ restore_same() { # who id src
 }
 snap_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshot_id"])'; }
 
-dd a init -r "$repo" >/dev/null
+dd a init -r "$repo" --insecure-no-password >/dev/null
 echo "1. concurrent backups"
 n=${CLIENTS:-3}
 for c in $(seq "$n"); do mktree "$work/src-$c" "$c"; done

@@ -2,7 +2,7 @@
 //! 127.0.0.1; skipped with a message when `moto_server` is absent, unless
 //! `DEDELTA_REQUIRE_S3=1`, which `scripts/test.sh` sets after installing it).
 
-use crate::support::{assert_same_tree, bytes, dedelta, make_tree, restored, text};
+use crate::support::{assert_same_tree, bytes, dedelta, make_tree, restored, summary, text};
 use assert_cmd::Command;
 use dedelta_store::backend::s3::test_server::{moto_or_skip, MotoServer};
 use std::fs;
@@ -58,7 +58,7 @@ impl S3Repo {
     /// Backs `src` up as `who`; returns the snapshot id.
     fn backup(&self, who: &str, src: &Path) -> String {
         let out = self.ok(who, &["backup", "--json", src.to_str().unwrap()]);
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let v = summary(out.as_bytes());
         v["snapshot_id"].as_str().unwrap().to_string()
     }
 
@@ -68,6 +68,67 @@ impl S3Repo {
         self.ok(who, &["restore", id, "--target", target.to_str().unwrap()]);
         assert_same_tree(src, &restored(&target, src));
     }
+}
+
+/// An encrypted repository on S3: made by `init` with a password, backed up and restored
+/// with it (also by a client with an empty cache); without it or with a wrong one, refused.
+#[test]
+fn encrypted_repository_over_s3() {
+    let Some(server) = moto_or_skip() else { return };
+    let url = server.new_repo_url("backups", "sealed").unwrap();
+    let r = S3Repo {
+        _server: server,
+        url,
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let with_pw = |who: &str, pw: &str, args: &[&str]| {
+        r.cmd(who, args)
+            .env("DEDELTA_PASSWORD", pw)
+            .output()
+            .unwrap()
+    };
+    let out = with_pw("a", "s3cret", &["init", "--insecure-kdf", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["encrypted"], true, "{v}");
+    let src = r.path("src");
+    make_tree(&src, 1);
+    let out = with_pw("a", "s3cret", &["backup", "--json", src.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = summary(&out.stdout)["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for who in ["a", "b"] {
+        let target = r.path(&format!("out-{who}"));
+        let out = with_pw(
+            who,
+            "s3cret",
+            &["restore", &id, "--target", target.to_str().unwrap()],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_same_tree(&src, &restored(&target, &src));
+    }
+    let out = with_pw("c", "wrong", &["snapshots"]);
+    assert_eq!(out.status.code(), Some(12));
+    let out = r.cmd("c", &["snapshots"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("encrypted"), "{err}");
+    // A second init finds the repository.
+    let out = with_pw("a", "s3cret", &["init", "--insecure-kdf"]);
+    assert!(!out.status.success());
 }
 
 /// Backup, restore bit-exact (also by a client with an empty cache), check --read-data,

@@ -244,3 +244,51 @@ impl Repository {
         Ok(new)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::wrap::metered::Purpose;
+    use crate::repository::lock::{LockHealth, LockTiming};
+    use std::time::Duration;
+
+    /// In an encrypted repository the write guard is under the seal (and the meter): once the
+    /// lock is lost, sealed writes are refused through every handle, and reads still work.
+    #[test]
+    fn sealed_writes_pass_the_write_guard() {
+        let dir = tempfile::tempdir().unwrap();
+        let origin = KeyOrigin {
+            created: "2026-11-24T00:00:00Z".into(),
+            host: "h".into(),
+            username: "u".into(),
+        };
+        let r = Repository::init_local_encrypted(
+            &dir.path().join("repo"),
+            RepoConfig::new("0123456789abcdef0123456789abcdef".into()),
+            &dir.path().join("cache"),
+            "pw",
+            KdfParams::insecure_for_tests(),
+            &origin,
+        )
+        .unwrap()
+        .metered();
+        r.backend().put(FileKind::Snapshot, "s", b"one").unwrap();
+        let timing = LockTiming {
+            refresh: Duration::from_millis(2),
+            stale_after: Duration::from_millis(2),
+        };
+        r.guard.watch(Arc::new(LockHealth::new(timing)));
+        std::thread::sleep(Duration::from_millis(20));
+        let e = r
+            .backend()
+            .put(FileKind::Snapshot, "t", b"two")
+            .unwrap_err();
+        assert!(e.to_string().contains("lock was lost"), "{e}");
+        let tagged = r.backend_for(Purpose::ChunkData);
+        assert!(tagged.put(FileKind::Container, "c", b"x").is_err());
+        assert_eq!(r.backend().get(FileKind::Snapshot, "s").unwrap(), b"one");
+        // What was stored is sealed: the plaintext is not in the file.
+        let stored = std::fs::read(dir.path().join("repo/snapshots/s")).unwrap();
+        assert_ne!(stored, b"one");
+    }
+}
