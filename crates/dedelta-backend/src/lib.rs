@@ -3,8 +3,9 @@
 //! All repository I/O goes through [`Backend`], keyed by ([`FileKind`], name). The trait is
 //! deliberately small (put, get, ranged get, list, delete, atomic create) so that an object
 //! store (S3) can implement it without touching the pipelines. Implementations, one file each:
-//! the local directory ([`local::LocalBackend`], the default) and memory
-//! ([`memory::MemoryBackend`], test support). Wrappers ([`wrap`]) implement the same trait
+//! the local directory ([`local::LocalBackend`], the default), an S3 bucket
+//! ([`s3::S3Backend`], see [`open_url`]) and memory ([`memory::MemoryBackend`], test
+//! support). Wrappers ([`wrap`]) implement the same trait
 //! around any backend: fault injection for tests, request metering for I/O accounting, whose
 //! counts [`cost`] turns into modelled time on a disk and on an object store. This crate knows
 //! nothing of what the objects contain.
@@ -12,6 +13,7 @@
 pub mod cost;
 pub mod local;
 pub mod memory;
+pub mod s3;
 pub mod wrap;
 
 /// What a backend reports.
@@ -196,4 +198,27 @@ impl std::fmt::Debug for dyn Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Backend({})", self.location())
     }
+}
+
+/// Opens a remote repository URL: `s3:http://HOST:PORT/BUCKET/PREFIX` (or `s3:https://...`)
+/// as an [`s3::S3Backend`] with at most `connections` requests in flight (default
+/// [`s3::config::DEFAULT_CONNECTIONS`]), credentials from the environment
+/// ([`s3::Credentials::from_environment`]), behind a [`wrap::retry::RetryBackend`]. `None`
+/// when `url` is not a remote URL (a local path).
+pub fn open_url(
+    url: &str,
+    connections: Option<usize>,
+) -> Option<Result<std::sync::Arc<dyn Backend>>> {
+    let config = s3::S3Config::parse(url)?;
+    Some(config.and_then(|mut c| {
+        if let Some(n) = connections {
+            c.connections = n.max(1);
+        }
+        let s3 = s3::S3Backend::new(c, &s3::Credentials::from_environment())?;
+        let retry = wrap::retry::RetryBackend::new(
+            std::sync::Arc::new(s3),
+            wrap::retry::RetryPolicy::default(),
+        );
+        Ok(std::sync::Arc::new(retry) as std::sync::Arc<dyn Backend>)
+    }))
 }

@@ -74,6 +74,8 @@ enum Command {
     Forget(cmd::forget::ForgetArgs),
     /// Free the space of data no snapshot needs.
     Prune(cmd::prune::PruneArgs),
+    /// Remove stale locks (or, with --remove-all, every lock).
+    Unlock(cmd::unlock::UnlockArgs),
     /// Manage the passwords (key files) of an encrypted repository.
     Key(cmd::key::KeyArgs),
     /// Add, remove or set the tags of snapshots.
@@ -190,6 +192,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Repair(args) => cmd::repair::run(args),
         Command::Forget(args) => cmd::forget::run(args),
         Command::Prune(args) => cmd::prune::run(args),
+        Command::Unlock(args) => cmd::unlock::run(args),
         Command::Key(args) => cmd::key::run(args),
         Command::Tag(args) => cmd::tag::run(args),
         Command::Find(args) => cmd::find::run(args),

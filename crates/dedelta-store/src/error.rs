@@ -20,7 +20,7 @@ pub enum Error {
     #[error("repository {0} already exists")]
     RepoExists(PathBuf),
     /// Another process holds the exclusive lock.
-    #[error("repository is locked by pid {pid} on host {host} since {time} ({command}); if that process is gone, remove {path}")]
+    #[error("repository is locked by pid {pid} on host {host} since {time} ({command}); if that process is gone, run `dedelta unlock` (the lock is {path})")]
     Locked {
         /// Holder's process id.
         pid: u32,
@@ -33,6 +33,10 @@ pub enum Error {
         /// The lock file.
         path: String,
     },
+    /// This process's repository lock was lost (not refreshed in time, or removed): it stops
+    /// before writing more.
+    #[error("the repository lock was lost ({0}); stopping before writing more")]
+    LockLost(String),
     /// A file written by a newer (or unknown) format version.
     #[error(
         "{what} has unsupported format version {found} (this dedelta reads version {supported})"

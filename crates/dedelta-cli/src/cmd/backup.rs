@@ -4,9 +4,7 @@
 //! Exit codes: 0 saved; 3 saved, but some sources could not be read (each named in a
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
-use super::{
-    finish, host, now_rfc3339, open_locked, progress_stream, DeltaArgs, IoModelArgs, RepoArg,
-};
+use super::{finish, host, now_rfc3339, progress_stream, DeltaArgs, IoModelArgs, RepoArg};
 use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
 use clap::Args;
@@ -322,7 +320,7 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
     }
     // Lock first, then the index: every writer takes them in this order.
     let lookup = args.lookup.options()?;
-    let (r, lock) = open_locked(&args.repo, "backup")?;
+    let (r, lock) = super::open_shared(&args.repo, "backup")?;
     let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
     let progress = progress_stream(args.json, "archival");

@@ -6,7 +6,7 @@
 //!
 //! Exit codes: 0 printed; 1 no such object or it could not be decoded; 10 no repository.
 
-use super::{open, RepoArg};
+use super::{open_reader, RepoArg};
 use crate::render::outln;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
@@ -83,7 +83,7 @@ pub fn run(args: CatArgs) -> Result<u8> {
             print_pretty(&v)?;
         }
         CatObject::Tree => {
-            let r = open(&args.repo)?;
+            let (r, _lock) = open_reader(&args.repo, "cat")?;
             let (_, snap) = r.find_snapshot(&need_id()?)?;
             walk_tree(&r, &snap, |n, chunks| {
                 let line = json!({
@@ -134,7 +134,7 @@ pub fn run(args: CatArgs) -> Result<u8> {
             print_pretty(&json!({"id": name, "regions": regions, "entries": entries}))?;
         }
         CatObject::Index => {
-            let r = open(&args.repo)?;
+            let (r, _lock) = open_reader(&args.repo, "cat")?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let mut err = None;
             r.index().for_each(|id, loc| {
@@ -152,7 +152,7 @@ pub fn run(args: CatArgs) -> Result<u8> {
             out.flush()?;
         }
         CatObject::Chunk => {
-            let r = open(&args.repo)?;
+            let (r, _lock) = open_reader(&args.repo, "cat")?;
             let spec = need_id()?;
             let id = ChunkId::from_lowercase_hex(&spec).ok_or_else(|| {
                 Error::InvalidOption(format!("{spec:?} is not a chunk id (64 lowercase hex)"))

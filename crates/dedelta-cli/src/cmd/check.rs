@@ -5,7 +5,7 @@
 //! Exit codes: 0 no errors; 1 errors found (each printed), or the check could not run;
 //! 10 no repository; 11 locked.
 
-use super::{finish, now_rfc3339, open_locked, progress_stream, RepoArg};
+use super::{finish, now_rfc3339, progress_stream, RepoArg};
 use crate::render::{self, print_notices};
 use crate::EXIT_ERROR;
 use anyhow::Result;
@@ -28,7 +28,7 @@ pub struct CheckArgs {
 
 /// Runs the check and prints its report.
 pub fn run(args: CheckArgs) -> Result<u8> {
-    let (r, lock) = open_locked(&args.repo, "check")?;
+    let (r, lock) = super::open_shared(&args.repo, "check")?;
     let progress = progress_stream(args.json, "check");
     let report = check::check(&r, &lock, args.read_data, &now_rfc3339(), &progress)?;
     progress.finish();

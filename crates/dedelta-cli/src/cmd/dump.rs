@@ -8,7 +8,7 @@
 //! Exit codes: 0 written; 1 no such snapshot, the path is not a regular file of it, or a
 //! chunk could not be read (the output may then be cut short); 10 no repository.
 
-use super::{open, IoModelArgs, RepoArg};
+use super::{open_reader, IoModelArgs, RepoArg};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::ls;
@@ -50,7 +50,7 @@ pub struct DumpArgs {
 /// Finds the file in the snapshot and streams its chunks to standard output.
 pub fn run(args: DumpArgs) -> Result<u8> {
     args.io_models.models()?;
-    let r = open(&args.repo)?;
+    let (r, _lock) = open_reader(&args.repo, "dump")?;
     let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());

@@ -5,7 +5,7 @@
 //! tree could not be read; 10 no repository.
 
 use super::select::SnapshotFilterArgs;
-use super::{open, RepoArg};
+use super::{open_reader, RepoArg};
 use crate::render::{outln, print_json};
 use anyhow::Result;
 use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, TimeZone, Utc};
@@ -130,7 +130,7 @@ pub fn run(args: FindArgs) -> Result<u8> {
     };
     let matcher = NodeMatcher::new(&opts)?;
     let filter = args.filter.filter()?;
-    let r = open(&args.repo)?;
+    let (r, _lock) = open_reader(&args.repo, "find")?;
     let snapshots = if args.snapshots.is_empty() {
         let listed = r.snapshots()?;
         crate::render::print_warnings(&listed.warnings());

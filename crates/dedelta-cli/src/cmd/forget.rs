@@ -5,11 +5,12 @@
 //! Exit codes: 0 done (or, with `--dry-run`, decided); 1 no snapshot and no policy given, or
 //! the removal stopped; 10 no repository; 11 locked.
 
-use super::{lock_info, with_index, RepoArg};
+use super::{with_index, RepoArg};
 use crate::render::{self, outln, print_json};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::{forget, prune};
+use dedelta_store::repository::lock::LockMode;
 use dedelta_store::Error;
 use serde_json::json;
 
@@ -86,7 +87,7 @@ pub fn run(args: ForgetArgs) -> Result<u8> {
     }
     let filter = args.filter.filter()?;
     let r = args.repo.open_repository()?;
-    let lock = r.lock(&lock_info("forget"))?;
+    let lock = args.repo.lock(&r, "forget", LockMode::Exclusive)?;
     let selection = (&filter, args.group_by);
     let decisions =
         forget::forget_selected(&r, &lock, &args.snapshots, &policy, selection, args.dry_run)?;

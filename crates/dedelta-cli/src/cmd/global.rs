@@ -14,7 +14,9 @@ use std::sync::OnceLock;
 /// The options every command takes, before or after its name.
 #[derive(Args, Clone, Debug, Default)]
 pub struct GlobalArgs {
-    /// Repository path (or set DEDELTA_REPO).
+    /// Repository: a local directory, or an S3 bucket as s3:http://HOST:PORT/BUCKET/PREFIX
+    /// (or s3:https://...; credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
+    /// the AWS profile files). Or set DEDELTA_REPO.
     #[arg(
         short = 'r',
         long = "repo",

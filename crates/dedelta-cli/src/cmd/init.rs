@@ -78,8 +78,12 @@ pub fn run(args: InitArgs) -> Result<u8> {
     args.delta.apply(&mut cfg.delta)?;
     let path = &args.repo.path()?;
     let cache_root = args.repo.cache_root();
+    let connections = args.repo.connections;
     let r = if args.insecure_no_password {
-        Repository::init_local_with_cache(path, cfg, &cache_root)?
+        match path.to_str() {
+            Some(loc) => Repository::init_location(loc, cfg, &cache_root, connections)?,
+            None => Repository::init_local_with_cache(path, cfg, &cache_root)?,
+        }
     } else {
         // An existing repository is named before a password is asked for.
         if path.join("config").exists() {
@@ -87,14 +91,22 @@ pub fn run(args: InitArgs) -> Result<u8> {
         }
         cfg.validate()?;
         let password = args.repo.password.new_password("the new repository")?;
-        Repository::init_local_encrypted(
-            path,
-            cfg,
-            &cache_root,
-            &password,
-            kdf_params(args.insecure_kdf),
-            &super::key::origin(),
-        )?
+        let kdf = kdf_params(args.insecure_kdf);
+        let origin = super::key::origin();
+        match path.to_str() {
+            Some(loc) => Repository::init_location_encrypted(
+                loc,
+                cfg,
+                &cache_root,
+                connections,
+                &password,
+                kdf,
+                &origin,
+            )?,
+            None => {
+                Repository::init_local_encrypted(path, cfg, &cache_root, &password, kdf, &origin)?
+            }
+        }
     };
     let encrypted = r.config().is_encrypted();
     if args.json {

@@ -5,8 +5,8 @@
 //!
 //! This file holds what several commands share: the option groups [`RepoArg`],
 //! [`DeltaArgs`] and [`IoModelArgs`], and opening (metered, for the `io` report), locking and
-//! describing the caller ([`open`], [`open_locked`], [`lock_info`]). `bench` and `eval` are
-//! not here: they use no repository.
+//! describing the caller ([`open_reader`], [`open_shared`], [`open_locked`], [`lock_info`]).
+//! `bench` and `eval` are not here: they use no repository.
 
 pub mod backup;
 pub mod cache;
@@ -30,6 +30,7 @@ pub mod select;
 pub mod snapshots;
 pub mod stats;
 pub mod tag;
+pub mod unlock;
 
 use crate::progress;
 use crate::render::print_notices;
@@ -40,7 +41,7 @@ use dedelta_core::sketch::{SketchKeep, SketchKind};
 use dedelta_store::backend::cost::{DiskModel, IoModels, ObjectStoreModel};
 use dedelta_store::format::config::{default_reanchor, DeltaConfig, SketchIndexKind};
 use dedelta_store::io_report::IoReport;
-use dedelta_store::repository::lock::{LockInfo, RepoLock};
+use dedelta_store::repository::lock::{LockInfo, LockMode, RepoLock};
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -50,6 +51,13 @@ use std::path::PathBuf;
 /// flattens this to say it uses them, and to take the password options.
 #[derive(Args, Clone)]
 pub struct RepoArg {
+    /// S3: requests in flight at most (default 8).
+    #[arg(long, value_name = "N")]
+    pub connections: Option<usize>,
+    /// When the repository is locked, retry for up to DURATION (e.g. 30s, 5m, 1h) before
+    /// giving up.
+    #[arg(long, value_name = "DURATION")]
+    pub retry_lock: Option<String>,
     /// Where the password of an encrypted repository comes from.
     #[command(flatten)]
     pub password: crate::password::PasswordArgs,
@@ -78,11 +86,38 @@ impl RepoArg {
 
     /// Opens the repository (config only), asking for its password if it is encrypted.
     pub fn open_unmetered(&self) -> Result<Repository> {
-        Ok(Repository::open_local_unlocking(
-            &self.path()?,
-            &self.cache_root(),
-            &mut || self.password.password(),
-        )?)
+        let path = self.path()?;
+        let cache_root = self.cache_root();
+        let mut password = || self.password.password();
+        let r = match path.to_str() {
+            Some(loc) => Repository::open_location_unlocking(
+                loc,
+                &cache_root,
+                self.connections,
+                &mut password,
+            )?,
+            None => Repository::open_local_unlocking(&path, &cache_root, &mut password)?,
+        };
+        Ok(r)
+    }
+
+    /// How long `--retry-lock` retries (zero without it).
+    pub fn retry_lock(&self) -> Result<std::time::Duration> {
+        let Some(d) = &self.retry_lock else {
+            return Ok(std::time::Duration::ZERO);
+        };
+        dedelta_store::repository::lock::parse_wait(d)
+            .ok_or_else(|| {
+                Error::InvalidOption(format!(
+                    "--retry-lock {d:?}: a duration such as 30s, 5m, 1h or 1h30m"
+                ))
+            })
+            .map_err(Into::into)
+    }
+
+    /// Takes a lock of `mode` on `r` for `command`, with `--retry-lock`.
+    pub fn lock(&self, r: &Repository, command: &str, mode: LockMode) -> Result<RepoLock> {
+        Ok(r.lock_with(&lock_info(command), mode, self.retry_lock()?)?)
     }
 }
 
@@ -353,10 +388,41 @@ pub fn lock_info(command: &str) -> LockInfo {
     }
 }
 
-/// Opens the repository and its index without a lock, printing on stderr what the user
-/// should know (an index that had to be rebuilt).
-pub fn open(repo: &RepoArg) -> Result<IndexedRepository> {
-    with_index(repo.open_repository()?)
+/// Opens the repository, takes a shared lock for `command` (so that no prune deletes what
+/// the command reads), then opens the index, printing on stderr what the user should know
+/// (an index that had to be rebuilt). For readers: a repository this process cannot write
+/// (read-only media, another user's) is read without a lock, with a notice. The lock is
+/// released when dropped.
+pub fn open_reader(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, Option<RepoLock>)> {
+    let r = repo.open_repository()?;
+    let lock = match repo.lock(&r, command, LockMode::Shared) {
+        Err(e) if is_read_only(&e) => {
+            print_notices(&[format!(
+                "no shared lock could be written ({e:#}): reading without one; a prune running now could remove data this {command} reads"
+            )]);
+            None
+        }
+        other => Some(other?),
+    };
+    Ok((with_index(r)?, lock))
+}
+
+/// Whether taking a lock failed because the repository cannot be written here.
+fn is_read_only(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Error>()
+        .and_then(Error::io_cause)
+        .is_some_and(|c| {
+            matches!(
+                c.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            )
+        })
+}
+
+/// Opens the repository, takes a shared lock for `command` (a writer that only adds: backup,
+/// or check), then opens the index.
+pub fn open_shared(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
+    open_with(repo, command, LockMode::Shared)
 }
 
 /// Opens the index of an open repository (after the lock, for commands that take it),
@@ -367,11 +433,20 @@ pub fn with_index(r: Repository) -> Result<IndexedRepository> {
     Ok(r)
 }
 
-/// Opens the repository, takes its exclusive lock for `command`, then opens the index (in
+/// Opens the repository, takes an exclusive lock for `command`, then opens the index (in
 /// that order, so that no other process changes the containers while the index is read).
 pub fn open_locked(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
+    open_with(repo, command, LockMode::Exclusive)
+}
+
+/// [`open_locked`] with a lock of `mode`.
+fn open_with(
+    repo: &RepoArg,
+    command: &str,
+    mode: LockMode,
+) -> Result<(IndexedRepository, RepoLock)> {
     let r = repo.open_repository()?;
-    let lock = r.lock(&lock_info(command))?;
+    let lock = repo.lock(&r, command, mode)?;
     if let Some(n) = r.remove_legacy_index(&lock)? {
         print_notices(&[n]);
     }

@@ -11,7 +11,7 @@
 //! repository.
 
 use super::select::SnapshotFilterArgs;
-use super::{open, RepoArg};
+use super::{open_reader, RepoArg};
 use anyhow::{Context, Result};
 use clap::Args;
 use dedelta_store::commands::mount::{Attr, DirEntry, MountTree};
@@ -208,16 +208,24 @@ fn wait_and_unmount(set: libc::sigset_t, mountpoint: PathBuf, mounted: &AtomicBo
     }
 }
 
+/// The repository opened by [`open_private_index`]: the directory of the index's copy, the
+/// repository, and the shared lock held while it is mounted.
+type PrivateIndex = (
+    tempfile::TempDir,
+    IndexedRepository,
+    Option<dedelta_store::repository::lock::RepoLock>,
+);
+
 /// Opens the repository with a private copy of its chunk index, in a temporary directory
-/// removed when the mount ends.
+/// removed when the mount ends, under a shared lock.
 ///
 /// A process holds the index's `flock` while the index is open, and a mount stays up for
 /// hours: with the shared index, every other command on the repository (a backup, `ls`)
 /// would fail as "in use by another process" meanwhile. The index is caught up first (under
 /// its lock), then its files are copied; a copy torn by a concurrent writer is found damaged
 /// and rebuilt, as any index.
-fn open_private_index(repo: &RepoArg) -> Result<(tempfile::TempDir, IndexedRepository)> {
-    let shared = open(repo)?;
+fn open_private_index(repo: &RepoArg) -> Result<PrivateIndex> {
+    let (shared, lock) = open_reader(repo, "mount")?;
     let index = shared.index_path().to_path_buf();
     let backend = std::sync::Arc::clone(shared.backend());
     drop(shared);
@@ -242,7 +250,7 @@ fn open_private_index(repo: &RepoArg) -> Result<(tempfile::TempDir, IndexedRepos
     }
     let copy = dedelta_store::Repository::open(backend, dir.path().join(&stem))?;
     let r = super::with_index(copy)?;
-    Ok((dir, r))
+    Ok((dir, r, lock))
 }
 
 /// Mounts the snapshots and serves them until unmounted.
@@ -262,7 +270,7 @@ pub fn run(args: MountArgs) -> Result<u8> {
     static MOUNTED: AtomicBool = AtomicBool::new(false);
     let mp = args.mountpoint.clone();
     std::thread::spawn(move || wait_and_unmount(set, mp, &MOUNTED));
-    let (_index_copy, r) = open_private_index(&args.repo)?;
+    let (_index_copy, r, _lock) = open_private_index(&args.repo)?;
     let listed = r.snapshots()?;
     crate::render::print_warnings(&listed.warnings());
     let snapshots = filter.apply(listed.snapshots);

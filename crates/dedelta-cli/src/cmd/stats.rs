@@ -4,7 +4,7 @@
 //!
 //! Exit codes: 0 printed; 1 the statistics could not be gathered; 10 no repository.
 
-use super::{open, RepoArg};
+use super::{open_reader, RepoArg};
 use crate::render::{self, print_warnings};
 use anyhow::Result;
 use clap::Args;
@@ -22,7 +22,7 @@ pub struct StatsArgs {
 
 /// Gathers the statistics and prints them; what could not be counted is a warning.
 pub fn run(args: StatsArgs) -> Result<u8> {
-    let r = open(&args.repo)?;
+    let (r, _lock) = open_reader(&args.repo, "stats")?;
     let s = stats::stats(&r)?;
     print_warnings(&s.warnings);
     render::stats(&s, args.json)?;

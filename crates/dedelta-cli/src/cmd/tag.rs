@@ -7,11 +7,12 @@
 //! repository; 11 locked.
 
 use super::select::SnapshotFilterArgs;
-use super::{lock_info, RepoArg};
+use super::RepoArg;
 use crate::render::{outln, print_json};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::tag;
+use dedelta_store::repository::lock::LockMode;
 
 /// Arguments of `dedelta tag`.
 #[derive(Args)]
@@ -56,7 +57,7 @@ pub fn run(args: TagArgs) -> Result<u8> {
     change.validate()?;
     let filter = args.filter.filter()?;
     let r = args.repo.open_repository()?;
-    let lock = r.lock(&lock_info("tag"))?;
+    let lock = args.repo.lock(&r, "tag", LockMode::Exclusive)?;
     let changed = tag::tag(&r, &lock, &args.snapshots, &filter, &change)?;
     lock.release()?;
     if args.json {

@@ -68,36 +68,51 @@ fn rebuild_in_batches(
     let listed = backend.list(FileKind::Container)?;
     repo.index().rebuild_in_steps(damage.digest(), |r| {
         let mut batch = Batch::default();
-        for (name, _) in &listed {
-            let Some(id) = ContainerId::from_hex(name) else {
-                let msg = format!("ignoring {name}: not a container name");
-                warn(&msg);
-                stats.problems.push(msg);
-                continue;
-            };
-            if damage.container_damaged(&id) {
-                // Left out, but known to the index.
-                stats.damaged_skipped += 1;
-                batch.whole.push(id);
-                continue;
-            }
-            let meta = read_meta_retrying(repo, name, &mut |msg| {
-                warn(&msg);
-                stats.problems.push(msg);
-            });
-            match meta {
-                Ok(meta) => {
-                    batch.entries += meta.entries.len();
-                    batch.metas.push((id, meta));
+        for group in listed.chunks(META_READ_GROUP) {
+            // Read the group's metadata in parallel (on an object store, each read is a few
+            // round trips), then take it in, in listing order.
+            let wanted: Vec<&str> = group
+                .iter()
+                .filter(|(name, _)| {
+                    ContainerId::from_hex(name).is_some_and(|id| !damage.container_damaged(&id))
+                })
+                .map(|(name, _)| name.as_str())
+                .collect();
+            let mut read = read_metas_parallel(repo, &wanted).into_iter();
+            for (name, _) in group {
+                let Some(id) = ContainerId::from_hex(name) else {
+                    let msg = format!("ignoring {name}: not a container name");
+                    warn(&msg);
+                    stats.problems.push(msg);
+                    continue;
+                };
+                if damage.container_damaged(&id) {
+                    // Left out, but known to the index.
+                    stats.damaged_skipped += 1;
+                    batch.whole.push(id);
+                    continue;
                 }
-                Err(e) => {
-                    let msg = format!("skipping container {name}: {e}");
+                let Some((meta, notes)) = read.next() else {
+                    break;
+                };
+                for msg in notes {
                     warn(&msg);
                     stats.problems.push(msg);
                 }
-            }
-            if batch.entries >= batch_entries {
-                std::mem::take(&mut batch).add_to(r, &damage, &mut stats, &|_| Ok(false))?;
+                match meta {
+                    Ok(meta) => {
+                        batch.entries += meta.entries.len();
+                        batch.metas.push((id, meta));
+                    }
+                    Err(e) => {
+                        let msg = format!("skipping container {name}: {e}");
+                        warn(&msg);
+                        stats.problems.push(msg);
+                    }
+                }
+                if batch.entries >= batch_entries {
+                    std::mem::take(&mut batch).add_to(r, &damage, &mut stats, &|_| Ok(false))?;
+                }
             }
         }
         batch.add_to(r, &damage, &mut stats, &|_| Ok(false))?;
@@ -162,17 +177,50 @@ impl Batch {
     }
 }
 
+/// Containers whose metadata a rebuild or catch-up reads at once ([`read_metas_parallel`]).
+pub(super) const META_READ_GROUP: usize = 64;
+/// Threads reading metadata at once: requests in flight to an object store (a local disk
+/// serves them from its cache or queue just as well).
+const META_READ_THREADS: usize = 8;
+
+/// The metadata of the containers `names`, in that order, each with the notes of
+/// [`read_meta_with`], read by up to [`META_READ_THREADS`] threads.
+pub(super) fn read_metas_parallel(
+    repo: &IndexedRepository,
+    names: &[&str],
+) -> Vec<(Result<ContainerMeta>, Vec<String>)> {
+    let backend = repo.backend_for(Purpose::Index);
+    let read = |name: &str| {
+        let mut notes = Vec::new();
+        let meta = read_meta_with(backend.as_ref(), name, &mut |m| notes.push(m));
+        (meta, notes)
+    };
+    if names.len() <= 1 {
+        return names.iter().map(|n| read(n)).collect();
+    }
+    let per = names.len().div_ceil(META_READ_THREADS);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = names
+            .chunks(per)
+            .map(|part| s.spawn(move || part.iter().map(|n| read(n)).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// Reads a container's metadata; a failed read is tried once more (a container left out of
 /// the index by one bad read would look lost until the next rebuild), and `note` hears of a
 /// read that failed once.
-pub(super) fn read_meta_retrying(
-    repo: &IndexedRepository,
+fn read_meta_with(
+    backend: &dyn crate::backend::Backend,
     name: &str,
     note: &mut dyn FnMut(String),
 ) -> Result<ContainerMeta> {
-    let backend = repo.backend_for(Purpose::Index);
-    read_container_meta(backend.as_ref(), name).or_else(|first| {
-        read_container_meta(backend.as_ref(), name).inspect(|_| {
+    read_container_meta(backend, name).or_else(|first| {
+        read_container_meta(backend, name).inspect(|_| {
             note(format!(
                 "container {name}: a metadata read failed ({first}) and a second read was \
                  intact: the storage may be unreliable"

@@ -16,7 +16,9 @@
 //!
 //! So a backup never deduplicates against a chunk another client deleted or found damaged.
 
-use super::index_rebuild::{read_meta_retrying, Batch, RepairStats, BATCH_ENTRIES};
+use super::index_rebuild::{
+    read_metas_parallel, Batch, RepairStats, BATCH_ENTRIES, META_READ_GROUP,
+};
 use super::IndexedRepository;
 use crate::backend::wrap::metered::Purpose;
 use crate::backend::FileKind;
@@ -90,26 +92,40 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
     let mut ignored = RepairStats::default();
     index.take_in_steps(|r| {
         let mut batch = Batch::default();
-        for id in added {
-            if damage.container_damaged(&id) {
-                batch.whole.push(id);
-                out.added += 1;
-                continue;
-            }
-            let name = id.to_hex();
-            match read_meta_retrying(repo, &name, &mut |msg| out.notices.push(msg)) {
-                Ok(meta) => {
-                    batch.entries += meta.entries.len();
-                    batch.metas.push((id, meta));
+        for group in added.chunks(META_READ_GROUP) {
+            let names: Vec<String> = group
+                .iter()
+                .filter(|id| !damage.container_damaged(id))
+                .map(ContainerId::to_hex)
+                .collect();
+            let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+            let mut read = read_metas_parallel(repo, &wanted)
+                .into_iter()
+                .zip(names.iter());
+            for id in group {
+                if damage.container_damaged(id) {
+                    batch.whole.push(*id);
                     out.added += 1;
+                    continue;
                 }
-                // Not marked as taken in: the next open tries again (check reports it).
-                Err(e) => out
-                    .notices
-                    .push(format!("container {name} left out of the index: {e}")),
-            }
-            if batch.entries >= BATCH_ENTRIES {
-                std::mem::take(&mut batch).add_to(r, &damage, &mut ignored, &indexed)?;
+                let Some(((meta, notes), name)) = read.next() else {
+                    break;
+                };
+                out.notices.extend(notes);
+                match meta {
+                    Ok(meta) => {
+                        batch.entries += meta.entries.len();
+                        batch.metas.push((*id, meta));
+                        out.added += 1;
+                    }
+                    // Not marked as taken in: the next open tries again (check reports it).
+                    Err(e) => out
+                        .notices
+                        .push(format!("container {name} left out of the index: {e}")),
+                }
+                if batch.entries >= BATCH_ENTRIES {
+                    std::mem::take(&mut batch).add_to(r, &damage, &mut ignored, &indexed)?;
+                }
             }
         }
         batch.add_to(r, &damage, &mut ignored, &indexed)?;

@@ -103,7 +103,59 @@ impl Repository {
         }
         let local = LocalBackend::new(path);
         local.create_layout()?;
-        let raw: Arc<dyn Backend> = Arc::new(local);
+        let mut repo =
+            Self::init_encrypted_on(Arc::new(local), config, cache_root, password, kdf, origin)?;
+        repo.local_root = Some(path.to_path_buf());
+        Ok(repo)
+    }
+
+    /// Creates an encrypted repository at `location` (an S3 URL, or a local directory that
+    /// must be absent or empty; see [`Self::init_location`]).
+    pub fn init_location_encrypted(
+        location: &str,
+        config: RepoConfig,
+        cache_root: &Path,
+        connections: Option<usize>,
+        password: &str,
+        kdf: KdfParams,
+        origin: &KeyOrigin,
+    ) -> Result<Self> {
+        let Some(raw) = crate::backend::open_url(location, connections) else {
+            return Self::init_local_encrypted(
+                Path::new(location),
+                config,
+                cache_root,
+                password,
+                kdf,
+                origin,
+            );
+        };
+        let raw = raw?;
+        let config = config.encrypted();
+        config.validate()?;
+        if raw.exists(FileKind::Config, "config")? {
+            return Err(Error::RepoExists(location.into()));
+        }
+        if password.is_empty() {
+            return Err(Error::InvalidOption(
+                "an empty password (use --insecure-no-password for a repository without \
+                 encryption)"
+                    .into(),
+            ));
+        }
+        Self::init_encrypted_on(raw, config, cache_root, password, kdf, origin)
+    }
+
+    /// Writes a new master key (in one key file under `password`) and the sealed config
+    /// `config` (already [`RepoConfig::encrypted`] and validated) to `raw`.
+    fn init_encrypted_on(
+        raw: Arc<dyn Backend>,
+        config: RepoConfig,
+        cache_root: &Path,
+        password: &str,
+        kdf: KdfParams,
+        origin: &KeyOrigin,
+    ) -> Result<Self> {
         let key = MasterKey::random()?;
         let key_id = keys::add_key(raw.as_ref(), &key, password.as_bytes(), kdf, origin)?;
         let seal = Arc::new(SealedBackend::new(raw.clone(), &key));
@@ -120,7 +172,7 @@ impl Repository {
             }),
             dir.join(crate::client::cache::INDEX_FILE),
         );
-        repo.local_root = Some(path.to_path_buf());
+        repo.cache_dir = Some(dir);
         Ok(repo)
     }
 
@@ -190,5 +242,53 @@ impl Repository {
         let old = std::mem::replace(&mut u.key_id, new.clone());
         self.backend.delete(FileKind::Key, &old)?;
         Ok(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::wrap::metered::Purpose;
+    use crate::repository::lock::{LockHealth, LockTiming};
+    use std::time::Duration;
+
+    /// In an encrypted repository the write guard is under the seal (and the meter): once the
+    /// lock is lost, sealed writes are refused through every handle, and reads still work.
+    #[test]
+    fn sealed_writes_pass_the_write_guard() {
+        let dir = tempfile::tempdir().unwrap();
+        let origin = KeyOrigin {
+            created: "2026-11-24T00:00:00Z".into(),
+            host: "h".into(),
+            username: "u".into(),
+        };
+        let r = Repository::init_local_encrypted(
+            &dir.path().join("repo"),
+            RepoConfig::new("0123456789abcdef0123456789abcdef".into()),
+            &dir.path().join("cache"),
+            "pw",
+            KdfParams::insecure_for_tests(),
+            &origin,
+        )
+        .unwrap()
+        .metered();
+        r.backend().put(FileKind::Snapshot, "s", b"one").unwrap();
+        let timing = LockTiming {
+            refresh: Duration::from_millis(2),
+            stale_after: Duration::from_millis(2),
+        };
+        r.guard.watch(Arc::new(LockHealth::new(timing)));
+        std::thread::sleep(Duration::from_millis(20));
+        let e = r
+            .backend()
+            .put(FileKind::Snapshot, "t", b"two")
+            .unwrap_err();
+        assert!(e.to_string().contains("lock was lost"), "{e}");
+        let tagged = r.backend_for(Purpose::ChunkData);
+        assert!(tagged.put(FileKind::Container, "c", b"x").is_err());
+        assert_eq!(r.backend().get(FileKind::Snapshot, "s").unwrap(), b"one");
+        // What was stored is sealed: the plaintext is not in the file.
+        let stored = std::fs::read(dir.path().join("repo/snapshots/s")).unwrap();
+        assert_ne!(stored, b"one");
     }
 }

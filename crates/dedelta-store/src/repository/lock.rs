@@ -1,21 +1,39 @@
-//! The exclusive repository lock.
+//! Repository locks: objects in `locks/`, shared or exclusive, refreshed while held.
 //!
-//! A writer (backup, check, repair, forget, prune) creates `locks/exclusive` atomically (the
-//! object appears whole or not at all), holding its pid, host, start time and command. A second
-//! writer finds the file and fails with [`Error::Locked`] (exit code 11). A lock is stale, and
-//! removed, when its holder no longer runs on this host (a zombie counts as gone) or when it
-//! cannot be read at all: since locks are created atomically, an unreadable one is garbage,
-//! not a lock being written. Readers take no lock: everything they read is write-once.
+//! Every command that reads chunks or changes the repository holds a lock for its whole run:
+//! shared for backup, restore, check, ls and dump (any number at once, from any hosts),
+//! exclusive for forget, prune and repair (alone). So a prune never deletes a container a
+//! running backup may reference or a running restore is about to read.
+//!
+//! A lock is an object `locks/<32 hex>` (a random name) holding a [`LockRecord`] as JSON: who
+//! (owner, host, pid, command), when it was taken and last refreshed, and the holder's refresh
+//! interval and staleness timeout. Taking one ([`RepoLock::acquire`]) does not rely on a
+//! conditional write (Garage ignores `If-None-Match`): it lists the locks and fails on a
+//! conflicting live one, writes its own, then lists again and, finding a conflicting live
+//! lock written meanwhile, deletes its own and fails. Two processes racing for conflicting
+//! locks may both back off (each saw the other's), never both succeed: each one's second
+//! listing comes after its own write, so the later writer of the two sees the earlier's lock.
+//!
+//! A lock is stale, and ignored and removed by the next process taking a lock, when it has
+//! not been refreshed for its timeout (any host; hosts' clocks must agree to within a
+//! fraction of it), when its holder is a process on this host that no longer runs, or when
+//! it cannot be parsed (locks are written whole, so an unreadable one is garbage). The holder
+//! refreshes it on a thread ([`refresh`]); when a refresh fails for long enough that others
+//! may find the lock stale, or finds the lock deleted, the lock is *lost* and the
+//! repository's write guard ([`super::lock_guard`]) refuses every further write, so the
+//! operation stops before writing more.
 
 use crate::backend::{Backend, FileKind};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-/// Name of the exclusive lock object.
-pub const EXCLUSIVE_LOCK: &str = "exclusive";
+pub mod refresh;
 
-/// Who holds a lock.
+pub use refresh::{LockHealth, LockTiming};
+
+/// Who takes a lock (the caller fills it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockInfo {
     /// Process id.
@@ -28,16 +46,317 @@ pub struct LockInfo {
     pub command: String,
 }
 
-/// A held exclusive lock, released on drop.
+/// Shared or exclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    /// Many holders at once: commands that only add to the repository or read it.
+    Shared,
+    /// One holder and no shared one: commands that delete or rewrite.
+    Exclusive,
+}
+
+/// What a lock object holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRecord {
+    /// The holder.
+    #[serde(flatten)]
+    pub info: LockInfo,
+    /// The user running the holder (`$USER`, or empty).
+    #[serde(default)]
+    pub owner: String,
+    /// Exclusive (an object without the field, as older versions wrote, counts as one).
+    #[serde(default = "yes")]
+    pub exclusive: bool,
+    /// Seconds since the Unix epoch of the last refresh (or of the taking).
+    #[serde(default)]
+    pub refreshed: u64,
+    /// How often the holder refreshes, in seconds.
+    #[serde(default)]
+    pub refresh_secs: u64,
+    /// After how many seconds without a refresh the lock is stale.
+    #[serde(default)]
+    pub stale_secs: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Seconds since the Unix epoch now.
+pub fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl LockRecord {
+    /// Why this lock is stale at `now` as seen from host `my_host`, or `None` if live.
+    pub fn stale_reason(&self, now: SystemTime, my_host: &str) -> Option<String> {
+        if self.info.host == my_host && !process_alive(self.info.pid) {
+            return Some(format!(
+                "its process {} no longer runs on this host",
+                self.info.pid
+            ));
+        }
+        let age = epoch_secs(now).saturating_sub(self.refreshed);
+        // A lock from before locks were refreshed has no timeout: only its host can tell.
+        (self.stale_secs > 0 && age > self.stale_secs).then(|| {
+            format!(
+                "not refreshed for {age} s (its timeout is {} s)",
+                self.stale_secs
+            )
+        })
+    }
+
+    fn locked_error(&self, name: &str, backend: &dyn Backend) -> Error {
+        Error::Locked {
+            pid: self.info.pid,
+            host: self.info.host.clone(),
+            time: self.info.time.clone(),
+            command: format!(
+                "{}, {} lock",
+                self.info.command,
+                if self.exclusive {
+                    "exclusive"
+                } else {
+                    "shared"
+                }
+            ),
+            path: format!("{}/locks/{name}", backend.location()),
+        }
+    }
+}
+
+/// A lock object as found by [`list_locks`].
+#[derive(Clone, Debug)]
+pub struct FoundLock {
+    /// Its object name.
+    pub name: String,
+    /// Its contents, `None` if unreadable (garbage: stale).
+    pub record: Option<LockRecord>,
+}
+
+/// Every lock object in the repository (one listing and one read each; a lock deleted
+/// between the two is left out).
+pub fn list_locks(backend: &dyn Backend) -> Result<Vec<FoundLock>> {
+    let mut out = Vec::new();
+    for (name, _) in backend.list(FileKind::Lock)? {
+        match backend.get(FileKind::Lock, &name) {
+            Ok(bytes) => out.push(FoundLock {
+                record: serde_json::from_slice(&bytes).ok(),
+                name,
+            }),
+            Err(crate::backend::BackendError::Missing { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(out)
+}
+
+/// Removes stale locks (or, with `all`, every lock); returns the names removed.
+pub fn remove_locks(backend: &dyn Backend, all: bool, my_host: &str) -> Result<Vec<String>> {
+    let now = SystemTime::now();
+    let mut removed = Vec::new();
+    for l in list_locks(backend)? {
+        let stale = l
+            .record
+            .as_ref()
+            .is_none_or(|r| r.stale_reason(now, my_host).is_some());
+        if all || stale {
+            backend.delete(FileKind::Lock, &l.name)?;
+            removed.push(l.name);
+        }
+    }
+    Ok(removed)
+}
+
+/// A held lock, released on drop (or by [`RepoLock::release`], which reports errors).
 #[derive(Debug)]
 pub struct RepoLock {
     backend: Arc<dyn Backend>,
+    name: String,
+    mode: LockMode,
+    health: Arc<LockHealth>,
+    refresher: Option<refresh::Refresher>,
     released: bool,
+}
+
+/// A random lock name: 16 bytes of the standard library's random hash keys, in hex.
+fn random_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let word = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(salt);
+        h.write_u128(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    };
+    format!("{:016x}{:016x}", word(std::process::id() as u64), word(1))
+}
+
+impl RepoLock {
+    /// Takes an exclusive lock for `me` with the default timing (see [`Self::acquire_with`]).
+    pub fn acquire(backend: Arc<dyn Backend>, me: &LockInfo) -> Result<Self> {
+        Self::acquire_with(backend, me, LockMode::Exclusive, LockTiming::default())
+    }
+
+    /// Takes a lock in `mode` for `me`, or fails with [`Error::Locked`] naming a conflicting
+    /// live lock (see the module documentation for the protocol). Stale locks met on the
+    /// way are removed. The lock is refreshed by a thread until released.
+    pub fn acquire_with(
+        backend: Arc<dyn Backend>,
+        me: &LockInfo,
+        mode: LockMode,
+        timing: LockTiming,
+    ) -> Result<Self> {
+        let conflict = |found: &[FoundLock], mine: Option<&str>| -> Result<Option<Error>> {
+            let now = SystemTime::now();
+            for l in found {
+                if Some(l.name.as_str()) == mine {
+                    continue;
+                }
+                let live = match &l.record {
+                    Some(r) => r.stale_reason(now, &me.host).is_none().then_some(r),
+                    None => None,
+                };
+                match live {
+                    Some(r) if r.exclusive || mode == LockMode::Exclusive => {
+                        return Ok(Some(r.locked_error(&l.name, backend.as_ref())))
+                    }
+                    Some(_) => {}
+                    // Stale or garbage: its holder stopped writing; clear it away.
+                    None => backend.delete(FileKind::Lock, &l.name)?,
+                }
+            }
+            Ok(None)
+        };
+        if let Some(e) = conflict(&list_locks(backend.as_ref())?, None)? {
+            return Err(e);
+        }
+        let name = random_name();
+        let record = LockRecord {
+            info: me.clone(),
+            owner: std::env::var("USER").unwrap_or_default(),
+            exclusive: mode == LockMode::Exclusive,
+            refreshed: epoch_secs(SystemTime::now()),
+            refresh_secs: timing.refresh.as_secs(),
+            stale_secs: timing.stale_after.as_secs(),
+        };
+        let health = Arc::new(LockHealth::new(timing));
+        refresh::write_record(backend.as_ref(), &name, &record)?;
+        let mut lock = RepoLock {
+            backend: backend.clone(),
+            name: name.clone(),
+            mode,
+            health: health.clone(),
+            refresher: None,
+            released: false,
+        };
+        // A lock written meanwhile by another process: the later writer backs off.
+        if let Some(e) = conflict(&list_locks(backend.as_ref())?, Some(&name))? {
+            lock.release()?;
+            return Err(e);
+        }
+        lock.refresher = Some(refresh::Refresher::start(backend, name, record, health));
+        Ok(lock)
+    }
+
+    /// Like [`Self::acquire_with`], retrying while the repository is locked, for up to
+    /// `retry_for` (restic's `--retry-lock`), with waits growing from 1 s to 10 s.
+    pub fn acquire_retrying(
+        backend: Arc<dyn Backend>,
+        me: &LockInfo,
+        mode: LockMode,
+        timing: LockTiming,
+        retry_for: Duration,
+    ) -> Result<Self> {
+        let deadline = std::time::Instant::now() + retry_for;
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match Self::acquire_with(backend.clone(), me, mode, timing) {
+                Err(Error::Locked { .. }) if std::time::Instant::now() + wait <= deadline => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(10));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Shared or exclusive.
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// The lock object's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the lock is still held; what the write guard checks before every write.
+    pub fn health(&self) -> &Arc<LockHealth> {
+        &self.health
+    }
+
+    /// Fails if the lock was lost (see the module documentation).
+    pub fn check(&self) -> Result<()> {
+        self.health.check()
+    }
+
+    /// Releases the lock now, reporting errors (drop ignores them).
+    pub fn release(mut self) -> Result<()> {
+        self.stop();
+        Ok(self.backend.delete(FileKind::Lock, &self.name)?)
+    }
+
+    fn stop(&mut self) {
+        self.released = true;
+        if let Some(r) = self.refresher.take() {
+            r.stop();
+        }
+        self.health.release();
+    }
+}
+
+impl Drop for RepoLock {
+    fn drop(&mut self) {
+        if !self.released {
+            self.stop();
+            let _ = self.backend.delete(FileKind::Lock, &self.name);
+        }
+    }
+}
+
+/// Parses a wait such as `30s`, `5m`, `1h30m` (units h, m, s, as restic's `--retry-lock`;
+/// a bare number is seconds); `None` if malformed.
+pub fn parse_wait(s: &str) -> Option<Duration> {
+    if let Ok(n) = s.parse::<u64>() {
+        return Some(Duration::from_secs(n));
+    }
+    let mut total = 0u64;
+    let mut num = String::new();
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: u64 = std::mem::take(&mut num).parse().ok()?;
+        let unit = match c {
+            'h' => 3600,
+            'm' => 60,
+            's' => 1,
+            _ => return None,
+        };
+        total = total.checked_add(n.checked_mul(unit)?)?;
+    }
+    (num.is_empty() && !s.is_empty()).then_some(Duration::from_secs(total))
 }
 
 /// Whether a process with `pid` runs on this machine. A zombie (exited, not yet reaped by
 /// its parent) does not run: `kill(pid, 0)` succeeds for it, so its state is read from /proc.
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -61,143 +380,5 @@ fn is_zombie(pid: libc::pid_t) -> bool {
         .is_some_and(|state| state == "Z" || state == "X")
 }
 
-impl RepoLock {
-    /// Takes the exclusive lock for `me`, removing a stale lock of a dead process on this host.
-    pub fn acquire(backend: Arc<dyn Backend>, me: &LockInfo) -> Result<Self> {
-        // Serializing a struct of strings cannot fail.
-        let body = serde_json::to_vec(me).expect("lock info serializes");
-        for _attempt in 0..3 {
-            if backend.create_new(FileKind::Lock, EXCLUSIVE_LOCK, &body)? {
-                return Ok(RepoLock {
-                    backend,
-                    released: false,
-                });
-            }
-            let holder = match backend
-                .get(FileKind::Lock, EXCLUSIVE_LOCK)
-                .map_err(Error::from)
-            {
-                Ok(b) => serde_json::from_slice::<LockInfo>(&b).ok(),
-                // Released between our attempt and this read: try again.
-                Err(Error::ObjectMissing { .. }) => continue,
-                Err(e) => return Err(e),
-            };
-            match holder {
-                Some(h) if h.host == me.host && !process_alive(h.pid) => {
-                    backend.delete(FileKind::Lock, EXCLUSIVE_LOCK)?;
-                }
-                Some(h) => {
-                    return Err(Error::Locked {
-                        pid: h.pid,
-                        host: h.host,
-                        time: h.time,
-                        command: h.command,
-                        path: format!("{}/locks/{EXCLUSIVE_LOCK}", backend.location()),
-                    })
-                }
-                // Locks are created whole: an unreadable one is garbage (left by an older
-                // version or damaged), never a lock being written.
-                None => backend.delete(FileKind::Lock, EXCLUSIVE_LOCK)?,
-            }
-        }
-        Err(Error::Locked {
-            pid: 0,
-            host: "?".into(),
-            time: "?".into(),
-            command: "a lock that reappeared three times while being removed".into(),
-            path: format!("{}/locks/{EXCLUSIVE_LOCK}", backend.location()),
-        })
-    }
-
-    /// Releases the lock now, reporting errors (drop ignores them).
-    pub fn release(mut self) -> Result<()> {
-        self.released = true;
-        Ok(self.backend.delete(FileKind::Lock, EXCLUSIVE_LOCK)?)
-    }
-}
-
-impl Drop for RepoLock {
-    fn drop(&mut self) {
-        if !self.released {
-            let _ = self.backend.delete(FileKind::Lock, EXCLUSIVE_LOCK);
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::memory::MemoryBackend;
-
-    fn info(pid: u32) -> LockInfo {
-        LockInfo {
-            pid,
-            host: "h".into(),
-            time: "t".into(),
-            command: "backup".into(),
-        }
-    }
-
-    #[test]
-    fn second_writer_is_refused_and_stale_lock_removed() {
-        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
-        let me = info(std::process::id());
-        let l = RepoLock::acquire(b.clone(), &me).unwrap();
-        assert!(matches!(
-            RepoLock::acquire(b.clone(), &me),
-            Err(Error::Locked { .. })
-        ));
-        l.release().unwrap();
-        // A lock of a dead pid on our host is stale.
-        let dead = info(u32::MAX - 7);
-        b.create_new(
-            FileKind::Lock,
-            EXCLUSIVE_LOCK,
-            &serde_json::to_vec(&dead).unwrap(),
-        )
-        .unwrap();
-        let l = RepoLock::acquire(b.clone(), &me).unwrap();
-        drop(l);
-        assert!(!b.exists(FileKind::Lock, EXCLUSIVE_LOCK).unwrap());
-    }
-
-    /// Issue 12: a disk filling up while the lock was written left an empty lock file that
-    /// blocked the repository forever ("locked by pid 0").
-    #[test]
-    fn unreadable_lock_is_stale() {
-        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
-        for garbage in [&b""[..], b"{\"pid\": 1", b"\xff\xfe"] {
-            b.put(FileKind::Lock, EXCLUSIVE_LOCK, garbage).unwrap();
-            let l = RepoLock::acquire(b.clone(), &info(std::process::id())).unwrap();
-            l.release().unwrap();
-        }
-    }
-
-    /// Issue 12: a zombie lock holder counted as alive.
-    #[test]
-    fn zombie_holder_is_not_alive() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        // Let it exit without reaping it: it stays a zombie until `wait`.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !is_zombie(pid as libc::pid_t) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(
-            is_zombie(pid as libc::pid_t),
-            "child did not become a zombie"
-        );
-        assert!(!process_alive(pid));
-        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::default());
-        b.put(
-            FileKind::Lock,
-            EXCLUSIVE_LOCK,
-            &serde_json::to_vec(&info(pid)).unwrap(),
-        )
-        .unwrap();
-        let l = RepoLock::acquire(b.clone(), &info(std::process::id())).unwrap();
-        l.release().unwrap();
-        child.wait().unwrap();
-        assert!(process_alive(std::process::id()));
-    }
-}
+mod tests;

@@ -12,6 +12,7 @@ pub mod index_rebuild;
 pub mod index_sync;
 pub mod keys;
 pub mod lock;
+pub mod lock_guard;
 pub mod snapshot_filter;
 pub mod snapshots;
 
@@ -22,15 +23,19 @@ use crate::client::index::ChunkIndex;
 use crate::error::{Error, Result};
 use crate::format::config::RepoConfig;
 use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMeta, FOOTER_LEN};
-use crate::repository::lock::{LockInfo, RepoLock};
+use crate::repository::lock::{LockInfo, LockMode, LockTiming, RepoLock};
+use crate::repository::lock_guard::WriteGuard;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// An open repository: backend and config.
 #[derive(Debug)]
 pub struct Repository {
     backend: Arc<dyn Backend>,
+    /// Under `backend` (and its meter): refuses writes once the lock is lost.
+    guard: Arc<WriteGuard>,
     /// With [`Self::metered`]: the meter `backend` is, for tagged handles and counts.
     metered: Option<Arc<MeteredBackend>>,
     config: RepoConfig,
@@ -171,19 +176,22 @@ impl Repository {
         Ok(Self::assemble(backend, config, unlocked, index_path))
     }
 
-    /// A repository on `raw` (sealed if `unlocked`).
+    /// A repository on `raw`: behind a [`WriteGuard`], and sealed above the guard if
+    /// `unlocked` (so that sealed writes pass the guard too).
     fn assemble(
         raw: Arc<dyn Backend>,
         config: RepoConfig,
         unlocked: Option<keys::Unlocked>,
         index_path: PathBuf,
     ) -> Self {
+        let guard = Arc::new(WriteGuard::new(raw));
         let backend: Arc<dyn Backend> = match &unlocked {
-            Some(u) => Arc::new(u.seal.rewrap(raw)),
-            None => raw,
+            Some(u) => Arc::new(u.seal.rewrap(guard.clone())),
+            None => guard.clone(),
         };
         Repository {
             backend,
+            guard,
             metered: None,
             config,
             index_path,
@@ -199,6 +207,54 @@ impl Repository {
             Some(u) => Arc::new(u.seal.rewrap(b)),
             None => b,
         }
+    }
+
+    /// Opens the repository at `location`: an S3 URL (`s3:http://HOST:PORT/BUCKET/PREFIX`,
+    /// see [`crate::backend::open_url`], with at most `connections` requests in flight) or a
+    /// local directory; the chunk index under `cache_root`.
+    pub fn open_location(
+        location: &str,
+        cache_root: &Path,
+        connections: Option<usize>,
+    ) -> Result<Self> {
+        Self::open_location_unlocking(location, cache_root, connections, &mut no_password)
+    }
+
+    /// [`Self::open_location`], calling `password` if the repository is encrypted.
+    pub fn open_location_unlocking(
+        location: &str,
+        cache_root: &Path,
+        connections: Option<usize>,
+        password: PasswordPrompt<'_>,
+    ) -> Result<Self> {
+        let Some(backend) = crate::backend::open_url(location, connections) else {
+            return Self::open_local_unlocking(Path::new(location), cache_root, password);
+        };
+        let backend = backend?;
+        match Self::open_in_cache_unlocking(backend, cache_root, password) {
+            Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
+            other => other,
+        }
+    }
+
+    /// Creates a repository at `location` (an S3 URL, or a local directory that must be
+    /// absent or empty), its index under `cache_root`.
+    pub fn init_location(
+        location: &str,
+        config: RepoConfig,
+        cache_root: &Path,
+        connections: Option<usize>,
+    ) -> Result<Self> {
+        let Some(backend) = crate::backend::open_url(location, connections) else {
+            return Self::init_local_with_cache(Path::new(location), config, cache_root);
+        };
+        let backend = backend?;
+        config.validate()?;
+        if backend.exists(FileKind::Config, "config")? {
+            return Err(Error::RepoExists(location.into()));
+        }
+        backend.put(FileKind::Config, "config", &config.to_bytes())?;
+        Self::open_in_cache(backend, cache_root)
     }
 
     /// Where the chunk index is kept (a client cache, not part of the repository).
@@ -242,11 +298,8 @@ impl Repository {
     pub fn metered(mut self) -> Self {
         if self.metered.is_none() {
             // The meter is under the seal: it counts the bytes stored and read.
-            let raw = match &self.unlocked {
-                Some(u) => u.seal.inner().clone(),
-                None => self.backend.clone(),
-            };
-            let m = Arc::new(MeteredBackend::new(raw));
+            let under: Arc<dyn Backend> = self.guard.clone();
+            let m = Arc::new(MeteredBackend::new(under));
             self.backend = self.sealed(m.clone());
             self.metered = Some(m);
         }
@@ -306,9 +359,29 @@ impl Repository {
         snapshots::find_filtered(self.backend.as_ref(), spec, filter)
     }
 
-    /// Takes the exclusive lock.
+    /// Takes an exclusive lock (timing from the environment, see [`LockTiming::from_env`]).
     pub fn lock(&self, me: &LockInfo) -> Result<RepoLock> {
-        RepoLock::acquire(self.backend.clone(), me)
+        self.lock_with(me, LockMode::Exclusive, Duration::ZERO)
+    }
+
+    /// Takes a lock in `mode`, retrying for up to `retry_for` while the repository is
+    /// locked, and guards every later write of this repository with it: once the lock is
+    /// lost, writes fail (see [`lock`]).
+    pub fn lock_with(
+        &self,
+        me: &LockInfo,
+        mode: LockMode,
+        retry_for: Duration,
+    ) -> Result<RepoLock> {
+        let lock = RepoLock::acquire_retrying(
+            self.guard.inner().clone(),
+            me,
+            mode,
+            LockTiming::from_env(),
+            retry_for,
+        )?;
+        self.guard.watch(lock.health().clone());
+        Ok(lock)
     }
 
     /// Opens the chunk index. The index is a cache of the containers' metadata: an index that

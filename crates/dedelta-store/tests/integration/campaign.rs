@@ -67,7 +67,7 @@ use dedelta_store::format::tree::NodeKind;
 use dedelta_store::progress::NoProgress;
 use dedelta_store::read::walk_tree;
 use dedelta_store::repository::damage::DamageSet;
-use dedelta_store::repository::lock::{LockInfo, RepoLock, EXCLUSIVE_LOCK};
+use dedelta_store::repository::lock::{remove_locks, LockInfo, RepoLock};
 use dedelta_store::repository::snapshots;
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::collections::{BTreeMap, BTreeSet};
@@ -1006,9 +1006,7 @@ impl World {
                     // as its user would after reading the error.
                     if inj.kind == FileKind::Lock && inj.index > 0 {
                         self.note("  the lock's release failed: removing the lock".into());
-                        self.fault
-                            .inner()
-                            .delete(FileKind::Lock, EXCLUSIVE_LOCK)
+                        remove_locks(self.fault.inner().as_ref(), true, "")
                             .map_err(|e| e.to_string())?;
                     }
                 }

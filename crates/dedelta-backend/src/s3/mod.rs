@@ -1,0 +1,355 @@
+//! The S3 backend: a repository in a bucket of any S3-compatible object store (AWS, Garage,
+//! MinIO, moto), through the `object_store` crate.
+//!
+//! Layout under the repository's key prefix: the same as a local repository's
+//! (`config`, `containers/<2 hex>/<64 hex>`, `snapshots/<64 hex>`, `locks/<name>`, ...), so
+//! that a bucket copied to a disk is a local repository and the reverse.
+//!
+//! [`Backend`] is synchronous; requests run on a small tokio runtime the backend owns, and
+//! each caller thread blocks on its request (`Runtime::block_on` may be called from many
+//! threads at once). At most [`S3Config::connections`] requests are in flight
+//! (`object_store`'s `LimitStore`), whichever threads make them.
+//!
+//! Integrity end to end: an S3 PUT is atomic (the object appears whole or not at all), and
+//! the ETag it returns is, for a plain PUT, the MD5 of the bytes the server stored, and for a
+//! multipart upload the MD5 of the parts' MD5s followed by `-N`: both are compared with the
+//! MD5 computed here, and a mismatch is an error (the retry wrapper writes again). A read
+//! checks it got the number of bytes it asked for; what the bytes are is checked above, by
+//! the checksums every repository object carries. Retries are not done here (the client's
+//! own retries are off): [`crate::wrap::retry::RetryBackend`] wraps this backend.
+//!
+//! Conditional writes: [`Backend::create_new`] uses `If-None-Match: *`, which some servers
+//! (Garage) ignore, so nothing relies on it for mutual exclusion: locks are written, then
+//! listed, and conflicts resolved (see dedelta-store's `repository/lock.rs`).
+
+pub mod config;
+pub mod test_server;
+
+pub use config::{Credentials, S3Config};
+
+use crate::{Backend, BackendError as Error, FileKind, Result};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use md5::{Digest, Md5};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::limit::LimitStore;
+use object_store::path::Path as ObjPath;
+use object_store::{
+    ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload, RetryConfig,
+};
+use std::io::ErrorKind;
+use std::time::Duration;
+
+/// A repository in an S3 bucket.
+pub struct S3Backend {
+    store: LimitStore<AmazonS3>,
+    runtime: tokio::runtime::Runtime,
+    config: S3Config,
+}
+
+impl std::fmt::Debug for S3Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "S3Backend({})", self.config.url())
+    }
+}
+
+impl S3Backend {
+    /// A backend for `config`, authenticated with `credentials`. Makes no request.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the client or its runtime cannot be built (a malformed endpoint).
+    pub fn new(config: S3Config, credentials: &Credentials) -> Result<Self> {
+        let setup = |e: &dyn std::fmt::Display| {
+            Error::io(
+                format!("setting up the S3 client for {}", config.url()),
+                std::io::Error::other(e.to_string()),
+            )
+        };
+        let options = ClientOptions::new()
+            .with_allow_http(config.endpoint.starts_with("http://"))
+            .with_pool_max_idle_per_host(config.connections.max(1))
+            .with_connect_timeout(Duration::from_secs(10))
+            .with_timeout(Duration::from_secs(300));
+        let mut b = AmazonS3Builder::new()
+            .with_endpoint(&config.endpoint)
+            .with_bucket_name(&config.bucket)
+            .with_virtual_hosted_style_request(false)
+            .with_client_options(options)
+            // The retry wrapper retries whole backend calls, with jitter.
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            });
+        if let Some(r) = &credentials.region {
+            b = b.with_region(r);
+        }
+        if let Some(k) = &credentials.access_key_id {
+            b = b.with_access_key_id(k);
+        }
+        if let Some(s) = &credentials.secret_access_key {
+            b = b.with_secret_access_key(s);
+        }
+        if let Some(t) = &credentials.session_token {
+            b = b.with_token(t);
+        }
+        if credentials.access_key_id.is_none() {
+            // A public bucket: anonymous requests.
+            b = b.with_skip_signature(true);
+        }
+        let s3 = b.build().map_err(|e| setup(&e))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("dedelta-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| setup(&e))?;
+        Ok(S3Backend {
+            store: LimitStore::new(s3, config.connections.max(1)),
+            runtime,
+            config,
+        })
+    }
+
+    /// The settings this backend was built with.
+    pub fn config(&self) -> &S3Config {
+        &self.config
+    }
+
+    /// The key of an object: `<prefix>/<kind dir>/[<shard>/]<name>`.
+    fn key(&self, kind: FileKind, name: &str) -> ObjPath {
+        let mut k = self.prefix_path(kind);
+        match kind {
+            FileKind::Config => k.push_str("config"),
+            FileKind::Container => {
+                k.push_str(name.get(..2).unwrap_or("00"));
+                k.push('/');
+                k.push_str(name);
+            }
+            _ => k.push_str(name),
+        }
+        ObjPath::from(k)
+    }
+
+    /// `<prefix>/<kind dir>/`, the listing prefix of a kind (`<prefix>/` for the config).
+    fn prefix_path(&self, kind: FileKind) -> String {
+        let mut k = String::new();
+        if !self.config.prefix.is_empty() {
+            k.push_str(&self.config.prefix);
+            k.push('/');
+        }
+        if !kind.dir().is_empty() {
+            k.push_str(kind.dir());
+            k.push('/');
+        }
+        k
+    }
+
+    fn err(&self, what: &str, kind: FileKind, name: &str, e: object_store::Error) -> Error {
+        use object_store::Error as E;
+        let io_kind = match &e {
+            E::NotFound { .. } => return kind.missing(name),
+            E::PermissionDenied { .. } | E::Unauthenticated { .. } => ErrorKind::PermissionDenied,
+            E::NotSupported { .. } | E::NotImplemented { .. } | E::InvalidPath { .. } => {
+                ErrorKind::Unsupported
+            }
+            E::AlreadyExists { .. } => ErrorKind::AlreadyExists,
+            _ => ErrorKind::Other,
+        };
+        Error::io(
+            format!("{what} {}/{name} at {}", kind.dir(), self.config.url()),
+            std::io::Error::new(io_kind, e.to_string()),
+        )
+    }
+
+    fn short_read(&self, kind: FileKind, name: &str, want: usize, got: usize) -> Error {
+        Error::io(
+            format!("reading {}/{name} at {}", kind.dir(), self.config.url()),
+            std::io::Error::new(
+                ErrorKind::UnexpectedEof,
+                format!("asked for {want} bytes, got {got}"),
+            ),
+        )
+    }
+
+    fn get_opts(&self, kind: FileKind, name: &str, range: Option<GetRange>) -> Result<Bytes> {
+        let key = self.key(kind, name);
+        let opts = GetOptions {
+            range,
+            ..GetOptions::default()
+        };
+        self.runtime
+            .block_on(async {
+                let r = self.store.get_opts(&key, opts).await?;
+                r.bytes().await
+            })
+            .map_err(|e| self.err("reading", kind, name, e))
+    }
+
+    /// Uploads `data` in one PUT, or in parts from [`S3Config::multipart_threshold`] on,
+    /// and checks the returned ETag against the MD5 of what was sent.
+    fn upload(&self, kind: FileKind, name: &str, data: &[u8], mode: PutMode) -> Result<()> {
+        let key = self.key(kind, name);
+        let multipart = data.len() >= self.config.multipart_threshold && mode == PutMode::Overwrite;
+        let (etag, expected) = if multipart {
+            let parts: Vec<&[u8]> = data.chunks(self.config.part_size.max(1)).collect();
+            let mut md5s = Vec::with_capacity(parts.len() * 16);
+            for p in &parts {
+                md5s.extend_from_slice(&Md5::digest(p));
+            }
+            let expected = format!("{}-{}", hex(&Md5::digest(&md5s)), parts.len());
+            let res = self.runtime.block_on(async {
+                let mut up = self.store.put_multipart(&key).await?;
+                let sends: Vec<_> = parts
+                    .iter()
+                    .map(|p| up.put_part(PutPayload::from(Bytes::copy_from_slice(p))))
+                    .collect();
+                let sent = futures::future::try_join_all(sends).await;
+                match sent {
+                    Ok(_) => up.complete().await,
+                    Err(e) => {
+                        let _ = up.abort().await;
+                        Err(e)
+                    }
+                }
+            });
+            (res, expected)
+        } else {
+            let expected = hex(&Md5::digest(data));
+            let payload = PutPayload::from(Bytes::copy_from_slice(data));
+            let opts = PutOptions {
+                mode,
+                ..PutOptions::default()
+            };
+            let res = self
+                .runtime
+                .block_on(self.store.put_opts(&key, payload, opts));
+            (res, expected)
+        };
+        let etag = etag.map_err(|e| self.err("writing", kind, name, e))?.e_tag;
+        // Servers that encrypt objects return an ETag that is not an MD5: only a value of
+        // the MD5's shape is compared.
+        if let Some(got) = etag.map(|t| t.trim_matches('"').to_ascii_lowercase()) {
+            let md5_shaped = got.len() >= 32 && got[..32].bytes().all(|b| b.is_ascii_hexdigit());
+            if md5_shaped && got != expected {
+                return Err(Error::io(
+                    format!("writing {}/{name} at {}", kind.dir(), self.config.url()),
+                    std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        format!("the server stored other bytes (ETag {got}, MD5 sent {expected})"),
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Backend for S3Backend {
+    fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+        Ok(self.get_opts(kind, name, None)?.to_vec())
+    }
+
+    fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
+        if len == 0 {
+            // S3 refuses an empty range; the object must still exist.
+            self.size(kind, name)?;
+            return Ok(Vec::new());
+        }
+        let range = if offset < 0 {
+            GetRange::Suffix(offset.unsigned_abs())
+        } else {
+            GetRange::Bounded(offset as u64..offset as u64 + len as u64)
+        };
+        let got = self.get_opts(kind, name, Some(range))?;
+        let want_at_least = if offset < 0 {
+            offset.unsigned_abs() as usize
+        } else {
+            len
+        };
+        if got.len() < want_at_least.max(len) {
+            return Err(self.short_read(kind, name, len, got.len()));
+        }
+        Ok(got[..len].to_vec())
+    }
+
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
+        if max_len == 0 {
+            self.size(kind, name)?;
+            return Ok(Vec::new());
+        }
+        let got = self.get_opts(kind, name, Some(GetRange::Suffix(max_len as u64)))?;
+        if got.len() > max_len {
+            return Err(self.short_read(kind, name, max_len, got.len()));
+        }
+        Ok(got.to_vec())
+    }
+
+    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
+        self.upload(kind, name, data, PutMode::Overwrite)
+    }
+
+    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
+        match self.upload(kind, name, data, PutMode::Create) {
+            Ok(()) => Ok(true),
+            Err(Error::Io { cause, .. }) if cause.kind() == ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+        let prefix = ObjPath::from(self.prefix_path(kind));
+        let metas: Vec<_> = self
+            .runtime
+            .block_on(self.store.list(Some(&prefix)).try_collect())
+            .map_err(|e| self.err("listing", kind, "", e))?;
+        let mut out: Vec<(String, u64)> = metas
+            .into_iter()
+            .filter_map(|m| {
+                // The config is the only object of its kind, directly under the prefix.
+                let rel = m.location.as_ref().strip_prefix(prefix.as_ref())?;
+                let rel = rel.trim_start_matches('/');
+                let name = match kind {
+                    FileKind::Config => (rel == "config").then_some(rel)?,
+                    FileKind::Container => rel.rsplit('/').next()?,
+                    _ => (!rel.contains('/')).then_some(rel)?,
+                };
+                Some((name.to_string(), m.size))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
+        let key = self.key(kind, name);
+        match self.runtime.block_on(self.store.delete(&key)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("deleting", kind, name, e)),
+        }
+    }
+
+    fn size(&self, kind: FileKind, name: &str) -> Result<u64> {
+        let key = self.key(kind, name);
+        self.runtime
+            .block_on(self.store.head(&key))
+            .map(|m| m.size)
+            .map_err(|e| self.err("reading the size of", kind, name, e))
+    }
+
+    fn exists(&self, kind: FileKind, name: &str) -> Result<bool> {
+        match self.size(kind, name) {
+            Ok(_) => Ok(true),
+            Err(Error::Missing { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn location(&self) -> String {
+        self.config.url()
+    }
+}

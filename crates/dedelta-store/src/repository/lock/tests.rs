@@ -1,0 +1,281 @@
+use super::*;
+use crate::backend::memory::MemoryBackend;
+use crate::repository::lock_guard::WriteGuard;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+
+fn info(pid: u32) -> LockInfo {
+    LockInfo {
+        pid,
+        host: "h".into(),
+        time: "t".into(),
+        command: "backup".into(),
+    }
+}
+
+fn me() -> LockInfo {
+    info(std::process::id())
+}
+
+fn memory() -> Arc<dyn Backend> {
+    Arc::new(MemoryBackend::default())
+}
+
+fn take(b: &Arc<dyn Backend>, mode: LockMode) -> Result<RepoLock> {
+    RepoLock::acquire_with(b.clone(), &me(), mode, LockTiming::default())
+}
+
+fn record(host: &str, pid: u32, exclusive: bool, age_secs: u64) -> LockRecord {
+    LockRecord {
+        info: LockInfo {
+            pid,
+            host: host.into(),
+            time: "t".into(),
+            command: "backup".into(),
+        },
+        owner: "u".into(),
+        exclusive,
+        refreshed: epoch_secs(SystemTime::now()) - age_secs,
+        refresh_secs: 300,
+        stale_secs: 1800,
+    }
+}
+
+fn plant(b: &Arc<dyn Backend>, name: &str, r: &LockRecord) {
+    b.put(FileKind::Lock, name, &serde_json::to_vec(r).unwrap())
+        .unwrap();
+}
+
+#[test]
+fn shared_locks_coexist_and_exclude_an_exclusive_one() {
+    let b = memory();
+    let s1 = take(&b, LockMode::Shared).unwrap();
+    let s2 = take(&b, LockMode::Shared).unwrap();
+    assert!(matches!(
+        take(&b, LockMode::Exclusive),
+        Err(Error::Locked { .. })
+    ));
+    // The refused attempt left nothing behind.
+    assert_eq!(b.list(FileKind::Lock).unwrap().len(), 2);
+    s1.release().unwrap();
+    drop(s2);
+    assert!(b.list(FileKind::Lock).unwrap().is_empty());
+    let x = take(&b, LockMode::Exclusive).unwrap();
+    let e = take(&b, LockMode::Shared).unwrap_err();
+    assert!(e.to_string().contains("exclusive lock"), "{e}");
+    assert!(matches!(
+        take(&b, LockMode::Exclusive),
+        Err(Error::Locked { .. })
+    ));
+    x.release().unwrap();
+}
+
+#[test]
+fn stale_locks_are_ignored_and_removed() {
+    let b = memory();
+    // A dead process on this host; a lock of another host not refreshed for an hour; garbage.
+    plant(&b, "dead", &record("h", u32::MAX - 7, true, 0));
+    plant(&b, "old", &record("elsewhere", 1, true, 3600));
+    for garbage in [&b""[..], b"{\"pid\": 1", b"\xff\xfe"] {
+        b.put(FileKind::Lock, "garbage", garbage).unwrap();
+        let l = take(&b, LockMode::Exclusive).unwrap();
+        assert_eq!(b.list(FileKind::Lock).unwrap().len(), 1);
+        l.release().unwrap();
+    }
+    // A live lock of another host, refreshed a minute ago, holds.
+    plant(&b, "live", &record("elsewhere", 1, false, 60));
+    let e = take(&b, LockMode::Exclusive).unwrap_err();
+    assert!(e.to_string().contains("elsewhere"), "{e}");
+    take(&b, LockMode::Shared).unwrap().release().unwrap();
+    // `unlock` removes only stale locks, `unlock --remove-all` every lock.
+    plant(&b, "old", &record("elsewhere", 1, true, 3600));
+    assert_eq!(remove_locks(b.as_ref(), false, "h").unwrap(), vec!["old"]);
+    assert_eq!(remove_locks(b.as_ref(), true, "h").unwrap(), vec!["live"]);
+}
+
+/// Locks of versions before shared locks (`locks/exclusive`, no timing) still exclude.
+#[test]
+fn an_older_versions_lock_counts_as_exclusive() {
+    let b = memory();
+    let old = serde_json::to_vec(&info(std::process::id())).unwrap();
+    b.put(FileKind::Lock, "exclusive", &old).unwrap();
+    assert!(matches!(
+        take(&b, LockMode::Shared),
+        Err(Error::Locked { .. })
+    ));
+    let dead = serde_json::to_vec(&info(u32::MAX - 7)).unwrap();
+    b.put(FileKind::Lock, "exclusive", &dead).unwrap();
+    take(&b, LockMode::Shared).unwrap().release().unwrap();
+}
+
+/// Without conditional writes, two processes racing for exclusive locks never both win.
+#[test]
+fn racing_exclusive_lockers_never_both_win() {
+    let b = memory();
+    for _ in 0..100 {
+        let barrier = Barrier::new(2);
+        let won: Vec<bool> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        take(&b, LockMode::Exclusive).ok()
+                    })
+                })
+                .collect();
+            let locks: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            locks.iter().map(Option::is_some).collect()
+        });
+        assert!(won.iter().filter(|w| **w).count() <= 1, "{won:?}");
+        assert!(b.list(FileKind::Lock).unwrap().is_empty());
+    }
+}
+
+#[test]
+fn retry_lock_waits_for_the_holder() {
+    let b = memory();
+    let held = take(&b, LockMode::Exclusive).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        held.release().unwrap();
+    });
+    let start = std::time::Instant::now();
+    let l = RepoLock::acquire_retrying(
+        b.clone(),
+        &me(),
+        LockMode::Shared,
+        LockTiming::default(),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(1000));
+    t.join().unwrap();
+    l.release().unwrap();
+    let _x = take(&b, LockMode::Exclusive).unwrap();
+    let e = RepoLock::acquire_retrying(
+        b.clone(),
+        &me(),
+        LockMode::Shared,
+        LockTiming::default(),
+        Duration::from_secs(2),
+    );
+    assert!(matches!(e, Err(Error::Locked { .. })));
+}
+
+/// Refuses lock writes while `broken` is set.
+#[derive(Debug)]
+struct LockWritesFail {
+    inner: MemoryBackend,
+    broken: AtomicBool,
+}
+
+impl Backend for LockWritesFail {
+    fn get(&self, k: FileKind, n: &str) -> crate::backend::Result<Vec<u8>> {
+        self.inner.get(k, n)
+    }
+    fn get_range(&self, k: FileKind, n: &str, o: i64, l: usize) -> crate::backend::Result<Vec<u8>> {
+        self.inner.get_range(k, n, o, l)
+    }
+    fn put(&self, k: FileKind, n: &str, d: &[u8]) -> crate::backend::Result<()> {
+        if k == FileKind::Lock && self.broken.load(Ordering::Relaxed) {
+            return Err(crate::backend::BackendError::io(
+                "lock",
+                std::io::Error::other("network down"),
+            ));
+        }
+        self.inner.put(k, n, d)
+    }
+    fn create_new(&self, k: FileKind, n: &str, d: &[u8]) -> crate::backend::Result<bool> {
+        self.inner.create_new(k, n, d)
+    }
+    fn list(&self, k: FileKind) -> crate::backend::Result<Vec<(String, u64)>> {
+        self.inner.list(k)
+    }
+    fn delete(&self, k: FileKind, n: &str) -> crate::backend::Result<()> {
+        self.inner.delete(k, n)
+    }
+    fn size(&self, k: FileKind, n: &str) -> crate::backend::Result<u64> {
+        self.inner.size(k, n)
+    }
+    fn exists(&self, k: FileKind, n: &str) -> crate::backend::Result<bool> {
+        self.inner.exists(k, n)
+    }
+    fn location(&self) -> String {
+        "test".into()
+    }
+}
+
+fn quick() -> LockTiming {
+    LockTiming {
+        refresh: Duration::from_millis(1000),
+        stale_after: Duration::from_millis(3000),
+    }
+}
+
+fn wait_until(mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A lock that cannot be refreshed is lost before others may take it as stale, and the
+/// repository's write guard then refuses writes (but not reads).
+#[test]
+fn a_lock_that_cannot_be_refreshed_stops_writes() {
+    let raw = Arc::new(LockWritesFail {
+        inner: MemoryBackend::default(),
+        broken: AtomicBool::new(false),
+    });
+    let guard = WriteGuard::new(raw.clone());
+    let lock = RepoLock::acquire_with(raw.clone(), &me(), LockMode::Shared, quick()).unwrap();
+    guard.watch(lock.health().clone());
+    guard.put(FileKind::Snapshot, "s", b"1").unwrap();
+    // Refreshes work: the lock stays healthy past its staleness timeout.
+    std::thread::sleep(Duration::from_millis(3500));
+    lock.check().unwrap();
+    raw.broken.store(true, Ordering::Relaxed);
+    wait_until(|| lock.check().is_err());
+    let e = guard.put(FileKind::Container, "c", b"x").unwrap_err();
+    assert!(e.to_string().contains("lock was lost"), "{e}");
+    assert!(guard.delete(FileKind::Snapshot, "s").is_err());
+    assert_eq!(guard.get(FileKind::Snapshot, "s").unwrap(), b"1");
+    drop(lock);
+}
+
+/// A lock removed by another process (`unlock --remove-all`) is lost at the next refresh.
+#[test]
+fn a_removed_lock_is_lost() {
+    let b = memory();
+    let lock = RepoLock::acquire_with(b.clone(), &me(), LockMode::Shared, quick()).unwrap();
+    remove_locks(b.as_ref(), true, "h").unwrap();
+    wait_until(|| lock.check().is_err());
+    assert!(lock.check().unwrap_err().to_string().contains("removed"));
+}
+
+/// Issue 12: a zombie lock holder counted as alive.
+#[test]
+fn zombie_holder_is_not_alive() {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    // Let it exit without reaping it: it stays a zombie until `wait`.
+    wait_until(|| is_zombie(pid as libc::pid_t));
+    assert!(!process_alive(pid));
+    let b = memory();
+    plant(&b, "z", &record("h", pid, true, 0));
+    take(&b, LockMode::Exclusive).unwrap().release().unwrap();
+    child.wait().unwrap();
+    assert!(process_alive(std::process::id()));
+}
+
+#[test]
+fn retry_lock_durations_parse() {
+    assert_eq!(parse_wait("30s"), Some(Duration::from_secs(30)));
+    assert_eq!(parse_wait("5m"), Some(Duration::from_secs(300)));
+    assert_eq!(parse_wait("1h30m"), Some(Duration::from_secs(5400)));
+    assert_eq!(parse_wait("12"), Some(Duration::from_secs(12)));
+    for bad in ["", "5x", "m", "5m3"] {
+        assert_eq!(parse_wait(bad), None, "{bad}");
+    }
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Backup and restore throughput on S3 against the local backend, same data, interleaved
+# (issue 19's target: S3 at >= 70% of local). Starts moto_server (or uses ENDPOINT, e.g. a
+# Garage node, with AWS_* credentials set and bucket BUCKET existing) on 127.0.0.1; backs up
+# N versions (default 4) of the SQLAlchemy tars (~/.cache/dedelta-eval/sqla, see
+# scripts/datasets.sh) into a fresh local and a fresh S3 repository in turn, then restores the
+# last into a fresh directory from each, with an empty client cache each time. With STEP=K,
+# backup i holds the first i*K tars (cumulative: more data per run, so that throughput, not
+# per-request latency, decides).
+# Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, ENDPOINT, BUCKET, CONNECTIONS, STEP)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+D=${DEDELTA_BIN:-$here/target/release/dedelta}
+work=$1; n=${2:-4}
+data=${DATA:-$HOME/.cache/dedelta-eval/sqla}
+mkdir -p "$work"; cd "$work"
+rm -rf local cache-* out-* src; mkdir -p src
+if [ -z "${ENDPOINT:-}" ]; then
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  moto_server -H 127.0.0.1 -p "$port" >/dev/null 2>&1 & moto=$!
+  trap 'kill $moto' EXIT
+  ENDPOINT=http://127.0.0.1:$port
+  export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
+  for _ in $(seq 100); do curl -s "$ENDPOINT" >/dev/null && break; sleep 0.2; done
+  BUCKET=${BUCKET:-bench}
+  curl -s -X PUT "$ENDPOINT/$BUCKET" >/dev/null
+fi
+prefix=run$(date +%s)
+s3="s3:$ENDPOINT/${BUCKET:-bench}/$prefix"
+conn=()
+[ -n "${CONNECTIONS:-}" ] && conn=(--connections "$CONNECTIONS")
+$D init -r local --insecure-no-password >/dev/null
+$D init -r "$s3" --insecure-no-password "${conn[@]}" >/dev/null
+mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
+t() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
+step=${STEP:-0}
+tars=$(ls "$data"/*.tar | sort -V)
+for i in $(seq "$n"); do
+  if [ "$step" -gt 0 ]; then
+    for f in $(echo "$tars" | head -n $((i * step))); do [ -e "src/${f##*/}" ] || cp "$f" src/; done
+  else
+    rm -f src/*; cp "$(echo "$tars" | sed -n "${i}p")" src/
+  fi
+  cat src/* >/dev/null
+  lt=$(DEDELTA_CACHE_DIR=$work/cache-l t $D backup -r local src)
+  st=$(DEDELTA_CACHE_DIR=$work/cache-s t $D backup -r "$s3" "${conn[@]}" src)
+  echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s"
+done
+for k in 1 2; do
+  rm -rf out-l out-s cache-rl cache-rs
+  lt=$(DEDELTA_CACHE_DIR=$work/cache-rl t $D restore -r local latest --target out-l)
+  st=$(DEDELTA_CACHE_DIR=$work/cache-rs t $D restore -r "$s3" "${conn[@]}" latest --target out-s)
+  diff -r out-l out-s >/dev/null || { echo "restores differ"; exit 1; }
+  echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s"
+done
