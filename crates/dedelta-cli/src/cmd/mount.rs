@@ -227,8 +227,8 @@ type PrivateIndex = (
 fn open_private_index(repo: &RepoArg) -> Result<PrivateIndex> {
     let (shared, lock) = open_reader(repo, "mount")?;
     let index = shared.index_path().to_path_buf();
-    let backend = std::sync::Arc::clone(shared.backend());
-    drop(shared);
+    // Unlocked already (an encrypted repository is not opened again without its password).
+    let opened = shared.into_repository();
     let dir = tempfile::Builder::new()
         .prefix("dedelta-mount-index-")
         .tempdir()
@@ -248,7 +248,7 @@ fn open_private_index(repo: &RepoArg) -> Result<PrivateIndex> {
             }
         }
     }
-    let copy = dedelta_store::Repository::open(backend, dir.path().join(&stem))?;
+    let copy = opened.with_index_path(dir.path().join(&stem));
     let r = super::with_index(copy)?;
     Ok((dir, r, lock))
 }

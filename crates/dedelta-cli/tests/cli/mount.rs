@@ -122,3 +122,90 @@ fn mount_serves_the_snapshots() {
     assert!(status.success(), "{status}");
     assert!(!mp.join("snapshots").exists(), "unmounted on SIGTERM");
 }
+
+/// An encrypted repository mounts too: the mount's private index copy reuses the unlocked
+/// repository (it reopened it without the password and failed).
+#[test]
+fn mount_serves_an_encrypted_repository() {
+    if let Some(why) = no_fuse() {
+        eprintln!("skipped: mount needs FUSE ({why})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (repo, src, mp, cache) = (
+        dir.path().join("repo"),
+        dir.path().join("src"),
+        dir.path().join("mnt"),
+        dir.path().join("cache"),
+    );
+    make_tree(&src, 21);
+    fs::create_dir(&mp).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
+            .args(args)
+            .env("DEDELTA_PASSWORD", "secret")
+            .env("DEDELTA_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let repo_s = repo.to_str().unwrap();
+    run(&["init", "--insecure-kdf", "-r", repo_s]);
+    run(&["backup", "-r", repo_s, src.to_str().unwrap()]);
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
+        .args(["mount", mp.to_str().unwrap(), "-r", repo_s])
+        .env("DEDELTA_PASSWORD", "secret")
+        .env("DEDELTA_CACHE_DIR", &cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !mp.join("latest").exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            if [
+                "Operation not permitted",
+                "Permission denied",
+                "No such device",
+            ]
+            .iter()
+            .any(|m| err.contains(m))
+            {
+                eprintln!("skipped: mount is not allowed here: {err}");
+                return;
+            }
+            panic!("mount exited with {status}: {err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "mount did not appear"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let result = std::panic::catch_unwind(|| {
+        assert_same_tree(
+            &src,
+            &mp.join("latest").join(src.strip_prefix("/").unwrap()),
+        );
+    });
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

@@ -257,6 +257,12 @@ impl Repository {
         Self::open_in_cache(backend, cache_root)
     }
 
+    /// The same open repository (backend, key, config) with its chunk index at `index_path`.
+    pub fn with_index_path(mut self, index_path: PathBuf) -> Self {
+        self.index_path = index_path;
+        self
+    }
+
     /// Where the chunk index is kept (a client cache, not part of the repository).
     pub fn index_path(&self) -> &Path {
         &self.index_path
@@ -444,6 +450,12 @@ impl IndexedRepository {
     /// The chunk index.
     pub fn index(&self) -> &ChunkIndex {
         &self.index
+    }
+
+    /// The repository without its index (the index file's lock released), still unlocked if
+    /// encrypted: `mount` reopens it on a private copy of the index.
+    pub fn into_repository(self) -> Repository {
+        self.repo
     }
 
     /// Replaces a damaged index (whose file [`ChunkIndex`] has already removed) with a fresh
