@@ -16,6 +16,42 @@ fn no_fuse() -> Option<&'static str> {
     None
 }
 
+/// Waits until `ready` exists under the mount of `child`; `false` (the test skips, with a
+/// message) when the mount exited because mounting is not allowed here.
+fn wait_for_mount(child: &mut std::process::Child, ready: &Path) -> bool {
+    let start = Instant::now();
+    while !ready.exists() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            if [
+                "Operation not permitted",
+                "Permission denied",
+                "No such device",
+            ]
+            .iter()
+            .any(|m| err.contains(m))
+            {
+                eprintln!("skipped: mount is not allowed here: {err}");
+                return false;
+            }
+            panic!("mount exited with {status}: {err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "mount did not appear"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
 #[test]
 fn mount_serves_the_snapshots() {
     if let Some(why) = no_fuse() {
@@ -52,35 +88,8 @@ fn mount_serves_the_snapshots() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !mp.join("snapshots").exists() {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            if [
-                "Operation not permitted",
-                "Permission denied",
-                "No such device",
-            ]
-            .iter()
-            .any(|m| err.contains(m))
-            {
-                eprintln!("skipped: mount is not allowed here: {err}");
-                return;
-            }
-            panic!("mount exited with {status}: {err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "mount did not appear"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    if !wait_for_mount(&mut child, &mp.join("snapshots")) {
+        return;
     }
     let check = || {
         let inside = |view: &str| mp.join(view).join(src.strip_prefix("/").unwrap());
@@ -164,35 +173,8 @@ fn mount_serves_an_encrypted_repository() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !mp.join("latest").exists() {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            if [
-                "Operation not permitted",
-                "Permission denied",
-                "No such device",
-            ]
-            .iter()
-            .any(|m| err.contains(m))
-            {
-                eprintln!("skipped: mount is not allowed here: {err}");
-                return;
-            }
-            panic!("mount exited with {status}: {err}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "mount did not appear"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    if !wait_for_mount(&mut child, &mp.join("latest")) {
+        return;
     }
     let result = std::panic::catch_unwind(|| {
         assert_same_tree(
