@@ -24,6 +24,12 @@
 //! backup's CPU (the whole cache is read back per version), XXH3 a tenth of that, and a
 //! keyed fingerprint (encrypted repositories) would need the key here.
 //!
+//! The data file is memory-mapped and entries are handed out as slices of the mapping: copied
+//! into fresh heap memory instead, the kernel's zeroing of those pages cost as much as the
+//! reads themselves. dedelta only ever appends to a data file or replaces it with a new one,
+//! never truncates it, so the mapping stays valid (as with ripgrep, a file truncated by
+//! another program while mapped would end the process).
+//!
 //! Dead entries are never punched out of a data file in place (`fallocate(PUNCH_HOLE)`):
 //! entries are handed out as slices of the mapping, verified once, and a save running beside
 //! a backup (another process, or a crashed backup's saving thread) would zero bytes a delta is
@@ -222,8 +228,7 @@ impl LocalBaseCache {
             cause,
         };
         let file = File::open(&data_path).map_err(io)?;
-        let meta = file.metadata().map_err(io)?;
-        let data_len = meta.len();
+        let data_len = file.metadata().map_err(io)?.len();
         index.check_within(data_len).map_err(malformed)?;
         let data = if data_len == 0 {
             Bytes::new()
@@ -248,7 +253,7 @@ impl LocalBaseCache {
         self.entries.is_empty()
     }
 
-    /// Whether an entry for `id` is held (not yet checked against its fingerprint).
+    /// Whether an entry for `id` is held (not yet checked against its XXH3).
     pub fn contains(&self, id: &ChunkId) -> bool {
         self.entries.contains_key(id)
     }
