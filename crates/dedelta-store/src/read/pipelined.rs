@@ -149,6 +149,22 @@ impl<'a> PipelinedLocator<'a> {
     /// Locates chunk `id` (and the bases down its delta chain that the decoder will need).
     pub fn fetch(&mut self, id: &ChunkId) -> Result<FetchedChunk> {
         let chunk = self.locator.locate(id)?;
+        let fetched = self.fetch_bases(chunk);
+        if fetched.bases.is_err() && self.locator.reads_own_copies() {
+            // The snapshot's own copy may be a delta on a damaged base where the index's copy
+            // is not (see `ChunkLocator::locate_index_copy`).
+            if let Ok(chunk) = self.locator.locate_index_copy(id) {
+                let retried = self.fetch_bases(chunk);
+                if retried.bases.is_ok() {
+                    return Ok(retried);
+                }
+            }
+        }
+        Ok(fetched)
+    }
+
+    /// `chunk` with the bases down its delta chain that the decoder will need.
+    fn fetch_bases(&mut self, chunk: LocatedChunk) -> FetchedChunk {
         let mut bases = Vec::new();
         let mut next = chunk.delta_base;
         let found = loop {
@@ -174,7 +190,7 @@ impl<'a> PipelinedLocator<'a> {
             }
             bases
         });
-        Ok(FetchedChunk { chunk, bases })
+        FetchedChunk { chunk, bases }
     }
 }
 

@@ -165,24 +165,42 @@ impl<'a> ChunkLocator<'a> {
             Some(loc)
         } else {
             self.search_own(&mut copies, id)
-                .filter(|o| self.decodable(o))
+                .filter(|o| self.decodable(&mut copies, o))
         };
         self.own = Some(copies);
         Ok(Some(found.unwrap_or(loc)))
     }
 
-    /// Whether the own copy at `at` may be read: only a copy stored in full. A delta copy's
-    /// base would be resolved to its own copy or the index's, and two copies written at
-    /// different times may name each other as bases (a chunk stored again after damage, as
-    /// a delta the other way): mixing them could make a loop. A full copy ends every chain,
-    /// and Capping's rewrites, the copies this is for, are stored in full.
+    /// Whether the own copy at `at` may be read: a copy stored in full, or a delta whose base
+    /// will be read from a copy stored in full (the base's index copy when that lies in the
+    /// snapshot's containers, else its own full copy, else its index copy).
     ///
-    /// Reading a delta own copy whose base's copy is stored in full was tried on 2026-11-24
-    /// (it raised the cache-aware filter's speed factor on Redis from 3.50 to 4.16): the
-    /// campaign test then failed restores that must be exact after damage was healed, a
-    /// cause not found in the time left; see docs/eval/papers.md.
-    fn decodable(&mut self, at: &ChunkLocation) -> bool {
-        matches!(self.kind_at(at), Some(EntryKind::Full))
+    /// Why not any delta: a delta's base is resolved to its own copy or the index's, and two
+    /// copies written at different times may name each other as bases (a chunk stored again
+    /// after damage, as a delta the other way): mixing them could make a loop. A full copy
+    /// ends every chain, so one delta link onto a full copy cannot loop. Capping's rewrites
+    /// are stored in full; the cache-aware filter's (LoopDelta §4.4) are delta-compressed
+    /// again against a base whose container the backup had just read, and without reading
+    /// those the filter could not raise the restore's speed factor (it lowered it, 4.10 ->
+    /// 3.50 on the Redis series).
+    fn decodable(&mut self, copies: &mut OwnCopies, at: &ChunkLocation) -> bool {
+        match self.kind_at(at) {
+            Some(EntryKind::Full) => true,
+            Some(EntryKind::Delta { base, .. }) => {
+                let Ok(Some(index_copy)) = self.index.get(&base) else {
+                    return false;
+                };
+                let read = if copies.containers.contains(&index_copy.container) {
+                    index_copy
+                } else {
+                    self.search_own(copies, &base)
+                        .filter(|o| matches!(self.kind_at(o), Some(EntryKind::Full)))
+                        .unwrap_or(index_copy)
+                };
+                matches!(self.kind_at(&read), Some(EntryKind::Full))
+            }
+            None => false,
+        }
     }
 
     /// How the copy at `at` is stored; `None` if its metadata cannot be read or lacks it.
@@ -457,6 +475,21 @@ impl<'a> ChunkLocator<'a> {
         };
         let meta = self.meta(loc.container)?;
         Ok(meta.entries.get(loc.entry as usize).map(|e| e.kind))
+    }
+
+    /// [`Self::locate`] in the copy the index names, even when reading own copies: the
+    /// retry of a chunk whose own copy is a delta whose base cannot be read (damaged), while
+    /// the index's copy may not need that base.
+    pub fn locate_index_copy(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
+        let own = self.own.take();
+        let located = self.locate(id);
+        self.own = own;
+        located
+    }
+
+    /// Whether this locator reads snapshots' own copies ([`Self::reading_own_copies`]).
+    pub fn reads_own_copies(&self) -> bool {
+        self.own.is_some()
     }
 
     /// Finds chunk `id` and decompresses its region.
