@@ -16,9 +16,7 @@ use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::ContainerId;
 use dedelta_store::format::snapshot::SnapshotId;
 use dedelta_store::progress::NoProgress;
-use dedelta_store::read::{
-    walk_tree, ChunkLocator, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice,
-};
+use dedelta_store::read::{walk_tree, ChunkLocator, RestoreCacheChoice};
 use dedelta_store::IndexedRepository;
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
@@ -30,7 +28,7 @@ const SEGMENT_BYTES: u64 = 64 * 1024;
 /// Version `v` of two incompressible files: each version replaces a few 1 KiB spans with new
 /// bytes, so that after a few versions a file's chunks lie in the containers of every
 /// backup before (fragmentation).
-fn version(v: u64) -> Files {
+pub(crate) fn version(v: u64) -> Files {
     let mut m = Files::new();
     for f in 0..2u64 {
         let mut d = noise(200_000, 10 + f);
@@ -45,7 +43,12 @@ fn version(v: u64) -> Files {
     m
 }
 
-fn backup(repo: &IndexedRepository, src: &Path, v: u64, capping: Option<usize>) -> BackupResult {
+pub(crate) fn backup(
+    repo: &IndexedRepository,
+    src: &Path,
+    v: u64,
+    capping: Option<usize>,
+) -> BackupResult {
     write_files(src, &version(v));
     let opts = BackupOptions {
         rewriting: capping.map(|level| {
@@ -98,7 +101,13 @@ fn old_containers_per_segment(
     segments
 }
 
-fn restores_exact(repo: &IndexedRepository, dir: &Path, src: &Path, id: &SnapshotId, v: u64) {
+pub(crate) fn restores_exact(
+    repo: &IndexedRepository,
+    dir: &Path,
+    src: &Path,
+    id: &SnapshotId,
+    v: u64,
+) {
     let (_, snap) = repo.find_snapshot(&id.to_hex()).unwrap();
     let target = dir.join("restore");
     let _ = fs::remove_dir_all(&target);
@@ -109,7 +118,7 @@ fn restores_exact(repo: &IndexedRepository, dir: &Path, src: &Path, id: &Snapsho
     );
 }
 
-fn check_clean(repo: &IndexedRepository) {
+pub(crate) fn check_clean(repo: &IndexedRepository) {
     let report = run_check(repo, true).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
@@ -232,7 +241,7 @@ fn capping_at_level_zero_references_no_old_container() {
 
 /// Containers read restoring `id` with `cache` (bit-exact checked), and the containers the
 /// locator reads each of its file chunks from.
-fn restore_reads(
+pub(crate) fn restore_reads(
     repo: &IndexedRepository,
     dir: &Path,
     src: &Path,
@@ -419,143 +428,4 @@ fn a_damaged_own_copy_falls_back_to_the_index_for_that_chunk_only() {
     for id in &others {
         assert!(own.contains(&locator.locate(id).unwrap().container));
     }
-}
-
-/// Issue 17 (the cache-aware filter lowered the speed factor): an own copy stored as a delta
-/// is read too when its base's copy is stored in full. Here the old snapshot's edited chunks
-/// are one-level deltas; after a capped backup stored them again (the index names the new
-/// copies), restoring the old snapshot reads every chunk, deltas included, from its own
-/// containers, bit-exact.
-#[test]
-fn restore_reads_own_delta_copies_onto_full_bases() {
-    let tmp = tempfile::tempdir().unwrap();
-    let delta = DeltaConfig {
-        max_depth: 1,
-        reanchor: None,
-        ..DeltaConfig::recommended()
-    };
-    let repo = init_repo(&tmp.path().join("repo"), config(1, delta));
-    let src = tmp.path().join("src");
-    let mut ids = Vec::new();
-    for v in 0..4 {
-        ids.push(backup(&repo, &src, v, None).snapshot_id);
-    }
-    let old = ids[3];
-    let (_, old_snap) = repo.find_snapshot(&old.to_hex()).unwrap();
-    let own: HashSet<ContainerId> = old_snap.containers.iter().copied().collect();
-    // The old snapshot's chunks stored as deltas (its own copies).
-    let mut deltas = HashSet::new();
-    {
-        let mut locator = ChunkLocator::new(&repo, 1 << 20).unwrap();
-        walk_tree(&repo, &old_snap, |_, chunks| {
-            for c in chunks {
-                if locator.locate(&c.id)?.delta_base.is_some() {
-                    deltas.insert(c.id);
-                }
-            }
-            Ok(())
-        })
-        .unwrap();
-    }
-    assert!(!deltas.is_empty(), "version 3 has deltas");
-
-    let capped = backup(&repo, &src, 3, Some(0));
-    assert!(
-        capped.metrics.rewritten.chunks > 0,
-        "capping rewrote nothing"
-    );
-    let index = repo.index().reader().unwrap();
-    let moved_deltas: Vec<ChunkId> = deltas
-        .iter()
-        .filter(|id| !own.contains(&index.get(id).unwrap().unwrap().container))
-        .copied()
-        .collect();
-    assert!(
-        !moved_deltas.is_empty(),
-        "no delta of the old snapshot moved"
-    );
-
-    let mut locator = ChunkLocator::new(&repo, 1 << 20)
-        .unwrap()
-        .reading_own_copies(&old_snap.containers);
-    for id in &moved_deltas {
-        let c = locator.locate(id).unwrap();
-        assert!(own.contains(&c.container), "own delta copy not read");
-        assert!(c.delta_base.is_some());
-    }
-    restores_exact(&repo, tmp.path(), &src, &old, 3);
-    let caches = [
-        RestoreCacheChoice::Lru { containers: 2 },
-        RestoreCacheChoice::Forward {
-            area_bytes: 64 * 1024,
-        },
-    ];
-    for cache in caches {
-        let (_, read_from) = restore_reads(&repo, tmp.path(), &src, &old, 3, cache);
-        assert!(read_from.is_subset(&own), "{cache:?}");
-    }
-    check_clean(&repo);
-}
-
-/// Found by the campaign after own delta copies became readable: a chunk whose own copy is a
-/// delta on a base whose region is damaged, while the index's copy of the chunk does not need
-/// that base, is read from the index's copy (restore failed on it before).
-#[test]
-fn an_own_delta_copy_on_a_damaged_base_falls_back_to_the_index_copy() {
-    let tmp = tempfile::tempdir().unwrap();
-    let delta = DeltaConfig {
-        max_depth: 1,
-        reanchor: None,
-        ..DeltaConfig::recommended()
-    };
-    let repo_path = tmp.path().join("repo");
-    let repo = init_repo(&repo_path, config(1, delta));
-    let src = tmp.path().join("src");
-    let mut old = None;
-    for v in 0..4 {
-        old = Some(backup(&repo, &src, v, None).snapshot_id);
-    }
-    backup(&repo, &src, 3, Some(0));
-    let (_, snap) = repo.find_snapshot(&old.unwrap().to_hex()).unwrap();
-    let own: HashSet<ContainerId> = snap.containers.iter().copied().collect();
-    // A chunk read from its own delta copy whose index copy is stored in full elsewhere.
-    let mut locator = ChunkLocator::new(&repo, 1 << 20)
-        .unwrap()
-        .reading_own_copies(&snap.containers);
-    let mut picked = None;
-    walk_tree(&repo, &snap, |_, chunks| {
-        for c in chunks {
-            let own_copy = locator.locate(&c.id)?;
-            let index_copy = locator.locate_index_copy(&c.id)?;
-            if picked.is_none()
-                && own.contains(&own_copy.container)
-                && !own.contains(&index_copy.container)
-                && index_copy.delta_base.is_none()
-            {
-                picked = own_copy.delta_base.map(|base| (c.id, base));
-            }
-        }
-        Ok(())
-    })
-    .unwrap();
-    let (chunk, base) = picked.expect("an own delta copy whose index copy is full");
-    // Damage the base's region (its only copy).
-    let at = locator.locate_index_copy(&base).unwrap().container;
-    let meta = repo.read_container_meta(&at).unwrap();
-    let entry = meta.entries.iter().find(|e| e.id == base).unwrap();
-    let region = meta.regions[entry.region as usize];
-    let hex = at.to_hex();
-    let file = repo_path.join("containers").join(&hex[..2]).join(&hex);
-    let mut bytes = fs::read(&file).unwrap();
-    bytes[region.offset as usize + region.stored_len as usize / 2] ^= 0xff;
-    fs::write(&file, &bytes).unwrap();
-
-    let mut pipelined =
-        PipelinedLocator::new(&repo, RestoreCacheChoice::Lru { containers: 4 }, 1 << 20)
-            .unwrap()
-            .reading_own_copies(&snap.containers);
-    let fetched = pipelined.fetch(&chunk).unwrap();
-    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
-    let got = decoder.decode(&fetched).unwrap();
-    assert_eq!(ChunkId::of(got), chunk);
 }
