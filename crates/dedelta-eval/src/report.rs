@@ -346,7 +346,7 @@ pub fn markdown(opts: &EvalOptions, report: &EvalReport) -> String {
         s,
         "- What is measured. *repository MB*: everything under the repository path \
          (`du -sb`: containers, snapshots, config, locks), the same measure for dedelta, \
-         restic and borg; for zstd and xdelta3 the output files. The client's chunk index \
+         restic, rustic and borg; for zstd and xdelta3 the output files. The client's chunk index \
          is a cache outside the repository (`index_bytes` in results.csv, and the Memory \
          table). *containers MB*: dedelta's containers alone (`stats` `stored_bytes`). \
          *Total factor*: logical bytes / repository bytes. *Dedup, delta, compression \
