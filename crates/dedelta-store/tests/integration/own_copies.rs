@@ -12,18 +12,84 @@ use crate::support::{
 use dedelta_core::ChunkId;
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::ContainerId;
+use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
 use dedelta_store::read::{
     walk_tree, ChunkLocator, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice,
 };
 use dedelta_store::IndexedRepository;
 use std::collections::HashSet;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A plain backup of `src` as it is, at time `t`.
 fn backup_files(repo: &IndexedRepository, src: &Path, t: u64) {
     let opts = backup_options(vec![src.to_path_buf()], time_of(t));
     locked(repo, &me(), |lock| backup_with(repo, lock, opts)).unwrap();
+}
+
+/// One-level deltas, versions 0..4 backed up plainly, then version 3 again capped at level 0
+/// (every old duplicate stored again: the index names the new copies). Returns the repository,
+/// its path, the source, and version 3's snapshot, whose own copies the tests read.
+fn capped_after_four_versions(dir: &Path) -> (IndexedRepository, PathBuf, PathBuf, SnapshotId) {
+    let delta = DeltaConfig {
+        max_depth: 1,
+        reanchor: None,
+        ..DeltaConfig::recommended()
+    };
+    let repo_path = dir.join("repo");
+    let repo = init_repo(&repo_path, config(1, delta));
+    let src = dir.join("src");
+    let mut old = None;
+    for v in 0..4 {
+        old = Some(backup(&repo, &src, v, None).snapshot_id);
+    }
+    backup(&repo, &src, 3, Some(0));
+    (repo, repo_path, src, old.unwrap())
+}
+
+/// The chunks of `snap` read from their own delta copies whose index copies are stored in
+/// full outside the snapshot's containers, with their bases.
+fn own_deltas_indexed_in_full(
+    repo: &IndexedRepository,
+    snap: &Snapshot,
+) -> Vec<(ChunkId, ChunkId)> {
+    let own: HashSet<ContainerId> = snap.containers.iter().copied().collect();
+    let mut locator = ChunkLocator::new(repo, 1 << 20)
+        .unwrap()
+        .reading_own_copies(&snap.containers);
+    let mut pairs = Vec::new();
+    walk_tree(repo, snap, |_, chunks| {
+        for c in chunks {
+            let own_copy = locator.locate(&c.id)?;
+            let index_copy = locator.locate_index_copy(&c.id)?;
+            if own.contains(&own_copy.container)
+                && !own.contains(&index_copy.container)
+                && index_copy.delta_base.is_none()
+            {
+                pairs.extend(own_copy.delta_base.map(|base| (c.id, base)));
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+    pairs
+}
+
+/// Flips a byte in the middle of the region holding `id`'s index copy.
+fn damage_region_of(repo: &IndexedRepository, repo_path: &Path, id: &ChunkId) {
+    let at = ChunkLocator::new(repo, 1 << 20)
+        .unwrap()
+        .locate_index_copy(id)
+        .unwrap()
+        .container;
+    let meta = repo.read_container_meta(&at).unwrap();
+    let entry = meta.entries.iter().find(|e| e.id == *id).unwrap();
+    let region = meta.regions[entry.region as usize];
+    let hex = at.to_hex();
+    let file = repo_path.join("containers").join(&hex[..2]).join(&hex);
+    let mut bytes = fs::read(&file).unwrap();
+    bytes[region.offset as usize + region.stored_len as usize / 2] ^= 0xff;
+    fs::write(&file, &bytes).unwrap();
 }
 
 /// Issue 17 (the cache-aware filter lowered the speed factor): an own copy stored as a delta
@@ -108,52 +174,13 @@ fn restore_reads_own_delta_copies_onto_full_bases() {
 #[test]
 fn an_own_delta_copy_on_a_damaged_base_falls_back_to_the_index_copy() {
     let tmp = tempfile::tempdir().unwrap();
-    let delta = DeltaConfig {
-        max_depth: 1,
-        reanchor: None,
-        ..DeltaConfig::recommended()
-    };
-    let repo_path = tmp.path().join("repo");
-    let repo = init_repo(&repo_path, config(1, delta));
-    let src = tmp.path().join("src");
-    let mut old = None;
-    for v in 0..4 {
-        old = Some(backup(&repo, &src, v, None).snapshot_id);
-    }
-    backup(&repo, &src, 3, Some(0));
-    let (_, snap) = repo.find_snapshot(&old.unwrap().to_hex()).unwrap();
-    let own: HashSet<ContainerId> = snap.containers.iter().copied().collect();
-    // A chunk read from its own delta copy whose index copy is stored in full elsewhere.
-    let mut locator = ChunkLocator::new(&repo, 1 << 20)
-        .unwrap()
-        .reading_own_copies(&snap.containers);
-    let mut picked = None;
-    walk_tree(&repo, &snap, |_, chunks| {
-        for c in chunks {
-            let own_copy = locator.locate(&c.id)?;
-            let index_copy = locator.locate_index_copy(&c.id)?;
-            if picked.is_none()
-                && own.contains(&own_copy.container)
-                && !own.contains(&index_copy.container)
-                && index_copy.delta_base.is_none()
-            {
-                picked = own_copy.delta_base.map(|base| (c.id, base));
-            }
-        }
-        Ok(())
-    })
-    .unwrap();
-    let (chunk, base) = picked.expect("an own delta copy whose index copy is full");
+    let (repo, repo_path, _, old) = capped_after_four_versions(tmp.path());
+    let (_, snap) = repo.find_snapshot(&old.to_hex()).unwrap();
+    let (chunk, base) = *own_deltas_indexed_in_full(&repo, &snap)
+        .first()
+        .expect("an own delta copy whose index copy is full");
     // Damage the base's region (its only copy).
-    let at = locator.locate_index_copy(&base).unwrap().container;
-    let meta = repo.read_container_meta(&at).unwrap();
-    let entry = meta.entries.iter().find(|e| e.id == base).unwrap();
-    let region = meta.regions[entry.region as usize];
-    let hex = at.to_hex();
-    let file = repo_path.join("containers").join(&hex[..2]).join(&hex);
-    let mut bytes = fs::read(&file).unwrap();
-    bytes[region.offset as usize + region.stored_len as usize / 2] ^= 0xff;
-    fs::write(&file, &bytes).unwrap();
+    damage_region_of(&repo, &repo_path, &base);
 
     let mut pipelined =
         PipelinedLocator::new(&repo, RestoreCacheChoice::Lru { containers: 4 }, 1 << 20)
@@ -175,45 +202,11 @@ fn an_own_delta_copy_on_a_damaged_base_falls_back_to_the_index_copy() {
 #[test]
 fn own_delta_copies_restore_after_their_damaged_bases_are_healed() {
     let tmp = tempfile::tempdir().unwrap();
-    let delta = DeltaConfig {
-        max_depth: 1,
-        reanchor: None,
-        ..DeltaConfig::recommended()
-    };
-    let repo_path = tmp.path().join("repo");
-    let repo = init_repo(&repo_path, config(1, delta));
-    let src = tmp.path().join("src");
-    let mut old = None;
-    for v in 0..4 {
-        old = Some(backup(&repo, &src, v, None).snapshot_id);
-    }
-    let old = old.unwrap();
-    backup(&repo, &src, 3, Some(0));
+    let (repo, repo_path, src, old) = capped_after_four_versions(tmp.path());
     let (_, snap) = repo.find_snapshot(&old.to_hex()).unwrap();
     let own: HashSet<ContainerId> = snap.containers.iter().copied().collect();
     // Pairs (A, B): A read from its own delta copy on B, A's index copy full elsewhere.
-    let mut pairs = Vec::new();
-    {
-        let mut locator = ChunkLocator::new(&repo, 1 << 20)
-            .unwrap()
-            .reading_own_copies(&snap.containers);
-        walk_tree(&repo, &snap, |_, chunks| {
-            for c in chunks {
-                let own_copy = locator.locate(&c.id)?;
-                let index_copy = locator.locate_index_copy(&c.id)?;
-                if own.contains(&own_copy.container)
-                    && !own.contains(&index_copy.container)
-                    && index_copy.delta_base.is_none()
-                {
-                    if let Some(base) = own_copy.delta_base {
-                        pairs.push((c.id, base));
-                    }
-                }
-            }
-            Ok(())
-        })
-        .unwrap();
-    }
+    let pairs = own_deltas_indexed_in_full(&repo, &snap);
     assert!(
         !pairs.is_empty(),
         "no own delta copy whose index copy is full"
@@ -235,15 +228,9 @@ fn own_delta_copies_restore_after_their_damaged_bases_are_healed() {
             .entries
             .iter()
             .any(|e| e.region == entry.region && tree.contains(&e.id));
-        if needed_by_tree || !damaged.insert((at, entry.region)) {
-            continue;
+        if !needed_by_tree && damaged.insert((at, entry.region)) {
+            damage_region_of(&repo, &repo_path, base);
         }
-        let region = meta.regions[entry.region as usize];
-        let hex = at.to_hex();
-        let file = repo_path.join("containers").join(&hex[..2]).join(&hex);
-        let mut bytes = fs::read(&file).unwrap();
-        bytes[region.offset as usize + region.stored_len as usize / 2] ^= 0xff;
-        fs::write(&file, &bytes).unwrap();
     }
     assert!(!damaged.is_empty(), "no base to damage");
     let report = run_check(&repo, true).unwrap();

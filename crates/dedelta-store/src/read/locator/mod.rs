@@ -208,10 +208,11 @@ impl<'a> ChunkLocator<'a> {
     /// ([`crate::read::PipelinedLocator::fetch`]).
     ///
     /// Why not any delta: two copies written at different times may name each other as
-    /// bases. Seen by the campaign (seed 1000): chunk A's own copy is a delta on B; B's
-    /// container is damaged, `check` takes B out of the index, and the backup that heals it
-    /// stores B again as a delta on A's (full) index copy. Resolving B as the chunk asked
-    /// for would take B's index copy, then A's own copy again: a loop. Bases resolved by
+    /// bases. For instance chunk A's own copy is a delta on B; B's container is damaged,
+    /// `check` takes B out of the index, and the backup that heals it stores B again as a
+    /// delta on A's (full) index copy. Resolving B's base A like a chunk asked for takes A's
+    /// own copy again: a loop (the campaign's healed restores failed with "its delta chain
+    /// is longer than 16 (or loops)" while bases were resolved that way, seeds 1000, 7002). Bases resolved by
     /// [`CopyRule::OwnFull`] never take an own delta, so a chain holds at most one own copy
     /// that is a delta, at its top; below it are index copies (which never loop) and own
     /// full copies (which end it). Capping's rewrites are stored in full; the cache-aware
