@@ -91,6 +91,7 @@ impl Purpose {
         match kind {
             FileKind::Container => Purpose::ChunkData,
             FileKind::Snapshot | FileKind::Dense => Purpose::Snapshot,
+            FileKind::Index => Purpose::Index,
             FileKind::Config | FileKind::Lock | FileKind::Damage | FileKind::Key => Purpose::Other,
         }
     }
