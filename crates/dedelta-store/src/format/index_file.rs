@@ -19,7 +19,7 @@ use crate::format::container::{self, ContainerId, ContainerMeta, FOOTER_LEN};
 use crate::format::envelope;
 
 /// Index file magic.
-pub const INDEX_MAGIC: &[u8; 4] = b"DDIX";
+pub const INDEX_MAGIC: &[u8; 4] = b"DDIF";
 /// Index file format version.
 pub const INDEX_VERSION: u16 = 1;
 /// Offset in the envelope payload of the u64 LE length of the decompressed body.
