@@ -103,7 +103,8 @@ fn load_seen(repo: &Repository) -> BTreeSet<String> {
 /// later, so it is ignored).
 fn store_seen(repo: &Repository, seen: &BTreeSet<String>) {
     let path = seen_path(repo);
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.clone().into_os_string();
+    tmp.push(".tmp");
     let mut text = String::with_capacity(seen.len() * 65);
     for n in seen {
         text.push_str(n);
