@@ -93,7 +93,7 @@ impl IndexedContainer {
 /// If the body exceeds [`MAX_RAW_LEN`] (writers start a new file at [`TARGET_RAW_LEN`];
 /// one container's section is at most a few MiB).
 pub fn encode(records: &mut Vec<IndexedContainer>) -> Vec<u8> {
-    records.sort_by(|a, b| a.id.cmp(&b.id));
+    records.sort_by_key(|a| a.id);
     records.dedup_by(|a, b| a.id == b.id);
     let mut body = Vec::with_capacity(10 + records.iter().map(|r| r.encoded_len()).sum::<usize>());
     dedelta_core::varint::put(&mut body, records.len() as u64);
@@ -216,7 +216,7 @@ mod tests {
             recs.push(IndexedContainer::from_container_tail(id, &file).unwrap());
             metas.push((id, meta));
         }
-        metas.sort_by(|a, b| a.0.cmp(&b.0));
+        metas.sort_by_key(|a| a.0);
         (recs, metas)
     }
 
@@ -255,7 +255,7 @@ mod tests {
     #[test]
     fn well_sealed_but_malformed_bodies_are_refused() {
         let (mut recs, _) = records(2);
-        recs.sort_by(|a, b| a.id.cmp(&b.id));
+        recs.sort_by_key(|a| a.id);
         let body_of = |recs: &[IndexedContainer], count: u64, extra: &[u8]| {
             let mut body = Vec::new();
             dedelta_core::varint::put(&mut body, count);
