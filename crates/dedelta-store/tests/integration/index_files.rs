@@ -289,6 +289,20 @@ fn a_damaged_index_file_falls_back_to_container_metadata() {
         "{:?}",
         report.problems
     );
+    // What `repair index` (and prune) then does: the damaged file replaced, check clean.
+    let st = dedelta_store::repository::index_files::consolidate(&fresh).unwrap();
+    // The same records make the same bytes: the good file is written under the damaged
+    // one's name (names are content hashes), over it.
+    assert_eq!((st.written, st.deleted), (1, 0));
+    assert_eq!(s.index_files(), vec![name.clone()]);
+    assert!(
+        st.notices.iter().any(|n| n.contains(&name)),
+        "{:?}",
+        st.notices
+    );
+    assert_eq!(s.covered(), s.containers());
+    let report = run_check(&fresh, false).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
     drop(fresh);
     s.restores("fresh", &id, &version(1));
 }
