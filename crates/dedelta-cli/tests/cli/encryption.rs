@@ -248,7 +248,14 @@ fn key_commands_take_locks() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let locks = || fs::read_dir(f.repo().join("locks")).unwrap().count();
+    // Not counting a lock being written (a temporary file renamed into place).
+    let locks = || {
+        fs::read_dir(f.repo().join("locks"))
+            .unwrap()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp-"))
+            .count()
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while locks() == 0 {
         assert!(
