@@ -93,38 +93,58 @@ restore_same() { # who id src
   dd "$1" restore -r "$repo" "$2" --target "out-$1-$2" >/dev/null
   diff -r "$3" "out-$1-$2$3" >/dev/null || { echo "FAIL: snapshot $2 does not restore to $3"; exit 1; }
 }
-snap_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshot_id"])'; }
+# The snapshot id from `backup --json` (whose status lines come before the summary).
+snap_id() { python3 -c 'import json,sys; print([j for j in map(json.loads, sys.stdin) if "snapshot_id" in j][-1]["snapshot_id"])'; }
 
 dd a init -r "$repo" --insecure-no-password >/dev/null
 echo "1. concurrent backups"
 n=${CLIENTS:-3}
 for c in $(seq "$n"); do mktree "$work/src-$c" "$c"; done
-for c in $(seq "$n"); do (dd "c$c" backup -r "$repo" --json "$work/src-$c" | snap_id > "id-$c") & done
-wait
+# Wait for these pids only: a bare `wait` would wait for the Garage nodes too, for ever.
+t0=$SECONDS; bp=()
+for c in $(seq "$n"); do (dd "c$c" backup -r "$repo" --json "$work/src-$c" | snap_id > "id-$c") & bp+=($!); done
+for p in "${bp[@]}"; do wait "$p"; done
+echo "   $n backups in $((SECONDS - t0)) s"
+t0=$SECONDS
 dd z check -r "$repo" --read-data >/dev/null
 for c in $(seq "$n"); do restore_same z "$(cat id-$c)" "$work/src-$c"; done
-echo "   $n snapshots restore bit-exact, check --read-data clean"
+echo "   $n snapshots restore bit-exact, check --read-data clean ($((SECONDS - t0)) s)"
 
 echo "2. a node stopped mid-backup"
+t0=$SECONDS
+before_puts=$(grep -c "PUT /backups/repo/containers" "$work"/n*.log | awk -F: '{s+=$2} END {print s}')
 mktree "$work/src-big" 77; cp -r "$work/src-1" "$work/src-big/more"
+head -c "${BIG_MB:-40}000000" /dev/urandom > "$work/src-big/big.bin" # a backup of some seconds
 (dd a backup -r "$repo" --json "$work/src-big" | snap_id > id-big) & b=$!
-sleep 1; kill -9 "${pids[3]}"; echo "   node 3 killed"
+# Once the backup has stored a container (it is writing), node 3 goes.
+for _ in $(seq 200); do
+  grep -q "PUT /backups/repo/containers" "$work/n1.log" "$work/n2.log" "$work/n3.log" 2>/dev/null \
+    && [ "$(grep -c "PUT /backups/repo/containers" "$work"/n*.log | awk -F: '{s+=$2} END {print s}')" -gt "${before_puts:-0}" ] && break
+  sleep 0.05
+done
+if kill -0 "$b" 2>/dev/null; then
+  kill -9 "${pids[3]}"; wait "${pids[3]}" 2>/dev/null || true; echo "   node 3 killed during the backup"
+else
+  echo "FAIL: the backup ended before node 3 could be stopped (raise BIG_MB)"; exit 1
+fi
 wait $b
 start_node 3; sleep 2
 dd z check -r "$repo" --read-data >/dev/null
 restore_same z "$(cat id-big)" "$work/src-big"
-echo "   the backup completed; check --read-data clean; restores bit-exact"
+echo "   the backup completed; check --read-data clean; restores bit-exact ($((SECONDS - t0)) s)"
 
 echo "3. prune concurrent with a backup and a restore"
+t0=$SECONDS
 dd a forget -r "$repo" "$(cat id-1)" >/dev/null
 mktree "$work/src-late" 99
-(dd b backup -r "$repo" --json "$work/src-late" | snap_id > id-late) & b=$!
-(rm -rf out-r; dd r restore -r "$repo" "$(cat id-2)" --target out-r >/dev/null) & r=$!
+# Each waits for the others' locks (prune's is exclusive): whichever comes first, none fails.
+(dd b backup -r "$repo" --retry-lock 10m --json "$work/src-late" | snap_id > id-late) & b=$!
+(rm -rf out-r; dd r restore -r "$repo" --retry-lock 10m "$(cat id-2)" --target out-r >/dev/null) & r=$!
 dd p prune -r "$repo" --retry-lock 10m >/dev/null
 wait $b; wait $r
 diff -r "$work/src-2" "out-r$work/src-2" >/dev/null || { echo "FAIL: restore during prune"; exit 1; }
 dd z check -r "$repo" --read-data >/dev/null
 restore_same z "$(cat id-late)" "$work/src-late"
 for c in $(seq 2 "$n"); do restore_same z "$(cat id-$c)" "$work/src-$c"; done
-echo "   no error; check --read-data clean; every remaining snapshot restores bit-exact"
+echo "   no error; check --read-data clean; every remaining snapshot restores bit-exact ($((SECONDS - t0)) s)"
 echo "garage tests passed"

@@ -84,11 +84,14 @@ pub enum FileKind {
     Dense,
     /// Key files of an encrypted repository: the master key sealed under a password.
     Key,
+    /// Index files: the metadata of the containers a backup wrote, in one object, for clients
+    /// with an empty cache (see `dedelta_store::format::index_file`).
+    Index,
 }
 
 impl FileKind {
     /// Every kind, in [`FileKind::slot`] order (for per-kind counters).
-    pub const ALL: [FileKind; 7] = [
+    pub const ALL: [FileKind; 8] = [
         FileKind::Config,
         FileKind::Container,
         FileKind::Snapshot,
@@ -96,6 +99,7 @@ impl FileKind {
         FileKind::Damage,
         FileKind::Dense,
         FileKind::Key,
+        FileKind::Index,
     ];
 
     /// This kind's position in [`FileKind::ALL`].
@@ -108,6 +112,7 @@ impl FileKind {
             FileKind::Damage => 4,
             FileKind::Dense => 5,
             FileKind::Key => 6,
+            FileKind::Index => 7,
         }
     }
 
@@ -121,6 +126,9 @@ impl FileKind {
             FileKind::Damage => "damage",
             FileKind::Dense => "dense",
             FileKind::Key => "keys",
+            // Not `index`: versions before the chunk index moved to the client cache kept it
+            // in `index/`, which their successors delete whole.
+            FileKind::Index => "indexes",
         }
     }
 
@@ -134,6 +142,7 @@ impl FileKind {
             FileKind::Damage => "damage record",
             FileKind::Dense => "dense container list",
             FileKind::Key => "key file",
+            FileKind::Index => "index file",
         }
     }
 

@@ -38,8 +38,9 @@ pub enum Purpose {
     /// Reads ahead of need: a locality index loading a container's fingerprints before they
     /// are looked up, and (LoopDelta §4.3) a dense container's data with them.
     Prefetch,
-    /// Keeping the client's chunk index in step with the repository: listing containers and
-    /// reading the metadata of ones it has not seen, damage records.
+    /// Keeping the client's chunk index in step with the repository: listing containers,
+    /// reading index files and the metadata of containers they do not cover, damage records.
+    /// The default of index files.
     Index,
     /// Snapshot files, and the dense container lists beside them. The default of those kinds.
     Snapshot,
@@ -91,6 +92,7 @@ impl Purpose {
         match kind {
             FileKind::Container => Purpose::ChunkData,
             FileKind::Snapshot | FileKind::Dense => Purpose::Snapshot,
+            FileKind::Index => Purpose::Index,
             FileKind::Config | FileKind::Lock | FileKind::Damage | FileKind::Key => Purpose::Other,
         }
     }

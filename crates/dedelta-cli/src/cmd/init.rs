@@ -42,6 +42,10 @@ pub struct InitArgs {
     /// Raw size of a compression region in bytes.
     #[arg(long, default_value_t = DEFAULT_REGION_SIZE)]
     region_size: usize,
+    /// Size at which a container is sealed, in bytes (benchmarks: many containers from
+    /// little data).
+    #[arg(long, hide = true)]
+    container_size: Option<usize>,
     #[command(flatten, next_help_heading = "Algorithm options")]
     delta: DeltaArgs,
     /// Make a repository WITHOUT encryption (anyone who can read its files reads the backed
@@ -75,6 +79,9 @@ pub fn run(args: InitArgs) -> Result<u8> {
         ))
     })?;
     cfg.region_size = args.region_size;
+    if let Some(size) = args.container_size {
+        cfg.container_size = size;
+    }
     args.delta.apply(&mut cfg.delta)?;
     let path = &args.repo.path()?;
     let cache_root = args.repo.cache_root();

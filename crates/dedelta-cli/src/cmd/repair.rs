@@ -87,6 +87,10 @@ pub fn run(args: RepairArgs) -> Result<u8> {
 fn index(args: IndexArgs) -> Result<u8> {
     let (r, lock) = open_locked(&args.repo, "repair index")?;
     let st = repair::rebuild_index(&r, &mut |w| print_warnings(&[w]))?;
+    // The index files too: damaged or stale ones are replaced by ones that match the
+    // containers (docs/format.md, "Index files").
+    let files = dedelta_store::repository::index_files::consolidate(&r)?;
+    print_warnings(&files.notices);
     finish(&r, lock)?;
     render::repair_index(&st, args.json)?;
     Ok(if st.problems.is_empty() {

@@ -10,6 +10,7 @@ mod delta;
 mod encryption;
 mod errors;
 mod find_diff;
+mod garage;
 mod locks;
 mod metadata;
 mod mount;

@@ -44,6 +44,9 @@ pub(super) fn run(
     // The snapshot is written after this returns: its containers are durable, and now
     // indexed.
     writer.index_pending()?;
+    // And listed in an index file, for clients with an empty cache (see
+    // `crate::repository::index_files`).
+    writer.publish_index_files()?;
     StageTimes::add(&times.write, t);
     Ok(WriterStats {
         containers: std::mem::take(&mut writer.written),

@@ -47,6 +47,8 @@ pub struct RepairPacksStats {
     /// Damaged containers whose metadata could not be read: nothing could be salvaged, and
     /// they are kept (and stay recorded) rather than deleted.
     pub left_in_place: Vec<ContainerId>,
+    /// The index files rewritten for the containers left.
+    pub index_files: crate::repository::index_files::Consolidated,
 }
 
 /// Repairs the containers named by `ids` (full hex names or unique prefixes), or, when empty,
@@ -133,6 +135,7 @@ pub fn repair_packs(
         })?;
     }
     writer.seal()?;
+    writer.publish_index_files()?;
     stats.chunks_salvaged = salvaged.len() as u64;
     stats.containers_written = writer.written.len() as u64;
     drop(index);
@@ -227,6 +230,9 @@ pub fn repair_packs(
     }
     repo.index().forget_containers(&deleted)?;
     repo.index_applies_damage_records()?;
+    if !deleted.is_empty() {
+        stats.index_files = crate::repository::index_files::consolidate(repo)?;
+    }
     Ok(stats)
 }
 

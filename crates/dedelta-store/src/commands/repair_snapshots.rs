@@ -208,6 +208,7 @@ fn store_tree(
         ids.push(id);
     }
     writer.seal()?;
+    writer.publish_index_files()?;
     Ok(TreeRef {
         chunks: ids,
         len: buf.len() as u64,

@@ -29,6 +29,7 @@ pub mod container;
 pub mod damage;
 pub mod dense;
 pub mod envelope;
+pub mod index_file;
 pub mod sealed;
 pub mod snapshot;
 pub mod tree;

@@ -10,6 +10,7 @@
 //! the next backup that meets it stores it again). Copies `check` recorded as damaged are
 //! never picked.
 
+use super::index_files::{for_each_meta, Consult, MetaSources};
 use super::{read_container_meta, IndexedRepository};
 use crate::backend::wrap::metered::Purpose;
 use crate::backend::FileKind;
@@ -31,6 +32,8 @@ pub struct RepairStats {
     pub damaged_skipped: u64,
     /// Containers skipped because their metadata is unreadable (named in `problems`).
     pub problems: Vec<String>,
+    /// Where the containers' metadata came from (index files, or the containers).
+    pub sources: MetaSources,
 }
 
 /// Container metadata a rebuild holds in memory at once, in entries (about 10 MB of them; a
@@ -66,36 +69,35 @@ fn rebuild_in_batches(
         stats.problems.push(n);
     }
     let listed = backend.list(FileKind::Container)?;
+    let mut wanted = Vec::new();
+    let mut whole = Vec::new();
+    for (name, _) in &listed {
+        match ContainerId::from_hex(name) {
+            None => {
+                let msg = format!("ignoring {name}: not a container name");
+                warn(&msg);
+                stats.problems.push(msg);
+            }
+            // Left out, but known to the index.
+            Some(id) if damage.container_damaged(&id) => whole.push(id),
+            Some(id) => wanted.push(id),
+        }
+    }
+    wanted.sort();
     repo.index().rebuild_in_steps(damage.digest(), |r| {
         let mut batch = Batch::default();
-        for group in listed.chunks(META_READ_GROUP) {
-            // Read the group's metadata in parallel (on an object store, each read is a few
-            // round trips), then take it in, in listing order.
-            let wanted: Vec<&str> = group
-                .iter()
-                .filter(|(name, _)| {
-                    ContainerId::from_hex(name).is_some_and(|id| !damage.container_damaged(&id))
-                })
-                .map(|(name, _)| name.as_str())
-                .collect();
-            let mut read = read_metas_parallel(repo, &wanted).into_iter();
-            for (name, _) in group {
-                let Some(id) = ContainerId::from_hex(name) else {
-                    let msg = format!("ignoring {name}: not a container name");
-                    warn(&msg);
-                    stats.problems.push(msg);
-                    continue;
-                };
-                if damage.container_damaged(&id) {
-                    // Left out, but known to the index.
-                    stats.damaged_skipped += 1;
-                    batch.whole.push(id);
-                    continue;
-                }
-                let Some((meta, notes)) = read.next() else {
-                    break;
-                };
-                for msg in notes {
+        stats.damaged_skipped += whole.len() as u64;
+        batch.whole = whole;
+        let mut notes = Vec::new();
+        // Metadata from index files where they cover a container, else read from it (in
+        // parallel groups: on an object store each read is a few round trips).
+        let sources = for_each_meta(
+            repo,
+            &wanted,
+            Consult::All,
+            &mut notes,
+            &mut |id, meta, n| {
+                for msg in n {
                     warn(&msg);
                     stats.problems.push(msg);
                 }
@@ -105,7 +107,7 @@ fn rebuild_in_batches(
                         batch.metas.push((id, meta));
                     }
                     Err(e) => {
-                        let msg = format!("skipping container {name}: {e}");
+                        let msg = format!("skipping container {id}: {e}");
                         warn(&msg);
                         stats.problems.push(msg);
                     }
@@ -113,7 +115,13 @@ fn rebuild_in_batches(
                 if batch.entries >= batch_entries {
                     std::mem::take(&mut batch).add_to(r, &damage, &mut stats, &|_| Ok(false))?;
                 }
-            }
+                Ok(())
+            },
+        )?;
+        stats.sources = sources;
+        for msg in notes {
+            warn(&msg);
+            stats.problems.push(msg);
         }
         batch.add_to(r, &damage, &mut stats, &|_| Ok(false))?;
         // A chunk without a full copy gets a delta copy whose base has a copy, if any.

@@ -16,9 +16,8 @@
 //!
 //! So a backup never deduplicates against a chunk another client deleted or found damaged.
 
-use super::index_rebuild::{
-    read_metas_parallel, Batch, RepairStats, BATCH_ENTRIES, META_READ_GROUP,
-};
+use super::index_files::{for_each_meta, Consult, MetaSources};
+use super::index_rebuild::{Batch, RepairStats, BATCH_ENTRIES};
 use super::IndexedRepository;
 use crate::backend::wrap::metered::Purpose;
 use crate::backend::FileKind;
@@ -39,6 +38,8 @@ pub struct SyncStats {
     /// Whether the index was rebuilt instead (containers deleted, or the damage records
     /// changed).
     pub rebuilt: bool,
+    /// Where the added containers' metadata came from (index files, or the containers).
+    pub sources: MetaSources,
 }
 
 /// Catches the index up with the repository's containers and damage records (see the module
@@ -79,6 +80,7 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
         out.notices.extend(st.problems);
         out.gone = gone.len() as u64;
         out.rebuilt = true;
+        out.sources = st.sources;
         return Ok(out);
     }
     if added.is_empty() {
@@ -86,49 +88,55 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
     }
     // In batches, as a rebuild reads them (bounded memory however many containers another
     // client added): full copies first, then delta copies whose base has a readable copy (a
-    // full one among the added containers, or one the index names).
+    // full one among the added containers, or one the index names). Metadata from the index
+    // files this client has not read yet where they cover a container, else from it.
     let before = index.reader()?;
     let indexed = |c: &dedelta_core::ChunkId| Ok(before.get(c)?.is_some());
     let mut ignored = RepairStats::default();
+    let mut batch = Batch::default();
+    let wanted: Vec<ContainerId> = added
+        .iter()
+        .filter(|id| {
+            let whole = damage.container_damaged(id);
+            if whole {
+                batch.whole.push(**id);
+            }
+            !whole
+        })
+        .copied()
+        .collect();
+    out.added += batch.whole.len() as u64;
     index.take_in_steps(|r| {
-        let mut batch = Batch::default();
-        for group in added.chunks(META_READ_GROUP) {
-            let names: Vec<String> = group
-                .iter()
-                .filter(|id| !damage.container_damaged(id))
-                .map(ContainerId::to_hex)
-                .collect();
-            let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
-            let mut read = read_metas_parallel(repo, &wanted)
-                .into_iter()
-                .zip(names.iter());
-            for id in group {
-                if damage.container_damaged(id) {
-                    batch.whole.push(*id);
-                    out.added += 1;
-                    continue;
-                }
-                let Some(((meta, notes), name)) = read.next() else {
-                    break;
-                };
-                out.notices.extend(notes);
+        let mut added = 0;
+        let mut notes = Vec::new();
+        let mut read_notes = Vec::new();
+        let sources = for_each_meta(
+            repo,
+            &wanted,
+            Consult::Unseen,
+            &mut notes,
+            &mut |id, meta, n| {
+                read_notes.extend(n);
                 match meta {
                     Ok(meta) => {
                         batch.entries += meta.entries.len();
-                        batch.metas.push((*id, meta));
-                        out.added += 1;
+                        batch.metas.push((id, meta));
+                        added += 1;
                     }
                     // Not marked as taken in: the next open tries again (check reports it).
-                    Err(e) => out
-                        .notices
-                        .push(format!("container {name} left out of the index: {e}")),
+                    Err(e) => read_notes.push(format!("container {id} left out of the index: {e}")),
                 }
                 if batch.entries >= BATCH_ENTRIES {
                     std::mem::take(&mut batch).add_to(r, &damage, &mut ignored, &indexed)?;
                 }
-            }
-        }
-        batch.add_to(r, &damage, &mut ignored, &indexed)?;
+                Ok(())
+            },
+        )?;
+        out.added += added;
+        out.sources = sources;
+        out.notices.extend(notes);
+        out.notices.extend(read_notes);
+        std::mem::take(&mut batch).add_to(r, &damage, &mut ignored, &indexed)?;
         r.take_in_set_aside(|copy, full| Ok(!full(&copy.id)? && full(&copy.base)?))
     })?;
     Ok(out)

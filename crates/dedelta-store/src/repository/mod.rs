@@ -8,6 +8,7 @@
 //! a handle tagged with it from [`Repository::backend_for`].
 
 pub mod damage;
+pub mod index_files;
 pub mod index_rebuild;
 pub mod index_sync;
 pub mod keys;
@@ -579,6 +580,8 @@ pub struct ContainerWriter<'a> {
     pending: Option<Vec<(ContainerId, ContainerMeta)>>,
     /// With [`Self::returning_buffers`]: where the buffers of regions added go back.
     buffers: Option<crate::buffers::BufferPool>,
+    /// The records of the containers written, for the index files (see [`index_files`]).
+    index_files: index_files::IndexFilePublisher,
 }
 
 /// Containers a backup indexes in one commit (one run file of the index). A commit costs a
@@ -602,6 +605,7 @@ impl<'a> ContainerWriter<'a> {
             healed: Vec::new(),
             pending: None,
             buffers: None,
+            index_files: index_files::IndexFilePublisher::default(),
         }
     }
 
@@ -633,6 +637,14 @@ impl<'a> ContainerWriter<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Writes the records of the containers written since the last index file as one index
+    /// file (see [`index_files`]): a backup calls it once its containers are durable, before
+    /// its snapshot. Returns the names of every index file this writer wrote.
+    pub fn publish_index_files(&mut self) -> Result<&[String]> {
+        self.index_files.publish(self.repo)?;
+        Ok(&self.index_files.published)
     }
 
     /// Makes the writer clear the damage records of a container it writes again. Names are
@@ -704,6 +716,7 @@ impl<'a> ContainerWriter<'a> {
             .backend()
             .put(FileKind::Container, &id.to_hex(), &bytes)?;
         let len_bytes = bytes.len() as u64;
+        self.index_files.add(self.repo, id, &bytes)?;
         // The next container is written into this one's buffer (see crate::buffers).
         self.builder = ContainerBuilder::reusing(version, bytes);
         match self.pending.as_mut() {

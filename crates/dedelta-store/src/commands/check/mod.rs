@@ -3,6 +3,8 @@
 //! 1. The index files' own integrity (every bucket's CRC, order); a damaged index is discarded and
 //!    rebuilt, since it is only a cache.
 //! 2. Every container's metadata is read and verified.
+//! 2. (b) Every index file must decode, and list each existing container's entries exactly
+//!    (see [`index_files`]).
 //! 3. The index is compared with the containers: every entry must name an existing container
 //!    whose metadata lists that chunk at that position. An index that does not match is
 //!    rebuilt (it is a cache); a container whose metadata is unreadable is damage.
@@ -16,6 +18,7 @@
 //!    container; a delta's base too; a file's recorded size must equal its chunks' lengths.
 //!    Damaged chunks are traced to every snapshot and file that needs them.
 
+mod index_files;
 mod verify;
 
 pub(crate) use verify::{entry_pair, verify_entries, RefChecker};
@@ -143,6 +146,9 @@ pub fn check(
             }
         }
     }
+    // 2b. The index files against the containers.
+    progress.message("checking the index files");
+    index_files::check_index_files(backend.as_ref(), &entry_ids, &bad_meta, &mut report)?;
     // 3. The index against the containers.
     let mut found: Vec<DamagedCopy> = Vec::new();
     let mut mismatched = 0u64;

@@ -79,6 +79,7 @@ pub(super) fn execute(
         }
     }
     writer.seal()?;
+    writer.publish_index_files()?;
     stats.containers_written = writer.written.len() as u64;
     stats.bytes_written = writer.bytes_written;
     // Container names are content hashes: a copy can have the very name of a container this
@@ -118,6 +119,9 @@ pub(super) fn execute(
         .collect();
     (stats.dense_lists_updated, stats.dense_lists_deleted) =
         crate::backup::dense::after_prune(backend.as_ref(), &removed, &live)?;
+    // 5. Index files: one set for the containers left, then the old files go (see
+    // `crate::repository::index_files::consolidate` for the order).
+    stats.index_files = crate::repository::index_files::consolidate(repo)?;
     stats.bytes_freed = plan.bytes_removed as i64 - stats.bytes_written as i64;
     stats.plan = plan;
     Ok(stats)

@@ -13,7 +13,8 @@
 //! 1. new containers are written and durable, and indexed (the index now points at the copies);
 //! 2. index entries (and sketches) of dead chunks are removed, so no backup can deduplicate
 //!    against them any more;
-//! 3. only then are old containers deleted.
+//! 3. only then are old containers deleted;
+//! 4. the index files are replaced by ones that cover the containers left.
 //!
 //! A prune killed anywhere leaves every snapshot restorable; the next prune finishes the job.
 //! Prune reads only metadata of the containers it does not rewrite, and its memory is bounded by
@@ -89,6 +90,9 @@ pub struct PruneStats {
     pub dense_lists_updated: u64,
     /// Dense container lists deleted (their snapshot is gone, or they were unreadable).
     pub dense_lists_deleted: u64,
+    /// The index files rewritten for the containers left (see
+    /// [`crate::repository::index_files::consolidate`]).
+    pub index_files: crate::repository::index_files::Consolidated,
     /// Wall time in seconds.
     pub seconds: f64,
 }
