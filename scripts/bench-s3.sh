@@ -6,7 +6,8 @@
 # scripts/datasets.sh) into a fresh local and a fresh S3 repository in turn, then restores the
 # last into a fresh directory from each, with an empty client cache each time. With STEP=K,
 # backup i holds the first i*K tars (cumulative: more data per run, so that throughput, not
-# per-request latency, decides).
+# per-request latency, decides). Each backup line also gives both sides' requests (`backup
+# --json`'s io: all of them, base reads, container metadata) and CPU seconds (user + system).
 # Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, ENDPOINT, BUCKET, CONNECTIONS, STEP)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +34,17 @@ $D init -r local --insecure-no-password >/dev/null
 $D init -r "$s3" --insecure-no-password "${conn[@]}" >/dev/null
 mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 t() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
+# Runs a backup; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS" (JSON from --json).
+tb() {
+  /usr/bin/time -o "$work/time" -f '%e %U %S' "$@" --json > "$work/out.json"
+  python3 - "$work/time" "$work/out.json" <<'PY'
+import json, sys
+e, u, s = map(float, open(sys.argv[1]).read().split()[-3:])
+io = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])['io']
+p = io['purposes']
+print(f"{e:.2f} {u + s:.2f} {io['requests']} {p['base_reads']['requests']} {p['container_metadata']['requests']}")
+PY
+}
 step=${STEP:-0}
 tars=$(ls "$data"/*.tar | sort -V)
 for i in $(seq "$n"); do
@@ -42,9 +54,10 @@ for i in $(seq "$n"); do
     rm -f src/*; cp "$(echo "$tars" | sed -n "${i}p")" src/
   fi
   cat src/* >/dev/null
-  lt=$(DEDELTA_CACHE_DIR=$work/cache-l t $D backup -r local src)
-  st=$(DEDELTA_CACHE_DIR=$work/cache-s t $D backup -r "$s3" "${conn[@]}" src)
-  echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s"
+  read -r lt lc lr lb lm < <(DEDELTA_CACHE_DIR=$work/cache-l tb $D backup -r local src)
+  read -r st sc sr sb sm < <(DEDELTA_CACHE_DIR=$work/cache-s tb $D backup -r "$s3" "${conn[@]}" src)
+  echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
+    "requests local $lr (base reads $lb, metadata $lm) s3 $sr (base reads $sb, metadata $sm)"
 done
 for k in 1 2; do
   rm -rf out-l out-s cache-rl cache-rs
