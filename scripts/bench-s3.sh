@@ -33,8 +33,7 @@ conn=()
 $D init -r local --insecure-no-password >/dev/null
 $D init -r "$s3" --insecure-no-password "${conn[@]}" >/dev/null
 mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
-t() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
-# Runs a backup; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS" (JSON from --json).
+# Runs a backup or restore; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS" (JSON from --json).
 tb() {
   /usr/bin/time -o "$work/time" -f '%e %U %S' "$@" --json > "$work/out.json"
   python3 - "$work/time" "$work/out.json" <<'PY'
@@ -61,8 +60,9 @@ for i in $(seq "$n"); do
 done
 for k in 1 2; do
   rm -rf out-l out-s cache-rl cache-rs
-  lt=$(DEDELTA_CACHE_DIR=$work/cache-rl t $D restore -r local latest --target out-l)
-  st=$(DEDELTA_CACHE_DIR=$work/cache-rs t $D restore -r "$s3" "${conn[@]}" latest --target out-s)
+  read -r lt lc lr _ lm < <(DEDELTA_CACHE_DIR=$work/cache-rl tb $D restore -r local latest --target out-l)
+  read -r st sc sr _ sm < <(DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target out-s)
   diff -r out-l out-s >/dev/null || { echo "restores differ"; exit 1; }
-  echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s"
+  echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
+    "requests local $lr (metadata $lm) s3 $sr (metadata $sm)"
 done

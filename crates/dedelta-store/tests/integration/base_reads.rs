@@ -91,12 +91,12 @@ impl Backend for Probe {
         let base_read = std::thread::current()
             .name()
             .is_some_and(|n| n == "dedelta-dedup" || n.starts_with("dedelta-read"));
-        let fail = base_read && self.fail_all.load(Ordering::SeqCst)
-            || base_read
-                && self
+        let fail = base_read
+            && (self.fail_all.load(Ordering::SeqCst)
+                || self
                     .fail_next
                     .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| k.checked_sub(1))
-                    .is_ok();
+                    .is_ok());
         let out = if fail {
             Err(BackendError::io(
                 format!("reading container {name}"),
