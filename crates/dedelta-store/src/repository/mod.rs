@@ -50,6 +50,8 @@ pub struct Repository {
     cache_dir: Option<PathBuf>,
     /// Reads one reader may have in flight at once (see [`Self::reads_in_flight`]).
     reads_in_flight: usize,
+    /// Whether every read is a round trip (see [`Self::reads_are_round_trips`]).
+    round_trips: bool,
 }
 
 /// Reads in flight at once for a repository on a local disk: its page cache or queue serves
@@ -205,6 +207,7 @@ impl Repository {
             unlocked,
             cache_dir: None,
             reads_in_flight: LOCAL_READS_IN_FLIGHT,
+            round_trips: false,
         }
     }
 
@@ -218,6 +221,19 @@ impl Repository {
     /// Sets [`Self::reads_in_flight`] (at least 1).
     pub fn with_reads_in_flight(mut self, n: usize) -> Self {
         self.reads_in_flight = n.max(1);
+        self
+    }
+
+    /// Whether each read costs a round trip (an object store), so that a reader should read
+    /// a little more than it needs now rather than come back for it (backup's delta bases:
+    /// the next regions of a container it reads).
+    pub fn reads_are_round_trips(&self) -> bool {
+        self.round_trips
+    }
+
+    /// Sets [`Self::reads_are_round_trips`].
+    pub fn with_round_trips(mut self, round_trips: bool) -> Self {
+        self.round_trips = round_trips;
         self
     }
 
@@ -254,7 +270,7 @@ impl Repository {
         let in_flight = connections.unwrap_or(crate::backend::s3::config::DEFAULT_CONNECTIONS);
         match Self::open_in_cache_unlocking(backend, cache_root, password) {
             Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
-            other => other.map(|r| r.with_reads_in_flight(in_flight)),
+            other => other.map(|r| r.with_reads_in_flight(in_flight).with_round_trips(true)),
         }
     }
 

@@ -142,12 +142,22 @@ fn cold() -> DeltaConfig {
 /// A new repository at `path` whose requests go through a [`Probe`], with `in_flight` reads
 /// at once.
 fn probed(path: &Path, in_flight: usize) -> (IndexedRepository, Arc<Probe>) {
+    probed_with(path, in_flight, false)
+}
+
+/// [`probed`], its reads taken as round trips (as on S3) if `round_trips`.
+fn probed_with(
+    path: &Path,
+    in_flight: usize,
+    round_trips: bool,
+) -> (IndexedRepository, Arc<Probe>) {
     let made =
         Repository::init_local_with_cache(path, config(1, cold()), &cache_root_for(path)).unwrap();
     let probe = Arc::new(Probe::new(made.backend().clone()));
     let repo = Repository::open_in_cache(probe.clone(), &cache_root_for(path))
         .unwrap()
         .with_reads_in_flight(in_flight)
+        .with_round_trips(round_trips)
         .open_index()
         .unwrap();
     (repo, probe)
@@ -204,14 +214,17 @@ fn restores(repo: &IndexedRepository, dir: &Path, src: &Path, versions: &[Files]
 
 /// Bases read a round at a time, 4 requests in flight at most, store exactly what reading
 /// them one at a time stores, in the same requests (neighbouring regions share one: reads
-/// longer than a region).
+/// longer than a region); where reads are round trips, reading a container's next regions
+/// ahead stores the same in fewer requests.
 #[test]
 fn bases_are_read_in_bounded_batches_and_store_the_same() {
     let tmp = tempfile::tempdir().unwrap();
     let (serial, one) = probed(&tmp.path().join("serial"), 1);
     let (batched, four) = probed(&tmp.path().join("batched"), 4);
+    let (ahead, four_ahead) = probed_with(&tmp.path().join("ahead"), 4, true);
     let src = tmp.path().join("src");
     let mut versions = Vec::new();
+    let (mut without, mut with) = (0, 0);
     for v in 0..3 {
         let t = tree(v);
         write_files(&src, &t);
@@ -220,6 +233,11 @@ fn bases_are_read_in_bounded_batches_and_store_the_same() {
         let (serial_reads, serial_most, _) = one.take();
         let b = backup(&batched, &src, v).unwrap();
         let (batched_reads, batched_most, longest) = four.take();
+        let a = backup(&ahead, &src, v).unwrap();
+        let (ahead_reads, ahead_most, _) = four_ahead.take();
+        assert!(a.notices.is_empty(), "{:?}", a.notices);
+        assert_eq!(containers(&serial), containers(&ahead), "v{v}");
+        assert!(ahead_most <= 4, "v{v}");
         assert!(
             s.notices.is_empty() && b.notices.is_empty(),
             "{:?}",
@@ -244,9 +262,17 @@ fn bases_are_read_in_bounded_batches_and_store_the_same() {
             );
             let region = serial.config().region_size as u64;
             assert!(longest > region, "v{v}: {longest} bytes read at most");
+            without += batched_reads;
+            with += ahead_reads;
         }
     }
+    // Reading the next regions of a container ahead saves requests of later rounds.
+    assert!(
+        with < without,
+        "{with} reads with read-ahead, {without} without"
+    );
     restores(&batched, tmp.path(), &src, &versions);
+    restores(&ahead, &tmp.path().join("ahead-out"), &src, &versions);
 }
 
 /// A batched read that fails once is read again one by one: nothing changes. One that keeps

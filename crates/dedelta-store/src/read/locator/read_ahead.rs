@@ -2,8 +2,9 @@
 //! regions a round of candidate bases will read, requested several at a time on
 //! [`RequestThreads`] and opened (checksum, decompression) where they arrive, then taken into
 //! the locator's caches. Regions of one container that lie close together are read in one
-//! ranged request. What is read is what the round would have read one by one; which chunk
-//! comes from where does not change.
+//! ranged request. Where each read is a round trip, a read also takes the container's next
+//! regions, up to [`MAX_SPAN`]: versioned data meets its bases in the parent's stream order,
+//! so the next rounds ask for them. Which chunk comes from where does not change.
 
 use super::ChunkLocator;
 use crate::backend::wrap::metered::Purpose;
@@ -186,13 +187,16 @@ impl ChunkLocator<'_> {
                 raw: self.spare_buffer(meta.raw_len as usize),
             });
         }
-        let spans: Vec<Span> = by_container
-            .into_iter()
-            .flat_map(|(cid, mut wanted)| {
-                wanted.sort_by_key(|w| w.meta.offset);
-                spans_of(cid, wanted)
-            })
-            .collect();
+        let ahead = self.repo.reads_are_round_trips();
+        let mut spans: Vec<Span> = Vec::new();
+        for (cid, mut wanted) in by_container {
+            wanted.sort_by_key(|w| w.meta.offset);
+            let mut of_container = spans_of(cid, wanted);
+            if ahead {
+                self.extend_ahead(&mut of_container, &mut seen);
+            }
+            spans.extend(of_container);
+        }
         let jobs: Vec<Job<Option<SpanRead>>> = spans
             .into_iter()
             .map(|span| {
@@ -205,6 +209,45 @@ impl ChunkLocator<'_> {
             for (index, raw) in read.opened {
                 self.stats.regions_read += 1;
                 self.cache_region(read.container, index, Arc::new(raw));
+            }
+        }
+    }
+}
+
+impl ChunkLocator<'_> {
+    /// Extends each span of one container with the regions after it that the region cache
+    /// lacks, while it stays within [`MAX_SPAN`] and short of the next span.
+    fn extend_ahead(&mut self, spans: &mut [Span], seen: &mut HashSet<(ContainerId, u32)>) {
+        let Some(cid) = spans.first().map(|s| s.container) else {
+            return;
+        };
+        let Some(meta) = self.metas.peek(&cid).cloned() else {
+            return;
+        };
+        let starts: Vec<u64> = spans.iter().skip(1).map(|s| s.start).collect();
+        for (k, span) in spans.iter_mut().enumerate() {
+            let limit = starts.get(k).copied().unwrap_or(u64::MAX);
+            let Some(last) = span.regions.iter().map(|w| w.index).max() else {
+                continue;
+            };
+            for index in last + 1..meta.regions.len() as u32 {
+                let r = meta.regions[index as usize];
+                let end = u64::from(r.offset) + u64::from(r.stored_len);
+                if u64::from(r.offset) < span.start + span.len
+                    || end - span.start > MAX_SPAN
+                    || end > limit
+                    || self.regions.contains(&(cid, index))
+                    || !seen.insert((cid, index))
+                {
+                    break;
+                }
+                span.len = end - span.start;
+                let raw = self.spare_buffer(r.raw_len as usize);
+                span.regions.push(Wanted {
+                    index,
+                    meta: r,
+                    raw,
+                });
             }
         }
     }
