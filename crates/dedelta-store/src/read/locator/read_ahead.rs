@@ -130,7 +130,7 @@ impl ChunkLocator<'_> {
     pub(crate) fn read_metas_ahead(&mut self, ids: &[ChunkId], threads: &mut RequestThreads) {
         let mut missing: Vec<ContainerId> = Vec::new();
         for id in ids {
-            let Ok(Some(loc)) = self.location(id, true) else {
+            let Ok(Some(loc)) = self.location(id, super::CopyRule::Own) else {
                 continue;
             };
             if !self.metas.contains(&loc.container) && !missing.contains(&loc.container) {
@@ -168,7 +168,7 @@ impl ChunkLocator<'_> {
         let mut seen: HashSet<(ContainerId, u32)> = HashSet::new();
         let mut by_container: BTreeMap<ContainerId, Vec<Wanted>> = BTreeMap::new();
         for id in ids {
-            let Some((cid, index, _)) = self.place(id) else {
+            let Some((cid, index, _)) = self.place(id, super::CopyRule::Own) else {
                 continue;
             };
             if self.regions.contains(&(cid, index)) || !seen.insert((cid, index)) {
