@@ -6,7 +6,8 @@
 # scripts/datasets.sh) into a fresh local and a fresh S3 repository in turn, then restores the
 # last into a fresh directory from each, with an empty client cache each time. With STEP=K,
 # backup i holds the first i*K tars (cumulative: more data per run, so that throughput, not
-# per-request latency, decides).
+# per-request latency, decides). Each backup line also gives both sides' requests (`backup
+# --json`'s io: all of them, base reads, container metadata) and CPU seconds (user + system).
 # Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, ENDPOINT, BUCKET, CONNECTIONS, STEP)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +33,21 @@ conn=()
 $D init -r local --insecure-no-password >/dev/null
 $D init -r "$s3" --insecure-no-password "${conn[@]}" >/dev/null
 mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
-t() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
+# Runs a backup or restore; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS BASE_READ_S"
+# (from --json: BASE_READ_S is the dedup thread's time finding and reading bases, the stage
+# table's base_read).
+tb() {
+  /usr/bin/time -o "$work/time" -f '%e %U %S' "$@" --json > "$work/out.json"
+  python3 - "$work/time" "$work/out.json" <<'PY'
+import json, sys
+e, u, s = map(float, open(sys.argv[1]).read().split()[-3:])
+io = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])['io']
+p = io['purposes']
+v = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+b = v.get('stage_seconds', {}).get('base_read', 0)
+print(f"{e:.2f} {u + s:.2f} {io['requests']} {p['base_reads']['requests']} {p['container_metadata']['requests']} {b:.2f}")
+PY
+}
 step=${STEP:-0}
 tars=$(ls "$data"/*.tar | sort -V)
 for i in $(seq "$n"); do
@@ -42,14 +57,17 @@ for i in $(seq "$n"); do
     rm -f src/*; cp "$(echo "$tars" | sed -n "${i}p")" src/
   fi
   cat src/* >/dev/null
-  lt=$(DEDELTA_CACHE_DIR=$work/cache-l t $D backup -r local src)
-  st=$(DEDELTA_CACHE_DIR=$work/cache-s t $D backup -r "$s3" "${conn[@]}" src)
-  echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s"
+  read -r lt lc lr lb lm lbs < <(DEDELTA_CACHE_DIR=$work/cache-l tb $D backup -r local src)
+  read -r st sc sr sb sm sbs < <(DEDELTA_CACHE_DIR=$work/cache-s tb $D backup -r "$s3" "${conn[@]}" src)
+  echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
+    "base_read stage local ${lbs}s s3 ${sbs}s;" \
+    "requests local $lr (base reads $lb, metadata $lm) s3 $sr (base reads $sb, metadata $sm)"
 done
 for k in 1 2; do
   rm -rf out-l out-s cache-rl cache-rs
-  lt=$(DEDELTA_CACHE_DIR=$work/cache-rl t $D restore -r local latest --target out-l)
-  st=$(DEDELTA_CACHE_DIR=$work/cache-rs t $D restore -r "$s3" "${conn[@]}" latest --target out-s)
+  read -r lt lc lr _ lm _ < <(DEDELTA_CACHE_DIR=$work/cache-rl tb $D restore -r local latest --target out-l)
+  read -r st sc sr _ sm _ < <(DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target out-s)
   diff -r out-l out-s >/dev/null || { echo "restores differ"; exit 1; }
-  echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s"
+  echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
+    "requests local $lr (metadata $lm) s3 $sr (metadata $sm)"
 done

@@ -35,6 +35,7 @@ cpu() { python3 -c "import sys; print(float(sys.argv[1]) + sum(map(float, open(s
 for f in "$@"; do
   # shellcheck disable=SC2086
   out=$( { time "$bin" backup -r "$repo" --stdin --stdin-name data.tar --json ${BACKUP_FLAGS:-} < "$f"; } 2> "$work/cpu")
+  out=$(printf '%s\n' "$out" | tail -n 1)  # the summary, after the status lines
   backup_cpu=$(cpu "$backup_cpu" "$work/cpu")
   backup_s=$(python3 -c "import json,sys; print($backup_s + json.loads(sys.argv[1])['seconds'])" "$out")
   backup_io=$(add_io "$backup_io" "$out")

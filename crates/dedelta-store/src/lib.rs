@@ -27,6 +27,7 @@ pub mod io_report;
 pub mod progress;
 pub mod read;
 pub mod repository;
+pub(crate) mod request_threads;
 pub(crate) mod share;
 
 pub use error::{Error, Result};

@@ -1,5 +1,5 @@
 //! Sharing a batch of independent jobs between the calling thread and a pool's free threads:
-//! backup's dedup thread with the worker pool (delta encoding, base regions). (Restore's
+//! backup's dedup thread with the worker pool (delta encoding). (Restore's
 //! locating thread reading regions ahead on rayon's global pool was tried and dropped: on
 //! 2 cores the dumps of 20 SQLAlchemy sdists took 20% more CPU and ran 25% slower; see
 //! docs/benchmarks.md.) The dedup

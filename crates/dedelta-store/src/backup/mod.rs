@@ -17,9 +17,11 @@
 //!                  caf.rs                cache-aware filter: base-fragmented duplicates again
 //!                  inverse.rs            inversed deltas: old chunks re-stored behind new ones
 //!                  resemble/, bases.rs,  candidates (DupAdj, sketch index), bases, deltas
-//!                  delta.rs                (encoding and base regions shared with the
-//!                                           pool's free threads, ../share.rs; a pool of
-//!                                           its own with 4+ threads)
+//!                  delta.rs                (encoding shared with the pool's free threads,
+//!                                           ../share.rs; a pool of its own with 4+
+//!                                           threads; bases read ahead a round at a time
+//!                                           on threads of their own, several requests
+//!                                           in flight, ../request_threads.rs)
 //!                  tree_writer.rs        the tree stream, stored as chunks
 //!                  pack.rs               raw regions  --> worker pool: zstd
 //!                                          |  regions in stream order
@@ -360,8 +362,7 @@ pub fn backup(
                     })
                 }
             };
-        let mut bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
-            .sharing_with(&workers.pool);
+        let mut bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
         if let Some((p, _)) = &prefetched {
             bases = bases.only_cached(p.clone());
         }

@@ -25,7 +25,7 @@ mod stream;
 mod tree;
 
 pub use decoder::ChunkDecoder;
-pub use locator::{ChunkLocator, LocatedChunk, RegionRead};
+pub use locator::{ChunkLocator, LocatedChunk};
 pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{

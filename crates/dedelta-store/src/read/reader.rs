@@ -51,14 +51,23 @@ impl<'a> ChunkReader<'a> {
         self.locator.refresh_index()
     }
 
-    /// Reads ahead the regions of `ids` (see [`ChunkLocator::read_regions_for`]).
-    pub fn read_regions_for(&mut self, ids: &[ChunkId]) -> Vec<super::RegionRead> {
-        self.locator.read_regions_for(ids)
+    /// Reads ahead the metadata of the containers of `ids` (see
+    /// [`ChunkLocator::read_metas_ahead`]).
+    pub(crate) fn read_metas_ahead(
+        &mut self,
+        ids: &[ChunkId],
+        threads: &mut crate::request_threads::RequestThreads,
+    ) {
+        self.locator.read_metas_ahead(ids, threads)
     }
 
-    /// Takes opened read-ahead regions into the cache (see [`ChunkLocator::keep_regions`]).
-    pub fn keep_regions(&mut self, reads: Vec<super::RegionRead>) {
-        self.locator.keep_regions(reads)
+    /// Reads ahead the regions of `ids` (see [`ChunkLocator::read_regions_ahead`]).
+    pub(crate) fn read_regions_ahead(
+        &mut self,
+        ids: &[ChunkId],
+        threads: &mut crate::request_threads::RequestThreads,
+    ) {
+        self.locator.read_regions_ahead(ids, threads)
     }
 
     /// The container of the copy of `id` the index names, `None` if it is not indexed.

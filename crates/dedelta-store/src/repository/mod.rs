@@ -49,7 +49,15 @@ pub struct Repository {
     /// The repository's directory under a cache root, when opened so (see
     /// [`crate::client::cache::mark_used`]).
     cache_dir: Option<PathBuf>,
+    /// Reads one reader may have in flight at once (see [`Self::reads_in_flight`]).
+    reads_in_flight: usize,
+    /// Whether every read is a round trip (see [`Self::reads_are_round_trips`]).
+    round_trips: bool,
 }
+
+/// Reads in flight at once for a repository on a local disk: its page cache or queue serves
+/// one at a time as well, so these mostly let regions be decompressed beside each other.
+pub const LOCAL_READS_IN_FLIGHT: usize = 2;
 
 /// Asks for the password of an encrypted repository (only when it is encrypted).
 pub type PasswordPrompt<'a> = &'a mut dyn FnMut() -> Result<zeroize::Zeroizing<String>>;
@@ -199,7 +207,35 @@ impl Repository {
             local_root: None,
             unlocked,
             cache_dir: None,
+            reads_in_flight: LOCAL_READS_IN_FLIGHT,
+            round_trips: false,
         }
+    }
+
+    /// How many reads a reader that reads many objects at once (backup's delta bases) keeps
+    /// in flight: `--connections` on an object store, where each read is a round trip,
+    /// [`LOCAL_READS_IN_FLIGHT`] on a disk.
+    pub fn reads_in_flight(&self) -> usize {
+        self.reads_in_flight
+    }
+
+    /// Sets [`Self::reads_in_flight`] (at least 1).
+    pub fn with_reads_in_flight(mut self, n: usize) -> Self {
+        self.reads_in_flight = n.max(1);
+        self
+    }
+
+    /// Whether each read costs a round trip (an object store), so that a reader should read
+    /// a little more than it needs now rather than come back for it (backup's delta bases:
+    /// the next regions of a container it reads).
+    pub fn reads_are_round_trips(&self) -> bool {
+        self.round_trips
+    }
+
+    /// Sets [`Self::reads_are_round_trips`].
+    pub fn with_round_trips(mut self, round_trips: bool) -> Self {
+        self.round_trips = round_trips;
+        self
     }
 
     /// Seals `b` if the repository is encrypted.
@@ -232,9 +268,10 @@ impl Repository {
             return Self::open_local_unlocking(Path::new(location), cache_root, password);
         };
         let backend = backend?;
+        let in_flight = connections.unwrap_or(crate::backend::s3::config::DEFAULT_CONNECTIONS);
         match Self::open_in_cache_unlocking(backend, cache_root, password) {
             Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
-            other => other,
+            other => other.map(|r| r.with_reads_in_flight(in_flight).with_round_trips(true)),
         }
     }
 

@@ -73,13 +73,13 @@ fn backup_and_restore_count_requests_by_purpose() {
             assert!(res.summary.delta_chunks > 0, "no deltas: {:?}", res.summary);
             let bases = c.get(Purpose::BaseRead, Direction::Read);
             assert!(bases.requests > 0 && bases.bytes > 0, "{c:?}");
-            // The bases' containers' metadata: a size query and two ranged reads each (only
-            // restore and dump read it in one request).
+            // The bases' containers' metadata: read ahead in one suffix read each, or when
+            // read alone a size query and two ranged reads.
             let meta = c.get(Purpose::ContainerMeta, Direction::Read);
             assert!(meta.requests > 0 && meta.bytes > 0, "{c:?}");
-            assert_eq!(
-                meta.requests,
-                2 * c.get(Purpose::ContainerMeta, Direction::Query).requests
+            assert!(
+                meta.requests >= 2 * c.get(Purpose::ContainerMeta, Direction::Query).requests,
+                "{c:?}"
             );
         }
     }

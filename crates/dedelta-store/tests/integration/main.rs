@@ -9,6 +9,8 @@
 //! Tests marked `#[ignore = "bug: ..."]` reproduce open bugs: run them with `-- --ignored`,
 //! and un-ignore one with its fix.
 
+/// Backup's delta bases read back in bounded batches, bit-exact, failures read again.
+mod base_reads;
 /// Browsing snapshots: the mount tree, and `tag`'s rewrite at every crash point.
 mod browse;
 /// The reliability campaign: seeded random operations against a model (docs/reliability.md).

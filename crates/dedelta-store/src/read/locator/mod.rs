@@ -21,7 +21,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 mod read_ahead;
-pub use read_ahead::RegionRead;
 
 /// A chunk found in its container, with its region decompressed in memory.
 #[derive(Clone, Debug)]

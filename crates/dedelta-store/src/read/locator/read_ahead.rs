@@ -1,112 +1,308 @@
-//! Backup's base reads ahead: the regions a round of candidate bases will read, read from the
-//! backend first and opened (checksum, decompression) on several threads at once (see
-//! `BaseFetcher::prefetch`), then taken into the locator's region cache.
+//! Backup's base reads ahead (see `BaseFetcher::prefetch`): the container metadata and the
+//! regions a round of candidate bases will read, requested several at a time on
+//! [`RequestThreads`] and opened (checksum, decompression) where they arrive, then taken into
+//! the locator's caches. Regions of one container that lie close together are read in one
+//! ranged request. Where each read is a round trip, a read also takes the container's next
+//! regions, up to [`MAX_SPAN`]: versioned data meets its bases in the parent's stream order,
+//! so the next rounds ask for them. Which chunk comes from where does not change.
 
 use super::ChunkLocator;
-use crate::backend::FileKind;
+use crate::backend::wrap::metered::Purpose;
+use crate::backend::{Backend, FileKind};
 use crate::error::Result;
-use crate::format::container::{self, ContainerId, RegionMeta};
+use crate::format::container::{self, ContainerId, ContainerMeta, RegionMeta};
+use crate::repository::read_container_meta_tail;
+use crate::request_threads::{Job, RequestThreads};
 use dedelta_core::compress::RegionDecompressor;
 use dedelta_core::ChunkId;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-/// A region read from the backend but not opened yet (see [`ChunkLocator::read_regions_for`]):
-/// opening it (checksum, decompression) needs nothing of the locator, so several can be
-/// opened on other threads at once.
-pub struct RegionRead {
-    container: ContainerId,
-    index: u32,
-    meta: RegionMeta,
-    stored: Vec<u8>,
-    /// The decompressed bytes once opened (a reused buffer before).
-    raw: Vec<u8>,
-    opened: bool,
-}
+/// Regions of one container are read in one request when the bytes between them are at most
+/// this many: on an object store a round trip costs more than reading 128 KiB more, and on a
+/// disk the bytes are in the same pages or the next.
+pub const COALESCE_GAP: u64 = 128 << 10;
+/// One request spans at most this many bytes (4 regions of 256 KiB uncompressed): larger
+/// spans would leave fewer requests to run at once, and decompress their regions one after
+/// another on one thread.
+pub const MAX_SPAN: u64 = 1 << 20;
 
 thread_local! {
-    /// One zstd context per thread that opens [`RegionRead`]s.
+    /// One zstd context per thread that opens regions read ahead.
     static DECOMPRESSOR: std::cell::RefCell<RegionDecompressor> =
         std::cell::RefCell::new(RegionDecompressor::default());
 }
 
-impl RegionRead {
-    /// Checks and decompresses the region. A region that fails is left out when handed back
-    /// ([`ChunkLocator::keep_regions`]): reading its chunk one by one reports why.
-    pub fn open(&mut self) {
+/// A region to read: its index in its container, its place, and a buffer for its bytes.
+struct Wanted {
+    index: u32,
+    meta: RegionMeta,
+    raw: Vec<u8>,
+}
+
+/// One ranged read: `len` bytes at `start` of container `container`, holding `regions`.
+struct Span {
+    container: ContainerId,
+    start: u64,
+    len: u64,
+    regions: Vec<Wanted>,
+}
+
+/// What a [`Span`] gave: the regions that opened (with their bytes), and the bytes read.
+struct SpanRead {
+    container: ContainerId,
+    opened: Vec<(u32, Vec<u8>)>,
+    bytes_read: u64,
+}
+
+impl Span {
+    /// Reads the span and opens each region on this thread; a region that fails is left
+    /// out (reading its chunk one by one reports why). `None` if the read itself failed.
+    fn read(self, data: &dyn Backend) -> Option<SpanRead> {
         let what = format!("container {}", self.container);
-        self.opened = open_on_this_thread(&self.stored, &self.meta, &what, &mut self.raw).is_ok();
+        let mut bytes = Vec::new();
+        data.get_range_into(
+            FileKind::Container,
+            &self.container.to_hex(),
+            i64::try_from(self.start).ok()?,
+            self.len as usize,
+            &mut bytes,
+        )
+        .ok()?;
+        let opened = self
+            .regions
+            .into_iter()
+            .filter_map(|mut w| {
+                let at = (u64::from(w.meta.offset) - self.start) as usize;
+                let stored = bytes.get(at..at + w.meta.stored_len as usize)?;
+                DECOMPRESSOR
+                    .with(|d| {
+                        container::open_region_into(
+                            &mut d.borrow_mut(),
+                            stored,
+                            &w.meta,
+                            &what,
+                            &mut w.raw,
+                        )
+                    })
+                    .ok()?;
+                Some((w.index, w.raw))
+            })
+            .collect();
+        Some(SpanRead {
+            container: self.container,
+            opened,
+            bytes_read: bytes.len() as u64,
+        })
     }
 }
 
-/// Checks and decompresses a region's stored bytes into `raw` with this thread's zstd context.
-fn open_on_this_thread(
-    stored: &[u8],
-    meta: &RegionMeta,
-    what: &str,
-    raw: &mut Vec<u8>,
-) -> Result<()> {
-    DECOMPRESSOR.with(|d| container::open_region_into(&mut d.borrow_mut(), stored, meta, what, raw))
+/// Groups `wanted` regions of one container (sorted by offset) into spans of neighbours
+/// ([`COALESCE_GAP`], [`MAX_SPAN`]).
+fn spans_of(container: ContainerId, wanted: Vec<Wanted>) -> Vec<Span> {
+    let mut spans: Vec<Span> = Vec::new();
+    for w in wanted {
+        let (start, end) = (
+            u64::from(w.meta.offset),
+            u64::from(w.meta.offset) + u64::from(w.meta.stored_len),
+        );
+        match spans.last_mut() {
+            Some(s) if start <= s.start + s.len + COALESCE_GAP && end - s.start <= MAX_SPAN => {
+                s.len = s.len.max(end - s.start);
+                s.regions.push(w);
+            }
+            _ => spans.push(Span {
+                container,
+                start,
+                len: end - start,
+                regions: vec![w],
+            }),
+        }
+    }
+    spans
 }
 
 impl ChunkLocator<'_> {
-    /// Reads from the backend the regions holding `ids` that the region cache lacks, each
-    /// once, without opening them: the caller opens them (on several threads at once, see
-    /// [`RegionRead::open`]) and hands them back to [`Self::keep_regions`]. A chunk that
-    /// cannot be placed or whose region cannot be read is left out: reading it one by one
-    /// reports why. Readers behind a restore cache read ahead their own way (nothing here).
-    pub fn read_regions_for(&mut self, ids: &[ChunkId]) -> Vec<RegionRead> {
-        let mut reads: Vec<RegionRead> = Vec::new();
-        if self.restore_cache.is_some() {
-            return reads;
+    /// Reads the metadata of the containers holding `ids` that the metadata cache lacks,
+    /// on `threads` (each in one suffix read, as restore reads it), into the cache. A
+    /// container whose metadata cannot be read is left out: reading a chunk of it one by
+    /// one reports why.
+    pub(crate) fn read_metas_ahead(&mut self, ids: &[ChunkId], threads: &mut RequestThreads) {
+        let mut missing: Vec<ContainerId> = Vec::new();
+        for id in ids {
+            let Ok(Some(loc)) = self.location(id, super::CopyRule::Own) else {
+                continue;
+            };
+            if !self.metas.contains(&loc.container) && !missing.contains(&loc.container) {
+                missing.push(loc.container);
+            }
         }
+        if missing.len() < 2 {
+            return; // one is read as soon as it is needed, the same way
+        }
+        let backend = self.repo.backend_for(Purpose::ContainerMeta);
+        let jobs: Vec<Job<Result<ContainerMeta>>> = missing
+            .iter()
+            .map(|cid| {
+                let (backend, name) = (backend.clone(), cid.to_hex());
+                Box::new(move || read_container_meta_tail(backend.as_ref(), &name)) as Job<_>
+            })
+            .collect();
+        for (cid, meta) in missing.into_iter().zip(threads.run(jobs)) {
+            if let Some(Ok(meta)) = meta {
+                self.stats.container_metas_read += 1;
+                self.metas.put(cid, Arc::new(meta));
+            }
+        }
+    }
+
+    /// Reads the regions holding `ids` that the region cache lacks, each once, on `threads`
+    /// (neighbours in one request), opens them where they arrive, and takes them into the
+    /// region cache. A chunk that cannot be placed or whose region cannot be read or opened
+    /// is left out: reading it one by one reports why. Readers behind a restore cache read
+    /// ahead their own way (nothing here).
+    pub(crate) fn read_regions_ahead(&mut self, ids: &[ChunkId], threads: &mut RequestThreads) {
+        if self.restore_cache.is_some() {
+            return;
+        }
+        let mut seen: HashSet<(ContainerId, u32)> = HashSet::new();
+        let mut by_container: BTreeMap<ContainerId, Vec<Wanted>> = BTreeMap::new();
         for id in ids {
             let Some((cid, index, _)) = self.place(id, super::CopyRule::Own) else {
                 continue;
             };
-            let known = |r: &RegionRead| r.container == cid && r.index == index;
-            if self.regions.contains(&(cid, index)) || reads.iter().any(known) {
+            if self.regions.contains(&(cid, index)) || !seen.insert((cid, index)) {
                 continue;
             }
-            reads.extend(self.read_stored(cid, index));
+            let Some(meta) = self
+                .meta(cid)
+                .ok()
+                .and_then(|m| m.regions.get(index as usize).copied())
+            else {
+                continue;
+            };
+            by_container.entry(cid).or_default().push(Wanted {
+                index,
+                meta,
+                raw: self.spare_buffer(meta.raw_len as usize),
+            });
         }
-        reads
-    }
-
-    /// Reads region `index` of `cid` from the backend, unopened; `None` if it cannot be
-    /// (the chunk's own read reports why).
-    fn read_stored(&mut self, cid: ContainerId, index: u32) -> Option<RegionRead> {
-        let meta = self
-            .meta(cid)
-            .ok()
-            .and_then(|m| m.regions.get(index as usize).copied())?;
-        let mut stored = Vec::new();
-        self.data
-            .get_range_into(
-                FileKind::Container,
-                &cid.to_hex(),
-                i64::from(meta.offset),
-                meta.stored_len as usize,
-                &mut stored,
-            )
-            .ok()?;
-        self.stats.regions_read += 1;
-        self.stats.bytes_read += stored.len() as u64;
-        Some(RegionRead {
-            container: cid,
-            index,
-            meta,
-            stored,
-            raw: self.spare_buffer(meta.raw_len as usize),
-            opened: false,
-        })
-    }
-
-    /// Takes the regions of [`Self::read_regions_for`] into the region cache once opened.
-    pub fn keep_regions(&mut self, reads: Vec<RegionRead>) {
-        for r in reads {
-            if r.opened {
-                self.cache_region(r.container, r.index, Arc::new(r.raw));
+        let ahead = self.repo.reads_are_round_trips();
+        let mut spans: Vec<Span> = Vec::new();
+        for (cid, mut wanted) in by_container {
+            wanted.sort_by_key(|w| w.meta.offset);
+            let mut of_container = spans_of(cid, wanted);
+            if ahead {
+                self.extend_ahead(&mut of_container, &mut seen);
+            }
+            spans.extend(of_container);
+        }
+        let jobs: Vec<Job<Option<SpanRead>>> = spans
+            .into_iter()
+            .map(|span| {
+                let data = self.data.clone();
+                Box::new(move || span.read(data.as_ref())) as Job<_>
+            })
+            .collect();
+        for read in threads.run(jobs).into_iter().flatten().flatten() {
+            self.stats.bytes_read += read.bytes_read;
+            for (index, raw) in read.opened {
+                self.stats.regions_read += 1;
+                self.cache_region(read.container, index, Arc::new(raw));
             }
         }
+    }
+}
+
+impl ChunkLocator<'_> {
+    /// Extends each span of one container with the regions after it that the region cache
+    /// lacks, while it stays within [`MAX_SPAN`] and short of the next span.
+    fn extend_ahead(&mut self, spans: &mut [Span], seen: &mut HashSet<(ContainerId, u32)>) {
+        let Some(cid) = spans.first().map(|s| s.container) else {
+            return;
+        };
+        let Some(meta) = self.metas.peek(&cid).cloned() else {
+            return;
+        };
+        let starts: Vec<u64> = spans.iter().skip(1).map(|s| s.start).collect();
+        for (k, span) in spans.iter_mut().enumerate() {
+            let limit = starts.get(k).copied().unwrap_or(u64::MAX);
+            let Some(last) = span.regions.iter().map(|w| w.index).max() else {
+                continue;
+            };
+            for index in last + 1..meta.regions.len() as u32 {
+                let r = meta.regions[index as usize];
+                let end = u64::from(r.offset) + u64::from(r.stored_len);
+                if u64::from(r.offset) < span.start + span.len
+                    || end - span.start > MAX_SPAN
+                    || end > limit
+                    || self.regions.contains(&(cid, index))
+                    || !seen.insert((cid, index))
+                {
+                    break;
+                }
+                span.len = end - span.start;
+                let raw = self.spare_buffer(r.raw_len as usize);
+                span.regions.push(Wanted {
+                    index,
+                    meta: r,
+                    raw,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(index: u32, offset: u32, stored_len: u32) -> Wanted {
+        Wanted {
+            index,
+            meta: RegionMeta {
+                offset,
+                stored_len,
+                raw_len: stored_len,
+                codec: 0,
+                crc: 0,
+            },
+            raw: Vec::new(),
+        }
+    }
+
+    /// Neighbours share a request; a gap wider than [`COALESCE_GAP`] or a span past
+    /// [`MAX_SPAN`] starts another.
+    #[test]
+    fn neighbours_coalesce_within_bounds() {
+        let k = 1u32 << 10;
+        let spans = spans_of(
+            ContainerId([1; 32]),
+            vec![
+                wanted(0, 0, 100 * k),
+                wanted(1, 100 * k, 100 * k),
+                // 100 KiB skipped: still one read.
+                wanted(3, 300 * k, 100 * k),
+                // 200 KiB skipped: a new read.
+                wanted(5, 600 * k, 100 * k),
+                wanted(6, 700 * k, 300 * k),
+                wanted(7, 1000 * k, 100 * k),
+                // Would make the span 1,100 KiB: a new read.
+                wanted(8, 1100 * k, 600 * k),
+            ],
+        );
+        let got: Vec<(u64, u64, Vec<u32>)> = spans
+            .iter()
+            .map(|s| (s.start, s.len, s.regions.iter().map(|w| w.index).collect()))
+            .collect();
+        let k = u64::from(k);
+        assert_eq!(
+            got,
+            vec![
+                (0, 400 * k, vec![0, 1, 3]),
+                (600 * k, 500 * k, vec![5, 6, 7]),
+                (1100 * k, 600 * k, vec![8]),
+            ]
+        );
     }
 }

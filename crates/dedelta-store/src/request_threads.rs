@@ -1,0 +1,168 @@
+//! Threads that make one caller's backend requests several at a time: backup's delta bases
+//! ([`crate::backup::bases`]), read a round at a time. On an object store every read is a
+//! round trip (about 10 ms to moto on loopback under load, 30 ms to a real one), so reading
+//! a round's 30 regions one after another costs 30 round trips where 8 in flight cost 4.
+//!
+//! A batch's jobs go into a queue that the threads take from; the caller takes from it too
+//! until it is empty, then waits for the rest. So a batch never waits for threads that are
+//! slow to start, and finishes even if every thread is gone. A job that panics yields no
+//! result (its caller reads that item the slow way, which reports why), never a hang.
+//! Threads start with the first batch of two or more jobs (a backup that reads no base
+//! starts none) and block on the queue between batches (no spinning on the shared cores).
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// A job of a batch, run on whichever thread takes it.
+pub type Job<T> = Box<dyn FnOnce() -> T + Send>;
+
+type Task = Box<dyn FnOnce() + Send>;
+
+/// Up to `threads` threads running jobs for one caller (see the module doc).
+pub struct RequestThreads {
+    threads: usize,
+    queue: Sender<Task>,
+    taken: Receiver<Task>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl RequestThreads {
+    /// Threads for up to `threads` jobs in flight beside the caller's own; none are started
+    /// yet.
+    pub fn new(threads: usize) -> Self {
+        let (queue, taken) = unbounded();
+        RequestThreads {
+            threads,
+            queue,
+            taken,
+            handles: Vec::new(),
+        }
+    }
+
+    /// How many jobs run at once at most: the threads and the caller.
+    #[cfg(test)]
+    pub fn in_flight(&self) -> usize {
+        self.threads + 1
+    }
+
+    /// Starts the threads not started yet; a thread that cannot be started is done without.
+    fn start(&mut self) {
+        while self.handles.len() < self.threads {
+            let taken = self.taken.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("dedelta-read-{}", self.handles.len()))
+                .spawn(move || {
+                    for task in taken {
+                        task();
+                    }
+                });
+            match spawned {
+                Ok(h) => self.handles.push(h),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Runs every job of `jobs` once, on the threads and on this one, and returns their
+    /// results in the order of `jobs`; `None` for a job that panicked.
+    pub fn run<T: Send + 'static>(&mut self, jobs: Vec<Job<T>>) -> Vec<Option<T>> {
+        let n = jobs.len();
+        if n <= 1 || self.threads == 0 {
+            return jobs
+                .into_iter()
+                .map(|job| catch_unwind(AssertUnwindSafe(job)).ok())
+                .collect();
+        }
+        self.start();
+        let (done, results) = unbounded::<(usize, Option<T>)>();
+        for (i, job) in jobs.into_iter().enumerate() {
+            let done = done.clone();
+            let task: Task = Box::new(move || {
+                let out = catch_unwind(AssertUnwindSafe(job)).ok();
+                let _ = done.send((i, out));
+            });
+            if let Err(e) = self.queue.send(task) {
+                // Unreachable while `self` holds the receiving end; run it here regardless.
+                (e.into_inner())();
+            }
+        }
+        drop(done);
+        while let Ok(task) = self.taken.try_recv() {
+            task();
+        }
+        let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+        // Every task sends once and then drops its sender: this ends when all have run.
+        for (i, r) in results {
+            out[i] = r;
+        }
+        out
+    }
+}
+
+impl Drop for RequestThreads {
+    fn drop(&mut self) {
+        // Closing the queue ends each thread's loop once it is empty.
+        let (closed, _) = unbounded();
+        self.queue = closed;
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// Jobs run at most `threads + 1` at a time, each once, results in order; a job that
+    /// panics gives `None` and the others still come back.
+    #[test]
+    fn bounded_in_order_and_panics_give_none() {
+        let mut threads = RequestThreads::new(3);
+        for round in 0..3 {
+            let now = Arc::new(AtomicUsize::new(0));
+            let most = Arc::new(AtomicUsize::new(0));
+            let jobs: Vec<Job<usize>> = (0..20usize)
+                .map(|i| {
+                    let (now, most) = (now.clone(), most.clone());
+                    Box::new(move || {
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(2));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        if i == 7 && round == 1 {
+                            panic!("job 7 fails");
+                        }
+                        i * 10
+                    }) as Job<usize>
+                })
+                .collect();
+            let out = threads.run(jobs);
+            for (i, r) in out.iter().enumerate() {
+                if i == 7 && round == 1 {
+                    assert_eq!(*r, None);
+                } else {
+                    assert_eq!(*r, Some(i * 10));
+                }
+            }
+            let most = most.load(Ordering::SeqCst);
+            assert!(most <= threads.in_flight(), "{most} in flight");
+            assert!(most >= 2, "jobs ran one at a time");
+        }
+    }
+
+    /// Without threads, or with one job, everything runs on the caller.
+    #[test]
+    fn runs_inline_without_threads() {
+        let mut none = RequestThreads::new(0);
+        let me = std::thread::current().id();
+        let jobs: Vec<Job<bool>> = (0..3)
+            .map(|_| Box::new(move || std::thread::current().id() == me) as Job<bool>)
+            .collect();
+        assert_eq!(none.run(jobs), vec![Some(true); 3]);
+        assert!(none.handles.is_empty());
+    }
+}
