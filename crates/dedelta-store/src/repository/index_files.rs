@@ -286,6 +286,9 @@ pub fn consolidate(repo: &IndexedRepository) -> Result<Consolidated> {
         .into_iter()
         .map(|(n, _)| n)
         .collect();
+    if old.is_empty() && !repo.writes_index_files() {
+        return Ok(out); // a local repository without index files keeps none
+    }
     let mut left: HashSet<ContainerId> = backend
         .list(FileKind::Container)?
         .iter()

@@ -53,6 +53,8 @@ pub struct Repository {
     reads_in_flight: usize,
     /// Whether every read is a round trip (see [`Self::reads_are_round_trips`]).
     round_trips: bool,
+    /// Whether backups publish index files (see [`Self::writes_index_files`]).
+    index_files: bool,
 }
 
 /// Reads in flight at once for a repository on a local disk: its page cache or queue serves
@@ -209,6 +211,7 @@ impl Repository {
             cache_dir: None,
             reads_in_flight: LOCAL_READS_IN_FLIGHT,
             round_trips: false,
+            index_files: false,
         }
     }
 
@@ -235,6 +238,22 @@ impl Repository {
     /// Sets [`Self::reads_are_round_trips`].
     pub fn with_round_trips(mut self, round_trips: bool) -> Self {
         self.round_trips = round_trips;
+        self
+    }
+
+    /// Whether backups publish index files ([`index_files`]): on an object store, where they
+    /// spare a client with an empty cache one request per container (13 requests instead of
+    /// 1,133 for 374 containers); not on a local disk, where reading the containers' metadata
+    /// is cheap and the files would be 13 % of a SQLAlchemy repository (2.0 of 17.1 MB, their
+    /// ids and super-features do not compress). Prune and repair keep existing files
+    /// consistent either way, and readers use whatever files there are.
+    pub fn writes_index_files(&self) -> bool {
+        self.index_files
+    }
+
+    /// Sets [`Self::writes_index_files`].
+    pub fn with_index_files(mut self, write: bool) -> Self {
+        self.index_files = write;
         self
     }
 
@@ -271,7 +290,11 @@ impl Repository {
         let in_flight = connections.unwrap_or(crate::backend::s3::config::DEFAULT_CONNECTIONS);
         match Self::open_in_cache_unlocking(backend, cache_root, password) {
             Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
-            other => other.map(|r| r.with_reads_in_flight(in_flight).with_round_trips(true)),
+            other => other.map(|r| {
+                r.with_reads_in_flight(in_flight)
+                    .with_round_trips(true)
+                    .with_index_files(true)
+            }),
         }
     }
 
@@ -753,7 +776,9 @@ impl<'a> ContainerWriter<'a> {
             .backend()
             .put(FileKind::Container, &id.to_hex(), &bytes)?;
         let len_bytes = bytes.len() as u64;
-        self.index_files.add(self.repo, id, &bytes)?;
+        if self.repo.writes_index_files() {
+            self.index_files.add(self.repo, id, &bytes)?;
+        }
         // The next container is written into this one's buffer (see crate::buffers).
         self.builder = ContainerBuilder::reusing(version, bytes);
         match self.pending.as_mut() {

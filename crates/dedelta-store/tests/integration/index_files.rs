@@ -45,6 +45,7 @@ impl Setup {
         let meter = Arc::new(MeteredBackend::new(Arc::new(LocalBackend::new(&self.repo))));
         let repo = Repository::open_in_cache(meter.clone(), &self.cache(who))
             .unwrap()
+            .with_index_files(true)
             .open_index()
             .unwrap();
         (repo, meter)
@@ -53,6 +54,7 @@ impl Setup {
     fn open(&self, who: &str) -> IndexedRepository {
         Repository::open_local_with_cache(&self.repo, &self.cache(who))
             .unwrap()
+            .with_index_files(true)
             .open_index()
             .unwrap()
     }
@@ -352,6 +354,7 @@ fn index_files_are_sealed_in_an_encrypted_repository() {
         &KeyOrigin::default(),
     )
     .unwrap()
+    .with_index_files(true)
     .open_index()
     .unwrap();
     let src = tmp.path().join("src");
