@@ -184,6 +184,13 @@ pub trait Backend: Send + Sync {
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool>;
     /// Lists object names of a kind, with their sizes in bytes.
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>>;
+    /// Lists object names of a kind, sorted, without their sizes: what a caller that needs
+    /// only the names asks for (the snapshot listing, the index's catch-up, locks). A local
+    /// directory then reads the folder without a `stat` per file; this default, for backends
+    /// that get sizes for free (an object store's listing), drops them.
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        Ok(self.list(kind)?.into_iter().map(|(n, _)| n).collect())
+    }
     /// Deletes an object; deleting a missing object is not an error.
     fn delete(&self, kind: FileKind, name: &str) -> Result<()>;
     /// Size of an object in bytes.

@@ -74,6 +74,50 @@ fn read_error(e: std::io::Error, path: &Path, kind: FileKind, name: &str) -> Err
     }
 }
 
+impl LocalBackend {
+    /// Calls `f` with every entry of `kind`'s folder (for containers, of its subfolders) and
+    /// its name, leaving out temporary files; a missing folder has none.
+    fn each_file(
+        &self,
+        kind: FileKind,
+        mut f: impl FnMut(&fs::DirEntry, String) -> Result<()>,
+    ) -> Result<()> {
+        let dir = self.root.join(kind.dir());
+        if kind != FileKind::Container {
+            return each_entry(&dir, &mut f);
+        }
+        let mut shards = Vec::new();
+        each_entry(&dir, &mut |ent, _| {
+            if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                shards.push(ent.path());
+            }
+            Ok(())
+        })?;
+        for d in shards {
+            each_entry(&d, &mut f)?;
+        }
+        Ok(())
+    }
+}
+
+/// Calls `f` with every entry of the folder `d` but temporary files, and its name; a missing
+/// folder has none.
+fn each_entry(d: &Path, f: &mut dyn FnMut(&fs::DirEntry, String) -> Result<()>) -> Result<()> {
+    let rd = match fs::read_dir(d) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(format!("listing {}", d.display()), e)),
+    };
+    for ent in rd {
+        let ent = ent.ctx(|| format!("listing {}", d.display()))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(".tmp-") {
+            f(&ent, name)?;
+        }
+    }
+    Ok(())
+}
+
 impl Backend for LocalBackend {
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         let p = self.path(kind, name);
@@ -176,41 +220,33 @@ impl Backend for LocalBackend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
-        let dir = self.root.join(kind.dir());
         let mut out = Vec::new();
-        let mut push_files = |d: &Path| -> Result<()> {
-            let rd = match fs::read_dir(d) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(Error::io(format!("listing {}", d.display()), e)),
-            };
-            for ent in rd {
-                let ent = ent.ctx(|| format!("listing {}", d.display()))?;
-                let name = ent.file_name().to_string_lossy().into_owned();
-                let md = ent
-                    .metadata()
-                    .ctx(|| format!("stat {}", ent.path().display()))?;
-                if md.is_file() && !name.starts_with(".tmp-") {
-                    out.push((name, md.len()));
-                }
+        self.each_file(kind, |ent, name| {
+            let md = ent
+                .metadata()
+                .ctx(|| format!("stat {}", ent.path().display()))?;
+            if md.is_file() {
+                out.push((name, md.len()));
             }
             Ok(())
-        };
-        if kind == FileKind::Container {
-            let rd = match fs::read_dir(&dir) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(out),
-                Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
-            };
-            for ent in rd {
-                let ent = ent.ctx(|| format!("listing {}", dir.display()))?;
-                if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    push_files(&ent.path())?;
-                }
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.each_file(kind, |ent, name| {
+            // The file type comes with the directory entry (no `stat`, except on file
+            // systems that do not record it, where the standard library asks).
+            let ty = ent
+                .file_type()
+                .ctx(|| format!("stat {}", ent.path().display()))?;
+            if ty.is_file() {
+                out.push(name);
             }
-        } else {
-            push_files(&dir)?;
-        }
+            Ok(())
+        })?;
         out.sort();
         Ok(out)
     }
