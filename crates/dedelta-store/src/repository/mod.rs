@@ -343,6 +343,15 @@ impl Repository {
         snapshots::list_cached(self.backend.as_ref(), self.cache_dir.as_deref())
     }
 
+    /// Writes a snapshot durably and adds it to the client's snapshot cache; returns its id
+    /// (see [`snapshots::save_cached`]).
+    pub fn save_snapshot(
+        &self,
+        snapshot: &crate::format::snapshot::Snapshot,
+    ) -> Result<crate::format::snapshot::SnapshotId> {
+        snapshots::save_cached(self.backend.as_ref(), self.cache_dir.as_deref(), snapshot)
+    }
+
     /// The snapshot named by a unique id prefix, or `latest`.
     pub fn find_snapshot(
         &self,

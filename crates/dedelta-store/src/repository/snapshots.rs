@@ -14,9 +14,22 @@ use std::path::Path;
 
 /// Writes a snapshot durably; returns its id (the BLAKE3 hash of its file).
 pub fn save(backend: &dyn Backend, snapshot: &Snapshot) -> Result<SnapshotId> {
+    save_cached(backend, None, snapshot)
+}
+
+/// [`save`], then adds the snapshot to the snapshot cache in `cache_dir`, if given (see
+/// [`SnapshotCache::append`]).
+pub fn save_cached(
+    backend: &dyn Backend,
+    cache_dir: Option<&Path>,
+    snapshot: &Snapshot,
+) -> Result<SnapshotId> {
     let bytes = snapshot.to_bytes();
     let id = SnapshotId(ChunkId::of(&bytes).0);
     backend.put(FileKind::Snapshot, &id.to_hex(), &bytes)?;
+    if let Some(dir) = cache_dir {
+        SnapshotCache::append(dir, id, &bytes);
+    }
     Ok(id)
 }
 
