@@ -215,9 +215,10 @@ fn push_entry(out: &mut Vec<u8>, id: &SnapshotId, bytes: &[u8]) -> Range<usize> 
     start..out.len()
 }
 
-/// Where the good entries of a cache file lie, and whether the whole file was intact (else
-/// it is rewritten). Never panics on short or lying input.
-fn decode(file: &[u8]) -> (HashMap<SnapshotId, Range<usize>>, bool) {
+/// Where the good entries' snapshot files lie in the cache file `file`, and whether the whole
+/// file was intact (else it is rewritten). Never panics on short or lying input (fuzz target
+/// `snapshot_cache`).
+pub fn decode(file: &[u8]) -> (HashMap<SnapshotId, Range<usize>>, bool) {
     let mut entries = HashMap::new();
     if file.len() < HEADER_LEN || &file[..8] != MAGIC || u32_at(file, 8) != VERSION {
         return (entries, false);
