@@ -179,6 +179,8 @@ pub trait Backend: Send + Sync {
     }
     /// Writes an object durably and atomically: after return it survives a crash, and a crash
     /// during the call leaves either no object or the whole one. Overwrites an existing object.
+    /// Locks ([`FileKind::Lock`]) need only be atomic and visible to others: a backend may
+    /// skip making them durable (the local one does; a lock outlives no crash of its holder).
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
     /// Creates an object only if none of that name exists; `Ok(false)` if one did.
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool>;
