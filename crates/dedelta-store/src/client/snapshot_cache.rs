@@ -179,7 +179,11 @@ impl SnapshotCache {
             .collect();
         all.extend(self.added.iter().map(|(id, b)| (*id, b.as_slice())));
         let mut out = Vec::with_capacity(
-            HEADER_LEN + all.values().map(|b| b.len() + ENTRY_HEAD_LEN).sum::<usize>(),
+            HEADER_LEN
+                + all
+                    .values()
+                    .map(|b| b.len() + ENTRY_HEAD_LEN)
+                    .sum::<usize>(),
         );
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
@@ -317,7 +321,11 @@ mod tests {
         bad[bodies[1].start + 10] ^= 1;
         std::fs::write(&path, &bad).unwrap();
         let mut c = SnapshotCache::open(tmp.path());
-        assert_eq!((c.len(), c.rewrite), (1, true), "only the entry before the damage");
+        assert_eq!(
+            (c.len(), c.rewrite),
+            (1, true),
+            "only the entry before the damage"
+        );
         for (id, bytes) in &files {
             c.insert(*id, bytes.clone());
         }

@@ -123,7 +123,9 @@ pub fn list_cached(backend: &dyn Backend, cache_dir: Option<&Path>) -> Result<Sn
     let mut out = SnapshotList::default();
     let mut listed = HashSet::with_capacity(names.len());
     for name in names {
-        let Some(id) = is_snapshot_name(&name).then(|| SnapshotId::from_hex(&name)).flatten()
+        let Some(id) = is_snapshot_name(&name)
+            .then(|| SnapshotId::from_hex(&name))
+            .flatten()
         else {
             out.unreadable.push(UnreadableSnapshot {
                 name,
@@ -203,13 +205,16 @@ pub fn find_filtered(
     filter: &SnapshotFilter,
 ) -> Result<(SnapshotId, Snapshot)> {
     if spec == "latest" {
-        return filter.apply(list_cached(backend, cache_dir)?.snapshots).pop().ok_or_else(|| {
-            Error::SnapshotNotFound(if filter.is_empty() {
-                spec.to_string()
-            } else {
-                format!("{spec} (with the --host/--tag/--path given)")
-            })
-        });
+        return filter
+            .apply(list_cached(backend, cache_dir)?.snapshots)
+            .pop()
+            .ok_or_else(|| {
+                Error::SnapshotNotFound(if filter.is_empty() {
+                    spec.to_string()
+                } else {
+                    format!("{spec} (with the --host/--tag/--path given)")
+                })
+            });
     }
     let name = resolve_name(backend, spec)?;
     load(backend, &name)

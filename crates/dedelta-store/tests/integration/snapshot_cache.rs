@@ -60,7 +60,11 @@ fn snapshot_reads_stay_constant_as_snapshots_grow() {
     assert_eq!(cached, real);
     let before = snapshot_reads(&repo);
     assert_eq!(repo.snapshots().unwrap().snapshots.len(), 12);
-    assert_eq!(snapshot_reads(&repo), before, "a warm listing reads no snapshot file");
+    assert_eq!(
+        snapshot_reads(&repo),
+        before,
+        "a warm listing reads no snapshot file"
+    );
     assert_eq!(SnapshotCache::open(&cache_dir(&repo, &path)).len(), 12);
 }
 
@@ -88,8 +92,16 @@ fn a_damaged_cache_entry_is_read_again_from_the_repository() {
     let (cached, real) = listings(&repo);
     assert_eq!(cached, real);
     assert_eq!(cached.len(), 4);
-    assert_eq!(snapshot_reads(&repo) - before, 1 + 4, "one read again (+ the real listing)");
-    assert_eq!(SnapshotCache::open(&dir).len(), 4, "the cache is whole again");
+    assert_eq!(
+        snapshot_reads(&repo) - before,
+        1 + 4,
+        "one read again (+ the real listing)"
+    );
+    assert_eq!(
+        SnapshotCache::open(&dir).len(),
+        4,
+        "the cache is whole again"
+    );
     let before = snapshot_reads(&repo);
     repo.snapshots().unwrap();
     assert_eq!(snapshot_reads(&repo), before);
@@ -115,7 +127,10 @@ fn a_forgotten_snapshot_drops_out_of_the_cached_listing() {
     }
     let listed = repo.snapshots().unwrap().snapshots;
     let gone = listed[1].0.to_hex();
-    locked(&repo, &me(), |lock| forget_ids(&repo, lock, &[gone.clone()])).unwrap();
+    locked(&repo, &me(), |lock| {
+        forget_ids(&repo, lock, &[gone.clone()])
+    })
+    .unwrap();
     let before = snapshot_reads(&repo);
     let ids: Vec<String> = repo
         .snapshots()
@@ -124,7 +139,11 @@ fn a_forgotten_snapshot_drops_out_of_the_cached_listing() {
         .iter()
         .map(|(id, _)| id.to_hex())
         .collect();
-    assert_eq!(snapshot_reads(&repo), before, "the others come from the cache");
+    assert_eq!(
+        snapshot_reads(&repo),
+        before,
+        "the others come from the cache"
+    );
     assert_eq!(ids, vec![listed[0].0.to_hex(), listed[2].0.to_hex()]);
     let cache = SnapshotCache::open(&cache_dir(&repo, &path));
     assert_eq!(cache.len(), 2);

@@ -102,7 +102,12 @@ fn a_small_addition_to_a_large_index_is_not_merged_whole() {
         assert!(seed < 200, "never merged: {:?}", index.runs());
     }
     assert_eq!(index.runs().len(), 1);
-    assert!(index.reader().unwrap().get(&chunk(100 * 100_000 + 2)).unwrap().is_some());
+    assert!(index
+        .reader()
+        .unwrap()
+        .get(&chunk(100 * 100_000 + 2))
+        .unwrap()
+        .is_some());
 }
 
 /// A fresh index is incomplete; a rebuild makes it complete and replaces what it held.
