@@ -1,7 +1,7 @@
 //! dedelta-eval: the evaluation harness behind `dedelta eval`.
 //!
 //! One command stores a versioned dataset with every configuration of dedelta and with the
-//! tools people use (restic, borg, zstd, xdelta3), restores and verifies it, and writes
+//! tools people use (restic, rustic, borg, zstd, xdelta3), restores and verifies it, and writes
 //! `report.md`, `results.csv`, `versions.csv` and PNG plots.
 //!
 //! - [`dataset`]: versioned datasets (a directory of versions, or a generated series).

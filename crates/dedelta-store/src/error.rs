@@ -128,9 +128,12 @@ pub enum Error {
     /// A thread of a pipeline panicked (a bug).
     #[error("the {0} thread panicked")]
     ThreadPanicked(String),
-    /// The chunk index failed (an I/O error, or in use by another process).
+    /// The chunk index failed (an I/O error).
     #[error("chunk index error: {0}")]
     Index(String),
+    /// The chunk index is open in another process (see `client::index::PrivateIndex`).
+    #[error("the chunk index {0} is in use by another process")]
+    IndexInUse(String),
     /// The chunk index file is damaged. It is a cache: the repository discards it, and the next
     /// command rebuilds it from the containers.
     #[error("the chunk index is damaged ({0}); it has been discarded and is rebuilt from the containers by the next command: run the command again")]

@@ -16,10 +16,6 @@ use dedelta_store::read::speed_factor;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-/// MiB of decompressed regions a dump's LRU holds at most, by default: one file needs less
-/// than a restore, and fewer fresh buffers cost fewer page faults.
-const DUMP_CACHE_MIB: usize = 32;
-
 /// Arguments of `dedelta dump`.
 #[derive(Args)]
 pub struct DumpArgs {
@@ -54,7 +50,7 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-    let (cache, cache_bytes) = args.cache.choice(DUMP_CACHE_MIB)?;
+    let (cache, cache_bytes) = args.cache.choice()?;
     let want = ls::normalize_path(args.path.as_bytes());
     let is_dir = want.is_empty()
         || ls::find_node(&r, &id, &snap, want)

@@ -19,9 +19,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use tar::{EntryType, Header};
 
-/// Bytes of regions the content reader caches.
-const TAR_CACHE_BYTES: usize = 32 << 20;
-
 /// Whether `path` (stored form) is `dir` or below it (`dir` empty: the whole snapshot).
 fn under(path: &[u8], dir: &[u8]) -> bool {
     dir.is_empty() || path == dir || (path.starts_with(dir) && path.get(dir.len()) == Some(&b'/'))
@@ -36,7 +33,7 @@ pub fn write_tar(
     out: &mut dyn Write,
 ) -> Result<u64> {
     let mut builder = tar::Builder::new(out);
-    let mut content = ChunkReader::new(repo, TAR_CACHE_BYTES)?;
+    let mut content = ChunkReader::new(repo, super::restore::RESTORE_CACHE_MIB << 20)?;
     let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
     let mut entries = 0u64;
     let tar_err = |e: std::io::Error| Error::io("writing the tar stream", e);

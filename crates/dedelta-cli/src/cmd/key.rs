@@ -1,8 +1,9 @@
 //! `dedelta key list|add|remove|passwd`: the key files of an encrypted repository, each the
-//! master key sealed under one password (as restic's `key`).
+//! master key sealed under one password (as restic's `key`). `list` and `add` take a shared
+//! lock; `remove` and `passwd` (which removes the old key file) an exclusive one.
 //!
 //! Exit codes: 0 done; 1 a bad option, the repository is not encrypted, or the key to remove
-//! is the one in use or the last; 12 wrong password.
+//! is the one in use or the last; 11 the repository is locked; 12 wrong password.
 
 use super::init::kdf_params;
 use super::RepoArg;
@@ -10,6 +11,7 @@ use crate::render::{outln, print_json};
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use dedelta_store::crypto::KeyOrigin;
+use dedelta_store::repository::lock::LockMode;
 use std::path::PathBuf;
 
 /// Arguments of `dedelta key`.
@@ -80,6 +82,7 @@ pub fn run(args: KeyArgs) -> Result<u8> {
     match args.what {
         KeyCommand::List { repo, json } => {
             let r = repo.open_unmetered()?;
+            let _lock = repo.lock(&r, "key list", LockMode::Shared)?;
             let keys = r.list_keys()?;
             if json {
                 print_json(&serde_json::json!({ "keys": keys }))?;
@@ -105,6 +108,8 @@ pub fn run(args: KeyArgs) -> Result<u8> {
         }
         KeyCommand::Add { repo, new } => {
             let r = repo.open_unmetered()?;
+            // Adding a key takes nothing from anyone: beside backups and restores.
+            let _lock = repo.lock(&r, "key add", LockMode::Shared)?;
             let pw =
                 crate::password::new_password(new.new_password_file.as_deref(), "the new key")?;
             let id = r.add_key(&pw, kdf_params(new.insecure_kdf), &origin())?;
@@ -112,11 +117,16 @@ pub fn run(args: KeyArgs) -> Result<u8> {
         }
         KeyCommand::Remove { repo, id } => {
             let r = repo.open_unmetered()?;
+            // Alone, as restic does: a running command may have opened the repository with
+            // the key being removed.
+            let _lock = repo.lock(&r, "key remove", LockMode::Exclusive)?;
             let id = r.remove_key(&id)?;
             outln!("removed key {id}");
         }
         KeyCommand::Passwd { repo, new } => {
             let mut r = repo.open_unmetered()?;
+            // It removes the old key file: alone, as `key remove`.
+            let _lock = repo.lock(&r, "key passwd", LockMode::Exclusive)?;
             let pw = crate::password::new_password(
                 new.new_password_file.as_deref(),
                 "the new password",

@@ -395,16 +395,22 @@ pub fn lock_info(command: &str) -> LockInfo {
 /// released when dropped.
 pub fn open_reader(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, Option<RepoLock>)> {
     let r = repo.open_repository()?;
-    let lock = match repo.lock(&r, command, LockMode::Shared) {
+    let lock = reader_lock(repo, &r, command)?;
+    Ok((with_index(r)?, lock))
+}
+
+/// A reader's shared lock on `r`, or none (with a notice) where the repository cannot be
+/// written.
+pub fn reader_lock(repo: &RepoArg, r: &Repository, command: &str) -> Result<Option<RepoLock>> {
+    match repo.lock(r, command, LockMode::Shared) {
         Err(e) if is_read_only(&e) => {
             print_notices(&[format!(
                 "no shared lock could be written ({e:#}): reading without one; a prune running now could remove data this {command} reads"
             )]);
-            None
+            Ok(None)
         }
-        other => Some(other?),
-    };
-    Ok((with_index(r)?, lock))
+        other => Ok(Some(other?)),
+    }
 }
 
 /// Whether taking a lock failed because the repository cannot be written here.

@@ -11,7 +11,7 @@
 //! repository.
 
 use super::select::SnapshotFilterArgs;
-use super::{open_reader, RepoArg};
+use super::RepoArg;
 use anyhow::{Context, Result};
 use clap::Args;
 use dedelta_store::commands::mount::{Attr, DirEntry, MountTree};
@@ -208,49 +208,21 @@ fn wait_and_unmount(set: libc::sigset_t, mountpoint: PathBuf, mounted: &AtomicBo
     }
 }
 
-/// The repository opened by [`open_private_index`]: the directory of the index's copy, the
-/// repository, and the shared lock held while it is mounted.
-type PrivateIndex = (
-    tempfile::TempDir,
+/// Opens the repository with a private copy of its chunk index (removed when the mount
+/// ends), under a shared lock: a mount stays up for hours, and a process holds the index's
+/// `flock` while it has the index open, so with the shared index every other command on the
+/// repository would work on a copy of its own meanwhile.
+fn open_private_index(
+    repo: &RepoArg,
+) -> Result<(
     IndexedRepository,
     Option<dedelta_store::repository::lock::RepoLock>,
-);
-
-/// Opens the repository with a private copy of its chunk index, in a temporary directory
-/// removed when the mount ends, under a shared lock.
-///
-/// A process holds the index's `flock` while the index is open, and a mount stays up for
-/// hours: with the shared index, every other command on the repository (a backup, `ls`)
-/// would fail as "in use by another process" meanwhile. The index is caught up first (under
-/// its lock), then its files are copied; a copy torn by a concurrent writer is found damaged
-/// and rebuilt, as any index.
-fn open_private_index(repo: &RepoArg) -> Result<PrivateIndex> {
-    let (shared, lock) = open_reader(repo, "mount")?;
-    let index = shared.index_path().to_path_buf();
-    // Unlocked already (an encrypted repository is not opened again without its password).
-    let opened = shared.into_repository();
-    let dir = tempfile::Builder::new()
-        .prefix("dedelta-mount-index-")
-        .tempdir()
-        .context("creating a directory for the mount's index")?;
-    let stem = index
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    if let Some(from) = index.parent() {
-        for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let wanted =
-                name.starts_with(&stem) && !name.ends_with(".lock") && !name.contains(".tmp");
-            if wanted && e.file_type().is_ok_and(|t| t.is_file()) {
-                std::fs::copy(e.path(), dir.path().join(&name))
-                    .with_context(|| format!("copying {}", e.path().display()))?;
-            }
-        }
-    }
-    let copy = opened.with_index_path(dir.path().join(&stem));
-    let r = super::with_index(copy)?;
-    Ok((dir, r, lock))
+)> {
+    let r = repo.open_repository()?;
+    let lock = super::reader_lock(repo, &r, "mount")?;
+    let r = r.open_private_index()?;
+    crate::render::print_notices(&r.take_notices());
+    Ok((r, lock))
 }
 
 /// Mounts the snapshots and serves them until unmounted.
@@ -270,7 +242,7 @@ pub fn run(args: MountArgs) -> Result<u8> {
     static MOUNTED: AtomicBool = AtomicBool::new(false);
     let mp = args.mountpoint.clone();
     std::thread::spawn(move || wait_and_unmount(set, mp, &MOUNTED));
-    let (_index_copy, r, _lock) = open_private_index(&args.repo)?;
+    let (r, _lock) = open_private_index(&args.repo)?;
     let listed = r.snapshots()?;
     crate::render::print_warnings(&listed.warnings());
     let snapshots = filter.apply(listed.snapshots);

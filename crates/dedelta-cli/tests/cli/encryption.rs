@@ -223,6 +223,147 @@ fn keys_rotate() {
     assert_same_tree(&src, &restored(&target, &src));
 }
 
+/// Key commands lock the repository: while a dump holds a shared lock, `key list` and
+/// `key add` run, and `key passwd` and `key remove` (which delete a key file a running
+/// command may have opened the repository with) are refused with exit code 11.
+#[test]
+fn key_commands_take_locks() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let f = Fixture::encrypted(PW);
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    let data = bytes(8 << 20, 7);
+    fs::write(src.join("big.bin"), &data).unwrap();
+    ok_with(&f, PW, &["backup", src.to_str().unwrap()]);
+    // The dump writes 8 MiB into a pipe nobody reads yet: it blocks holding its lock.
+    let file = format!("{}/big.bin", src.display());
+    let mut dump = std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
+        .args(["dump", "latest", &file, "-r"])
+        .arg(f.repo())
+        .env_remove("DEDELTA_REPO")
+        .env("DEDELTA_CACHE_DIR", f.path("cache-dump"))
+        .env("DEDELTA_PASSWORD", PW)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Not counting a lock being written (a temporary file renamed into place).
+    let locks = || {
+        fs::read_dir(f.repo().join("locks"))
+            .unwrap()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp-"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while locks() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no lock from the dump"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let second = f.path("second");
+    fs::write(&second, "second password\n").unwrap();
+    let new_pw = [
+        "--insecure-kdf",
+        "--new-password-file",
+        second.to_str().unwrap(),
+    ];
+    ok_with(&f, PW, &["key", "list"]);
+    let add: Vec<&str> = ["key", "add"].iter().chain(&new_pw).copied().collect();
+    ok_with(&f, PW, &add);
+    let passwd: Vec<&str> = ["key", "passwd"].iter().chain(&new_pw).copied().collect();
+    let out = with_pw(&f, PW, &passwd);
+    assert_eq!(out.status.code(), Some(11), "{out:?}");
+    let list = ok_with(&f, PW, &["key", "list", "--json"]);
+    let keys: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let other = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["current"] == false)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = with_pw(&f, PW, &["key", "remove", &other]);
+    assert_eq!(out.status.code(), Some(11), "{out:?}");
+    let mut dumped = Vec::new();
+    dump.stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut dumped)
+        .unwrap();
+    assert!(dump.wait().unwrap().success());
+    assert!(dumped == data);
+    // Alone, they run.
+    ok_with(&f, PW, &["key", "remove", &other]);
+}
+
+/// Runs `dedelta ARGS -r REPO` on a terminal (util-linux `script` gives it a pseudo-terminal)
+/// typing `input`; returns the exit code and what the terminal showed.
+fn on_terminal(f: &Fixture, args: &str, input: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let bin = assert_cmd::cargo::cargo_bin("dedelta");
+    let line = format!("{} {args} -r {}", bin.display(), f.repo().display());
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env_remove("DEDELTA_REPO")
+        .env_remove("DEDELTA_PASSWORD")
+        .env("DEDELTA_CACHE_DIR", f.path("cache"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let shown =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), shown)
+}
+
+/// Without a password from a file, the environment or a command, `init` asks on the terminal
+/// twice (two different answers are refused), and later commands ask once; a wrong answer
+/// exits 12.
+#[test]
+fn passwords_are_asked_on_a_terminal() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return;
+    }
+    let f = Fixture {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let (code, shown) = on_terminal(&f, "init --insecure-kdf", "one\ntwo\n");
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(shown.contains("do not match"), "{shown}");
+    let (code, shown) = on_terminal(&f, "init --insecure-kdf", "typed pw\ntyped pw\n");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.contains("enter password for the new repository"),
+        "{shown}"
+    );
+    let (code, shown) = on_terminal(&f, "snapshots", "typed pw\n");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(shown.contains("enter password for repository"), "{shown}");
+    let (code, shown) = on_terminal(&f, "snapshots", "not it\n");
+    assert_eq!(code, Some(12), "{shown}");
+    // The typed password is the repository's: the environment's works too.
+    ok_with(&f, "typed pw", &["snapshots"]);
+}
+
 /// Flips a byte of `path` at `at` (from the end when negative).
 fn flip(path: &Path, at: isize) {
     let mut b = fs::read(path).unwrap();

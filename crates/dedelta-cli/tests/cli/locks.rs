@@ -7,8 +7,15 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Locks in the repository, not counting a lock being written (a temporary file renamed
+/// into place: counted, it let a test go on before the lock existed, and the command
+/// racing the half-taken lock backed off instead of the one the test expected).
 fn lock_count(f: &Fixture) -> usize {
-    fs::read_dir(f.repo().join("locks")).unwrap().count()
+    fs::read_dir(f.repo().join("locks"))
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp-"))
+        .count()
 }
 
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
@@ -126,4 +133,73 @@ fn bad_retry_lock_duration_is_refused() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--retry-lock"));
+}
+
+/// Issue 19: two processes with one cache directory (a backup from cron while the user
+/// restores) failed with "the chunk index ... is in use by another process". A dump blocked
+/// on its output holds the index open; a backup and a restore beside it work on private
+/// copies of the index, say so, and leave nothing behind; the shared index then catches up
+/// with the backup's containers.
+#[test]
+fn commands_beside_one_holding_the_index_use_a_private_copy() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    let data = bytes(8 << 20, 8);
+    fs::write(src.join("big.bin"), &data).unwrap();
+    f.backup(&[&src]);
+    let file = format!("{}/big.bin", src.display());
+    let mut dump = Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
+        .args(["dump", "latest", &file, "-r"])
+        .arg(f.repo())
+        .env_remove("DEDELTA_REPO")
+        .env("DEDELTA_CACHE_DIR", f.path("cache"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The dump takes its repository lock, then opens the index: wait until it has the
+    // index's lock file open (its flock; probing the flock itself would take it for a
+    // moment and send the dump to a private copy).
+    let fds = format!("/proc/{}/fd", dump.id());
+    wait_for("the dump's index", || {
+        fs::read_dir(&fds).unwrap().flatten().any(|e| {
+            fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().ends_with("chunks.idx.lock"))
+        })
+    });
+
+    fs::write(src.join("new.bin"), bytes(1 << 20, 9)).unwrap();
+    let out = f.cmd(&["backup"]).arg(&src).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("private copy"),
+        "{out:?}"
+    );
+    let target = f.path("restored");
+    let target_arg = format!("--target={}", target.display());
+    let out = f.cmd(&["restore", "latest", &target_arg]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let restored = target.join(src.strip_prefix("/").unwrap());
+    assert!(fs::read(restored.join("new.bin")).unwrap() == bytes(1 << 20, 9));
+
+    let mut dumped = Vec::new();
+    dump.stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut dumped)
+        .unwrap();
+    assert!(dump.wait().unwrap().success());
+    assert!(dumped == data);
+    // The private copies are gone; the shared index is used again and catches up.
+    let out = f.cmd(&["check", "--read-data"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("private copy"));
+    let mut copies = 0;
+    for repo_cache in fs::read_dir(f.path("cache")).unwrap().flatten() {
+        if let Ok(rd) = fs::read_dir(repo_cache.path().join("chunks.idx.private")) {
+            copies += 1;
+            assert_eq!(rd.count(), 0, "a private copy was left behind");
+        }
+    }
+    assert_eq!(copies, 1, "no private copy was made");
 }

@@ -26,7 +26,8 @@
 //!
 //! The data file is memory-mapped and entries are handed out as slices of the mapping: copied
 //! into fresh heap memory instead, the kernel's zeroing of those pages cost as much as the
-//! reads themselves. dedelta only ever appends to a data file or replaces it with a new one,
+//! reads themselves. dedelta only ever appends to a data file or replaces it with a new one
+//! (written under a temporary name and renamed: two processes may write the same generation),
 //! never truncates it, so the mapping stays valid (as with ripgrep, a file truncated by
 //! another program while mapped would end the process).
 //!
@@ -350,6 +351,11 @@ impl LocalBaseCache {
             (None, o) => o.map_or(1, |o| o.generation.wrapping_add(1)),
         };
         let data_path = dir.join(data_file_name(generation));
+        let new_data_tmp = dir.join(format!(
+            "{}.tmp-{}",
+            data_file_name(generation),
+            std::process::id()
+        ));
         let io = |path: &Path| {
             let path = path.to_owned();
             move |cause| CacheError::Io { path, cause }
@@ -361,7 +367,11 @@ impl LocalBaseCache {
                     let len = file.metadata()?.len();
                     (file, len)
                 }
-                None => (File::create(&data_path)?, 0),
+                // A new file under a temporary name, renamed into place below: another
+                // process saving beside this one (each on its own copy of the index) may
+                // create the same generation, and truncating a data file a third process
+                // has mapped would fault its reads.
+                None => (File::create(&new_data_tmp)?, 0),
             };
             let mut w = BufWriter::with_capacity(1 << 20, file);
             let mut entries = Vec::with_capacity(chosen.len());
@@ -385,11 +395,17 @@ impl LocalBaseCache {
                 offset += u64::from(len);
             }
             w.flush()?;
+            if append.is_none() {
+                std::fs::rename(&new_data_tmp, &data_path)?;
+            }
             Ok(entries)
         };
         let index = CacheIndex {
             generation,
-            entries: write_data().map_err(io(&data_path))?,
+            entries: write_data().map_err(|e| {
+                let _ = std::fs::remove_file(&new_data_tmp);
+                io(&data_path)(e)
+            })?,
         };
 
         let index_path = dir.join(INDEX_FILE);
@@ -408,7 +424,13 @@ impl LocalBaseCache {
             if let Ok(names) = std::fs::read_dir(dir) {
                 for name in names.flatten().map(|e| e.file_name()) {
                     let name = name.to_string_lossy();
-                    if name.starts_with("bases.") && name.len() == keep.len() && name != keep {
+                    let other_generation = name.len() == keep.len() && name != keep;
+                    // A new data file a process did not live to rename.
+                    let abandoned = name.split_once(".tmp-").is_some_and(|(_, pid)| {
+                        pid.parse()
+                            .is_ok_and(|p| !crate::repository::lock::process_alive(p))
+                    });
+                    if name.starts_with("bases.") && (other_generation || abandoned) {
                         let _ = std::fs::remove_file(dir.join(&*name));
                     }
                 }
@@ -475,6 +497,41 @@ mod tests {
         assert_eq!(next.get(&d.0).as_deref(), Some(&d.1[..]));
         assert_eq!(next.get(&a.0).as_deref(), Some(&a.1[..]));
         assert!(next.get(&c.0).is_none(), "over budget");
+    }
+
+    /// Two processes saving beside each other (each on a private copy of the chunk index)
+    /// may write the same new generation: the second must not truncate the first's file
+    /// under a third process that has it mapped (its reads would fault), so a new data file
+    /// is written under a temporary name and renamed. A temporary file whose process died
+    /// is removed by the next rewrite.
+    #[test]
+    fn a_rewrite_never_truncates_a_mapped_data_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let (a, b, c, d) = (
+            entry(1, 4096),
+            entry(2, 4096),
+            entry(3, 4096),
+            entry(4, 4096),
+        );
+        LocalBaseCache::save(dir, [a.clone()], None, 4096).unwrap();
+        let first = LocalBaseCache::open(dir).unwrap().unwrap();
+        LocalBaseCache::save(dir, [b.clone()], Some(&first), 4096).unwrap();
+        // Generation 1 holds a and b, twice the budget: the next save rewrites it.
+        let full = LocalBaseCache::open(dir).unwrap().unwrap();
+        // One process rewrites generation 1 as 2 ...
+        LocalBaseCache::save(dir, [c.clone()], Some(&full), 4096).unwrap();
+        assert_eq!(data_files(dir), [(data_file_name(2), 4096)]);
+        // ... a third maps it ...
+        let mut reader = LocalBaseCache::open(dir).unwrap().unwrap();
+        let dead = dir.join(format!("{}.tmp-4000000000", data_file_name(3)));
+        std::fs::write(&dead, b"left by a crash").unwrap();
+        // ... and another, which had opened generation 1 too, writes generation 2 again.
+        LocalBaseCache::save(dir, [d.clone()], Some(&full), 4096).unwrap();
+        assert_eq!(reader.get(&c.0).as_deref(), Some(&c.1[..]));
+        assert!(!dead.exists());
+        let mut now = LocalBaseCache::open(dir).unwrap().unwrap();
+        assert_eq!(now.get(&d.0).as_deref(), Some(&d.1[..]));
     }
 
     #[test]

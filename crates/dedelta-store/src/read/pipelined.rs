@@ -2,6 +2,7 @@
 //! regions, the other decodes deltas, verifies and writes.
 
 use super::decoder::base_unreadable;
+use super::locator::CopyRule;
 use super::reader::chain_too_long;
 use super::{
     lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, RestoreCacheChoice,
@@ -118,7 +119,7 @@ impl<'a> PipelinedLocator<'a> {
         let mut held = self.held.clone();
         let mut wanted = Vec::new();
         for id in ids {
-            let Some((cid, region, mut next)) = self.locator.place(id) else {
+            let Some((cid, region, mut next)) = self.locator.place(id, CopyRule::Own) else {
                 continue;
             };
             wanted.push((cid, region));
@@ -131,7 +132,7 @@ impl<'a> PipelinedLocator<'a> {
                     chain.clear();
                     break;
                 }
-                let Some((cid, region, below)) = self.locator.place(&b) else {
+                let Some((cid, region, below)) = self.locator.place(&b, CopyRule::OwnFull) else {
                     chain.clear();
                     break;
                 };
@@ -147,8 +148,29 @@ impl<'a> PipelinedLocator<'a> {
     }
 
     /// Locates chunk `id` (and the bases down its delta chain that the decoder will need).
+    ///
+    /// Reading own copies, the chunk's copy is located by [`CopyRule::Own`] and its bases by
+    /// [`CopyRule::OwnFull`] (at most one own delta, at the top of the chain). If the chain
+    /// fails that way (a base's copy damaged, or a chain too long), it is located again from
+    /// the index's copies alone, the copies `check` verifies: reading own copies never fails
+    /// a chunk that the index's copies restore.
     pub fn fetch(&mut self, id: &ChunkId) -> Result<FetchedChunk> {
         let chunk = self.locator.locate(id)?;
+        let fetched = self.fetch_bases(chunk, CopyRule::OwnFull);
+        if fetched.bases.is_err() && self.locator.reads_own_copies() {
+            if let Ok(chunk) = self.locator.locate_by(id, CopyRule::Index) {
+                let retried = self.fetch_bases(chunk, CopyRule::Index);
+                if retried.bases.is_ok() {
+                    return Ok(retried);
+                }
+            }
+        }
+        Ok(fetched)
+    }
+
+    /// `chunk` with the bases down its delta chain that the decoder will need, each located
+    /// by `rule`.
+    fn fetch_bases(&mut self, chunk: LocatedChunk, rule: CopyRule) -> FetchedChunk {
         let mut bases = Vec::new();
         let mut next = chunk.delta_base;
         let found = loop {
@@ -159,7 +181,7 @@ impl<'a> PipelinedLocator<'a> {
             if bases.len() >= usize::from(MAX_DELTA_DEPTH) {
                 break Err(chain_too_long(&chunk));
             }
-            match self.locator.locate(&b) {
+            match self.locator.locate_by(&b, rule) {
                 Ok(located) => {
                     next = located.delta_base;
                     bases.push(located);
@@ -174,7 +196,7 @@ impl<'a> PipelinedLocator<'a> {
             }
             bases
         });
-        Ok(FetchedChunk { chunk, bases })
+        FetchedChunk { chunk, bases }
     }
 }
 

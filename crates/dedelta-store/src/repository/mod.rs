@@ -19,7 +19,7 @@ pub mod snapshots;
 use crate::backend::local::LocalBackend;
 use crate::backend::wrap::metered::{IoCounts, MeteredBackend, Purpose};
 use crate::backend::{Backend, FileKind};
-use crate::client::index::ChunkIndex;
+use crate::client::index::{ChunkIndex, PrivateIndex};
 use crate::error::{Error, Result};
 use crate::format::config::RepoConfig;
 use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMeta, FOOTER_LEN};
@@ -407,21 +407,56 @@ impl Repository {
 
     /// Opens the chunk index. The index is a cache of the containers' metadata: an index that
     /// is missing, incomplete (a rebuild never finished) or damaged is discarded and rebuilt,
-    /// and [`IndexedRepository::notices`] says so.
+    /// and [`IndexedRepository::notices`] says so. An index open in another process is
+    /// copied, and this process works on its private copy ([`PrivateIndex`]).
     pub fn open_index(self) -> Result<IndexedRepository> {
         let mut notices = Vec::new();
-        let index = match ChunkIndex::open(&self.index_path) {
-            Ok(i) => i,
+        let opened = match ChunkIndex::open(&self.index_path) {
+            Ok(i) => Ok(i),
             Err(Error::IndexDamaged(why)) => {
                 // `ChunkIndex::open` has already removed the damaged file.
                 notices.push(format!(
                     "the chunk index {} was damaged ({why}); it was discarded and rebuilt",
                     self.index_path.display()
                 ));
-                ChunkIndex::open(&self.index_path)?
+                ChunkIndex::open(&self.index_path)
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
         };
+        match opened {
+            Ok(index) => self.with_opened_index(index, None, notices),
+            Err(Error::IndexInUse(_)) => {
+                notices.push(format!(
+                    "the chunk index {} is in use by another dedelta process: this command \
+                     works on a private copy of it (the shared index catches up on its next use)",
+                    self.index_path.display()
+                ));
+                self.open_private_index_noting(notices)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens a private copy of the chunk index ([`PrivateIndex`]), whether or not another
+    /// process has it open: for a command that runs for hours (`mount`) and should not keep
+    /// every other command on the index waiting.
+    pub fn open_private_index(self) -> Result<IndexedRepository> {
+        self.open_private_index_noting(Vec::new())
+    }
+
+    fn open_private_index_noting(mut self, notices: Vec<String>) -> Result<IndexedRepository> {
+        let (private, index) = PrivateIndex::open(&self.index_path)?;
+        self.index_path = private.manifest().to_path_buf();
+        self.with_opened_index(index, Some(private), notices)
+    }
+
+    /// Catches `index` up with the repository (or rebuilds it if it is incomplete).
+    fn with_opened_index(
+        self,
+        index: ChunkIndex,
+        private: Option<PrivateIndex>,
+        notices: Vec<String>,
+    ) -> Result<IndexedRepository> {
         if let Some(dir) = &self.cache_dir {
             crate::client::cache::mark_used(dir, self.local_root.as_deref());
         }
@@ -431,6 +466,7 @@ impl Repository {
         let repo = IndexedRepository {
             repo: self,
             index,
+            _private: private,
             notices: std::sync::Mutex::new(notices),
         };
         if !repo.index.is_complete()? {
@@ -450,6 +486,9 @@ impl Repository {
 pub struct IndexedRepository {
     repo: Repository,
     index: ChunkIndex,
+    /// The private copy `index` is opened from, if any: removed after `index` is closed
+    /// (fields drop in order).
+    _private: Option<PrivateIndex>,
     /// Things the user should know that did not stop the command (an index rebuilt).
     notices: std::sync::Mutex<Vec<String>>,
 }

@@ -773,7 +773,14 @@ impl World {
             self.figures.restores_exact += 1;
             return Ok(());
         }
-        ensure!(allow_failure, "{what}: it must be exact");
+        let messages: Vec<&str> = match &result {
+            Ok(st) => st.errors.iter().map(|e| e.message.as_str()).collect(),
+            Err(_) => Vec::new(),
+        };
+        ensure!(
+            allow_failure,
+            "{what}: it must be exact; errors: {messages:?}"
+        );
         if !(self.damaged() || self.flaky_reads) {
             let named = self.named.get(&id[..8]).cloned().unwrap_or_default();
             ensure!(
@@ -1870,4 +1877,20 @@ fn campaign() {
         total.report()
     );
     assert!(total.restores_exact > 0);
+}
+
+/// Seeds that failed when restore first read own copies stored as deltas (issue 17): seed
+/// 1000 at steps 182 and 269, 7002 at step 155, each a snapshot healed by `check` then a
+/// backup whose restore found "its delta chain is longer than 16 (or loops)". A base was
+/// resolved like a chunk asked for, so it could take its own delta copy (or, once its own
+/// full copy failed, an index copy stored as a delta on the chunk above it), and the chain
+/// came back to where it started; see `ChunkLocator::decodable`. The episodes depend a little
+/// on thread timing, so a replay does not always meet the same state; these failed 3 of 4
+/// runs before the fix (`own_copies` has the scenario by hand).
+#[test]
+fn own_delta_copies_through_heals() {
+    for seed in [1000, 7002] {
+        let figures = episode(seed, 300);
+        assert!(figures.restores_exact > 0);
+    }
 }

@@ -43,6 +43,8 @@ mod metadata;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
 /// papers' restore speed factor.
 mod metrics;
+/// Restore reading a snapshot's own copies stored as deltas (issue 17).
+mod own_copies;
 /// Every restore cache restores bit-exact, within its bounds and reading what it says.
 mod restore_cache;
 /// Restore against hostile snapshots, damaged repositories and concurrent prunes.

@@ -28,7 +28,7 @@ const SEGMENT_BYTES: u64 = 64 * 1024;
 /// Version `v` of two incompressible files: each version replaces a few 1 KiB spans with new
 /// bytes, so that after a few versions a file's chunks lie in the containers of every
 /// backup before (fragmentation).
-fn version(v: u64) -> Files {
+pub(crate) fn version(v: u64) -> Files {
     let mut m = Files::new();
     for f in 0..2u64 {
         let mut d = noise(200_000, 10 + f);
@@ -43,7 +43,12 @@ fn version(v: u64) -> Files {
     m
 }
 
-fn backup(repo: &IndexedRepository, src: &Path, v: u64, capping: Option<usize>) -> BackupResult {
+pub(crate) fn backup(
+    repo: &IndexedRepository,
+    src: &Path,
+    v: u64,
+    capping: Option<usize>,
+) -> BackupResult {
     write_files(src, &version(v));
     let opts = BackupOptions {
         rewriting: capping.map(|level| {
@@ -96,7 +101,13 @@ fn old_containers_per_segment(
     segments
 }
 
-fn restores_exact(repo: &IndexedRepository, dir: &Path, src: &Path, id: &SnapshotId, v: u64) {
+pub(crate) fn restores_exact(
+    repo: &IndexedRepository,
+    dir: &Path,
+    src: &Path,
+    id: &SnapshotId,
+    v: u64,
+) {
     let (_, snap) = repo.find_snapshot(&id.to_hex()).unwrap();
     let target = dir.join("restore");
     let _ = fs::remove_dir_all(&target);
@@ -107,7 +118,7 @@ fn restores_exact(repo: &IndexedRepository, dir: &Path, src: &Path, id: &Snapsho
     );
 }
 
-fn check_clean(repo: &IndexedRepository) {
+pub(crate) fn check_clean(repo: &IndexedRepository) {
     let report = run_check(repo, true).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
@@ -230,7 +241,7 @@ fn capping_at_level_zero_references_no_old_container() {
 
 /// Containers read restoring `id` with `cache` (bit-exact checked), and the containers the
 /// locator reads each of its file chunks from.
-fn restore_reads(
+pub(crate) fn restore_reads(
     repo: &IndexedRepository,
     dir: &Path,
     src: &Path,

@@ -37,6 +37,7 @@ mod bloom;
 mod change;
 mod filter;
 mod manifest;
+mod private;
 mod rebuild;
 mod run;
 mod view;
@@ -50,6 +51,7 @@ use dedelta_core::ChunkId;
 pub use filter::FingerprintFilter;
 use filter::{filter_path, index_digest};
 use manifest::{Manifest, RunRecord, Slot};
+pub use private::PrivateIndex;
 use rebuild::{spill_left_path, spill_path};
 pub use rebuild::{DeltaCopy, Rebuild};
 use run::Run;
@@ -191,14 +193,8 @@ fn hold_lock(path: &Path) -> Result<Arc<std::fs::File>> {
         .write(true)
         .open(&lock)
         .map_err(|e| Error::io(format!("opening {}", lock.display()), e))?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
-        |_| {
-            Error::Index(format!(
-                "the chunk index {} is in use by another process",
-                path.display()
-            ))
-        },
-    )?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .map_err(|_| Error::IndexInUse(path.display().to_string()))?;
     let file = Arc::new(file);
     held.push((lock, Arc::downgrade(&file)));
     Ok(file)
@@ -281,7 +277,7 @@ impl ChunkIndex {
     /// # Errors
     /// [`Error::IndexDamaged`] if the manifest or a run is damaged, torn or of another
     /// version (the files are removed already: the caller opens again and rebuilds);
-    /// [`Error::Index`] if another process has the index open.
+    /// [`Error::IndexInUse`] if another process has the index open (see [`PrivateIndex`]).
     pub fn open(path: &Path) -> Result<Self> {
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)

@@ -552,3 +552,66 @@ fn a_filter_saved_before_later_commits_is_rebuilt() {
         .chain(&meta_b.entries)
         .all(|e| f.contains(&e.id)));
 }
+
+/// Another process holds the index (its flock, taken here through a second open file): the
+/// index refuses to open as in use, and a private copy opens with every entry, takes its own
+/// writes without changing the shared index, and is removed when dropped. Copies left by
+/// dead processes are removed.
+#[test]
+fn a_private_copy_opens_beside_a_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    {
+        let index = ChunkIndex::open(&path).unwrap();
+        let (id, meta) = container(1, 50);
+        index.insert_container(id, &meta).unwrap();
+    }
+    let holder = std::fs::OpenOptions::new()
+        .write(true)
+        .open(lock_path(&path))
+        .unwrap();
+    rustix::fs::flock(
+        &holder,
+        rustix::fs::FlockOperation::NonBlockingLockExclusive,
+    )
+    .unwrap();
+    assert!(matches!(ChunkIndex::open(&path), Err(Error::IndexInUse(_))));
+    let abandoned = dir.path().join("chunks.idx.private/4000000000-gone");
+    std::fs::create_dir_all(&abandoned).unwrap();
+    let (copy, index) = PrivateIndex::open(&path).unwrap();
+    assert!(!abandoned.exists());
+    assert_eq!(index.len().unwrap(), 50);
+    let (id, meta) = container(2, 10);
+    index.insert_container(id, &meta).unwrap();
+    assert_eq!(index.len().unwrap(), 60);
+    let copy_dir = copy.dir().to_path_buf();
+    assert!(copy_dir.exists());
+    drop(index);
+    drop(copy);
+    assert!(!copy_dir.exists());
+    drop(holder);
+    assert_eq!(ChunkIndex::open(&path).unwrap().len().unwrap(), 50);
+}
+
+/// A copy whose manifest names a run that is gone (deleted by the holder between the links)
+/// is made again, then opened empty for the caller to rebuild; the shared index is untouched.
+#[test]
+fn a_torn_private_copy_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let runs = {
+        let index = ChunkIndex::open(&path).unwrap();
+        let (id, meta) = container(1, 50);
+        index.insert_container(id, &meta).unwrap();
+        index.runs()
+    };
+    let run = run_path(&path, runs[0].0);
+    let kept = std::fs::read(&run).unwrap();
+    std::fs::remove_file(&run).unwrap();
+    let (_copy, index) = PrivateIndex::open(&path).unwrap();
+    assert_eq!(index.len().unwrap(), 0);
+    assert!(!index.is_complete().unwrap());
+    drop(index);
+    std::fs::write(&run, kept).unwrap();
+    assert_eq!(ChunkIndex::open(&path).unwrap().len().unwrap(), 50);
+}

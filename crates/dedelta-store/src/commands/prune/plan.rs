@@ -139,8 +139,10 @@ pub(super) fn plan(
     plan.bases_kept = bases.len() as u64;
     live.extend(bases);
     // Copies the index does not name, kept for the remaining snapshots whose containers
-    // hold them: full copies of live chunks whose indexed copy is full too (restore reads no
-    // delta own copy; an indexed delta, an inversed one, is there to let the full copy go).
+    // hold them: full copies of live chunks whose indexed copy is full too (an indexed
+    // delta, an inversed one, is there to let the full copy go). Delta own copies are not
+    // kept: their bases would have to be kept too; restore reads the index's copy once a
+    // delta own copy or its base is gone.
     // They keep no base alive, so what prune keeps stays the same from one prune to the
     // next; in a container rewritten they are dropped (the snapshots do not name the new
     // container) and those snapshots read the index's copy.

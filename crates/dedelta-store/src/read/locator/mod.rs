@@ -95,6 +95,20 @@ struct OwnCopies {
     found: HashMap<ChunkId, ChunkLocation>,
 }
 
+/// Which copies of a chunk a lookup may read, with [`ChunkLocator::reading_own_copies`]
+/// (without it, the index's copy always).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CopyRule {
+    /// The index's copy only: the retry of a chain that failed through own copies, since
+    /// index copies alone are what `check` verifies and never loop.
+    Index,
+    /// The chunk asked for: its own copy stored in full, or a delta whose base is read in
+    /// full (see [`ChunkLocator::decodable`]).
+    Own,
+    /// A delta's base: only an own copy stored in full, else the index's copy.
+    OwnFull,
+}
+
 impl<'a> ChunkLocator<'a> {
     /// A locator with `cache_bytes` of decompressed regions.
     pub fn new(repo: &'a IndexedRepository, cache_bytes: usize) -> Result<Self> {
@@ -149,39 +163,78 @@ impl<'a> ChunkLocator<'a> {
         self
     }
 
-    /// Where to read `id`: the index's copy, or with [`Self::reading_own_copies`] and `own`
-    /// the snapshot's own copy when the index's lies outside its containers.
-    fn location(&mut self, id: &ChunkId, own: bool) -> Result<Option<ChunkLocation>> {
+    /// Where to read `id` by `rule`: the index's copy, or with [`Self::reading_own_copies`]
+    /// the snapshot's own copy that `rule` allows when the index's lies outside its
+    /// containers.
+    fn location(&mut self, id: &ChunkId, rule: CopyRule) -> Result<Option<ChunkLocation>> {
         let Some(loc) = self.index.get(id)? else {
             return Ok(None);
         };
-        if !own {
+        if rule == CopyRule::Index {
             return Ok(Some(loc));
         }
         let Some(mut copies) = self.own.take() else {
             return Ok(Some(loc));
         };
-        let found = if copies.containers.contains(&loc.container) {
-            Some(loc)
-        } else {
-            self.search_own(&mut copies, id)
-                .filter(|o| self.decodable(o))
-        };
+        let chosen = self.choose(&mut copies, id, loc, rule);
         self.own = Some(copies);
-        Ok(Some(found.unwrap_or(loc)))
+        Ok(Some(chosen))
     }
 
-    /// Whether the own copy at `at` may be read: only a copy stored in full. A delta copy's
-    /// base would be resolved to its own copy or the index's, and two copies written at
-    /// different times may name each other as bases (a chunk stored again after damage, as
-    /// a delta the other way): mixing them could make a loop. A full copy ends every chain,
-    /// and Capping's rewrites, the copies this is for, are stored in full.
+    /// [`Self::location`] with the own copies taken out of `self`: `index_copy` when it lies
+    /// in the snapshot's containers, else the own copy `rule` allows, else `index_copy`.
+    fn choose(
+        &mut self,
+        copies: &mut OwnCopies,
+        id: &ChunkId,
+        index_copy: ChunkLocation,
+        rule: CopyRule,
+    ) -> ChunkLocation {
+        if copies.containers.contains(&index_copy.container) {
+            return index_copy;
+        }
+        let own = self.search_own(copies, id);
+        own.filter(|o| match rule {
+            CopyRule::Index => false,
+            CopyRule::OwnFull => self.is_full(o),
+            CopyRule::Own => self.decodable(copies, o),
+        })
+        .unwrap_or(index_copy)
+    }
+
+    /// Whether the own copy at `at` may be read as the chunk asked for: a copy stored in
+    /// full, or a delta whose base is read from a copy stored in full, the base being
+    /// located by [`CopyRule::OwnFull`] exactly as the read will locate it
+    /// ([`crate::read::PipelinedLocator::fetch`]).
     ///
-    /// Reading a delta own copy whose base's copy is stored in full was tried on 2026-11-24
-    /// (it raised the cache-aware filter's speed factor on Redis from 3.50 to 4.16): the
-    /// campaign test then failed restores that must be exact after damage was healed, a
-    /// cause not found in the time left; see docs/eval/papers.md.
-    fn decodable(&mut self, at: &ChunkLocation) -> bool {
+    /// Why not any delta: two copies written at different times may name each other as
+    /// bases. For instance chunk A's own copy is a delta on B; B's container is damaged,
+    /// `check` takes B out of the index, and the backup that heals it stores B again as a
+    /// delta on A's (full) index copy. Resolving B's base A like a chunk asked for takes A's
+    /// own copy again: a loop (the campaign's healed restores failed with "its delta chain
+    /// is longer than 16 (or loops)" while bases were resolved that way, seeds 1000, 7002). Bases resolved by
+    /// [`CopyRule::OwnFull`] never take an own delta, so a chain holds at most one own copy
+    /// that is a delta, at its top; below it are index copies (which never loop) and own
+    /// full copies (which end it). Capping's rewrites are stored in full; the cache-aware
+    /// filter's (LoopDelta §4.4) are delta-compressed again against a base whose container
+    /// the backup had just read, and without reading those the filter could not raise the
+    /// restore's speed factor (it lowered it, 4.12 -> 3.60 on the Redis series).
+    fn decodable(&mut self, copies: &mut OwnCopies, at: &ChunkLocation) -> bool {
+        match self.kind_at(at) {
+            Some(EntryKind::Full) => true,
+            Some(EntryKind::Delta { base, .. }) => {
+                let Ok(Some(index_copy)) = self.index.get(&base) else {
+                    return false;
+                };
+                let read = self.choose(copies, &base, index_copy, CopyRule::OwnFull);
+                self.is_full(&read)
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the copy at `at` is stored in full.
+    fn is_full(&mut self, at: &ChunkLocation) -> bool {
         matches!(self.kind_at(at), Some(EntryKind::Full))
     }
 
@@ -389,10 +442,14 @@ impl<'a> ChunkLocator<'a> {
         }
     }
 
-    /// Where chunk `id` lies and its delta base, from the index and its container's
-    /// metadata, without reading its region; `None` if either cannot say.
-    pub(crate) fn place(&mut self, id: &ChunkId) -> Option<(ContainerId, u32, Option<ChunkId>)> {
-        let loc = self.location(id, true).ok()??;
+    /// Where chunk `id` lies (its copy by `rule`) and its delta base, from the index and
+    /// its container's metadata, without reading its region; `None` if either cannot say.
+    pub(crate) fn place(
+        &mut self,
+        id: &ChunkId,
+        rule: CopyRule,
+    ) -> Option<(ContainerId, u32, Option<ChunkId>)> {
+        let loc = self.location(id, rule).ok()??;
         let meta = self.meta(loc.container).ok()?;
         let e = meta.entries.get(loc.entry as usize)?;
         let base = match e.kind {
@@ -452,11 +509,21 @@ impl<'a> ChunkLocator<'a> {
     /// How `id` is stored, from its container's metadata, without reading its region;
     /// `None` if it is not indexed.
     pub fn kind_of(&mut self, id: &ChunkId) -> Result<Option<EntryKind>> {
-        let Some(loc) = self.location(id, true)? else {
+        let Some(loc) = self.location(id, CopyRule::Own)? else {
             return Ok(None);
         };
         let meta = self.meta(loc.container)?;
         Ok(meta.entries.get(loc.entry as usize).map(|e| e.kind))
+    }
+
+    /// [`Self::locate`] in the copy the index names, even when reading own copies.
+    pub fn locate_index_copy(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
+        self.locate_by(id, CopyRule::Index)
+    }
+
+    /// Whether this locator reads snapshots' own copies ([`Self::reading_own_copies`]).
+    pub fn reads_own_copies(&self) -> bool {
+        self.own.is_some()
     }
 
     /// Finds chunk `id` and decompresses its region.
@@ -472,19 +539,24 @@ impl<'a> ChunkLocator<'a> {
     /// [`Error::CorruptChunk`] naming the container and chunk if its metadata or region is
     /// damaged.
     pub fn locate(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
-        if self.own.is_some() {
+        self.locate_by(id, CopyRule::Own)
+    }
+
+    /// [`Self::locate`] in the copy `rule` allows (see [`CopyRule`]).
+    pub(crate) fn locate_by(&mut self, id: &ChunkId, rule: CopyRule) -> Result<LocatedChunk> {
+        if self.own.is_some() && rule != CopyRule::Index {
             // If the snapshot's own copy fails, the index's may still be sound.
-            if let Ok(c) = self.locate_once(id, true) {
+            if let Ok(c) = self.locate_once(id, rule) {
                 return Ok(c);
             }
         }
-        match self.locate_once(id, false) {
+        match self.locate_once(id, CopyRule::Index) {
             Err(Located::Gone(first)) => {
                 // Caught up with the repository first: another client's prune may have moved
                 // the chunk, and only this client's own commands update its index.
                 self.repo.sync_index()?;
                 self.refresh_index()?;
-                match self.locate_once(id, false) {
+                match self.locate_once(id, CopyRule::Index) {
                     Ok(c) => Ok(c),
                     Err(Located::Gone(_)) => Err(gone(&first, id)),
                     // No longer indexed: the chunk itself was pruned since our first view.
@@ -522,14 +594,14 @@ impl<'a> ChunkLocator<'a> {
         }
     }
 
-    /// One attempt to locate `id`: in the snapshot's own copy with `own`, else the index's.
+    /// One attempt to locate `id`, in the copy `rule` allows.
     fn locate_once(
         &mut self,
         id: &ChunkId,
-        own: bool,
+        rule: CopyRule,
     ) -> std::result::Result<LocatedChunk, Located> {
         let loc = self
-            .location(id, own)?
+            .location(id, rule)?
             .ok_or_else(|| Error::ChunkMissing(id.to_hex()))?;
         let bad = |e: Error| match e {
             Error::ObjectMissing { .. } => Located::Gone(loc.container),

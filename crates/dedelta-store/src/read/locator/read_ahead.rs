@@ -60,7 +60,7 @@ impl ChunkLocator<'_> {
             return reads;
         }
         for id in ids {
-            let Some((cid, index, _)) = self.place(id) else {
+            let Some((cid, index, _)) = self.place(id, super::CopyRule::Own) else {
                 continue;
             };
             let known = |r: &RegionRead| r.container == cid && r.index == index;
