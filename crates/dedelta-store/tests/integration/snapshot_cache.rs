@@ -23,9 +23,12 @@ fn cache_dir(repo: &IndexedRepository, path: &Path) -> PathBuf {
     repo_dir(&cache_root_for(path), &repo.config().id).unwrap()
 }
 
-/// The listing through the cache, as (id, file bytes), and what the repository's own
-/// listing (no cache) gives: they must be the same.
-fn listings(repo: &IndexedRepository) -> (Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>) {
+/// Snapshots as (id, file bytes).
+type Listed = Vec<(String, Vec<u8>)>;
+
+/// The listing through the cache, and what the repository's own listing (no cache) gives:
+/// they must be the same.
+fn listings(repo: &IndexedRepository) -> (Listed, Listed) {
     let flat = |l: snapshots::SnapshotList| {
         l.snapshots
             .into_iter()
@@ -128,7 +131,7 @@ fn a_forgotten_snapshot_drops_out_of_the_cached_listing() {
     let listed = repo.snapshots().unwrap().snapshots;
     let gone = listed[1].0.to_hex();
     locked(&repo, &me(), |lock| {
-        forget_ids(&repo, lock, &[gone.clone()])
+        forget_ids(&repo, lock, std::slice::from_ref(&gone))
     })
     .unwrap();
     let before = snapshot_reads(&repo);
