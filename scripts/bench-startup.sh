@@ -4,7 +4,10 @@
 # WORKDIR (one backup of ~800 MB of unique data, then 999 one-file backups), then times, R
 # times each: `backup` of a 1-byte file (everything a backup does before and after reading
 # one byte: open, lock, index, parent snapshot, seal, snapshot write), `snapshots`, and
-# `ls latest`. Prints one JSON line with the median wall seconds of each.
+# `ls latest`. Prints one JSON line with the median wall seconds of each, and the median CPU
+# seconds (user + system: what a loaded machine does not inflate).
+# With COMPARE_BIN=OTHER_BINARY, times that binary too, alternating with DEDELTA_BIN in the
+# same loop, and prints a line for each (a before/after comparison in one run).
 # Usage: scripts/bench-startup.sh WORKDIR [R]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,14 +29,36 @@ if [ ! -f "$work/built" ]; then
   touch "$work/built"
 fi
 echo x > "$work/src/f"
-median() { python3 -c 'import sys,statistics; print(round(statistics.median(map(float, sys.argv[1:])), 4))' "$@"; }
-t() { local s e; s=$(date +%s.%N); "$@" >/dev/null; e=$(date +%s.%N); python3 -c "print($e - $s)"; }
-b=(); s=(); l=()
-for _ in $(seq 1 "$runs"); do
-  b+=("$(t "$bin" backup -r "$repo" "$work/src")")
-  s+=("$(t "$bin" snapshots -r "$repo")")
-  l+=("$(t "$bin" ls -r "$repo" latest)")
-done
+bins=("$bin"); [ -n "${COMPARE_BIN:-}" ] && bins+=("$COMPARE_BIN")
+# Runs R rounds of (backup, snapshots, ls latest) for each binary in turn; prints per binary
+# one JSON line of medians (wall and CPU seconds).
+python3 - "$repo" "$work/src" "$runs" "${bins[@]}" <<'PY'
+import json, os, resource, statistics, subprocess, sys, time
+repo, src, runs, bins = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+def timed(cmd):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+results = {b: {"backup_1_byte": [], "snapshots": [], "ls_latest": []} for b in bins}
+for i in range(runs):
+    for b in bins:
+        with open(os.path.join(src, "f"), "w") as f:
+            f.write(f"{i}\n")
+        r = results[b]
+        r["backup_1_byte"].append(timed([b, "backup", "-r", repo, src]))
+        r["snapshots"].append(timed([b, "snapshots", "-r", repo]))
+        r["ls_latest"].append(timed([b, "ls", "-r", repo, "latest"]))
+for b in bins:
+    out = {"bin": b}
+    for k, v in results[b].items():
+        out[f"{k}_s"] = round(statistics.median(w for w, _ in v), 4)
+        out[f"{k}_cpu_s"] = round(statistics.median(c for _, c in v), 4)
+    print(json.dumps(out))
+PY
 chunks=$("$bin" stats -r "$repo" --json | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s.get("distinct_chunks", s.get("chunks", 0)))')
 snaps=$("$bin" snapshots -r "$repo" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
-echo "{\"chunks\": $chunks, \"snapshots\": $snaps, \"backup_1_byte_s\": $(median "${b[@]}"), \"snapshots_s\": $(median "${s[@]}"), \"ls_latest_s\": $(median "${l[@]}")}"
+echo "{\"chunks\": $chunks, \"snapshots\": $snaps}"

@@ -188,11 +188,20 @@ pub trait Backend: Send + Sync {
     }
     /// Writes an object durably and atomically: after return it survives a crash, and a crash
     /// during the call leaves either no object or the whole one. Overwrites an existing object.
+    /// Locks ([`FileKind::Lock`]) need only be atomic and visible to others: a backend may
+    /// skip making them durable (the local one does; a lock outlives no crash of its holder).
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()>;
     /// Creates an object only if none of that name exists; `Ok(false)` if one did.
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool>;
     /// Lists object names of a kind, with their sizes in bytes.
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>>;
+    /// Lists object names of a kind, sorted, without their sizes: what a caller that needs
+    /// only the names asks for (the snapshot listing, the index's catch-up, locks). A local
+    /// directory then reads the folder without a `stat` per file; this default, for backends
+    /// that get sizes for free (an object store's listing), drops them.
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        Ok(self.list(kind)?.into_iter().map(|(n, _)| n).collect())
+    }
     /// Deletes an object; deleting a missing object is not an error.
     fn delete(&self, kind: FileKind, name: &str) -> Result<()>;
     /// Size of an object in bytes.

@@ -2,8 +2,8 @@
 //!
 //! Layout: `config`, `containers/<2 hex>/<64 hex>`, `snapshots/<64 hex>`, `locks/<name>`.
 //! Writes go to a temp file in the target folder, are fsynced, renamed into place, and the
-//! folder is fsynced: so an object is either absent or whole and durable. Temp files start
-//! with `.tmp-` and are ignored by `list`.
+//! folder is fsynced: so an object is either absent or whole and durable (locks are whole but
+//! not fsynced, see [`is_durable`]). Temp files start with `.tmp-` and are ignored by `list`.
 
 use crate::{Backend, BackendError as Error, FileKind, IoContext, Result};
 use std::fs::{self, File};
@@ -59,6 +59,14 @@ impl LocalBackend {
     }
 }
 
+/// Whether writes and deletes of `kind` are fsynced. Locks are not: a lock matters only while
+/// its holder runs, and a crash of the machine ends the holder too (a lock that survived
+/// would only be stale). Other processes see a lock once it is renamed into place, synced or
+/// not; the fsyncs were a third of a one-byte backup's wait on a busy disk (issue 20).
+fn is_durable(kind: FileKind) -> bool {
+    kind != FileKind::Lock
+}
+
 /// fsyncs a directory so that a rename or create in it is durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
@@ -72,6 +80,50 @@ fn read_error(e: std::io::Error, path: &Path, kind: FileKind, name: &str) -> Err
     } else {
         Error::io(format!("reading {}", path.display()), e)
     }
+}
+
+impl LocalBackend {
+    /// Calls `f` with every entry of `kind`'s folder (for containers, of its subfolders) and
+    /// its name, leaving out temporary files; a missing folder has none.
+    fn each_file(
+        &self,
+        kind: FileKind,
+        mut f: impl FnMut(&fs::DirEntry, String) -> Result<()>,
+    ) -> Result<()> {
+        let dir = self.root.join(kind.dir());
+        if kind != FileKind::Container {
+            return each_entry(&dir, &mut f);
+        }
+        let mut shards = Vec::new();
+        each_entry(&dir, &mut |ent, _| {
+            if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                shards.push(ent.path());
+            }
+            Ok(())
+        })?;
+        for d in shards {
+            each_entry(&d, &mut f)?;
+        }
+        Ok(())
+    }
+}
+
+/// Calls `f` with every entry of the folder `d` but temporary files, and its name; a missing
+/// folder has none.
+fn each_entry(d: &Path, f: &mut dyn FnMut(&fs::DirEntry, String) -> Result<()>) -> Result<()> {
+    let rd = match fs::read_dir(d) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(format!("listing {}", d.display()), e)),
+    };
+    for ent in rd {
+        let ent = ent.ctx(|| format!("listing {}", d.display()))?;
+        let name = ent.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(".tmp-") {
+            f(&ent, name)?;
+        }
+    }
+    Ok(())
 }
 
 impl Backend for LocalBackend {
@@ -134,17 +186,23 @@ impl Backend for LocalBackend {
             }
         }
         let tmp = self.tmp_path(&p);
+        let durable = is_durable(kind);
         let write = || -> std::io::Result<()> {
             let mut f = File::create(&tmp)?;
             f.write_all(data)?;
-            f.sync_all()?;
+            if durable {
+                f.sync_all()?;
+            }
             fs::rename(&tmp, &p)
         };
         if let Err(e) = write() {
             let _ = fs::remove_file(&tmp);
             return Err(Error::io(format!("writing {}", p.display()), e));
         }
-        sync_dir(&dir)
+        if durable {
+            sync_dir(&dir)?;
+        }
+        Ok(())
     }
 
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
@@ -176,41 +234,33 @@ impl Backend for LocalBackend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
-        let dir = self.root.join(kind.dir());
         let mut out = Vec::new();
-        let mut push_files = |d: &Path| -> Result<()> {
-            let rd = match fs::read_dir(d) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(Error::io(format!("listing {}", d.display()), e)),
-            };
-            for ent in rd {
-                let ent = ent.ctx(|| format!("listing {}", d.display()))?;
-                let name = ent.file_name().to_string_lossy().into_owned();
-                let md = ent
-                    .metadata()
-                    .ctx(|| format!("stat {}", ent.path().display()))?;
-                if md.is_file() && !name.starts_with(".tmp-") {
-                    out.push((name, md.len()));
-                }
+        self.each_file(kind, |ent, name| {
+            let md = ent
+                .metadata()
+                .ctx(|| format!("stat {}", ent.path().display()))?;
+            if md.is_file() {
+                out.push((name, md.len()));
             }
             Ok(())
-        };
-        if kind == FileKind::Container {
-            let rd = match fs::read_dir(&dir) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(out),
-                Err(e) => return Err(Error::io(format!("listing {}", dir.display()), e)),
-            };
-            for ent in rd {
-                let ent = ent.ctx(|| format!("listing {}", dir.display()))?;
-                if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    push_files(&ent.path())?;
-                }
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.each_file(kind, |ent, name| {
+            // The file type comes with the directory entry (no `stat`, except on file
+            // systems that do not record it, where the standard library asks).
+            let ty = ent
+                .file_type()
+                .ctx(|| format!("stat {}", ent.path().display()))?;
+            if ty.is_file() {
+                out.push(name);
             }
-        } else {
-            push_files(&dir)?;
-        }
+            Ok(())
+        })?;
         out.sort();
         Ok(out)
     }
@@ -218,6 +268,7 @@ impl Backend for LocalBackend {
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
         let p = self.path(kind, name);
         match fs::remove_file(&p) {
+            Ok(()) if !is_durable(kind) => Ok(()),
             Ok(()) => sync_dir(p.parent().unwrap_or(&self.root)),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(format!("deleting {}", p.display()), e)),

@@ -549,6 +549,11 @@ impl Backend for FaultBackend {
         self.inner.list(kind)
     }
 
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        self.check_alive(kind, kind.dir())?;
+        self.inner.list_names(kind)
+    }
+
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
         self.write(kind, name, Write::Delete).map(|_| ())
     }

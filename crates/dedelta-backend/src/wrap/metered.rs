@@ -447,6 +447,12 @@ impl Backend for MeteredBackend {
         self.inner.list(kind)
     }
 
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        add(&self.of(kind).lists, 1);
+        self.request(kind, Direction::Query);
+        self.inner.list_names(kind)
+    }
+
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
         add(&self.of(kind).deletes, 1);
         self.request(kind, Direction::Query);

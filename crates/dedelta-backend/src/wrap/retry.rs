@@ -178,6 +178,10 @@ impl Backend for RetryBackend {
         self.run(|b| b.list(kind))
     }
 
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        self.run(|b| b.list_names(kind))
+    }
+
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
         self.run(|b| b.delete(kind, name))
     }

@@ -115,11 +115,21 @@ fn damaged_and_stray_snapshot_files_are_skipped_and_removable() {
     fs::write(snaps.join(first_id), b).unwrap();
     fs::write(snaps.join("notes.txt"), b"stray").unwrap();
 
-    let out = f.cmd(&["snapshots"]).output().unwrap();
+    // A client that has not read the snapshot before (a fresh cache) finds it damaged; this
+    // client's snapshot cache still holds the good copy it read, as restic's cache does, so
+    // its listing shows both (check, prune and forget below read the repository's files).
+    let out = f
+        .cmd(&["snapshots"])
+        .env("DEDELTA_CACHE_DIR", f.path("fresh-cache"))
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(first_id) && err.contains("notes.txt"), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 snapshots"));
+    let out = f.cmd(&["snapshots"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 snapshots"));
     f.ok(&["stats"]);
     f.ok(&["ls", "latest"]);
     f.backup(&[&src]);

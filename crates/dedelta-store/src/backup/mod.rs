@@ -573,7 +573,7 @@ pub fn backup(
         },
         ..Default::default()
     };
-    let snapshot_id = crate::repository::snapshots::save(repo.backend().as_ref(), &snapshot)?;
+    let snapshot_id = repo.save_snapshot(&snapshot)?;
     // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
     // killed before it leaves a snapshot without one (see crate::format::dense).
     let mut metrics = metrics;

@@ -4,7 +4,10 @@
 //! - [`cache`]: where they live (one directory per repository under the cache root).
 //! - [`index`]: the chunk index (fingerprint -> container entry, super-feature -> base).
 //! - [`local_cache`]: the local base cache of the last backups' delta bases.
+//! - [`snapshot_cache`]: the repository's snapshot files, for listing them without reading
+//!   every one.
 
 pub mod cache;
 pub mod index;
 pub mod local_cache;
+pub mod snapshot_cache;

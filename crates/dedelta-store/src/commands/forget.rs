@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::repository::lock::RepoLock;
 use crate::repository::snapshot_filter::{GroupBy, GroupKey, SnapshotFilter};
-use crate::repository::snapshots::list;
 use crate::repository::Repository;
 use chrono::{DateTime, Datelike, Utc};
 use std::collections::{BTreeMap, HashSet};
@@ -204,7 +203,7 @@ pub fn forget_selected(
     selection: (&SnapshotFilter, GroupBy),
     dry_run: bool,
 ) -> Result<Vec<ForgetDecision>> {
-    let listed = list(repo.backend().as_ref())?;
+    let listed = repo.snapshots()?;
     let all = listed.snapshots;
     let mut decisions = if policy.is_empty() {
         Vec::new()

@@ -8,7 +8,6 @@ use crate::format::container::EntryKind;
 #[cfg(doc)]
 use crate::format::snapshot::BackupSummary;
 use crate::format::snapshot::{dce, ratio};
-use crate::repository::snapshots::list;
 use crate::repository::{read_container_meta, IndexedRepository};
 use dedelta_core::ChunkId;
 use std::collections::HashSet;
@@ -108,7 +107,7 @@ pub struct BytesBreakdown {
 /// Computes the statistics.
 pub fn stats(repo: &IndexedRepository) -> Result<RepoStats> {
     let mut s = RepoStats::default();
-    let snapshots = list(repo.backend().as_ref())?;
+    let snapshots = repo.snapshots()?;
     s.warnings = snapshots.warnings();
     let mut tree_chunks = HashSet::new();
     for (_, snap) in snapshots.snapshots {

@@ -286,6 +286,11 @@ impl Backend for SealedBackend {
         Ok(l)
     }
 
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        // Names are the same sealed or not.
+        self.inner.list_names(kind)
+    }
+
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
         self.cache().pop(&(kind, name.to_string()));
         self.inner.delete(kind, name)

@@ -30,7 +30,7 @@ impl DamageSet {
     pub fn load(backend: &dyn Backend) -> Result<(Self, Vec<String>)> {
         let mut set = DamageSet::default();
         let mut notices = Vec::new();
-        for (name, _) in backend.list(FileKind::Damage)? {
+        for name in backend.list_names(FileKind::Damage)? {
             let what = format!("damage record {name}");
             match backend
                 .get(FileKind::Damage, &name)

@@ -50,9 +50,9 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
     let (damage, skipped) = DamageSet::load(backend.as_ref())?;
     out.notices.extend(skipped);
     let listed: HashSet<ContainerId> = backend
-        .list(FileKind::Container)?
+        .list_names(FileKind::Container)?
         .iter()
-        .filter_map(|(name, _)| ContainerId::from_hex(name))
+        .filter_map(|name| ContainerId::from_hex(name))
         .collect();
     let index = repo.index();
     let known = index.known_containers()?;

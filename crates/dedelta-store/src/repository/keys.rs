@@ -50,7 +50,7 @@ pub(crate) fn read_config(
                 "it names a cipher but is not sealed (tampered with?)",
             ));
         }
-        if !raw.list(FileKind::Key)?.is_empty() {
+        if !raw.list_names(FileKind::Key)?.is_empty() {
             return Err(Error::corrupt(
                 "config",
                 "it is not encrypted but the repository has key files: refusing to write \

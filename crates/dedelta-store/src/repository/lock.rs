@@ -139,7 +139,7 @@ pub struct FoundLock {
 /// between the two is left out).
 pub fn list_locks(backend: &dyn Backend) -> Result<Vec<FoundLock>> {
     let mut out = Vec::new();
-    for (name, _) in backend.list(FileKind::Lock)? {
+    for name in backend.list_names(FileKind::Lock)? {
         match backend.get(FileKind::Lock, &name) {
             Ok(bytes) => out.push(FoundLock {
                 record: serde_json::from_slice(&bytes).ok(),

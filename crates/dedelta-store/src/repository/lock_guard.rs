@@ -83,6 +83,10 @@ impl Backend for WriteGuard {
         self.inner.list(kind)
     }
 
+    fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        self.inner.list_names(kind)
+    }
+
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
         self.may_write(kind)?;
         self.inner.delete(kind, name)

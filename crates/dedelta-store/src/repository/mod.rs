@@ -398,9 +398,19 @@ impl Repository {
         self.metered.as_ref().map(|m| m.meter().counts())
     }
 
-    /// Every snapshot, readable or not (see [`snapshots::list`]).
+    /// Every snapshot, readable or not, through the client's snapshot cache when the
+    /// repository was opened with a cache directory (see [`snapshots::list_cached`]).
     pub fn snapshots(&self) -> Result<snapshots::SnapshotList> {
-        snapshots::list(self.backend.as_ref())
+        snapshots::list_cached(self.backend.as_ref(), self.cache_dir.as_deref())
+    }
+
+    /// Writes a snapshot durably and adds it to the client's snapshot cache; returns its id
+    /// (see [`snapshots::save_cached`]).
+    pub fn save_snapshot(
+        &self,
+        snapshot: &crate::format::snapshot::Snapshot,
+    ) -> Result<crate::format::snapshot::SnapshotId> {
+        snapshots::save_cached(self.backend.as_ref(), self.cache_dir.as_deref(), snapshot)
     }
 
     /// The snapshot named by a unique id prefix, or `latest`.
@@ -411,7 +421,7 @@ impl Repository {
         crate::format::snapshot::SnapshotId,
         crate::format::snapshot::Snapshot,
     )> {
-        snapshots::find(self.backend.as_ref(), spec)
+        self.find_snapshot_filtered(spec, &snapshot_filter::SnapshotFilter::default())
     }
 
     /// The snapshot named by a unique id prefix, or `latest` among those `filter` selects.
@@ -423,7 +433,12 @@ impl Repository {
         crate::format::snapshot::SnapshotId,
         crate::format::snapshot::Snapshot,
     )> {
-        snapshots::find_filtered(self.backend.as_ref(), spec, filter)
+        snapshots::find_filtered(
+            self.backend.as_ref(),
+            self.cache_dir.as_deref(),
+            spec,
+            filter,
+        )
     }
 
     /// Takes an exclusive lock (timing from the environment, see [`LockTiming::from_env`]).

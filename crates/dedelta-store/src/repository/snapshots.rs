@@ -1,30 +1,53 @@
-//! The repository's snapshots: listing, loading and finding them by id prefix.
+//! The repository's snapshots: listing (through the client's snapshot cache, see
+//! [`list_cached`]), loading and finding them by id prefix.
 //!
 //! A damaged or stray file in `snapshots/` is reported, never allowed to hide the others.
 
 use crate::backend::{Backend, FileKind};
+use crate::client::snapshot_cache::SnapshotCache;
 use crate::error::{Error, Result};
 use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::repository::snapshot_filter::SnapshotFilter;
 use dedelta_core::ChunkId;
+use std::collections::HashSet;
+use std::path::Path;
 
 /// Writes a snapshot durably; returns its id (the BLAKE3 hash of its file).
 pub fn save(backend: &dyn Backend, snapshot: &Snapshot) -> Result<SnapshotId> {
+    save_cached(backend, None, snapshot)
+}
+
+/// [`save`], then adds the snapshot to the snapshot cache in `cache_dir`, if given (see
+/// [`SnapshotCache::append`]).
+pub fn save_cached(
+    backend: &dyn Backend,
+    cache_dir: Option<&Path>,
+    snapshot: &Snapshot,
+) -> Result<SnapshotId> {
     let bytes = snapshot.to_bytes();
     let id = SnapshotId(ChunkId::of(&bytes).0);
     backend.put(FileKind::Snapshot, &id.to_hex(), &bytes)?;
+    if let Some(dir) = cache_dir {
+        SnapshotCache::append(dir, id, &bytes);
+    }
     Ok(id)
 }
 
 /// Loads one snapshot by full hex id, checking that the file hashes to its name.
 pub fn load(backend: &dyn Backend, name: &str) -> Result<(SnapshotId, Snapshot)> {
+    load_file(backend, name).map(|(id, snap, _)| (id, snap))
+}
+
+/// [`load`], also giving the file's bytes.
+fn load_file(backend: &dyn Backend, name: &str) -> Result<(SnapshotId, Snapshot, Vec<u8>)> {
     let what = format!("snapshot {name}");
     let bytes = backend.get(FileKind::Snapshot, name)?;
     let id = SnapshotId(ChunkId::of(&bytes).0);
     if id.to_hex() != name {
         return Err(Error::corrupt(what, "content does not match its id"));
     }
-    Ok((id, Snapshot::from_bytes(&bytes, &what)?))
+    let snap = Snapshot::from_bytes(&bytes, &what)?;
+    Ok((id, snap, bytes))
 }
 
 /// A snapshot file that could not be used.
@@ -87,9 +110,23 @@ fn is_snapshot_name(name: &str) -> bool {
 
 /// Reads every snapshot file. Fails only if the folder cannot be listed.
 pub fn list(backend: &dyn Backend) -> Result<SnapshotList> {
+    list_cached(backend, None)
+}
+
+/// [`list`], with the snapshot files cached in the client cache directory `cache_dir` (see
+/// [`SnapshotCache`]): the names are listed every time, a snapshot is read from the
+/// repository only when the cache has no good copy of it, and the cache keeps only the names
+/// listed. What `check` and `repair` read stays the repository's own ([`list`]).
+pub fn list_cached(backend: &dyn Backend, cache_dir: Option<&Path>) -> Result<SnapshotList> {
+    let names = backend.list_names(FileKind::Snapshot)?;
+    let mut cache = cache_dir.map(SnapshotCache::open);
     let mut out = SnapshotList::default();
-    for (name, _) in backend.list(FileKind::Snapshot)? {
-        if !is_snapshot_name(&name) {
+    let mut listed = HashSet::with_capacity(names.len());
+    for name in names {
+        let Some(id) = is_snapshot_name(&name)
+            .then(|| SnapshotId::from_hex(&name))
+            .flatten()
+        else {
             out.unreadable.push(UnreadableSnapshot {
                 name,
                 reason: "not a snapshot (its name is not a snapshot id)".into(),
@@ -97,9 +134,26 @@ pub fn list(backend: &dyn Backend) -> Result<SnapshotList> {
                 content_damaged: false,
             });
             continue;
+        };
+        listed.insert(id);
+        if let Some(c) = cache.as_mut() {
+            if let Some(bytes) = c.get(&id) {
+                match Snapshot::from_bytes(bytes, &format!("snapshot {name}")) {
+                    Ok(snap) => {
+                        out.snapshots.push((id, snap));
+                        continue;
+                    }
+                    Err(_) => c.remove(&id),
+                }
+            }
         }
-        match load(backend, &name) {
-            Ok(s) => out.snapshots.push(s),
+        match load_file(backend, &name) {
+            Ok((id, snap, bytes)) => {
+                if let Some(c) = cache.as_mut() {
+                    c.insert(id, bytes);
+                }
+                out.snapshots.push((id, snap));
+            }
             Err(e) => out.unreadable.push(UnreadableSnapshot {
                 name,
                 content_damaged: matches!(e, Error::Corrupt { .. }),
@@ -107,6 +161,10 @@ pub fn list(backend: &dyn Backend) -> Result<SnapshotList> {
                 stray: false,
             }),
         }
+    }
+    if let Some(c) = cache.as_mut() {
+        c.retain(|id| listed.contains(id));
+        c.save();
     }
     out.snapshots
         .sort_by(|a, b| a.1.time.cmp(&b.1.time).then(a.0.cmp(&b.0)));
@@ -116,11 +174,7 @@ pub fn list(backend: &dyn Backend) -> Result<SnapshotList> {
 /// The object name of the snapshot file matching `spec` (a unique id prefix, or a stray file's
 /// exact name), whether or not they can be read: what `forget` needs to remove a damaged one.
 pub fn resolve_name(backend: &dyn Backend, spec: &str) -> Result<String> {
-    let names: Vec<String> = backend
-        .list(FileKind::Snapshot)?
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
+    let names = backend.list_names(FileKind::Snapshot)?;
     if names.iter().any(|n| n == spec) {
         return Ok(spec.to_string());
     }
@@ -138,24 +192,29 @@ pub fn resolve_name(backend: &dyn Backend, spec: &str) -> Result<String> {
 
 /// Finds a snapshot by unique id prefix, or `latest` (the newest readable one).
 pub fn find(backend: &dyn Backend, spec: &str) -> Result<(SnapshotId, Snapshot)> {
-    find_filtered(backend, spec, &SnapshotFilter::default())
+    find_filtered(backend, None, spec, &SnapshotFilter::default())
 }
 
 /// Finds a snapshot by unique id prefix, or `latest`: the newest readable one `filter`
-/// selects (as restic, the filter narrows `latest` only; an id names its snapshot).
+/// selects (as restic, the filter narrows `latest` only; an id names its snapshot), listing
+/// with the snapshot cache in `cache_dir` if given (see [`list_cached`]).
 pub fn find_filtered(
     backend: &dyn Backend,
+    cache_dir: Option<&Path>,
     spec: &str,
     filter: &SnapshotFilter,
 ) -> Result<(SnapshotId, Snapshot)> {
     if spec == "latest" {
-        return filter.apply(list(backend)?.snapshots).pop().ok_or_else(|| {
-            Error::SnapshotNotFound(if filter.is_empty() {
-                spec.to_string()
-            } else {
-                format!("{spec} (with the --host/--tag/--path given)")
-            })
-        });
+        return filter
+            .apply(list_cached(backend, cache_dir)?.snapshots)
+            .pop()
+            .ok_or_else(|| {
+                Error::SnapshotNotFound(if filter.is_empty() {
+                    spec.to_string()
+                } else {
+                    format!("{spec} (with the --host/--tag/--path given)")
+                })
+            });
     }
     let name = resolve_name(backend, spec)?;
     load(backend, &name)

@@ -58,6 +58,9 @@ mod restore_safety;
 mod rewrite;
 /// restore(backup(x)) == x on random trees.
 mod roundtrip;
+/// The client's snapshot cache: reads that do not grow with the snapshots, damaged entries
+/// read again, forgotten snapshots dropped, the same parent.
+mod snapshot_cache;
 /// Test data, configs, locks, and commands as the tests run them.
 mod support;
 /// Snapshot trees stored as deltas of their parent's tree.

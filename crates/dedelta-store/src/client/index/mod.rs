@@ -74,9 +74,18 @@ const MAX_RUNS: usize = 12;
 /// runs stay side by side (each adds one Bloom filter test to a lookup).
 const MAX_MERGE_ENTRIES: u64 = 4 << 20;
 
-/// An index smaller than this is merged into one run after every writing command (cheap, and
-/// it keeps lookups at one run).
+/// An index smaller than this is merged into one run after a writing command (cheap, and it
+/// keeps lookups at one run) once the runs beside its largest hold [`COMPACT_SHARE`] of its
+/// file bytes, or whatever they hold below [`COMPACT_ALWAYS_BYTES`].
 const COMPACT_ALL_BYTES: u64 = 8 << 20;
+
+/// The share (1 / this) of the largest run's bytes the others must reach before a small index
+/// is merged whole: a backup that adds a few chunks to an index of 100k does not rewrite its
+/// 6 MB (most of a one-byte backup's time, issue 20); the runs are merged every few.
+const COMPACT_SHARE: u64 = 8;
+
+/// An index below this is merged whole after every writing command, whatever its runs hold.
+const COMPACT_ALWAYS_BYTES: u64 = 1 << 20;
 
 /// The truncated key of super-feature `sf` at `position` in the sketch table: 40 bits.
 ///
@@ -406,14 +415,18 @@ impl ChunkIndex {
             .complete)
     }
 
-    /// Merges all runs into one when the index is small (below [`COMPACT_ALL_BYTES`]):
+    /// Merges all runs into one when the index is small (below [`COMPACT_ALL_BYTES`]) and the
+    /// runs beside the largest are not too small a part of it (see [`COMPACT_SHARE`]):
     /// lookups then test one filter, and keys repeated across runs go. Larger indexes are
     /// merged as they grow (see [`MAX_RUNS`]). Returns the index's bytes before and after, if
     /// it merged.
     pub fn compact_if_worthwhile(&self) -> Result<Option<(u64, u64)>> {
         let view = self.current();
         let before = files_bytes(self.path());
-        if view.runs.len() < 2 || before > COMPACT_ALL_BYTES {
+        let largest = view.runs.iter().map(|r| r.file_len).max().unwrap_or(0);
+        let rest: u64 = view.runs.iter().map(|r| r.file_len).sum::<u64>() - largest;
+        let worthwhile = before <= COMPACT_ALWAYS_BYTES || rest * COMPACT_SHARE >= largest;
+        if view.runs.len() < 2 || before > COMPACT_ALL_BYTES || !worthwhile {
             return Ok(None);
         }
         drop(view);
