@@ -10,7 +10,8 @@
 # (GARAGE_BIN, default ~/.cache/dedelta/garage/garage). Without it this script says so and
 # exits 0, unless REQUIRE_GARAGE=1; `--build` builds it first:
 #   cargo install garage --no-default-features --features bundled-libs,sqlite,lmdb
-# Usage: scripts/garage-cluster.sh [--build] [WORKDIR]   (env: DEDELTA_BIN, GARAGE_BIN)
+# Usage: scripts/garage-cluster.sh [--build] [WORKDIR]   (env: DEDELTA_BIN, GARAGE_BIN; BENCH=N
+# runs scripts/bench-s3.sh with N backups against the cluster instead of the tests)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -80,6 +81,13 @@ g bucket create backups >/dev/null
 g bucket allow --read --write --owner backups --key dedelta-test >/dev/null
 repo="s3:http://127.0.0.1:$((base + 10))/backups/repo"
 echo "garage cluster up: 3 nodes, repository $repo"
+if [ -n "${BENCH:-}" ]; then
+  # BENCH=N: instead of the tests, issue 19's throughput benchmark (scripts/bench-s3.sh, N
+  # backups) against this cluster's first node.
+  ENDPOINT="http://127.0.0.1:$((base + 10))" BUCKET=backups DEDELTA_BIN="$D" \
+    "$here/scripts/bench-s3.sh" "$work/bench" "$BENCH"
+  exit 0
+fi
 
 dd() { local who=$1; shift; DEDELTA_CACHE_DIR="$work/cache-$who" "$D" "$@"; }
 mktree() { # dir seed: a few MB of files that differ by seed
