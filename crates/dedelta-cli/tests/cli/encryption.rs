@@ -48,6 +48,21 @@ fn ok_with(f: &Fixture, pw: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The id of a key other than the one `pw` opens.
+fn other_key(f: &Fixture, pw: &str) -> String {
+    let list = ok_with(f, pw, &["key", "list", "--json"]);
+    let keys: serde_json::Value = serde_json::from_str(&list).unwrap();
+    keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["current"] == false)
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// Every file under `dir`.
 fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -200,17 +215,7 @@ fn keys_rotate() {
     ok_with(&f, "third password", &["snapshots"]);
     ok_with(&f, PW, &["snapshots"]);
     // Remove the first key with the third password: the first stops working.
-    let list = ok_with(&f, "third password", &["key", "list", "--json"]);
-    let keys: serde_json::Value = serde_json::from_str(&list).unwrap();
-    let other = keys["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["current"] == false)
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let other = other_key(&f, "third password");
     ok_with(&f, "third password", &["key", "remove", &other[..10]]);
     assert_eq!(with_pw(&f, PW, &["snapshots"]).status.code(), Some(12));
     // The data is still readable with the remaining key.
@@ -228,8 +233,6 @@ fn keys_rotate() {
 /// command may have opened the repository with) are refused with exit code 11.
 #[test]
 fn key_commands_take_locks() {
-    use std::io::Read;
-    use std::process::Stdio;
     let f = Fixture::encrypted(PW);
     let src = f.path("src");
     fs::create_dir_all(&src).unwrap();
@@ -238,32 +241,14 @@ fn key_commands_take_locks() {
     ok_with(&f, PW, &["backup", src.to_str().unwrap()]);
     // The dump writes 8 MiB into a pipe nobody reads yet: it blocks holding its lock.
     let file = format!("{}/big.bin", src.display());
-    let mut dump = std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
-        .args(["dump", "latest", &file, "-r"])
-        .arg(f.repo())
-        .env_remove("DEDELTA_REPO")
-        .env("DEDELTA_CACHE_DIR", f.path("cache-dump"))
-        .env("DEDELTA_PASSWORD", PW)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Not counting a lock being written (a temporary file renamed into place).
-    let locks = || {
-        fs::read_dir(f.repo().join("locks"))
-            .unwrap()
-            .flatten()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp-"))
-            .count()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while locks() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no lock from the dump"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let dump = BlockedDump::spawn(
+        &f,
+        "latest",
+        &file,
+        &f.path("cache-dump"),
+        &[("DEDELTA_PASSWORD", PW)],
+    );
+    wait_for("the dump's lock", || lock_count(&f) == 1);
     let second = f.path("second");
     fs::write(&second, "second password\n").unwrap();
     let new_pw = [
@@ -277,27 +262,10 @@ fn key_commands_take_locks() {
     let passwd: Vec<&str> = ["key", "passwd"].iter().chain(&new_pw).copied().collect();
     let out = with_pw(&f, PW, &passwd);
     assert_eq!(out.status.code(), Some(11), "{out:?}");
-    let list = ok_with(&f, PW, &["key", "list", "--json"]);
-    let keys: serde_json::Value = serde_json::from_str(&list).unwrap();
-    let other = keys["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|k| k["current"] == false)
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let other = other_key(&f, PW);
     let out = with_pw(&f, PW, &["key", "remove", &other]);
     assert_eq!(out.status.code(), Some(11), "{out:?}");
-    let mut dumped = Vec::new();
-    dump.stdout
-        .take()
-        .unwrap()
-        .read_to_end(&mut dumped)
-        .unwrap();
-    assert!(dump.wait().unwrap().success());
-    assert!(dumped == data);
+    assert!(dump.finish() == data);
     // Alone, they run.
     ok_with(&f, PW, &["key", "remove", &other]);
 }

@@ -1,30 +1,10 @@
 //! Locks: readers take shared locks, so that `forget --prune` cannot delete what a restore
 //! or dump is reading; `unlock`; `--retry-lock`.
 
-use crate::support::{bytes, Fixture};
+use crate::support::{bytes, lock_count, wait_for, BlockedDump, Fixture};
 use std::fs;
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Locks in the repository, not counting a lock being written (a temporary file renamed
-/// into place: counted, it let a test go on before the lock existed, and the command
-/// racing the half-taken lock backed off instead of the one the test expected).
-fn lock_count(f: &Fixture) -> usize {
-    fs::read_dir(f.repo().join("locks"))
-        .unwrap()
-        .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp-"))
-        .count()
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use std::process::Stdio;
+use std::time::Duration;
 
 /// Issue 19: `forget --prune` during a restore made the restore fail with "corrupt chunk ...:
 /// No such file or directory". A dump blocked on its output holds a shared lock: the prune
@@ -46,15 +26,7 @@ fn forget_prune_waits_for_a_running_dump() {
 
     // The dump writes 8 MiB into a pipe nobody reads yet: it blocks holding its lock.
     let file = format!("{}/big.bin", src.display());
-    let mut dump = Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
-        .args(["dump", &first, &file, "-r"])
-        .arg(f.repo())
-        .env_remove("DEDELTA_REPO")
-        .env("DEDELTA_CACHE_DIR", f.path("cache-dump"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let dump = BlockedDump::spawn(&f, &first, &file, &f.path("cache-dump"), &[]);
     wait_for("the dump's lock", || lock_count(&f) == 1);
 
     let out = f.cmd(&["forget", &first, "--prune"]).output().unwrap();
@@ -75,15 +47,7 @@ fn forget_prune_waits_for_a_running_dump() {
         c.spawn().unwrap()
     };
     std::thread::sleep(Duration::from_millis(1500));
-    let mut dumped = Vec::new();
-    dump.stdout
-        .take()
-        .unwrap()
-        .read_to_end(&mut dumped)
-        .unwrap();
-    let st = dump.wait_with_output().unwrap();
-    assert!(st.status.success(), "{st:?}");
-    assert!(dumped == data, "the dump is not the file backed up");
+    assert!(dump.finish() == data, "the dump is not the file backed up");
     let out = forget.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
     f.ok(&["check", "--read-data"]);
@@ -149,19 +113,11 @@ fn commands_beside_one_holding_the_index_use_a_private_copy() {
     fs::write(src.join("big.bin"), &data).unwrap();
     f.backup(&[&src]);
     let file = format!("{}/big.bin", src.display());
-    let mut dump = Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
-        .args(["dump", "latest", &file, "-r"])
-        .arg(f.repo())
-        .env_remove("DEDELTA_REPO")
-        .env("DEDELTA_CACHE_DIR", f.path("cache"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let dump = BlockedDump::spawn(&f, "latest", &file, &f.path("cache"), &[]);
     // The dump takes its repository lock, then opens the index: wait until it has the
     // index's lock file open (its flock; probing the flock itself would take it for a
     // moment and send the dump to a private copy).
-    let fds = format!("/proc/{}/fd", dump.id());
+    let fds = format!("/proc/{}/fd", dump.0.id());
     wait_for("the dump's index", || {
         fs::read_dir(&fds).unwrap().flatten().any(|e| {
             fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy().ends_with("chunks.idx.lock"))
@@ -182,14 +138,7 @@ fn commands_beside_one_holding_the_index_use_a_private_copy() {
     let restored = target.join(src.strip_prefix("/").unwrap());
     assert!(fs::read(restored.join("new.bin")).unwrap() == bytes(1 << 20, 9));
 
-    let mut dumped = Vec::new();
-    dump.stdout
-        .take()
-        .unwrap()
-        .read_to_end(&mut dumped)
-        .unwrap();
-    assert!(dump.wait().unwrap().success());
-    assert!(dumped == data);
+    assert!(dump.finish() == data);
     // The private copies are gone; the shared index is used again and catches up.
     let out = f.cmd(&["check", "--read-data"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");

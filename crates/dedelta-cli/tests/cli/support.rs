@@ -296,3 +296,67 @@ pub fn summary(stdout: &[u8]) -> serde_json::Value {
     }
     last.unwrap_or_else(|| serde_json::from_str(&text).expect("JSON"))
 }
+
+/// Locks in `f`'s repository, not counting a lock being written (a temporary file renamed
+/// into place: counted, it let a test go on before the lock existed, and the command racing
+/// the half-taken lock backed off instead of the one the test expected).
+pub fn lock_count(f: &Fixture) -> usize {
+    fs::read_dir(f.repo().join("locks"))
+        .unwrap()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with(".tmp-"))
+        .count()
+}
+
+/// Polls `cond` every 50 ms for up to a minute.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A `dump` of a large file into a pipe nobody reads yet: it blocks holding its lock (and its
+/// chunk index) until [`BlockedDump::finish`] reads its output.
+pub struct BlockedDump(pub std::process::Child);
+
+impl BlockedDump {
+    /// Dumps `file` of `snapshot` of `f`'s repository with its cache in `cache`, with the
+    /// environment `envs`.
+    pub fn spawn(
+        f: &Fixture,
+        snapshot: &str,
+        file: &str,
+        cache: &Path,
+        envs: &[(&str, &str)],
+    ) -> Self {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"));
+        c.args(["dump", snapshot, file, "-r"])
+            .arg(f.repo())
+            .env_remove("DEDELTA_REPO")
+            .env("DEDELTA_CACHE_DIR", cache)
+            .envs(envs.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        BlockedDump(c.spawn().unwrap())
+    }
+
+    /// Reads the whole output, and checks that the dump succeeded.
+    pub fn finish(mut self) -> Vec<u8> {
+        use std::io::Read;
+        let mut dumped = Vec::new();
+        self.0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut dumped)
+            .unwrap();
+        let st = self.0.wait_with_output().unwrap();
+        assert!(st.status.success(), "{st:?}");
+        dumped
+    }
+}
