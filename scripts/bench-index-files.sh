@@ -12,16 +12,8 @@ D=${DEDELTA_BIN:-$here/target/release/dedelta}
 work=$1; mb=${2:-80}
 mkdir -p "$work"; cd "$work"
 rm -rf cache-* out-* src tiny; mkdir -p src tiny
-if [ -z "${ENDPOINT:-}" ]; then
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  moto_server -H 127.0.0.1 -p "$port" >/dev/null 2>&1 & moto=$!
-  trap 'kill $moto' EXIT
-  ENDPOINT=http://127.0.0.1:$port
-  export AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1
-  for _ in $(seq 100); do curl -s "$ENDPOINT" >/dev/null && break; sleep 0.2; done
-  BUCKET=${BUCKET:-bench}
-  curl -s -X PUT "$ENDPOINT/$BUCKET" >/dev/null
-fi
+# shellcheck source=scripts/s3-endpoint.sh
+. "$here/scripts/s3-endpoint.sh"
 prefix=idx$(date +%s)
 s3="s3:$ENDPOINT/$BUCKET/$prefix"
 # 256 KiB containers: a few hundred from $mb MB of incompressible data.
