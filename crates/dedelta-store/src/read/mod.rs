@@ -10,13 +10,15 @@
 //! [`ChunkReader`] runs both in turn on one thread (check, backup's base reads, tree streams).
 //! Restore and dump run them on two threads through [`PipelinedLocator`] and
 //! [`PipelinedDecoder`]: one thread decompresses regions while the other decodes deltas,
-//! hashes and writes.
+//! hashes and writes; the decoding thread takes chunks in batches and shares their hashing
+//! with a helper thread.
 //!
 //! A [`RestoreCache`] holds restore's regions and counts its container reads, the papers'
 //! restore speed factor: [`ContainerLru`] (an LRU bounded in containers) or
 //! [`ForwardAssembly`] (Lillibridge's forward assembly over an area of the recipe).
 
 mod decoder;
+mod helper;
 mod locator;
 mod pipelined;
 mod reader;
@@ -26,7 +28,7 @@ mod tree;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
-pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
+pub use pipelined::{receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
     speed_factor, ContainerLru, ForwardAssembly, RestoreCache, RestoreCacheChoice,
