@@ -93,7 +93,7 @@ impl Helper {
         let short: *const (dyn Fn(usize) + Sync + '_) = job;
         // SAFETY: only the lifetime is erased. The helper dereferences the pointer only after
         // taking an item under the lock while the batch is on offer, and this function
-        // withdraws the batch and waits until no taken item is running before it returns, so
+        // withdraws the batch and waits until no taken item is running before it returns or unwinds ([`Withdraw`]), so
         // no use outlives `job`.
         let erased: *const (dyn Fn(usize) + Sync + 'static) = unsafe { std::mem::transmute(short) };
         {
@@ -106,6 +106,10 @@ impl Helper {
             };
         }
         self.shared.offered.notify_one();
+        // Withdraws the batch and waits for the helper's running items when this function
+        // leaves, also by a panic of `job` on this thread: without it an unwinding caller
+        // would drop `job` under the helper's feet.
+        let _withdraw = Withdraw(&self.shared);
         loop {
             let taken = {
                 let mut s = self.shared.lock();
@@ -118,14 +122,18 @@ impl Helper {
             };
             taken.for_each(job);
         }
-        let mut s = self.shared.lock();
+    }
+}
+
+/// Withdraws the batch on offer when dropped, and waits until no item the helper took runs.
+struct Withdraw<'a>(&'a Shared);
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
         s.job = None;
         while s.running > 0 {
-            s = self
-                .shared
-                .finished
-                .wait(s)
-                .unwrap_or_else(|e| e.into_inner());
+            s = self.0.finished.wait(s).unwrap_or_else(|e| e.into_inner());
         }
     }
 }
@@ -179,6 +187,37 @@ mod tests {
                 assert!(runs.iter().all(|r| r.load(Ordering::Relaxed) == 1), "{len}");
             }
         }
+    }
+
+    /// A job that panics on the calling thread unwinds only after the helper's items are
+    /// done (the batch borrowed from the caller's frame must outlive them), and the helper
+    /// goes on serving later batches.
+    #[test]
+    fn a_panicking_caller_waits_for_the_helper() {
+        let helper = Helper::get().expect("the helper thread starts");
+        let caller = std::thread::current().id();
+        for _ in 0..20 {
+            let done = AtomicUsize::new(0);
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                helper.for_each(64, &|_| {
+                    if std::thread::current().id() == caller {
+                        panic!("job panics on the caller");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    done.fetch_add(1, Ordering::Relaxed);
+                });
+            }));
+            assert!(r.is_err());
+            // Nothing the helper took is still running: `done` is final.
+            let seen = done.load(Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            assert_eq!(done.load(Ordering::Relaxed), seen);
+        }
+        let runs = AtomicUsize::new(0);
+        helper.for_each(10, &|_| {
+            runs.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(runs.load(Ordering::Relaxed), 10);
     }
 
     /// The helper takes items when it is free: with slow items, both threads run some.
