@@ -1,5 +1,6 @@
 //! Threads that make one caller's backend requests several at a time: backup's delta bases
-//! ([`crate::backup::bases`]), read a round at a time. On an object store every read is a
+//! ([`crate::backup::bases`]), read a round at a time, and restore's regions read ahead
+//! (the locator's `restore_ahead`), submitted one by one. On an object store every read is a
 //! round trip (about 10 ms to moto on loopback under load, 30 ms to a real one), so reading
 //! a round's 30 regions one after another costs 30 round trips where 8 in flight cost 4.
 //!
@@ -60,6 +61,23 @@ impl RequestThreads {
                 Ok(h) => self.handles.push(h),
                 Err(_) => break,
             }
+        }
+    }
+
+    /// Queues `job` to run on one of the threads and returns at once (restore's regions read
+    /// ahead: the job sends its result where the caller takes it). Without threads it runs
+    /// here. A job still queued when these threads are dropped runs before they end.
+    pub fn submit(&mut self, job: Job<()>) {
+        if self.threads == 0 {
+            let _ = catch_unwind(AssertUnwindSafe(job));
+            return;
+        }
+        self.start();
+        let task: Task = Box::new(move || {
+            let _ = catch_unwind(AssertUnwindSafe(job));
+        });
+        if let Err(e) = self.queue.send(task) {
+            (e.into_inner())();
         }
     }
 

@@ -21,12 +21,13 @@ mod locator;
 mod pipelined;
 mod reader;
 mod restore_cache;
+mod restore_plan;
 mod stream;
 mod tree;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
-pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
+pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator, READ_AHEAD_BYTES};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
     speed_factor, ContainerLru, ForwardAssembly, RestoreCache, RestoreCacheChoice,
