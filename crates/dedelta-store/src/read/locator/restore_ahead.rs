@@ -20,6 +20,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use dedelta_core::ChunkId;
 use lru::LruCache;
 use std::collections::{BTreeMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -138,13 +139,23 @@ impl ChunkLocator<'_> {
             for span in spans_of(cid, regions) {
                 let (data, sender) = (self.data.clone(), ahead.sender.clone());
                 let cancelled = ahead.cancelled.clone();
+                let wanted = span.wanted();
                 ahead.requests += 1;
                 ahead.threads.submit(Box::new(move || {
-                    let read = if cancelled.load(Ordering::SeqCst) {
-                        span.skipped()
-                    } else {
-                        span.read(data.as_ref())
-                    };
+                    // Every span sends once, even if it panics: a fetch may wait for it.
+                    let read = catch_unwind(AssertUnwindSafe(|| {
+                        if cancelled.load(Ordering::SeqCst) {
+                            span.skipped()
+                        } else {
+                            span.read(data.as_ref())
+                        }
+                    }))
+                    .unwrap_or(SpanRead {
+                        container: cid,
+                        wanted,
+                        opened: Vec::new(),
+                        bytes_read: 0,
+                    });
                     let _ = sender.send(read);
                 }));
             }
