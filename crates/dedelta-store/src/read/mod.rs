@@ -10,7 +10,8 @@
 //! [`ChunkReader`] runs both in turn on one thread (check, backup's base reads, tree streams).
 //! Restore and dump run them on two threads through [`PipelinedLocator`] and
 //! [`PipelinedDecoder`]: one thread decompresses regions while the other decodes deltas,
-//! hashes and writes.
+//! hashes and writes. On an object store the locating thread also reads regions ahead of
+//! its fetches, several requests in flight ([`PipelinedLocator::announce`], `restore_plan`).
 //!
 //! A [`RestoreCache`] holds restore's regions and counts its container reads, the papers'
 //! restore speed factor: [`ContainerLru`] (an LRU bounded in containers) or
