@@ -10,14 +10,17 @@
 //! [`ChunkReader`] runs both in turn on one thread (check, backup's base reads, tree streams).
 //! Restore and dump run them on two threads through [`PipelinedLocator`] and
 //! [`PipelinedDecoder`]: one thread decompresses regions while the other decodes deltas,
-//! hashes and writes. On an object store the locating thread also reads regions ahead of
-//! its fetches, several requests in flight ([`PipelinedLocator::announce`], `restore_plan`).
+//! hashes and writes; the decoding thread takes chunks in batches and shares their hashing
+//! with a helper thread. On an object store the locating thread also reads regions ahead
+//! of its fetches, several requests in flight ([`PipelinedLocator::announce`],
+//! `restore_plan`).
 //!
 //! A [`RestoreCache`] holds restore's regions and counts its container reads, the papers'
 //! restore speed factor: [`ContainerLru`] (an LRU bounded in containers) or
 //! [`ForwardAssembly`] (Lillibridge's forward assembly over an area of the recipe).
 
 mod decoder;
+mod helper;
 mod locator;
 mod pipelined;
 mod reader;
@@ -28,7 +31,9 @@ mod tree;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
-pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator, READ_AHEAD_BYTES};
+pub use pipelined::{
+    receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator, READ_AHEAD_BYTES,
+};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
     speed_factor, ContainerLru, ForwardAssembly, RestoreCache, RestoreCacheChoice,

@@ -47,6 +47,25 @@ impl LocatedChunk {
     pub(crate) fn corrupt(&self, reason: String) -> Error {
         corrupt(&self.container, &self.id, reason)
     }
+
+    /// A chunk whose stored bytes are all of `stored` (tests of the decoding side).
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        id: ChunkId,
+        original_len: usize,
+        delta_base: Option<ChunkId>,
+        stored: Vec<u8>,
+    ) -> Self {
+        let range = 0..stored.len();
+        LocatedChunk {
+            id,
+            container: ContainerId([9; 32]),
+            original_len,
+            delta_base,
+            region: Arc::new(stored),
+            range,
+        }
+    }
 }
 
 /// Finds chunks and decompresses their regions.
@@ -506,7 +525,7 @@ impl<'a> ChunkLocator<'a> {
         };
         match free {
             Some(b) if b.capacity() >= raw_len => b,
-            _ => crate::buffers::populated(raw_len + raw_len / 4),
+            _ => crate::buffers::populated(raw_len + raw_len / 4, raw_len),
         }
     }
 
