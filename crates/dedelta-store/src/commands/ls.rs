@@ -88,6 +88,8 @@ pub fn dump_with(
         let producer = s.spawn(move || -> Result<RestoreCacheStats> {
             let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?
                 .reading_own_copies(&snapshot.containers);
+            // On an object store the file's regions are read ahead of its fetches.
+            locator.announce(chunks.iter().map(|c| c.id));
             // Forward assembly: areas of the recipe, each assembled before it is fetched.
             let area = locator.area_bytes().unwrap_or(u64::MAX);
             let mut rest: &[ChunkRef] = &chunks;

@@ -57,7 +57,7 @@ use crate::read::{
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use select::{is_ancestor, Overwrite, Selector};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use target::{PendingFile, Target};
 
@@ -313,14 +313,16 @@ fn read_events(
     let cache = opts.cache;
     let mut reader = Reader {
         area: None,
+        ahead: None,
         locator: PipelinedLocator::new(repo, cache, cache_bytes)?
             .reading_own_copies(&snapshot.containers),
-        pending: Vec::new(),
+        pending: VecDeque::new(),
         pending_bytes: 0,
         failed: false,
         tx,
     };
     reader.area = reader.locator.area_bytes();
+    reader.ahead = reader.locator.read_ahead_bytes();
     let mut stopped = false;
     // The first path of each (device, inode) of the files with more than one link.
     let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
@@ -406,12 +408,15 @@ enum Step {
 }
 
 /// The reading side: runs steps at once (an LRU cache), or gathers an assembly area of them
-/// and reads its containers first (forward assembly).
+/// and reads its containers first (forward assembly), or where the locator reads ahead (an
+/// object store) runs them a horizon behind announcing their chunks.
 struct Reader<'r, 'a> {
     locator: PipelinedLocator<'a>,
     /// Forward assembly's area in restored bytes.
     area: Option<u64>,
-    pending: Vec<Step>,
+    /// The read-ahead horizon in restored bytes.
+    ahead: Option<u64>,
+    pending: VecDeque<Step>,
     pending_bytes: u64,
     /// The current file failed: its remaining chunks are skipped.
     failed: bool,
@@ -420,6 +425,9 @@ struct Reader<'r, 'a> {
 
 impl Reader<'_, '_> {
     fn step(&mut self, step: Step) -> std::result::Result<(), Stopped> {
+        if let Some(horizon) = self.ahead {
+            return self.step_ahead(step, horizon);
+        }
         let Some(area) = self.area else {
             return self.run(step);
         };
@@ -429,7 +437,27 @@ impl Reader<'_, '_> {
             }
             self.pending_bytes += u64::from(len);
         }
-        self.pending.push(step);
+        self.pending.push_back(step);
+        Ok(())
+    }
+
+    /// Announces the step's chunk to the locator and runs the steps more than `horizon`
+    /// restored bytes behind.
+    fn step_ahead(&mut self, step: Step, horizon: u64) -> std::result::Result<(), Stopped> {
+        if let Step::Chunk(id, len) = step {
+            self.locator.announce([id]);
+            self.pending_bytes += u64::from(len);
+        }
+        self.pending.push_back(step);
+        while self.pending_bytes > horizon {
+            let Some(s) = self.pending.pop_front() else {
+                break;
+            };
+            if let Step::Chunk(_, len) = s {
+                self.pending_bytes -= u64::from(len);
+            }
+            self.run(s)?;
+        }
         Ok(())
     }
 
@@ -444,7 +472,7 @@ impl Reader<'_, '_> {
                 _ => None,
             })
             .collect();
-        if !ids.is_empty() {
+        if !ids.is_empty() && self.area.is_some() {
             self.locator.assemble(&ids);
         }
         steps.into_iter().try_for_each(|s| self.run(s))

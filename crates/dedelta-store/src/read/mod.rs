@@ -11,7 +11,9 @@
 //! Restore and dump run them on two threads through [`PipelinedLocator`] and
 //! [`PipelinedDecoder`]: one thread decompresses regions while the other decodes deltas,
 //! hashes and writes; the decoding thread takes chunks in batches and shares their hashing
-//! with a helper thread.
+//! with a helper thread. On an object store the locating thread also reads regions ahead
+//! of its fetches, several requests in flight ([`PipelinedLocator::announce`],
+//! `restore_plan`).
 //!
 //! A [`RestoreCache`] holds restore's regions and counts its container reads, the papers'
 //! restore speed factor: [`ContainerLru`] (an LRU bounded in containers) or
@@ -23,12 +25,15 @@ mod locator;
 mod pipelined;
 mod reader;
 mod restore_cache;
+mod restore_plan;
 mod stream;
 mod tree;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
-pub use pipelined::{receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator};
+pub use pipelined::{
+    receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator, READ_AHEAD_BYTES,
+};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
     speed_factor, ContainerLru, ForwardAssembly, RestoreCache, RestoreCacheChoice,

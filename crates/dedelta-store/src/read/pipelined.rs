@@ -5,6 +5,7 @@ use super::decoder::base_unreadable;
 use super::helper::Helper;
 use super::locator::CopyRule;
 use super::reader::chain_too_long;
+use super::restore_plan::AheadPlan;
 use super::{
     lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, RestoreCacheChoice,
     RestoreCacheStats, RESTORE_BASE_CACHE_ENTRIES,
@@ -48,7 +49,16 @@ impl FetchedChunk {
 pub struct PipelinedLocator<'a> {
     locator: ChunkLocator<'a>,
     held: LruCache<ChunkId, ()>,
+    /// Where reads are round trips (an object store) and the cache is an LRU: the chunks
+    /// announced ahead and their regions requested (see [`super::restore_plan`]).
+    plan: Option<AheadPlan>,
 }
+
+/// How far ahead of its fetches a reader announces chunks, in restored bytes, when the
+/// locator reads ahead ([`PipelinedLocator::read_ahead_bytes`]). Far enough that the
+/// regions of the next files are requested while this one is restored, a few MB of chunk
+/// ids and nodes held.
+pub const READ_AHEAD_BYTES: u64 = 256 << 20;
 
 impl<'a> PipelinedLocator<'a> {
     /// A locator whose regions go through the restore cache `cache` (an LRU's regions also
@@ -58,10 +68,40 @@ impl<'a> PipelinedLocator<'a> {
         cache: RestoreCacheChoice,
         cache_bytes: usize,
     ) -> Result<Self> {
+        let mut locator = ChunkLocator::with_restore_cache(repo, cache.build(cache_bytes))?;
+        let held = lru(RESTORE_BASE_CACHE_ENTRIES);
+        let lru = matches!(cache, RestoreCacheChoice::Lru { .. });
+        if repo.reads_are_round_trips() {
+            locator.read_regions_ahead_of_restore();
+        }
+        let plan =
+            (locator.reads_ahead() && lru).then(|| AheadPlan::new(cache_bytes as u64 / 4, &held));
         Ok(PipelinedLocator {
-            locator: ChunkLocator::with_restore_cache(repo, cache.build(cache_bytes))?,
-            held: lru(RESTORE_BASE_CACHE_ENTRIES),
+            locator,
+            held,
+            plan,
         })
+    }
+
+    /// If this locator reads ahead (where reads are round trips, with an LRU cache): how
+    /// far ahead of its fetches, in restored bytes, the reader should [`Self::announce`]
+    /// the chunks it will fetch.
+    pub fn read_ahead_bytes(&self) -> Option<u64> {
+        self.plan.as_ref().map(|_| READ_AHEAD_BYTES)
+    }
+
+    /// Chunks `ids` will be fetched next, in this order, after those announced before: their
+    /// regions are read ahead (nothing without [`Self::read_ahead_bytes`]). A chunk
+    /// announced and never fetched (its file failed) costs only its read.
+    pub fn announce(&mut self, ids: impl IntoIterator<Item = ChunkId>) {
+        if let Some(plan) = self.plan.as_mut() {
+            plan.announce(&mut self.locator, ids);
+        }
+    }
+
+    /// Ranged requests made ahead so far (see [`Self::announce`]).
+    pub fn requests_ahead(&self) -> u64 {
+        self.locator.requests_ahead()
     }
 
     /// Reads each chunk from the copy the snapshot's own backup referenced (see
@@ -90,11 +130,18 @@ impl<'a> PipelinedLocator<'a> {
 
     /// Starts an assembly area of chunks `ids`, to be fetched next in this order: finds the
     /// regions they and the delta bases the decoder will lack lie in (see
-    /// [`Self::regions_for`]), and reads them container by container, each container once.
+    /// [`Self::regions_for`]), and reads them container by container, each container once
+    /// (where reads are round trips, all requested at once, several in flight).
     /// What cannot be found or read here is left to [`Self::fetch`], which reports it for its
     /// file.
     pub fn assemble(&mut self, ids: &[ChunkId]) {
         self.locator.start_area();
+        if self.locator.reads_ahead() {
+            // Requested all at once, several in flight; each fetch waits for its own.
+            let wanted = self.regions_for(ids);
+            self.locator.request_regions(&wanted);
+            return;
+        }
         let mut order: Vec<(ContainerId, Vec<u32>)> = Vec::new();
         let mut slot: HashMap<ContainerId, usize> = HashMap::new();
         for (cid, region) in self.regions_for(ids) {
@@ -120,30 +167,7 @@ impl<'a> PipelinedLocator<'a> {
         let mut held = self.held.clone();
         let mut wanted = Vec::new();
         for id in ids {
-            let Some((cid, region, mut next)) = self.locator.place(id, CopyRule::Own) else {
-                continue;
-            };
-            wanted.push((cid, region));
-            let mut chain = Vec::new();
-            while let Some(b) = next {
-                if held.get(&b).is_some() {
-                    break;
-                }
-                if chain.len() >= usize::from(MAX_DELTA_DEPTH) {
-                    chain.clear();
-                    break;
-                }
-                let Some((cid, region, below)) = self.locator.place(&b, CopyRule::OwnFull) else {
-                    chain.clear();
-                    break;
-                };
-                wanted.push((cid, region));
-                chain.push(b);
-                next = below;
-            }
-            for b in chain.iter().rev() {
-                held.put(*b, ());
-            }
+            chain_regions(&mut self.locator, id, &mut held, &mut wanted);
         }
         wanted
     }
@@ -156,6 +180,9 @@ impl<'a> PipelinedLocator<'a> {
     /// the index's copies alone, the copies `check` verifies: reading own copies never fails
     /// a chunk that the index's copies restore.
     pub fn fetch(&mut self, id: &ChunkId) -> Result<FetchedChunk> {
+        if let Some(plan) = self.plan.as_mut() {
+            plan.fetching(&mut self.locator, id);
+        }
         let chunk = self.locator.locate(id)?;
         let fetched = self.fetch_bases(chunk, CopyRule::OwnFull);
         if fetched.bases.is_err() && self.locator.reads_own_copies() {
@@ -198,6 +225,42 @@ impl<'a> PipelinedLocator<'a> {
             bases
         });
         FetchedChunk { chunk, bases }
+    }
+}
+
+/// Pushes onto `wanted` the regions (container, region) that fetching `id` next reads: its
+/// own, and those of the delta bases down its chain that the decoder will not hold, `held`
+/// being the decoder's base cache before the fetch, updated as the fetch will update it. A
+/// chunk that cannot be placed adds nothing.
+pub(super) fn chain_regions(
+    locator: &mut ChunkLocator<'_>,
+    id: &ChunkId,
+    held: &mut LruCache<ChunkId, ()>,
+    wanted: &mut Vec<(ContainerId, u32)>,
+) {
+    let Some((cid, region, mut next)) = locator.place(id, CopyRule::Own) else {
+        return;
+    };
+    wanted.push((cid, region));
+    let mut chain = Vec::new();
+    while let Some(b) = next {
+        if held.get(&b).is_some() {
+            break;
+        }
+        if chain.len() >= usize::from(MAX_DELTA_DEPTH) {
+            chain.clear();
+            break;
+        }
+        let Some((cid, region, below)) = locator.place(&b, CopyRule::OwnFull) else {
+            chain.clear();
+            break;
+        };
+        wanted.push((cid, region));
+        chain.push(b);
+        next = below;
+    }
+    for b in chain.iter().rev() {
+        held.put(*b, ());
     }
 }
 

@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 mod read_ahead;
+mod restore_ahead;
 
 /// A chunk found in its container, with its region decompressed in memory.
 #[derive(Clone, Debug)]
@@ -93,6 +94,8 @@ pub struct ChunkLocator<'a> {
     damage: Option<DamageSet>,
     /// The containers of the snapshot being read, when it names them.
     own: Option<OwnCopies>,
+    /// Restore's regions read ahead, on an object store.
+    ahead: Option<restore_ahead::RegionsAhead>,
 }
 
 /// The copies of its chunks a snapshot's own backup referenced ([`ChunkLocator::reading_own_copies`]).
@@ -147,6 +150,7 @@ impl<'a> ChunkLocator<'a> {
             stats: ReadStats::default(),
             damage: None,
             own: None,
+            ahead: None,
         })
     }
 
@@ -336,6 +340,12 @@ impl<'a> ChunkLocator<'a> {
             if let Some(r) = cache.get(&cid, index) {
                 self.stats.region_cache_hits += 1;
                 return Ok(r);
+            }
+            if self.await_region(cid, index) {
+                if let Some(r) = self.restore_cache.as_mut().and_then(|c| c.get(&cid, index)) {
+                    self.stats.region_cache_hits += 1;
+                    return Ok(r);
+                }
             }
             let r = self.read_region(cid, meta, index)?;
             self.keep(cid, meta, index, r.clone());
