@@ -11,6 +11,15 @@
 //! evicted a container at a time. Deltas are not loaded: only chunks stored in full are bases
 //! (one-level, as LoopDelta follows Shilane et al.).
 //!
+//! The first dense container a backup reads is usually the one holding its parent's tree
+//! (the last container the last backup wrote): the backup reads that tree before
+//! deduplication starts, for the tree stream's delta bases, and instead of reading the
+//! container's metadata and the tree's region, then the whole container again when the
+//! locality index prefetches it, it reads the container whole once, takes the tree from the
+//! cache and keeps the metadata for that prefetch ([`DensePrefetcher::preload`]). LoopDelta
+//! prefetches a dense container when deduplication first accesses it; here the parent's tree
+//! is that first access (docs/eval/papers.md).
+//!
 //! Resemblance detection then looks only there and at this backup's own new full chunks
 //! ([`PrefetchSketchIndex`]), and the delta stage takes bases only from there and from
 //! memory ([`super::bases::BaseFetcher::only_cached`]): no base is read on its own, so the

@@ -126,7 +126,11 @@ fn parent_tree_comes_with_its_dense_container() {
     let io = repo.io_counts().unwrap().since(&before);
     let p1 = second.metrics.prefetch.unwrap();
     assert!(p1.parent_tree_cached, "{p1:?}");
-    for purpose in [Purpose::ContainerMeta, Purpose::ChunkData, Purpose::BaseRead] {
+    for purpose in [
+        Purpose::ContainerMeta,
+        Purpose::ChunkData,
+        Purpose::BaseRead,
+    ] {
         assert_eq!(
             io.get(purpose, Direction::Read).requests,
             0,
@@ -144,7 +148,10 @@ fn parent_tree_comes_with_its_dense_container() {
     let other = backup(&repo, &tmp.path().join("other"), &tree(1), 2, |_| {});
     let io = repo.io_counts().unwrap().since(&before);
     assert!(!other.metrics.prefetch.unwrap().parent_tree_cached);
-    assert!(io.get(Purpose::ChunkData, Direction::Read).requests > 0, "{io:?}");
+    assert!(
+        io.get(Purpose::ChunkData, Direction::Read).requests > 0,
+        "{io:?}"
+    );
     assert_restores(
         &repo,
         tmp.path(),
