@@ -154,6 +154,12 @@ pub fn list_cached(backend: &dyn Backend, cache_dir: Option<&Path>) -> Result<Sn
                 }
                 out.snapshots.push((id, snap));
             }
+            // Listed but gone when read: removed after the listing (a `forget` from another
+            // client before this command took its lock, seen late by an object store's
+            // listing). There is nothing to read or check; it is simply not there.
+            Err(Error::ObjectMissing { .. }) => {
+                listed.remove(&id);
+            }
             Err(e) => out.unreadable.push(UnreadableSnapshot {
                 name,
                 content_damaged: matches!(e, Error::Corrupt { .. }),
