@@ -30,6 +30,8 @@ pub struct RecentContainers {
 #[derive(Debug, Default)]
 struct State {
     hints: Vec<ContainerId>,
+    /// Where each hint is in `hints`.
+    positions: HashMap<ContainerId, usize>,
     /// The first hint not tried yet.
     next: usize,
     failed_in_a_row: u32,
@@ -43,14 +45,18 @@ impl RecentContainers {
     /// Hints `hints` (the last backup's containers, in the order to try them; repeats are
     /// tried once).
     pub fn new(hints: Vec<ContainerId>) -> Self {
-        let mut first = HashMap::new();
-        let hints = hints
-            .into_iter()
-            .filter(|c| first.insert(*c, ()).is_none())
-            .collect();
+        let mut positions = HashMap::new();
+        let mut kept = Vec::with_capacity(hints.len());
+        for c in hints {
+            if let std::collections::hash_map::Entry::Vacant(e) = positions.entry(c) {
+                e.insert(kept.len());
+                kept.push(c);
+            }
+        }
         RecentContainers {
             state: Mutex::new(State {
-                hints,
+                hints: kept,
+                positions,
                 ..State::default()
             }),
         }
@@ -83,6 +89,20 @@ impl RecentContainers {
         } else {
             s.failed_in_a_row += 1;
             s.given_up |= s.failed_in_a_row >= GIVE_UP;
+        }
+    }
+
+    /// The on-disk index found a sought chunk in container `c` (after the hints tried did
+    /// not hold it): if `c` is a hint ahead of the next one, the stream has moved on to it,
+    /// so hints go on after it and the misses so far do not count against them (a backup
+    /// that follows its predecessor out of step is still following it).
+    pub fn found_by_index(&self, c: ContainerId) {
+        let mut s = self.state();
+        if let Some(&p) = s.positions.get(&c) {
+            if p >= s.next {
+                s.next = p + 1;
+                s.failed_in_a_row = 0;
+            }
         }
     }
 
@@ -152,6 +172,24 @@ mod tests {
         r.tried(false);
         assert!(r.given_up());
         assert_eq!(r.next(|_| false), None);
+    }
+
+    #[test]
+    fn a_container_the_index_names_moves_the_hints_on_to_it() {
+        let r = RecentContainers::new((0..30).map(c).collect());
+        for _ in 0..GIVE_UP - 1 {
+            r.next(|_| false);
+            r.tried(false);
+        }
+        // Found at hint 20: hints go on from 21, and the misses are forgiven.
+        r.found_by_index(c(20));
+        assert_eq!(r.next(|_| false), Some(c(21)));
+        r.tried(false);
+        assert!(!r.given_up());
+        // A container behind the next hint, or none of them, moves nothing.
+        r.found_by_index(c(3));
+        r.found_by_index(c(99));
+        assert_eq!(r.next(|_| false), Some(c(22)));
     }
 
     #[test]
