@@ -93,16 +93,14 @@ impl RecentContainers {
     }
 
     /// The on-disk index found a sought chunk in container `c` (after the hints tried did
-    /// not hold it): if `c` is a hint ahead of the next one, the stream has moved on to it,
-    /// so hints go on after it and the misses so far do not count against them (a backup
-    /// that follows its predecessor out of step is still following it).
+    /// not hold it): if `c` is one of the hints, the misses so far do not count against them
+    /// (a backup that uses its predecessor's containers out of step still follows it). The
+    /// next hint stays: jumping on to the one after `c` skipped hints the stream still
+    /// needed (on the 30-dump Redis series, 630 on-disk lookups instead of 456).
     pub fn found_by_index(&self, c: ContainerId) {
         let mut s = self.state();
-        if let Some(&p) = s.positions.get(&c) {
-            if p >= s.next {
-                s.next = p + 1;
-                s.failed_in_a_row = 0;
-            }
+        if s.positions.contains_key(&c) {
+            s.failed_in_a_row = 0;
         }
     }
 
@@ -175,21 +173,26 @@ mod tests {
     }
 
     #[test]
-    fn a_container_the_index_names_moves_the_hints_on_to_it() {
-        let r = RecentContainers::new((0..30).map(c).collect());
+    fn a_hint_the_index_names_forgives_the_misses() {
+        let r = RecentContainers::new((0..40).map(c).collect());
         for _ in 0..GIVE_UP - 1 {
             r.next(|_| false);
             r.tried(false);
         }
-        // Found at hint 20: hints go on from 21, and the misses are forgiven.
-        r.found_by_index(c(20));
-        assert_eq!(r.next(|_| false), Some(c(21)));
+        // Found in hint 30: the misses are forgiven, the next hint stays.
+        r.found_by_index(c(30));
+        assert_eq!(r.next(|_| false), Some(c(GIVE_UP as u8 - 1)));
         r.tried(false);
         assert!(!r.given_up());
-        // A container behind the next hint, or none of them, moves nothing.
-        r.found_by_index(c(3));
+        // A container that is no hint forgives nothing.
+        for _ in 0..GIVE_UP - 2 {
+            r.next(|_| false);
+            r.tried(false);
+        }
         r.found_by_index(c(99));
-        assert_eq!(r.next(|_| false), Some(c(22)));
+        r.next(|_| false);
+        r.tried(false);
+        assert!(r.given_up());
     }
 
     #[test]
