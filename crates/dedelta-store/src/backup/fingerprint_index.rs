@@ -434,9 +434,7 @@ impl LocalityIndex {
     /// `id`; the container, as a cache hit would give it.
     fn from_hints(&self, id: &ChunkId) -> Option<ContainerId> {
         for _ in 0..TRIES_PER_MISS {
-            let c = self
-                .recent
-                .next(|c| self.cache().containers.contains(c))?;
+            let c = self.recent.next(|c| self.cache().containers.contains(c))?;
             Counts::bump(&self.counts.hinted_prefetches);
             self.prefetch(c);
             let found = self.cached(id);
