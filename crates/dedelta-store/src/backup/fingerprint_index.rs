@@ -432,7 +432,7 @@ impl LocalityIndex {
 
     /// Prefetches the next hinted containers (at most [`TRIES_PER_MISS`]) until one holds
     /// `id`; the container, as a cache hit would give it.
-    fn from_hints(&self, id: &ChunkId) -> Option<ContainerId> {
+    fn found_in_hints(&self, id: &ChunkId) -> Option<ContainerId> {
         for _ in 0..TRIES_PER_MISS {
             let c = self.recent.next(|c| self.cache().containers.contains(c))?;
             Counts::bump(&self.counts.hinted_prefetches);
@@ -521,7 +521,7 @@ impl FingerprintIndex for LocalityIndex {
             self.recent.used(c);
             return Ok(Some(c));
         }
-        if let Some(c) = self.from_hints(id) {
+        if let Some(c) = self.found_in_hints(id) {
             Counts::bump(&self.counts.hint_hits);
             self.recent.used(c);
             return Ok(Some(c));
