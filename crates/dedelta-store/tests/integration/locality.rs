@@ -180,9 +180,12 @@ fn the_last_backups_containers_spare_index_lookups() {
         let res = backup(&repo, &src, &files, n, locality(64));
         let l = &res.metrics.lookups;
         assert!(res.summary.bytes_new < 20_000, "{l:?}");
-        // Every old container comes from the hints: none is looked up on disk.
-        assert!(l.hint_hits >= first.summary.containers_written, "{l:?}");
-        assert_eq!(l.disk_lookups, 0, "{l:?}");
+        // The old containers come from the hints: few are looked up on disk (without hints,
+        // one lookup each). Not none: the pool's threads look chunks up out of stream order,
+        // so a miss may need a container more than two hints ahead.
+        let written = first.summary.containers_written;
+        assert!(l.hint_hits * 2 >= written, "{l:?}");
+        assert!(l.disk_lookups * 4 <= written, "{written} written: {l:?}");
         assert!(l.hinted_prefetches <= l.prefetches, "{l:?}");
         restores(&repo, &res, &src, &files);
     }
