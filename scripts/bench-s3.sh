@@ -8,7 +8,10 @@
 # backup i holds the first i*K tars (cumulative: more data per run, so that throughput, not
 # per-request latency, decides). Each backup line also gives both sides' requests (`backup
 # --json`'s io: all of them, base reads, container metadata) and CPU seconds (user + system).
-# Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, ENDPOINT, BUCKET, CONNECTIONS, STEP)
+# With OLD_BIN (another build), that binary backs up and restores into a third repository (on
+# S3) in the same rounds, interleaved: old and new compared under the same load.
+# Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, OLD_BIN, ENDPOINT, BUCKET,
+# CONNECTIONS, STEP)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -24,6 +27,9 @@ conn=()
 [ -n "${CONNECTIONS:-}" ] && conn=(--connections "$CONNECTIONS")
 $D init -r local --insecure-no-password >/dev/null
 $D init -r "$s3" --insecure-no-password "${conn[@]}" >/dev/null
+O=${OLD_BIN:-}
+s3old="$s3-old"
+[ -n "$O" ] && $O init -r "$s3old" --insecure-no-password "${conn[@]}" >/dev/null
 mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 # Runs a backup or restore; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS BASE_READ_S"
 # (from --json: BASE_READ_S is the dedup thread's time finding and reading bases, the stage
@@ -54,12 +60,21 @@ for i in $(seq "$n"); do
   echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
     "base_read stage local ${lbs}s s3 ${sbs}s;" \
     "requests local $lr (base reads $lb, metadata $lm) s3 $sr (base reads $sb, metadata $sm)"
+  if [ -n "$O" ]; then
+    read -r ot oc or ob om obs < <(DEDELTA_CACHE_DIR=$work/cache-o tb $O backup -r "$s3old" "${conn[@]}" src)
+    echo "backup $i old binary: s3 ${ot}s; cpu ${oc}s; base_read stage ${obs}s; requests $or (base reads $ob, metadata $om)"
+  fi
 done
 for k in 1 2; do
-  rm -rf out-l out-s cache-rl cache-rs
+  rm -rf out-l out-s out-o cache-rl cache-rs cache-ro
   read -r lt lc lr _ lm _ < <(DEDELTA_CACHE_DIR=$work/cache-rl tb $D restore -r local latest --target out-l)
   read -r st sc sr _ sm _ < <(DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target out-s)
   diff -r out-l out-s >/dev/null || { echo "restores differ"; exit 1; }
   echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
     "requests local $lr (metadata $lm) s3 $sr (metadata $sm)"
+  if [ -n "$O" ]; then
+    read -r ot oc or _ om _ < <(DEDELTA_CACHE_DIR=$work/cache-ro tb $O restore -r "$s3old" "${conn[@]}" latest --target out-o)
+    diff -r out-l out-o >/dev/null || { echo "old binary's restore differs"; exit 1; }
+    echo "restore $k old binary: s3 ${ot}s; cpu ${oc}s; requests $or (metadata $om)"
+  fi
 done

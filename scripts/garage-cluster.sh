@@ -11,7 +11,7 @@
 # exits 0, unless REQUIRE_GARAGE=1; `--build` builds it first:
 #   cargo install garage --no-default-features --features bundled-libs,sqlite,lmdb
 # Usage: scripts/garage-cluster.sh [--build] [WORKDIR]   (env: DEDELTA_BIN, GARAGE_BIN; BENCH=N
-# runs scripts/bench-s3.sh with N backups against the cluster instead of the tests)
+# runs scripts/bench-s3.sh with N backups against the cluster instead of the tests, OLD_BIN passed on)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}

@@ -166,26 +166,38 @@ impl Compression {
     }
 }
 
+/// zstd contexts a thread keeps, one per level (the most a backup uses: a region level, a
+/// text level and level 1 for the delta saving test).
+const CCTX_LEVELS: usize = 4;
+
 thread_local! {
-    /// One zstd context per thread: backup compresses thousands of regions and single
-    /// chunks (the delta saving test), and a fresh context costs more than a small input.
-    static ZSTD_CCTX: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> =
-        const { std::cell::RefCell::new(None) };
+    /// zstd contexts of this thread, one per level, most recently used first: backup
+    /// compresses thousands of regions and single chunks (the delta saving test), and a fresh
+    /// context costs more than a small input. One context per level, not one per thread: the
+    /// pool's threads alternate between regions (level 3 or 6) and the saving test (level 1),
+    /// and re-creating a context at each switch mapped and zeroed its tables afresh (page
+    /// faults under `ZSTD_CCtx_init_compressStream2`, 3 % of a backup's CPU).
+    static ZSTD_CCTX: std::cell::RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Compresses `raw` into the spare capacity of `out` (which must hold zstd's bound).
 fn zstd_compress_into(raw: &[u8], level: i32, out: &mut Vec<u8>) -> std::io::Result<usize> {
     ZSTD_CCTX.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        match slot.as_mut() {
-            Some((l, c)) if *l == level => c.compress_to_buffer(raw, out),
-            _ => {
-                let mut c = zstd::bulk::Compressor::new(level)?;
-                let n = c.compress_to_buffer(raw, out);
-                *slot = Some((level, c));
-                n
+        let mut held = cell.borrow_mut();
+        let i = match held.iter().position(|(l, _)| *l == level) {
+            Some(i) => i,
+            None => {
+                if held.len() >= CCTX_LEVELS {
+                    held.pop();
+                }
+                held.push((level, zstd::bulk::Compressor::new(level)?));
+                held.len() - 1
             }
-        }
+        };
+        // Most recently used first: the least recently used level goes when a new one comes.
+        held[..=i].rotate_right(1);
+        held[0].1.compress_to_buffer(raw, out)
     })
 }
 
@@ -288,6 +300,30 @@ impl RegionDecompressor {
 mod tests {
     use super::*;
     use crate::chunker::testutil::pseudo_random as noise;
+
+    /// The thread's contexts, kept one per level and reused across levels in any order (more
+    /// levels than it keeps, so some are dropped and made again), give the bytes a fresh
+    /// context gives at that level: what is stored does not depend on what the thread
+    /// compressed before.
+    #[test]
+    fn contexts_kept_per_level_compress_as_fresh_ones() {
+        let text: Vec<u8> = b"def f(x):\n    return x + 1\n".repeat(2000);
+        let levels = [6, 1, 3, 6, 1, 1, 9, 2, 6, 3, 1, 6];
+        for (n, &level) in levels.iter().enumerate() {
+            let raw = &text[n * 7..];
+            let mut out = Vec::new();
+            let (code, stored) = Compression::zstd(level).compress(raw);
+            assert_eq!(code, CODEC_ZSTD);
+            assert_eq!(
+                stored,
+                zstd::bulk::compress(raw, level).unwrap(),
+                "level {level}"
+            );
+            assert_eq!(Compression::zstd(level).compress_into(raw, &mut out), code);
+            assert_eq!(out, stored);
+        }
+        ZSTD_CCTX.with(|c| assert!(c.borrow().len() <= CCTX_LEVELS));
+    }
 
     /// A reused buffer (too small, or holding an earlier region) gives the bytes a fresh one
     /// gives, for compressible and incompressible input.

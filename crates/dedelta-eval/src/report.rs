@@ -70,6 +70,8 @@ pub const RESULT_COLUMNS: &[&str] = &[
     "backup_io_metadata_requests",
     "backup_io_data_requests",
     "backup_io_base_requests",
+    "backup_io_prefetch_requests",
+    "backup_io_prefetch_bytes",
     "backup_modelled_disk_seconds",
     "backup_modelled_object_store_seconds",
     "restore_io_requests",
@@ -110,6 +112,8 @@ pub const VERSION_COLUMNS: &[&str] = &[
     "backup_io_metadata_requests",
     "backup_io_data_requests",
     "backup_io_base_requests",
+    "backup_io_prefetch_requests",
+    "backup_io_prefetch_bytes",
     "backup_modelled_disk_seconds",
     "backup_modelled_object_store_seconds",
     "restore_io_requests",
@@ -479,30 +483,33 @@ fn io_table(results: &[ConfigResult]) -> String {
     let _ = writeln!(
         s,
         "Requests to the repository over all backups and all restores (metered by purpose: \
-         container metadata, chunk data, delta bases read back by the backup), and the \
+         container metadata, chunk data, delta bases read back by the backup, prefetches: the \
+         locality index's container loads, LoopDelta's dense containers read whole), and the \
          seconds they would take, one after the other, on a disk and on an object store \
          (docs/benchmarks.md, \"I/O accounting\"). Wall times above ran on this machine's \
          disk and page cache; these show what a slower store would add.\n"
     );
     let _ = writeln!(
         s,
-        "| configuration | backup requests | backup MB | metadata | bases | disk s | object store s | restore requests | restore MB | metadata | data | disk s | object store s |"
+        "| configuration | backup requests | backup MB | metadata | bases | prefetches | prefetch MB | disk s | object store s | restore requests | restore MB | metadata | data | disk s | object store s |"
     );
     let _ = writeln!(
         s,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     let o = |v: Option<u64>| v.map_or("–".into(), |v| v.to_string());
     let m = |v: Option<u64>| v.map_or("–".into(), mb);
     for r in results.iter().filter(|r| r.kind == "dedelta") {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             o(r.io.backup_io_requests),
             m(r.io.backup_io_bytes),
             o(r.io.backup_io_metadata_requests),
             o(r.io.backup_io_base_requests),
+            o(r.io.backup_io_prefetch_requests),
+            m(r.io.backup_io_prefetch_bytes),
             f(r.io.backup_modelled_disk_seconds, 2),
             f(r.io.backup_modelled_object_store_seconds, 2),
             o(r.io.restore_io_requests),

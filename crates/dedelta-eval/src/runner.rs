@@ -83,6 +83,11 @@ pub struct IoSummary {
     pub data_requests: u64,
     /// Base read requests.
     pub base_requests: u64,
+    /// Prefetch requests (the locality index's container loads; LoopDelta's dense
+    /// containers read whole).
+    pub prefetch_requests: u64,
+    /// The bytes those moved.
+    pub prefetch_bytes: u64,
     /// Modelled seconds on a disk.
     pub disk_seconds: f64,
     /// Modelled seconds on an object store.
@@ -99,6 +104,8 @@ impl IoSummary {
             metadata_requests: counts.purpose(Purpose::ContainerMeta).requests,
             data_requests: counts.purpose(Purpose::ChunkData).requests,
             base_requests: counts.purpose(Purpose::BaseRead).requests,
+            prefetch_requests: counts.purpose(Purpose::Prefetch).requests,
+            prefetch_bytes: counts.purpose(Purpose::Prefetch).bytes,
             disk_seconds: m.disk,
             object_store_seconds: m.object_store,
         }
@@ -112,6 +119,8 @@ impl IoSummary {
             metadata_requests: self.metadata_requests + o.metadata_requests,
             data_requests: self.data_requests + o.data_requests,
             base_requests: self.base_requests + o.base_requests,
+            prefetch_requests: self.prefetch_requests + o.prefetch_requests,
+            prefetch_bytes: self.prefetch_bytes + o.prefetch_bytes,
             disk_seconds: self.disk_seconds + o.disk_seconds,
             object_store_seconds: self.object_store_seconds + o.object_store_seconds,
         }
@@ -134,6 +143,11 @@ pub struct IoColumns {
     pub backup_io_data_requests: Option<u64>,
     /// Of the requests, regions read back as delta bases.
     pub backup_io_base_requests: Option<u64>,
+    /// Of the requests, prefetches: containers the locality index loaded (metadata, or
+    /// LoopDelta's dense containers whole).
+    pub backup_io_prefetch_requests: Option<u64>,
+    /// The bytes those read.
+    pub backup_io_prefetch_bytes: Option<u64>,
     /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
     pub backup_modelled_disk_seconds: Option<f64>,
     /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).
@@ -163,6 +177,8 @@ impl IoColumns {
         self.backup_io_metadata_requests = Some(io.metadata_requests);
         self.backup_io_data_requests = Some(io.data_requests);
         self.backup_io_base_requests = Some(io.base_requests);
+        self.backup_io_prefetch_requests = Some(io.prefetch_requests);
+        self.backup_io_prefetch_bytes = Some(io.prefetch_bytes);
         self.backup_modelled_disk_seconds = Some(io.disk_seconds);
         self.backup_modelled_object_store_seconds = Some(io.object_store_seconds);
     }

@@ -49,27 +49,27 @@ impl BufferPool {
     }
 }
 
-/// A new empty buffer of `capacity` bytes whose pages are already mapped
-/// (`madvise(MADV_POPULATE_WRITE)` on Linux; elsewhere, or where the kernel refuses, a plain
-/// allocation).
+/// A new empty buffer of `capacity` bytes whose first `touched` bytes' pages are already
+/// mapped (`madvise(MADV_POPULATE_WRITE)` on Linux; elsewhere, or where the kernel refuses, a
+/// plain allocation).
 ///
 /// Why: a large buffer is mapped afresh (see the CLI's `alloc_tuning`) and its first write
 /// touches every page, each a page fault; a restore decompresses every region it reads into
 /// such a buffer, and those faults were 13 % of a dump's CPU (prettier). One call maps them
-/// all without the per-page trap.
-pub fn populated(capacity: usize) -> Vec<u8> {
+/// all without the per-page trap. Only the bytes about to be written are mapped: a region's
+/// buffer has a quarter of headroom for the regions it may hold later, and mapping that too
+/// zeroed a fifth more pages than the region used.
+pub fn populated(capacity: usize, touched: usize) -> Vec<u8> {
     let buf: Vec<u8> = Vec::with_capacity(capacity);
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
         /// Linux 5.14's `MADV_POPULATE_WRITE`, absent from older libc crates.
         const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let touched = touched.min(capacity);
         let start = buf.as_ptr() as usize;
-        let (from, to) = (
-            start.div_ceil(PAGE) * PAGE,
-            (start + capacity) / PAGE * PAGE,
-        );
-        if capacity >= 64 * PAGE && to > from {
+        let (from, to) = (start.div_ceil(PAGE) * PAGE, (start + touched) / PAGE * PAGE);
+        if touched >= 64 * PAGE && to > from {
             // SAFETY: the range lies within the allocation just made, which nothing else
             // uses; populating only maps pages (their contents stay zero, and unread).
             unsafe {
@@ -102,5 +102,22 @@ mod tests {
             pool.give(vec![0; 1]);
         }
         assert_eq!(pool.free(), MAX_FREE);
+    }
+
+    /// A populated buffer has the capacity asked for, empty, whatever part of it is mapped
+    /// ahead (none, some, more than the capacity).
+    #[test]
+    fn populated_buffers_are_empty_with_their_capacity() {
+        for (capacity, touched) in [
+            (0, 0),
+            (100, 100),
+            (1 << 20, 800 << 10),
+            (300 << 10, 1 << 30),
+        ] {
+            let mut b = populated(capacity, touched);
+            assert!(b.is_empty() && b.capacity() >= capacity);
+            b.resize(capacity, 7);
+            assert!(b.iter().all(|&x| x == 7));
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Threads that make one caller's backend requests several at a time: backup's delta bases
-//! ([`crate::backup::bases`]), read a round at a time. On an object store every read is a
+//! ([`crate::backup::bases`]), read a round at a time, and restore's regions read ahead
+//! (the locator's `restore_ahead`), submitted one by one. On an object store every read is a
 //! round trip (about 10 ms to moto on loopback under load, 30 ms to a real one), so reading
 //! a round's 30 regions one after another costs 30 round trips where 8 in flight cost 4.
 //!
@@ -60,6 +61,26 @@ impl RequestThreads {
                 Ok(h) => self.handles.push(h),
                 Err(_) => break,
             }
+        }
+    }
+
+    /// Queues `job` to run on one of the threads and returns at once (restore's regions read
+    /// ahead: the job sends its result where the caller takes it). Without threads (none
+    /// asked for, or none could start) it runs here. A job still queued when these threads are dropped runs before they end.
+    pub fn submit(&mut self, job: Job<()>) {
+        if self.threads > 0 {
+            self.start();
+        }
+        if self.handles.is_empty() {
+            // No thread would take it.
+            let _ = catch_unwind(AssertUnwindSafe(job));
+            return;
+        }
+        let task: Task = Box::new(move || {
+            let _ = catch_unwind(AssertUnwindSafe(job));
+        });
+        if let Err(e) = self.queue.send(task) {
+            (e.into_inner())();
         }
     }
 
@@ -152,6 +173,32 @@ mod tests {
             assert!(most <= threads.in_flight(), "{most} in flight");
             assert!(most >= 2, "jobs ran one at a time");
         }
+    }
+
+    /// Submitted jobs run on the threads, several at once, at most `threads`; each once.
+    #[test]
+    fn submitted_jobs_run_on_the_threads() {
+        let mut threads = RequestThreads::new(3);
+        let (tx, rx) = unbounded();
+        let now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let me = std::thread::current().id();
+        for i in 0..12usize {
+            let (tx, now, most) = (tx.clone(), now.clone(), most.clone());
+            threads.submit(Box::new(move || {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(5));
+                now.fetch_sub(1, Ordering::SeqCst);
+                let _ = tx.send((i, std::thread::current().id() != me));
+            }));
+        }
+        drop(tx);
+        let mut got: Vec<(usize, bool)> = rx.iter().collect();
+        got.sort_unstable();
+        assert_eq!(got, (0..12).map(|i| (i, true)).collect::<Vec<_>>());
+        let most = most.load(Ordering::SeqCst);
+        assert!((2..=3).contains(&most), "{most} in flight");
     }
 
     /// Without threads, or with one job, everything runs on the caller.

@@ -18,7 +18,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 /// MiB of decompressed regions a restore's or a dump's LRU holds at most, by default. The
-/// LRU only grows as a file's bases need it, so a small file costs no more; a large one whose
+/// LRU's bound starts at 32 MiB and grows to this one only when regions it let go of are read
+/// again (`ContainerLru::growing`), so a small file costs no more; a large one whose
 /// bases span more than the cache reads (and decrypts and decompresses) the same regions again
 /// and again: with 32 MiB a 1.24 GB dump of 20 concatenated SQLAlchemy tars read 258 MB of
 /// regions (12x the repository) and took twice the CPU.
@@ -86,7 +87,8 @@ pub struct CacheArgs {
     /// bounded by --cache-mib.
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "512")]
     cache_containers: Option<usize>,
-    /// MiB of decompressed regions the LRU holds at most (256 by default).
+    /// MiB of decompressed regions the LRU holds at most (256 by default; it starts at 32
+    /// and grows when regions it let go of are read again).
     #[arg(long, value_name = "MIB")]
     cache_mib: Option<usize>,
     /// Forward assembly's area, in MiB of restored data (at least one chunk).

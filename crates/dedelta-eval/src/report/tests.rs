@@ -12,6 +12,8 @@ fn every_column_is_a_field() {
     let io = crate::runner::IoSummary {
         requests: 7,
         base_requests: 2,
+        prefetch_requests: 3,
+        prefetch_bytes: 4_000,
         disk_seconds: 0.5,
         ..Default::default()
     };
@@ -28,6 +30,8 @@ fn every_column_is_a_field() {
     }
     assert_eq!(row["backup_io_requests"], 7);
     assert_eq!(row["backup_io_base_requests"], 2);
+    assert_eq!(row["backup_io_prefetch_requests"], 3);
+    assert_eq!(row["backup_io_prefetch_bytes"], 4_000);
     assert_eq!(row["backup_modelled_disk_seconds"], 0.5);
     assert!(row["restore_io_requests"].is_null());
     assert_eq!(res["restore_io_requests"], 7);

@@ -95,6 +95,17 @@ impl Drop for LocalCacheSave {
     }
 }
 
+/// The region cache of the base reader: 32 MiB, or where reads are round trips 96 MiB, which
+/// hold the regions a read takes ahead (up to 4 MiB stored, several times that decompressed,
+/// see the locator's `AHEAD_SPAN`) until the next rounds use them.
+fn base_region_cache_bytes(repo: &IndexedRepository) -> usize {
+    if repo.reads_are_round_trips() {
+        96 << 20
+    } else {
+        32 << 20
+    }
+}
+
 /// Fetches delta bases for one backup.
 pub struct BaseFetcher<'a> {
     cache: BaseCache,
@@ -130,7 +141,7 @@ impl<'a> BaseFetcher<'a> {
         Ok(BaseFetcher {
             cache: BaseCache::new(budget),
             max_base_depth: max_depth.saturating_sub(1),
-            reader: ChunkReader::new(repo, 32 << 20)?
+            reader: ChunkReader::new(repo, base_region_cache_bytes(repo))?
                 .reading_for(crate::backend::wrap::metered::Purpose::BaseRead),
             local: None,
             local_path: None,

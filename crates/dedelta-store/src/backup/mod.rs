@@ -310,6 +310,17 @@ pub fn backup(
         listed.as_ref(),
         &mut notices,
     );
+    // The locality index's loader for LoopDelta, which also reads the parent's tree when a
+    // dense container holds it (see DensePrefetcher::preload).
+    let dense_loader = prefetched
+        .as_ref()
+        .map(|(p, _)| Arc::new(prefetch::DensePrefetcher { bases: p.clone() }));
+    let prefetch_backend = repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch);
+    let tree_chunks = |ids: &[dedelta_core::ChunkId]| {
+        let loader = dense_loader.as_ref()?;
+        let index = repo.index().reader().ok()?;
+        loader.tree_chunks(prefetch_backend.as_ref(), &index, ids)
+    };
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
     let mut parent = if delta_cfg.enabled() || want_files {
@@ -323,6 +334,9 @@ pub fn backup(
             &snapshot_paths,
             &opts,
             want,
+            dense_loader
+                .is_some()
+                .then_some(&tree_chunks as &parent::TreeChunks<'_>),
             &mut notices,
         )?
     } else {
@@ -416,12 +430,18 @@ pub fn backup(
                 // Metered as prefetches (issue 16 item 4's purpose for them).
                 repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
                 opts.lookup.cache_containers,
+<<<<<<< HEAD
             )
             .with_hints(repo.index().recent_containers());
             Arc::new(match &prefetched {
                 Some((p, _)) => {
                     index.with_loader(Arc::new(prefetch::DensePrefetcher { bases: p.clone() }))
                 }
+=======
+            );
+            Arc::new(match &dense_loader {
+                Some(loader) => index.with_loader(loader.clone()),
+>>>>>>> main
                 None => index,
             })
         }

@@ -29,6 +29,10 @@ pub(super) struct ParentWants<'a> {
     pub(super) files: Option<&'a unchanged::SourceOptions>,
 }
 
+/// The parent's tree chunks from memory, given their ids in order (`None`: read the tree from
+/// the repository): LoopDelta's dense container holding them, read whole.
+pub(super) type TreeChunks<'a> = dyn Fn(&[dedelta_core::ChunkId]) -> Option<Vec<bytes::Bytes>> + 'a;
+
 /// Reads the parent snapshot's tree. A parent that cannot be read only costs the backup its
 /// hints and its unchanged files: it goes on without one, with a notice (a damaged tree must
 /// not block every later backup of its paths).
@@ -41,6 +45,7 @@ pub(super) fn find(
     paths: &[String],
     opts: &BackupOptions,
     want: ParentWants<'_>,
+    tree_chunks: Option<&TreeChunks<'_>>,
     notices: &mut Vec<String>,
 ) -> Result<Option<Parent>> {
     let chosen = match &opts.sources.parent {
@@ -61,12 +66,26 @@ pub(super) fn find(
             };
             let chosen = all[i].clone();
             if same_host.is_none() {
-                return Ok(read_parent(repo, chosen, want.recipe, None, notices));
+                return Ok(read_parent(
+                    repo,
+                    chosen,
+                    want.recipe,
+                    None,
+                    tree_chunks,
+                    notices,
+                ));
             }
             chosen
         }
     };
-    Ok(read_parent(repo, chosen, want.recipe, want.files, notices))
+    Ok(read_parent(
+        repo,
+        chosen,
+        want.recipe,
+        want.files,
+        tree_chunks,
+        notices,
+    ))
 }
 
 /// Reads the chosen parent's tree.
@@ -75,12 +94,13 @@ fn read_parent(
     (id, snap): (SnapshotId, Snapshot),
     want_recipe: bool,
     files: Option<&unchanged::SourceOptions>,
+    tree_chunks: Option<&TreeChunks<'_>>,
     notices: &mut Vec<String>,
 ) -> Option<Parent> {
     let mut ids = Vec::new();
     let mut tree = tree_writer::ParentTreeBuilder::new();
     let mut parent_files = files.map(unchanged::ParentFiles::new);
-    let walked = crate::read::walk_tree_measured(repo, &snap, |node, chunks| {
+    let visit = |node, chunks: Vec<_>| {
         tree.node(&node, &chunks);
         if want_recipe {
             ids.extend(chunks.iter().map(|c| c.id));
@@ -89,7 +109,11 @@ fn read_parent(
             f.add(&node, &chunks);
         }
         Ok(())
-    });
+    };
+    let walked = match tree_chunks.and_then(|t| t(&snap.tree.chunks)) {
+        Some(chunks) => crate::read::walk_tree_chunks(&chunks, visit),
+        None => crate::read::walk_tree_measured(repo, &snap, visit),
+    };
     match walked {
         Ok(lens) => Some(Parent {
             recipe: want_recipe.then(|| ParentRecipe::new(ids)),

@@ -11,6 +11,15 @@
 //! evicted a container at a time. Deltas are not loaded: only chunks stored in full are bases
 //! (one-level, as LoopDelta follows Shilane et al.).
 //!
+//! The first dense container a backup reads is usually the one holding its parent's tree
+//! (the last container the last backup wrote): the backup reads that tree before
+//! deduplication starts, for the tree stream's delta bases, and instead of reading the
+//! container's metadata and the tree's region, then the whole container again when the
+//! locality index prefetches it, it reads the container whole once, takes the tree from the
+//! cache and keeps the metadata for that prefetch ([`DensePrefetcher::preload`]). LoopDelta
+//! prefetches a dense container when deduplication first accesses it; here the parent's tree
+//! is that first access (docs/eval/papers.md).
+//!
 //! Resemblance detection then looks only there and at this backup's own new full chunks
 //! ([`PrefetchSketchIndex`]), and the delta stage takes bases only from there and from
 //! memory ([`super::bases::BaseFetcher::only_cached`]): no base is read on its own, so the
@@ -29,7 +38,7 @@ use crate::format::config::{
     DeltaConfig, SketchIndexKind, PREFETCH_CACHE_CONTAINERS, PREFETCH_CACHE_CONTAINERS_CAPPING,
 };
 use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
-use crate::repository::read_container_meta;
+use crate::repository::read_container_meta_tail;
 use crate::repository::snapshots::SnapshotList;
 use bytes::Bytes;
 use dedelta_core::sketch::{FirstFitIndex, SuperFeatures};
@@ -64,6 +73,9 @@ pub struct PrefetchCounts {
     pub bases_served: u64,
     /// Containers on the dense list this backup wrote.
     pub dense_written: u64,
+    /// Whether the parent's tree came from dense containers read whole
+    /// ([`DensePrefetcher::tree_chunks`]) rather than from its own reads.
+    pub parent_tree_cached: bool,
 }
 
 /// One cached container: its full chunks and the keys it holds.
@@ -81,6 +93,9 @@ struct Inner {
     /// The full entries (fingerprint prefixes) of every container whose metadata came
     /// through the cache.
     full: HashMap<ContainerId, HashSet<u64>>,
+    /// The metadata of dense containers read whole before the locality index asked for them
+    /// ([`DensePrefetcher::preload`]), until it does.
+    preloaded: HashMap<ContainerId, ContainerMeta>,
     counts: PrefetchCounts,
 }
 
@@ -106,6 +121,7 @@ impl PrefetchedBases {
                 chunks: HashMap::new(),
                 keys: HashMap::new(),
                 full: HashMap::new(),
+                preloaded: HashMap::new(),
                 counts,
             }),
         }
@@ -191,6 +207,11 @@ impl PrefetchedBases {
         Some(bytes)
     }
 
+    /// A cached chunk's bytes, not counted as a base served (the parent's tree chunks).
+    pub fn peek(&self, id: &ChunkId) -> Option<Bytes> {
+        self.lock().chunks.get(id).map(|(b, _)| b.clone())
+    }
+
     /// The container a cached chunk was loaded from.
     pub fn container_of(&self, id: &ChunkId) -> Option<ContainerId> {
         self.lock().chunks.get(id).map(|(_, c)| *c)
@@ -238,7 +259,8 @@ impl PrefetchedBases {
 
 /// The locality index's loader for LoopDelta: a dense container not cached yet is read
 /// whole, in one request, and its full chunks enter the cache; any other container's
-/// metadata is read as usual.
+/// metadata is read as usual (one request). A dense container the backup read whole before
+/// ([`Self::preload`]: the one holding the parent's tree) costs no request.
 pub struct DensePrefetcher {
     /// The cache it fills.
     pub bases: Arc<PrefetchedBases>,
@@ -281,19 +303,69 @@ impl DensePrefetcher {
         self.bases.insert(*id, chunks);
         Ok(meta)
     }
+
+    /// Reads dense container `id` whole now, if it is dense and not cached, keeping its
+    /// metadata for when the locality index asks for it: the backup reads its parent's tree
+    /// before deduplication starts, and the tree lies in a container of the last backup,
+    /// which is dense (one request then instead of the metadata, the tree's region, and the
+    /// whole container again later). Returns whether the container's chunks are cached.
+    pub fn preload(&self, backend: &dyn Backend, id: &ContainerId) -> bool {
+        if !self.bases.is_dense(id) {
+            return false;
+        }
+        if self.bases.touch(id) {
+            return true;
+        }
+        match self.load_whole(backend, id) {
+            Ok(meta) => {
+                self.bases.record_full(*id, &meta);
+                self.bases.lock().preloaded.insert(*id, meta);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The chunks of the tree `chunks` (in order) from dense containers, read whole now if
+    /// needed ([`Self::preload`]); `None` if any is not there (a tree chunk stored as a delta,
+    /// or in a container that is not dense), for the caller to read the tree as usual.
+    pub fn tree_chunks(
+        &self,
+        backend: &dyn Backend,
+        index: &crate::client::index::IndexReader,
+        chunks: &[ChunkId],
+    ) -> Option<Vec<Bytes>> {
+        let mut out = Vec::with_capacity(chunks.len());
+        for id in chunks {
+            if let Some(b) = self.bases.peek(id) {
+                out.push(b);
+                continue;
+            }
+            let at = index.get(id).ok()??;
+            if !self.preload(backend, &at.container) {
+                return None;
+            }
+            out.push(self.bases.peek(id)?);
+        }
+        self.bases.lock().counts.parent_tree_cached = true;
+        Some(out)
+    }
 }
 
 impl MetaLoader for DensePrefetcher {
     fn load(&self, backend: &dyn Backend, id: &ContainerId) -> Result<ContainerMeta> {
+        if let Some(meta) = self.bases.lock().preloaded.remove(id) {
+            return Ok(meta);
+        }
         let meta = if self.bases.is_dense(id) && !self.bases.touch(id) {
             // A container that cannot be read whole is no base; its metadata may still be
             // readable (the lookup's answer stands either way).
             match self.load_whole(backend, id) {
                 Ok(meta) => meta,
-                Err(_) => read_container_meta(backend, &id.to_hex())?,
+                Err(_) => read_container_meta_tail(backend, &id.to_hex())?,
             }
         } else {
-            read_container_meta(backend, &id.to_hex())?
+            read_container_meta_tail(backend, &id.to_hex())?
         };
         self.bases.record_full(*id, &meta);
         Ok(meta)

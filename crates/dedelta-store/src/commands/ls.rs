@@ -6,7 +6,8 @@ use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::read::walk_tree;
 use crate::read::{
-    FetchedChunk, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice, RestoreCacheStats,
+    receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice,
+    RestoreCacheStats,
 };
 use crate::repository::IndexedRepository;
 use std::io::Write;
@@ -87,6 +88,8 @@ pub fn dump_with(
         let producer = s.spawn(move || -> Result<RestoreCacheStats> {
             let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?
                 .reading_own_copies(&snapshot.containers);
+            // On an object store the file's regions are read ahead of its fetches.
+            locator.announce(chunks.iter().map(|c| c.id));
             // Forward assembly: areas of the recipe, each assembled before it is fetched.
             let area = locator.area_bytes().unwrap_or(u64::MAX);
             let mut rest: &[ChunkRef] = &chunks;
@@ -114,11 +117,15 @@ pub fn dump_with(
         let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
         let written = (|| -> Result<u64> {
             let mut written = 0u64;
-            for fetched in rx.iter() {
-                let data = decoder.decode(&fetched)?;
-                out.write_all(data)
-                    .map_err(|e| Error::io("writing to standard output", e))?;
-                written += data.len() as u64;
+            let mut batch = Vec::new();
+            while receive_batch(&rx, &mut batch, FetchedChunk::len) {
+                let chunks: Vec<&FetchedChunk> = batch.iter().collect();
+                for data in decoder.decode_batch(&chunks) {
+                    let data = data?;
+                    out.write_all(data)
+                        .map_err(|e| Error::io("writing to standard output", e))?;
+                    written += data.len() as u64;
+                }
             }
             out.flush()
                 .map_err(|e| Error::io("writing to standard output", e))?;

@@ -5,7 +5,8 @@
 //!  walk the tree, PipelinedLocator:               PipelinedDecoder: decode deltas, verify
 //!  index lookup, region decompression  --Event--> every chunk; Target: write through
 //!  through the restore cache                      directory handles, rename into place
-//!                   (bounded channel, 256)
+//!                   (bounded channel, 256)        events taken in batches; the batch's
+//!                                                 hashing shared with "dedelta-verify"
 //! ```
 //!
 //! The restore cache ([`RestoreOptions::cache`], [`crate::read::RestoreCache`]) is an LRU of
@@ -50,13 +51,13 @@ use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
 use crate::read::walk_tree;
 use crate::read::{
-    speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats, RestoreCacheChoice,
-    RestoreCacheStats,
+    receive_batch, speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats,
+    RestoreCacheChoice, RestoreCacheStats,
 };
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use select::{is_ancestor, Overwrite, Selector};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use target::{PendingFile, Target};
 
@@ -312,14 +313,16 @@ fn read_events(
     let cache = opts.cache;
     let mut reader = Reader {
         area: None,
+        ahead: None,
         locator: PipelinedLocator::new(repo, cache, cache_bytes)?
             .reading_own_copies(&snapshot.containers),
-        pending: Vec::new(),
+        pending: VecDeque::new(),
         pending_bytes: 0,
         failed: false,
         tx,
     };
     reader.area = reader.locator.area_bytes();
+    reader.ahead = reader.locator.read_ahead_bytes();
     let mut stopped = false;
     // The first path of each (device, inode) of the files with more than one link.
     let mut linked: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
@@ -405,12 +408,15 @@ enum Step {
 }
 
 /// The reading side: runs steps at once (an LRU cache), or gathers an assembly area of them
-/// and reads its containers first (forward assembly).
+/// and reads its containers first (forward assembly), or where the locator reads ahead (an
+/// object store) runs them a horizon behind announcing their chunks.
 struct Reader<'r, 'a> {
     locator: PipelinedLocator<'a>,
     /// Forward assembly's area in restored bytes.
     area: Option<u64>,
-    pending: Vec<Step>,
+    /// The read-ahead horizon in restored bytes.
+    ahead: Option<u64>,
+    pending: VecDeque<Step>,
     pending_bytes: u64,
     /// The current file failed: its remaining chunks are skipped.
     failed: bool,
@@ -419,6 +425,9 @@ struct Reader<'r, 'a> {
 
 impl Reader<'_, '_> {
     fn step(&mut self, step: Step) -> std::result::Result<(), Stopped> {
+        if let Some(horizon) = self.ahead {
+            return self.step_ahead(step, horizon);
+        }
         let Some(area) = self.area else {
             return self.run(step);
         };
@@ -428,7 +437,27 @@ impl Reader<'_, '_> {
             }
             self.pending_bytes += u64::from(len);
         }
-        self.pending.push(step);
+        self.pending.push_back(step);
+        Ok(())
+    }
+
+    /// Announces the step's chunk to the locator and runs the steps more than `horizon`
+    /// restored bytes behind.
+    fn step_ahead(&mut self, step: Step, horizon: u64) -> std::result::Result<(), Stopped> {
+        if let Step::Chunk(id, len) = step {
+            self.locator.announce([id]);
+            self.pending_bytes += u64::from(len);
+        }
+        self.pending.push_back(step);
+        while self.pending_bytes > horizon {
+            let Some(s) = self.pending.pop_front() else {
+                break;
+            };
+            if let Step::Chunk(_, len) = s {
+                self.pending_bytes -= u64::from(len);
+            }
+            self.run(s)?;
+        }
         Ok(())
     }
 
@@ -443,7 +472,7 @@ impl Reader<'_, '_> {
                 _ => None,
             })
             .collect();
-        if !ids.is_empty() {
+        if !ids.is_empty() && self.area.is_some() {
             self.locator.assemble(&ids);
         }
         steps.into_iter().try_for_each(|s| self.run(s))
@@ -493,93 +522,63 @@ enum Current {
 }
 
 /// The writing thread (the caller's): decodes, verifies and writes, recording what fails.
+///
+/// Events come in batches ([`receive_batch`]): the batch's chunks are decoded and verified
+/// together ([`PipelinedDecoder::decode_batch`], hashing shared with a helper thread), then
+/// its events are handled in order.
 fn write_events(
     rx: &crossbeam_channel::Receiver<Event>,
-    mut target: Target,
+    target: Target,
     hasher: dedelta_core::ChunkHasher,
     progress: &dyn Progress,
 ) -> RestoreStats {
-    let mut stats = RestoreStats::default();
     let mut decoder = PipelinedDecoder::new(hasher);
-    let mut dirs: Vec<Node> = Vec::new();
-    let mut current = Current::Idle;
-    for ev in rx.iter() {
-        match ev {
-            Event::Node(node) => {
-                let done = match node.kind {
-                    NodeKind::Dir => target.make_dir(&node.path).map(|()| stats.dirs += 1),
-                    NodeKind::Symlink => target.make_symlink(&node).map(|()| stats.symlinks += 1),
-                    _ => target
-                        .make_special(&node)
-                        .map(|()| stats.special_files += 1),
-                };
-                match done {
-                    Ok(()) if node.kind == NodeKind::Dir => dirs.push(node),
-                    Ok(()) => {}
-                    Err(e) => fail(&mut stats, &node.path, e.to_string()),
+    let mut w = Writer {
+        stats: RestoreStats::default(),
+        target,
+        dirs: Vec::new(),
+        current: Current::Idle,
+        progress,
+    };
+    let (mut batch, mut events, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
+    let data_bytes = |ev: &Event| match ev {
+        Event::Data(f) => f.len(),
+        _ => 0,
+    };
+    while receive_batch(rx, &mut batch, data_bytes) {
+        // Chunks apart from the other events, so that those can be handled (moved) while the
+        // decoded chunks borrow theirs.
+        for ev in batch.drain(..) {
+            match ev {
+                Event::Data(f) => {
+                    chunks.push(f);
+                    events.push(None);
                 }
-            }
-            Event::HardLink(node, first) => match target.hard_link(&node, &first) {
-                Ok(()) => stats.hard_links += 1,
-                Err(e) => fail(&mut stats, &node.path, e.to_string()),
-            },
-            Event::FileStart(node) => {
-                current = match target.create_file(&node) {
-                    Ok(f) => Current::Writing(f, Box::new(node), 0),
-                    Err(e) => {
-                        fail(&mut stats, &node.path, e.to_string());
-                        Current::Skipping
-                    }
-                }
-            }
-            Event::Data(fetched) => {
-                let Current::Writing(f, node, written) = &mut current else {
-                    continue;
-                };
-                let data = match decoder.decode(&fetched) {
-                    Ok(data) => data,
-                    Err(e) => {
-                        fail(&mut stats, &node.path, e.to_string());
-                        abandon(&mut target, &mut current, true);
-                        continue;
-                    }
-                };
-                if let Err(e) = f.write(data) {
-                    fail(&mut stats, &node.path, e.to_string());
-                    abandon(&mut target, &mut current, true);
-                    continue;
-                }
-                *written += data.len() as u64;
-                progress.inc(data.len() as u64);
-            }
-            Event::FileEnd => {
-                if let Current::Writing(f, node, written) =
-                    std::mem::replace(&mut current, Current::Idle)
-                {
-                    match target.commit_file(f, &node) {
-                        Ok(()) => {
-                            stats.files += 1;
-                            stats.bytes_written += written;
-                            progress.item("restored", &format!("/{}", node.path_lossy()), written);
-                        }
-                        Err(e) => fail(&mut stats, &node.path, e.to_string()),
-                    }
-                }
-            }
-            Event::FileFailed(e) => {
-                if let Current::Writing(_, node, _) = &current {
-                    fail(&mut stats, &node.path, e.to_string());
-                }
-                abandon(&mut target, &mut current, false);
-            }
-            Event::Refused(node, e) => fail(&mut stats, &node.path, e.to_string()),
-            Event::Unchanged(node) => {
-                stats.files_unchanged += 1;
-                progress.inc(node.size);
-                progress.item("unchanged", &format!("/{}", node.path_lossy()), node.size);
+                ev => events.push(Some(ev)),
             }
         }
+        let refs: Vec<&FetchedChunk> = chunks.iter().collect();
+        let mut decoded = decoder.decode_batch(&refs).into_iter();
+        for ev in events.drain(..) {
+            match ev {
+                Some(ev) => w.event(ev),
+                None => {
+                    if let Some(data) = decoded.next() {
+                        w.data(data);
+                    }
+                }
+            }
+        }
+        drop(decoded);
+        chunks.clear();
     }
+    let Writer {
+        mut stats,
+        mut target,
+        dirs,
+        mut current,
+        ..
+    } = w;
     // The reader stopped mid-file (an unreadable tree, reported by the caller).
     abandon(&mut target, &mut current, false);
     stats.reads = decoder.stats();
@@ -590,6 +589,106 @@ fn write_events(
     }
     stats.warnings = target.meta.warnings();
     stats
+}
+
+/// The writing side's state.
+struct Writer<'p> {
+    stats: RestoreStats,
+    target: Target,
+    /// Directories made, whose modes and times are set last.
+    dirs: Vec<Node>,
+    current: Current,
+    progress: &'p dyn Progress,
+}
+
+impl Writer<'_> {
+    /// Handles an event other than a chunk's data.
+    fn event(&mut self, ev: Event) {
+        let (stats, target) = (&mut self.stats, &mut self.target);
+        match ev {
+            Event::Node(node) => {
+                let done = match node.kind {
+                    NodeKind::Dir => target.make_dir(&node.path).map(|()| stats.dirs += 1),
+                    NodeKind::Symlink => target.make_symlink(&node).map(|()| stats.symlinks += 1),
+                    _ => target
+                        .make_special(&node)
+                        .map(|()| stats.special_files += 1),
+                };
+                match done {
+                    Ok(()) if node.kind == NodeKind::Dir => self.dirs.push(node),
+                    Ok(()) => {}
+                    Err(e) => fail(stats, &node.path, e.to_string()),
+                }
+            }
+            Event::HardLink(node, first) => match target.hard_link(&node, &first) {
+                Ok(()) => stats.hard_links += 1,
+                Err(e) => fail(stats, &node.path, e.to_string()),
+            },
+            Event::FileStart(node) => {
+                self.current = match target.create_file(&node) {
+                    Ok(f) => Current::Writing(f, Box::new(node), 0),
+                    Err(e) => {
+                        fail(stats, &node.path, e.to_string());
+                        Current::Skipping
+                    }
+                }
+            }
+            // Handled by `data`, decoded.
+            Event::Data(_) => {}
+            Event::FileEnd => {
+                if let Current::Writing(f, node, written) =
+                    std::mem::replace(&mut self.current, Current::Idle)
+                {
+                    match target.commit_file(f, &node) {
+                        Ok(()) => {
+                            stats.files += 1;
+                            stats.bytes_written += written;
+                            let path = format!("/{}", node.path_lossy());
+                            self.progress.item("restored", &path, written);
+                        }
+                        Err(e) => fail(stats, &node.path, e.to_string()),
+                    }
+                }
+            }
+            Event::FileFailed(e) => {
+                if let Current::Writing(_, node, _) = &self.current {
+                    fail(stats, &node.path, e.to_string());
+                }
+                abandon(target, &mut self.current, false);
+            }
+            Event::Refused(node, e) => fail(stats, &node.path, e.to_string()),
+            Event::Unchanged(node) => {
+                stats.files_unchanged += 1;
+                self.progress.inc(node.size);
+                let path = format!("/{}", node.path_lossy());
+                self.progress.item("unchanged", &path, node.size);
+            }
+        }
+    }
+
+    /// The next chunk of the current file, decoded and verified (or why not).
+    fn data(&mut self, data: Result<&[u8]>) {
+        let Current::Writing(f, node, written) = &mut self.current else {
+            return;
+        };
+        let done = match data {
+            Ok(data) => f
+                .write(data)
+                .map(|()| data.len())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match done {
+            Ok(n) => {
+                *written += n as u64;
+                self.progress.inc(n as u64);
+            }
+            Err(e) => {
+                fail(&mut self.stats, &node.path, e);
+                abandon(&mut self.target, &mut self.current, true);
+            }
+        }
+    }
 }
 
 /// Records that the node at `path` could not be restored.

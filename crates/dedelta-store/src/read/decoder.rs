@@ -125,31 +125,55 @@ impl ChunkDecoder {
         chain: &[LocatedChunk],
         base: &ChunkId,
     ) -> Option<Error> {
-        let ids: Vec<(ChunkId, Option<&LocatedChunk>)> = if chain.is_empty() {
-            vec![(*base, None)]
+        let held = self.held_bases(chain, base);
+        self.find_damaged_in(&held, chain)
+    }
+
+    /// The bases a chunk was rebuilt from as this decoder holds them now, farthest first:
+    /// `chain` (nearest first), or `base` when it is empty. Kept by a caller that checks the
+    /// chunk later (a batch), when the cache may have let them go, for
+    /// [`Self::find_damaged_in`].
+    pub(crate) fn held_bases(
+        &mut self,
+        chain: &[LocatedChunk],
+        base: &ChunkId,
+    ) -> Vec<(ChunkId, Arc<Vec<u8>>)> {
+        let ids: Vec<ChunkId> = if chain.is_empty() {
+            vec![*base]
         } else {
-            chain.iter().rev().map(|l| (l.id, Some(l))).collect()
+            chain.iter().rev().map(|l| l.id).collect()
         };
-        // Farthest first: the first link that fails is the damaged one.
-        for (id, located) in ids {
-            let bad = match self.bases.peek(&id) {
-                Some(bytes) => self.hasher.id(bytes) != id,
-                None => false,
-            };
-            if bad {
-                self.bases.pop(&id);
-                let reason = "content does not match its fingerprint".to_string();
-                return Some(match located {
-                    Some(l) => l.corrupt(reason),
-                    None => Error::CorruptChunk {
-                        container: "(cached)".into(),
-                        chunk: id.to_hex(),
-                        reason,
-                    },
-                });
-            }
+        ids.into_iter()
+            .filter_map(|id| Some((id, self.bases.peek(&id)?.clone())))
+            .collect()
+    }
+
+    /// Which of `held` (from [`Self::held_bases`], farthest first) does not match its
+    /// fingerprint: the first that fails is the damaged one, named by its location in `chain`
+    /// if it is there. It is dropped from the cache if the cache still holds those bytes.
+    pub(crate) fn find_damaged_in(
+        &mut self,
+        held: &[(ChunkId, Arc<Vec<u8>>)],
+        chain: &[LocatedChunk],
+    ) -> Option<Error> {
+        let (id, bytes) = held.iter().find(|(id, b)| self.hasher.id(b) != *id)?;
+        if self.bases.peek(id).is_some_and(|c| Arc::ptr_eq(c, bytes)) {
+            self.bases.pop(id);
         }
-        None
+        let reason = "content does not match its fingerprint".to_string();
+        Some(match chain.iter().find(|l| l.id == *id) {
+            Some(l) => l.corrupt(reason),
+            None => Error::CorruptChunk {
+                container: "(cached)".into(),
+                chunk: id.to_hex(),
+                reason,
+            },
+        })
+    }
+
+    /// How this decoder computes chunk ids.
+    pub(crate) fn hasher(&self) -> &ChunkHasher {
+        &self.hasher
     }
 }
 

@@ -10,30 +10,37 @@
 //! [`ChunkReader`] runs both in turn on one thread (check, backup's base reads, tree streams).
 //! Restore and dump run them on two threads through [`PipelinedLocator`] and
 //! [`PipelinedDecoder`]: one thread decompresses regions while the other decodes deltas,
-//! hashes and writes.
+//! hashes and writes; the decoding thread takes chunks in batches and shares their hashing
+//! with a helper thread. On an object store the locating thread also reads regions ahead
+//! of its fetches, several requests in flight ([`PipelinedLocator::announce`],
+//! `restore_plan`).
 //!
 //! A [`RestoreCache`] holds restore's regions and counts its container reads, the papers'
 //! restore speed factor: [`ContainerLru`] (an LRU bounded in containers) or
 //! [`ForwardAssembly`] (Lillibridge's forward assembly over an area of the recipe).
 
 mod decoder;
+mod helper;
 mod locator;
 mod pipelined;
 mod reader;
 mod restore_cache;
+mod restore_plan;
 mod stream;
 mod tree;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
-pub use pipelined::{FetchedChunk, PipelinedDecoder, PipelinedLocator};
+pub use pipelined::{
+    receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator, READ_AHEAD_BYTES,
+};
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
     speed_factor, ContainerLru, ForwardAssembly, RestoreCache, RestoreCacheChoice,
     RestoreCacheStats, DEFAULT_ASSEMBLY_BYTES, PAPER_CACHE_CONTAINERS,
 };
 pub use stream::ChunkStreamReader;
-pub use tree::{walk_tree, walk_tree_measured};
+pub use tree::{walk_tree, walk_tree_chunks, walk_tree_measured};
 
 use crate::error::Error;
 use crate::format::container::ContainerId;

@@ -49,3 +49,17 @@ pub fn walk_tree_measured(
     }
     Ok(dec.into_inner().into_inner().chunk_lens().to_vec())
 }
+
+/// [`walk_tree_measured`] over a tree whose chunks are already in memory (`chunks`, in the
+/// tree's order): a LoopDelta backup's parent tree, which came with a dense container read
+/// whole ([`crate::backup::prefetch::DensePrefetcher::preload`]).
+pub fn walk_tree_chunks(
+    chunks: &[bytes::Bytes],
+    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+) -> Result<Vec<u32>> {
+    let mut dec = TreeDecoder::new(std::io::Cursor::new(chunks.concat()));
+    while let Some((node, refs)) = dec.next_node()? {
+        f(node, refs)?;
+    }
+    Ok(chunks.iter().map(|c| c.len() as u32).collect())
+}

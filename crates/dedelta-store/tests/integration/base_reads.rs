@@ -20,7 +20,7 @@ use std::time::Duration;
 /// Counts container data reads (`get_range_into`, as regions are read; metadata comes with
 /// `get_range` and `get_tail`) and the most in flight at once, each taking a little while (a
 /// round trip); fails the next `fail_next` base reads, or all while `fail_all`.
-struct Probe {
+pub(crate) struct Probe {
     inner: Arc<dyn Backend>,
     delay: Duration,
     now: AtomicU64,
@@ -28,11 +28,11 @@ struct Probe {
     reads: AtomicU64,
     longest: AtomicU64,
     fail_next: AtomicU64,
-    fail_all: AtomicBool,
+    pub(crate) fail_all: AtomicBool,
 }
 
 impl Probe {
-    fn new(inner: Arc<dyn Backend>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn Backend>) -> Self {
         Probe {
             inner,
             delay: Duration::from_millis(2),
@@ -46,7 +46,7 @@ impl Probe {
     }
 
     /// (data reads, most in flight, longest read) since the last call.
-    fn take(&self) -> (u64, u64, u64) {
+    pub(crate) fn take(&self) -> (u64, u64, u64) {
         (
             self.reads.swap(0, Ordering::SeqCst),
             self.most.swap(0, Ordering::SeqCst),
@@ -132,7 +132,7 @@ impl Backend for Probe {
 }
 
 /// No bases kept in memory: every candidate base of a later version is read back.
-fn cold() -> DeltaConfig {
+pub(crate) fn cold() -> DeltaConfig {
     DeltaConfig {
         base_cache_bytes: 0,
         ..DeltaConfig::recommended()
@@ -165,7 +165,7 @@ fn probed_with(
 
 /// Version `v`: three texts, 300 bytes edited in each per version (most chunks similar to
 /// the last version's, their bases in most regions of many containers).
-fn tree(v: u64) -> Files {
+pub(crate) fn tree(v: u64) -> Files {
     edited_texts(
         v,
         300,

@@ -109,6 +109,56 @@ fn dense_containers_are_prefetched_and_become_bases_without_base_reads() {
     );
 }
 
+/// The parent's tree lies in a container of the last backup, which is dense: the next backup
+/// reads that container whole once, takes the tree from it, and the locality index's later
+/// prefetch of it costs no request. So the backup reads no container metadata and no chunk
+/// data outside its prefetches (before: the tree container's metadata and its tree region,
+/// three requests, then the whole container again), and its prefetches are one request per
+/// container. A backup whose parent's tree is in no dense container reads it as before.
+#[test]
+fn parent_tree_comes_with_its_dense_container() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let src = tmp.path().join("src");
+    let first = backup(&repo, &src, &tree(0), 0, |_| {});
+    let before = repo.io_counts().unwrap();
+    let second = backup(&repo, &src, &tree(1), 1, |_| {});
+    let io = repo.io_counts().unwrap().since(&before);
+    let p1 = second.metrics.prefetch.unwrap();
+    assert!(p1.parent_tree_cached, "{p1:?}");
+    for purpose in [
+        Purpose::ContainerMeta,
+        Purpose::ChunkData,
+        Purpose::BaseRead,
+    ] {
+        assert_eq!(
+            io.get(purpose, Direction::Read).requests,
+            0,
+            "{purpose:?}: {io:?}"
+        );
+    }
+    // Every container of the first backup is dense here and read whole exactly once.
+    let prefetch = io.get(Purpose::Prefetch, Direction::Read);
+    assert_eq!(p1.dense_loaded, first.summary.containers_written, "{p1:?}");
+    assert_eq!(prefetch.requests, p1.dense_loaded, "{io:?}");
+    assert!(second.summary.delta_chunks > 0 && p1.bases_served > 0);
+    // Another lineage (its parent, for hints, is the newest snapshot, whose containers are
+    // on no list of its own): the tree is read from the repository.
+    let before = repo.io_counts().unwrap();
+    let other = backup(&repo, &tmp.path().join("other"), &tree(1), 2, |_| {});
+    let io = repo.io_counts().unwrap().since(&before);
+    assert!(!other.metrics.prefetch.unwrap().parent_tree_cached);
+    assert!(
+        io.get(Purpose::ChunkData, Direction::Read).requests > 0,
+        "{io:?}"
+    );
+    assert_restores(
+        &repo,
+        tmp.path(),
+        &[(first, tree(0)), (second, tree(1)), (other, tree(1))],
+    );
+}
+
 /// The list is stored beside the snapshot and read by the next backup of the same host and
 /// paths only.
 #[test]

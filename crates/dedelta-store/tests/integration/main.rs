@@ -50,6 +50,8 @@ mod metadata;
 mod metrics;
 /// Restore reading a snapshot's own copies stored as deltas (issue 17).
 mod own_copies;
+/// Restore and dump on an object store: regions read ahead, several at a time, bit-exact.
+mod restore_ahead;
 /// Every restore cache restores bit-exact, within its bounds and reading what it says.
 mod restore_cache;
 /// Restore against hostile snapshots, damaged repositories and concurrent prunes.

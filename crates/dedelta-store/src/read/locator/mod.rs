@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 mod read_ahead;
+mod restore_ahead;
 
 /// A chunk found in its container, with its region decompressed in memory.
 #[derive(Clone, Debug)]
@@ -45,6 +46,25 @@ impl LocatedChunk {
 
     pub(crate) fn corrupt(&self, reason: String) -> Error {
         corrupt(&self.container, &self.id, reason)
+    }
+
+    /// A chunk whose stored bytes are all of `stored` (tests of the decoding side).
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        id: ChunkId,
+        original_len: usize,
+        delta_base: Option<ChunkId>,
+        stored: Vec<u8>,
+    ) -> Self {
+        let range = 0..stored.len();
+        LocatedChunk {
+            id,
+            container: ContainerId([9; 32]),
+            original_len,
+            delta_base,
+            region: Arc::new(stored),
+            range,
+        }
     }
 }
 
@@ -74,6 +94,8 @@ pub struct ChunkLocator<'a> {
     damage: Option<DamageSet>,
     /// The containers of the snapshot being read, when it names them.
     own: Option<OwnCopies>,
+    /// Restore's regions read ahead, on an object store.
+    ahead: Option<restore_ahead::RegionsAhead>,
 }
 
 /// The copies of its chunks a snapshot's own backup referenced ([`ChunkLocator::reading_own_copies`]).
@@ -128,6 +150,7 @@ impl<'a> ChunkLocator<'a> {
             stats: ReadStats::default(),
             damage: None,
             own: None,
+            ahead: None,
         })
     }
 
@@ -318,6 +341,12 @@ impl<'a> ChunkLocator<'a> {
                 self.stats.region_cache_hits += 1;
                 return Ok(r);
             }
+            if self.await_region(cid, index) {
+                if let Some(r) = self.restore_cache.as_mut().and_then(|c| c.get(&cid, index)) {
+                    self.stats.region_cache_hits += 1;
+                    return Ok(r);
+                }
+            }
             let r = self.read_region(cid, meta, index)?;
             self.keep(cid, meta, index, r.clone());
             return Ok(r);
@@ -496,7 +525,7 @@ impl<'a> ChunkLocator<'a> {
         };
         match free {
             Some(b) if b.capacity() >= raw_len => b,
-            _ => crate::buffers::populated(raw_len + raw_len / 4),
+            _ => crate::buffers::populated(raw_len + raw_len / 4, raw_len),
         }
     }
 
