@@ -430,18 +430,10 @@ pub fn backup(
                 // Metered as prefetches (issue 16 item 4's purpose for them).
                 repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
                 opts.lookup.cache_containers,
-<<<<<<< HEAD
             )
             .with_hints(repo.index().recent_containers());
-            Arc::new(match &prefetched {
-                Some((p, _)) => {
-                    index.with_loader(Arc::new(prefetch::DensePrefetcher { bases: p.clone() }))
-                }
-=======
-            );
             Arc::new(match &dense_loader {
                 Some(loader) => index.with_loader(loader.clone()),
->>>>>>> main
                 None => index,
             })
         }
