@@ -8,13 +8,14 @@
 # costs SEEK_MS, 5 by default: a disk seek; page-cache hits in this run cost nothing).
 # Usage: scripts/bench-lookups.sh WORKDIR FILE...
 # CACHE_CONTAINERS (environment, default 64) sizes the locality cache; INIT_FLAGS (environment)
-# are passed to `init` (e.g. "--sketch none --dupadj off" for deduplication only).
+# are passed to `init` (e.g. "--sketch none --dupadj off" for deduplication only). KINDS
+# (environment, default "exact locality") chooses the strategies.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DEDELTA_BIN:-$here/target/release/dedelta}
 work=$1; shift
 cat "$@" > /dev/null  # page cache
-for kind in exact locality; do
+for kind in ${KINDS:-exact locality}; do
   repo="$work/repo-$kind"; rm -rf "$repo" "$work/cache-$kind"; mkdir -p "$work"
   export DEDELTA_CACHE_DIR="$work/cache-$kind"
   # shellcheck disable=SC2086
@@ -28,9 +29,10 @@ for kind in exact locality; do
   container=$("$bin" stats -r "$repo" --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("stored_bytes", 0))')
   python3 - "$work/$kind.jsonl" "$kind" "$container" "${SEEK_MS:-5}" <<'PY'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+# Progress lines (message_type "status") come before each backup's summary.
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "lookups" in r]
 kind, stored, seek = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]) / 1000
-L = lambda k: sum(r["lookups"][k] for r in rows)
+L = lambda k: sum(r["lookups"].get(k, 0) for r in rows)
 gb = sum(r["bytes_read"] for r in rows) / 1e9
 secs = sum(r["seconds"] for r in rows)
 reads = L("bucket_reads") + L("prefetches")
@@ -49,6 +51,13 @@ out = {
     "random_reads_per_gb": round(reads / gb, 1),
     "index_lookups_per_container_of_data": round(L("index_lookups") / containers_of_data, 2),
     "new_containers": sum(r["containers_written"] for r in rows),
+    "index_lookups_per_container_written": round(L("index_lookups") / max(sum(r["containers_written"] for r in rows), 1), 2),
+    "bucket_reads_per_container_written": round(L("bucket_reads") / max(sum(r["containers_written"] for r in rows), 1), 2),
+    "index_lookups_found": L("index_lookups") - L("filter_false_positives"),
+    "disk_lookups": L("disk_lookups"),
+    "disk_lookups_per_container_written": round(L("disk_lookups") / max(sum(r["containers_written"] for r in rows), 1), 2),
+    "hinted_prefetches": L("hinted_prefetches"), "hint_hits": L("hint_hits"),
+    "prefetches_per_container_written": round(L("prefetches") / max(sum(r["containers_written"] for r in rows), 1), 2),
     "filter_false_positives": L("filter_false_positives"),
     "filter_fp_rate": round(L("filter_false_positives") / absent, 4) if absent else None,
     "filter_bytes_per_chunk": round(last["filter_bytes"] / chunks, 2),

@@ -15,7 +15,11 @@
 //!   follow it in the stream, which were stored beside it, are found in memory. A backup of
 //!   data seen before costs one index lookup and one metadata read per container of it,
 //!   rather than one lookup per chunk; new data costs a filter test per chunk and the
-//!   filter's false positives (about 1 %).
+//!   filter's false positives (about 0.4-1 %), which the runs' own filters then turn away
+//!   in memory (counted in `index_lookups`, not in `disk_lookups`). Before the on-disk index,
+//!   a miss tries the last backup's containers in the order it used them
+//!   ([`super::recent_containers`]): the cache starts empty in every process, and without
+//!   these hints each old container a backup references cost an on-disk lookup again.
 //!
 //! A cache hit must not deduplicate against a chunk the index would not name: a prune
 //! removes dead chunks from the index but keeps containers that are mostly live, dead
@@ -40,6 +44,7 @@
 //! the sampling and it needs a segment layer this format does not have.
 
 use super::caf::CachedCopy;
+use super::recent_containers::{RecentContainers, TRIES_PER_MISS};
 use crate::backend::Backend;
 use crate::client::index::{FingerprintFilter, IndexReader, Trust};
 use crate::error::Result;
@@ -121,11 +126,20 @@ pub struct LookupCounters {
     pub filter_false_positives: u64,
     /// Lookups that went to the on-disk index.
     pub index_lookups: u64,
+    /// Of those, the ones that read the disk: a run's filter let them through to a bucket
+    /// read (the others, the global filter's false positives mostly, were turned away in
+    /// memory by every run's own filter).
+    pub disk_lookups: u64,
     /// Run buckets those lookups read (one random read each; the runs' own filters spare
     /// the others).
     pub bucket_reads: u64,
     /// Container metadata sections loaded into the cache.
     pub prefetches: u64,
+    /// Of those, the last backup's containers loaded as hints ([`super::recent_containers`])
+    /// when the cache missed a chunk the filter let through.
+    pub hinted_prefetches: u64,
+    /// Lookups a hinted container answered (each spared an on-disk lookup).
+    pub hint_hits: u64,
     /// Prefetches that failed (the lookup's answer stands; the container is not cached).
     pub prefetch_errors: u64,
     /// The most containers the cache held at once.
@@ -180,6 +194,12 @@ pub trait FingerprintIndex: Send + Sync {
     fn has_cache(&self) -> bool {
         false
     }
+
+    /// The containers that answered lookups, in first-use order (the next backup's hints);
+    /// none for a strategy that takes no hints.
+    fn used_containers(&self) -> Vec<ContainerId> {
+        Vec::new()
+    }
 }
 
 /// Counters shared by the pool's threads.
@@ -190,8 +210,11 @@ struct Counts {
     filter_negatives: AtomicU64,
     filter_false_positives: AtomicU64,
     index_lookups: AtomicU64,
+    disk_lookups: AtomicU64,
     bucket_reads: AtomicU64,
     prefetches: AtomicU64,
+    hinted_prefetches: AtomicU64,
+    hint_hits: AtomicU64,
     prefetch_errors: AtomicU64,
     cached_containers_max: AtomicU64,
 }
@@ -210,8 +233,11 @@ impl Counts {
             filter_negatives: g(&self.filter_negatives),
             filter_false_positives: g(&self.filter_false_positives),
             index_lookups: g(&self.index_lookups),
+            disk_lookups: g(&self.disk_lookups),
             bucket_reads: g(&self.bucket_reads),
             prefetches: g(&self.prefetches),
+            hinted_prefetches: g(&self.hinted_prefetches),
+            hint_hits: g(&self.hint_hits),
             prefetch_errors: g(&self.prefetch_errors),
             cached_containers_max: g(&self.cached_containers_max),
             ..LookupCounters::default()
@@ -228,6 +254,9 @@ impl Counts {
         let mut reads = 0;
         let r = reader.get_counting(id, &mut reads);
         self.bucket_reads.fetch_add(reads, Ordering::Relaxed);
+        if reads > 0 {
+            Counts::bump(&self.disk_lookups);
+        }
         r
     }
 }
@@ -362,6 +391,8 @@ pub struct LocalityIndex {
     counts: Counts,
     /// How prefetches read a container (`None`: its metadata only).
     loader: Option<Arc<dyn MetaLoader>>,
+    /// The last backup's containers, tried before the on-disk index.
+    recent: RecentContainers,
 }
 
 impl LocalityIndex {
@@ -388,7 +419,31 @@ impl LocalityIndex {
             disk: Mutex::new(()),
             counts: Counts::default(),
             loader: None,
+            recent: RecentContainers::default(),
         }
+    }
+
+    /// Tries `hints` (the last backup's containers, see [`super::recent_containers`]) when
+    /// the cache misses a chunk the filter lets through, before the on-disk index.
+    pub fn with_hints(mut self, hints: Vec<ContainerId>) -> Self {
+        self.recent = RecentContainers::new(hints);
+        self
+    }
+
+    /// Prefetches the next hinted containers (at most [`TRIES_PER_MISS`]) until one holds
+    /// `id`; the container, as a cache hit would give it.
+    fn found_in_hints(&self, id: &ChunkId) -> Option<ContainerId> {
+        for _ in 0..TRIES_PER_MISS {
+            let c = self.recent.next(|c| self.cache().containers.contains(c))?;
+            Counts::bump(&self.counts.hinted_prefetches);
+            self.prefetch(c);
+            let found = self.cached(id);
+            self.recent.tried(found.is_some());
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
     }
 
     /// Prefetches read containers through `loader`.
@@ -452,6 +507,7 @@ impl FingerprintIndex for LocalityIndex {
         Counts::bump(&self.counts.lookups);
         if let Some(c) = self.cached(id) {
             Counts::bump(&self.counts.cache_hits);
+            self.recent.used(c);
             return Ok(Some(c));
         }
         if !self.filter.contains(id) {
@@ -462,6 +518,12 @@ impl FingerprintIndex for LocalityIndex {
         let _disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = self.cached(id) {
             Counts::bump(&self.counts.cache_hits);
+            self.recent.used(c);
+            return Ok(Some(c));
+        }
+        if let Some(c) = self.found_in_hints(id) {
+            Counts::bump(&self.counts.hint_hits);
+            self.recent.used(c);
             return Ok(Some(c));
         }
         let Some(loc) = self.counts.disk_get(&self.reader, id)? else {
@@ -469,7 +531,12 @@ impl FingerprintIndex for LocalityIndex {
             return Ok(None);
         };
         self.prefetch(loc.container);
-        Ok(Some(loc.container).filter(|c| self.damage.reason(c, id).is_none()))
+        self.recent.found_by_index(loc.container);
+        let found = Some(loc.container).filter(|c| self.damage.reason(c, id).is_none());
+        if let Some(c) = found {
+            self.recent.used(c);
+        }
+        Ok(found)
     }
 
     fn cached_copy(&self, id: &ChunkId) -> CachedCopy {
@@ -495,6 +562,10 @@ impl FingerprintIndex for LocalityIndex {
 
     fn has_cache(&self) -> bool {
         true
+    }
+
+    fn used_containers(&self) -> Vec<ContainerId> {
+        self.recent.used_order()
     }
 
     fn counters(&self) -> LookupCounters {

@@ -53,6 +53,7 @@ pub mod metrics;
 mod pack;
 mod parent;
 pub mod prefetch;
+mod recent_containers;
 pub mod resemble;
 pub mod rewrite;
 pub mod select;
@@ -429,7 +430,8 @@ pub fn backup(
                 // Metered as prefetches (issue 16 item 4's purpose for them).
                 repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
                 opts.lookup.cache_containers,
-            );
+            )
+            .with_hints(repo.index().recent_containers());
             Arc::new(match &dense_loader {
                 Some(loader) => index.with_loader(loader.clone()),
                 None => index,
@@ -533,6 +535,15 @@ pub fn backup(
     // the next backup (a filter not written is rebuilt then; the backup stands).
     if let Err(e) = repo.index().save_filter() {
         notices.push(format!("fingerprint filter not saved: {e}"));
+    }
+    if lookup_kind == FingerprintIndexKind::Locality {
+        let hints = recent_containers::hints_for_next(
+            &writer_stats.containers,
+            &dedup_index.lookup.used_containers(),
+        );
+        if let Err(e) = repo.index().set_recent_containers(&hints) {
+            notices.push(format!("locality hints not saved: {e}"));
+        }
     }
 
     notices.extend(dedup_out.notices);

@@ -162,11 +162,54 @@ fn the_cache_holds_at_most_its_containers() {
     }
 }
 
+/// The last locality backup's containers are hints for the next: a backup of the same data
+/// finds its old containers through them, without asking the on-disk index, and stores what
+/// the exact index would.
+#[test]
+fn the_last_backups_containers_spare_index_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = init_repo(&dir.path().join("repo"), config(1, DeltaConfig::default()));
+    let src = dir.path().join("src");
+    let mut files = Files::new();
+    for f in 0..6u64 {
+        files.insert(format!("n{f}.bin"), noise(200_000, f));
+    }
+    let first = backup(&repo, &src, &files, 0, locality(64));
+    assert!(first.summary.containers_written >= 10);
+    for n in [1, 2] {
+        let res = backup(&repo, &src, &files, n, locality(64));
+        let l = &res.metrics.lookups;
+        assert!(res.summary.bytes_new < 20_000, "{l:?}");
+        // The old containers come from the hints: few are looked up on disk (without hints,
+        // one lookup each). Not none: the pool's threads look chunks up out of stream order,
+        // so a miss may need a container more than two hints ahead.
+        let written = first.summary.containers_written;
+        assert!(l.hint_hits * 2 >= written, "{l:?}");
+        assert!(l.disk_lookups * 4 <= written, "{written} written: {l:?}");
+        assert!(l.hinted_prefetches <= l.prefetches, "{l:?}");
+        restores(&repo, &res, &src, &files);
+    }
+    // Unrelated data: hints that never hold a chunk stop, and the index answers.
+    let mut other = Files::new();
+    other.insert("o.bin".into(), noise(600_000, 99));
+    backup(&repo, &src, &other, 3, locality(64));
+    let res = backup(&repo, &src, &files, 4, locality(64));
+    assert!(res.summary.bytes_new < 20_000, "{:?}", res.metrics.lookups);
+    restores(&repo, &res, &src, &files);
+}
+
 /// A prune that keeps a container with dead entries takes them out of the index: a locality
 /// backup that prefetches that container must not deduplicate against them (its snapshot
-/// would name chunks the index does not hold, and the next prune would free them).
+/// would name chunks the index does not hold, and the next prune would free them), also when
+/// the container comes as a hint from the last locality backup.
 #[test]
 fn dead_entries_of_a_kept_container_are_stored_again() {
+    for first_kind in [exact(), locality(8)] {
+        dead_entries_are_stored_again(first_kind);
+    }
+}
+
+fn dead_entries_are_stored_again(first_kind: FingerprintIndexOptions) {
     let dir = tempfile::tempdir().unwrap();
     let repo = init_repo(&dir.path().join("repo"), config(4, DeltaConfig::default()));
     let src = dir.path().join("src");
@@ -178,8 +221,8 @@ fn dead_entries_of_a_kept_container_are_stored_again() {
     ]
     .into();
     let only_kept: Files = [("a.bin".to_string(), kept.clone())].into();
-    let first = backup(&repo, &src, &both, 0, exact());
-    backup(&repo, &src, &only_kept, 1, exact());
+    let first = backup(&repo, &src, &both, 0, first_kind);
+    backup(&repo, &src, &only_kept, 1, first_kind);
     locked(&repo, &me(), |lock| {
         forget_ids(&repo, lock, &[first.snapshot_id.to_hex()])?;
         // Keep every partly dead container: b.bin's chunks stay in it, out of the index.

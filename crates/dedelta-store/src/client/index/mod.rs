@@ -36,9 +36,11 @@
 mod bloom;
 mod change;
 mod filter;
+mod lock;
 mod manifest;
 mod private;
 mod rebuild;
+mod recent;
 mod run;
 mod view;
 
@@ -50,6 +52,9 @@ use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
 pub use filter::FingerprintFilter;
 use filter::{filter_path, index_digest};
+use lock::hold_lock;
+#[cfg(test)]
+use lock::lock_path;
 use manifest::{Manifest, RunRecord, Slot};
 pub use private::PrivateIndex;
 use rebuild::{spill_left_path, spill_path};
@@ -115,12 +120,6 @@ fn run_path(path: &Path, seq: u64) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn lock_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".lock");
-    path.with_file_name(name)
-}
-
 /// Bytes on disk of the index whose manifest is `path`: the manifest and its run files.
 pub fn files_bytes(path: &Path) -> u64 {
     let Some(dir) = path.parent() else { return 0 };
@@ -169,35 +168,6 @@ fn remove_orphans(path: &Path, keep: &HashSet<u64>) {
             let _ = std::fs::remove_file(e.path());
         }
     }
-}
-
-/// The index lock files this process holds, by path: a second handle on the same index in
-/// one process shares the lock (as a redb database allowed), another process is refused.
-static HELD_LOCKS: Mutex<Vec<(PathBuf, std::sync::Weak<std::fs::File>)>> = Mutex::new(Vec::new());
-
-/// Takes (or shares, within this process) the exclusive lock of the index at `path`.
-fn hold_lock(path: &Path) -> Result<Arc<std::fs::File>> {
-    let lock = lock_path(path);
-    let mut held = HELD_LOCKS.lock().unwrap_or_else(|e| e.into_inner());
-    held.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(f) = held
-        .iter()
-        .find(|(p, _)| *p == lock)
-        .and_then(|(_, w)| w.upgrade())
-    {
-        return Ok(f);
-    }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock)
-        .map_err(|e| Error::io(format!("opening {}", lock.display()), e))?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-        .map_err(|_| Error::IndexInUse(path.display().to_string()))?;
-    let file = Arc::new(file);
-    held.push((lock, Arc::downgrade(&file)));
-    Ok(file)
 }
 
 /// What the index's users share: where it is and whether damage was found.
@@ -260,7 +230,7 @@ pub struct ChunkIndex {
     /// The committed manifest; held for the whole of a change (changes are serialised).
     state: Mutex<Manifest>,
     /// Held open with an exclusive flock while the index is open (shared by the handles of
-    /// one process, see [`hold_lock`]).
+    /// one process, see [`lock::hold_lock`]).
     _lock: Arc<std::fs::File>,
 }
 
@@ -808,6 +778,20 @@ impl ChunkIndex {
         }
     }
 
+    /// The containers the last locality backup used, in the order it first used them, and
+    /// those it wrote (see [`recent`]); none if it left no readable file.
+    pub fn recent_containers(&self) -> Vec<ContainerId> {
+        recent::load(&recent::recent_path(self.path()))
+    }
+
+    /// Records the containers a locality backup used and wrote, for the next one's hints.
+    ///
+    /// # Errors
+    /// The file cannot be written (the next backup then goes without hints).
+    pub fn set_recent_containers(&self, containers: &[ContainerId]) -> Result<()> {
+        recent::store(&recent::recent_path(self.path()), containers)
+    }
+
     /// Run files and their chunk entries, oldest first (for tests and measurements).
     pub fn runs(&self) -> Vec<(u64, u64)> {
         self.current()
@@ -832,6 +816,14 @@ pub mod fuzzing {
                 assert_eq!(again, bytes);
             }
             assert_eq!(Manifest::decode(&again), Ok(m));
+        }
+    }
+
+    /// Decodes a locality backup's hints file; one that decodes encodes back to the same
+    /// bytes.
+    pub fn recent(bytes: &[u8]) {
+        if let Some(ids) = super::recent::decode(bytes) {
+            assert_eq!(super::recent::encode(&ids), bytes);
         }
     }
 
