@@ -53,6 +53,40 @@ fn objects_round_trip_with_ranges_listing_and_multipart() {
     // A range past the end is an error, not a short answer.
     assert!(b.get_range(FileKind::Container, &name, 99_990, 20).is_err());
 
+    // Reads are widened to MIN_RANGED_READ and cut back: on an object larger than that, every
+    // answer is still exactly the bytes asked for, at the start, middle and end.
+    let mid = data(1 << 20, 3);
+    let mid_name = "cd".to_string() + &"0".repeat(62);
+    b.put(FileKind::Container, &mid_name, &mid).unwrap();
+    let n = mid.len();
+    for (offset, len) in [(0, 1), (5, 300), (500_000, 4096), (n as i64 - 10, 10)] {
+        let at = offset as usize;
+        assert_eq!(
+            b.get_range(FileKind::Container, &mid_name, offset, len)
+                .unwrap(),
+            &mid[at..at + len],
+            "{offset} {len}"
+        );
+    }
+    for (back, len) in [(1usize, 1), (100, 40), (300_000, 70_000), (n, 16)] {
+        assert_eq!(
+            b.get_range(FileKind::Container, &mid_name, -(back as i64), len)
+                .unwrap(),
+            &mid[n - back..n - back + len],
+            "-{back} {len}"
+        );
+    }
+    assert_eq!(
+        b.get_tail(FileKind::Container, &mid_name, 64).unwrap(),
+        &mid[n - 64..]
+    );
+    assert!(b
+        .get_range(FileKind::Container, &mid_name, n as i64 - 5, 10)
+        .is_err());
+    assert!(b
+        .get_range(FileKind::Container, &mid_name, -(n as i64) - 1, 4)
+        .is_err());
+
     let big = data(11 << 20, 2);
     b.put(FileKind::Snapshot, "big", &big).unwrap();
     assert_eq!(b.get(FileKind::Snapshot, "big").unwrap(), big);
@@ -60,7 +94,7 @@ fn objects_round_trip_with_ranges_listing_and_multipart() {
     b.put(FileKind::Config, "config", b"cfg").unwrap();
     assert_eq!(
         b.list(FileKind::Container).unwrap(),
-        vec![(name.clone(), 100_000)]
+        vec![(name.clone(), 100_000), (mid_name.clone(), 1 << 20)]
     );
     assert_eq!(
         b.list(FileKind::Snapshot).unwrap(),
