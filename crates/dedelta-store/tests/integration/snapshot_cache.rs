@@ -9,6 +9,7 @@ use dedelta_store::backend::{Backend, FileKind, Result as BackendResult};
 use dedelta_store::client::cache::repo_dir;
 use dedelta_store::client::snapshot_cache::{SnapshotCache, SNAPSHOT_CACHE_FILE};
 use dedelta_store::format::config::DeltaConfig;
+use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
 use dedelta_store::repository::snapshots;
 use dedelta_store::IndexedRepository;
 use std::path::{Path, PathBuf};
@@ -118,14 +119,13 @@ fn a_damaged_cache_entry_is_read_again_from_the_repository() {
     }
 }
 
-/// A forgotten snapshot is gone from the listing and from the cache, though the cache held
-/// it; the others are still served from the cache.
-#[test]
-fn a_forgotten_snapshot_drops_out_of_the_cached_listing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let repo = metered_repo(&path, DeltaConfig::default());
-    let src = tmp.path().join("src");
+/// A metered repository at `path` with three snapshots listed through its cache, then the
+/// middle one forgotten: the repository, the three as listed, the forgotten one's id.
+fn three_snapshots_the_middle_forgotten(
+    path: &Path,
+) -> (IndexedRepository, Vec<(SnapshotId, Snapshot)>, String) {
+    let repo = metered_repo(path, DeltaConfig::default());
+    let src = path.with_extension("src");
     for n in 0..3 {
         backup_files(&repo, &src, &files([("f", text(2_000, n))]), n, &me()).unwrap();
     }
@@ -135,6 +135,16 @@ fn a_forgotten_snapshot_drops_out_of_the_cached_listing() {
         forget_ids(&repo, lock, std::slice::from_ref(&gone))
     })
     .unwrap();
+    (repo, listed, gone)
+}
+
+/// A forgotten snapshot is gone from the listing and from the cache, though the cache held
+/// it; the others are still served from the cache.
+#[test]
+fn a_forgotten_snapshot_drops_out_of_the_cached_listing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let (repo, listed, gone) = three_snapshots_the_middle_forgotten(&path);
     let before = snapshot_reads(&repo);
     let ids: Vec<String> = repo
         .snapshots()
@@ -237,17 +247,7 @@ impl Backend for LaggingListing<'_> {
 fn a_snapshot_listed_but_gone_is_left_out() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("repo");
-    let repo = metered_repo(&path, DeltaConfig::default());
-    let src = tmp.path().join("src");
-    for n in 0..3 {
-        backup_files(&repo, &src, &files([("f", text(2_000, n))]), n, &me()).unwrap();
-    }
-    let listed = repo.snapshots().unwrap().snapshots;
-    let gone = listed[1].0.to_hex();
-    locked(&repo, &me(), |lock| {
-        forget_ids(&repo, lock, std::slice::from_ref(&gone))
-    })
-    .unwrap();
+    let (repo, listed, gone) = three_snapshots_the_middle_forgotten(&path);
     let lagging = LaggingListing {
         inner: repo.backend().as_ref(),
         deleted: gone.clone(),
