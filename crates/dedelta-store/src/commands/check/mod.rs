@@ -80,8 +80,9 @@ impl CheckReport {
 /// What check knows about one container's entries: (chunk, base of a delta).
 pub(crate) type EntryIds = HashMap<ContainerId, Vec<(ChunkId, Option<ChunkId>)>>;
 
-/// Runs the check; `time` stamps a damage record. The caller holds the exclusive lock
-/// (check records damage and may rebuild the index).
+/// Runs the check; `time` stamps a damage record. The caller holds a repository lock: the
+/// CLI takes a shared one, so check runs beside backups and restores (docs/format.md,
+/// "Locks").
 pub fn check(
     repo: &IndexedRepository,
     _lock: &RepoLock,
