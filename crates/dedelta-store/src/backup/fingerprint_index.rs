@@ -502,12 +502,12 @@ impl LocalityIndex {
     }
 }
 
-impl FingerprintIndex for LocalityIndex {
-    fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
+impl LocalityIndex {
+    /// [`FingerprintIndex::container_of`] without recording the answer as used.
+    fn locate(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
         Counts::bump(&self.counts.lookups);
         if let Some(c) = self.cached(id) {
             Counts::bump(&self.counts.cache_hits);
-            self.recent.used(c);
             return Ok(Some(c));
         }
         if !self.filter.contains(id) {
@@ -518,12 +518,10 @@ impl FingerprintIndex for LocalityIndex {
         let _disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = self.cached(id) {
             Counts::bump(&self.counts.cache_hits);
-            self.recent.used(c);
             return Ok(Some(c));
         }
         if let Some(c) = self.found_in_hints(id) {
             Counts::bump(&self.counts.hint_hits);
-            self.recent.used(c);
             return Ok(Some(c));
         }
         let Some(loc) = self.counts.disk_get(&self.reader, id)? else {
@@ -532,7 +530,13 @@ impl FingerprintIndex for LocalityIndex {
         };
         self.prefetch(loc.container);
         self.recent.found_by_index(loc.container);
-        let found = Some(loc.container).filter(|c| self.damage.reason(c, id).is_none());
+        Ok(Some(loc.container).filter(|c| self.damage.reason(c, id).is_none()))
+    }
+}
+
+impl FingerprintIndex for LocalityIndex {
+    fn container_of(&self, id: &ChunkId) -> Result<Option<ContainerId>> {
+        let found = self.locate(id)?;
         if let Some(c) = found {
             self.recent.used(c);
         }

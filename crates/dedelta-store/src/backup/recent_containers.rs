@@ -13,7 +13,7 @@
 //! worst, and after [`GIVE_UP`] such in a row (data unlike the last backup's) hints stop.
 
 use crate::format::container::ContainerId;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 /// Hinted containers tried per lookup the cache missed, before the on-disk index.
@@ -30,8 +30,8 @@ pub struct RecentContainers {
 #[derive(Debug, Default)]
 struct State {
     hints: Vec<ContainerId>,
-    /// Where each hint is in `hints`.
-    positions: HashMap<ContainerId, usize>,
+    /// The containers in `hints`.
+    hinted: HashSet<ContainerId>,
     /// The first hint not tried yet.
     next: usize,
     failed_in_a_row: u32,
@@ -45,18 +45,12 @@ impl RecentContainers {
     /// Hints `hints` (the last backup's containers, in the order to try them; repeats are
     /// tried once).
     pub fn new(hints: Vec<ContainerId>) -> Self {
-        let mut positions = HashMap::new();
-        let mut kept = Vec::with_capacity(hints.len());
-        for c in hints {
-            if let std::collections::hash_map::Entry::Vacant(e) = positions.entry(c) {
-                e.insert(kept.len());
-                kept.push(c);
-            }
-        }
+        let mut hinted = HashSet::new();
+        let hints = hints.into_iter().filter(|c| hinted.insert(*c)).collect();
         RecentContainers {
             state: Mutex::new(State {
-                hints: kept,
-                positions,
+                hints,
+                hinted,
                 ..State::default()
             }),
         }
@@ -99,7 +93,7 @@ impl RecentContainers {
     /// needed (on the 30-dump Redis series, 630 on-disk lookups instead of 456).
     pub fn found_by_index(&self, c: ContainerId) {
         let mut s = self.state();
-        if s.positions.contains_key(&c) {
+        if s.hinted.contains(&c) {
             s.failed_in_a_row = 0;
         }
     }

@@ -163,16 +163,27 @@ impl ChunkLocator<'_> {
     /// container whose metadata cannot be read is left out: reading a chunk of it one by
     /// one reports why.
     pub(crate) fn read_metas_ahead(&mut self, ids: &[ChunkId], threads: &mut RequestThreads) {
+        let missing = self.metas_missing(ids, super::CopyRule::Own);
+        self.read_metas(missing, threads);
+    }
+
+    /// The containers (each once) that `ids`, located by `rule`, lie in and whose metadata
+    /// the cache lacks; ids that cannot be located are left out.
+    pub(super) fn metas_missing(
+        &mut self,
+        ids: &[ChunkId],
+        rule: super::CopyRule,
+    ) -> Vec<ContainerId> {
         let mut missing: Vec<ContainerId> = Vec::new();
         for id in ids {
-            let Ok(Some(loc)) = self.location(id, super::CopyRule::Own) else {
+            let Ok(Some(loc)) = self.location(id, rule) else {
                 continue;
             };
             if !self.metas.contains(&loc.container) && !missing.contains(&loc.container) {
                 missing.push(loc.container);
             }
         }
-        self.read_metas(missing, threads);
+        missing
     }
 
     /// Reads the metadata of containers `missing` (none in the metadata cache) on `threads`

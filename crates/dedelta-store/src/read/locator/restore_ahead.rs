@@ -80,14 +80,7 @@ impl ChunkLocator<'_> {
             if level.is_empty() {
                 break;
             }
-            let mut missing: Vec<ContainerId> = Vec::new();
-            for id in &level {
-                if let Ok(Some(loc)) = self.location(id, rule) {
-                    if !self.metas.contains(&loc.container) && !missing.contains(&loc.container) {
-                        missing.push(loc.container);
-                    }
-                }
-            }
+            let missing = self.metas_missing(&level, rule);
             self.read_metas(missing, &mut ahead.threads);
             let mut next = Vec::new();
             for id in &level {
