@@ -318,8 +318,7 @@ pub fn backup(
     let prefetch_backend = repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch);
     let tree_chunks = |ids: &[dedelta_core::ChunkId]| {
         let loader = dense_loader.as_ref()?;
-        let index = repo.index().reader().ok()?;
-        loader.tree_chunks(prefetch_backend.as_ref(), &index, ids)
+        loader.tree_chunks(repo, prefetch_backend.as_ref(), ids)
     };
     let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
