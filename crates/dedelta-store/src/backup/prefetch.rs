@@ -391,7 +391,7 @@ impl DensePrefetcher {
                 if let Some(b) = cached(id) {
                     return Some(b);
                 }
-                let (base, delta) = self.bases.lock().tree_deltas.remove(id)?;
+                let (base, delta) = self.bases.lock().tree_deltas.get(id).cloned()?;
                 let base = match cached(&base) {
                     Some(b) => b,
                     None => {
