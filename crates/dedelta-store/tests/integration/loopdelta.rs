@@ -179,7 +179,10 @@ fn backup_many_files(repo: &IndexedRepository, src: &Path, v: u64) -> BackupResu
     write_files(src, &many_files(v));
     let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
     for name in many_files(v).keys() {
-        let f = std::fs::File::options().write(true).open(src.join(name)).unwrap();
+        let f = std::fs::File::options()
+            .write(true)
+            .open(src.join(name))
+            .unwrap();
         f.set_modified(when).unwrap();
     }
     let opts = backup_options(vec![src.to_path_buf()], time_of(v));
@@ -215,7 +218,11 @@ fn parent_tree_of_deltas_is_rebuilt_from_dense_containers() {
             meta.entries[at.entry as usize].kind != EntryKind::Full
         })
         .count();
-    assert!(deltas > 0, "tree chunks stored as deltas: {:?}", second.summary);
+    assert!(
+        deltas > 0,
+        "tree chunks stored as deltas: {:?}",
+        second.summary
+    );
     let before = repo.io_counts().unwrap();
     let third = backup_many_files(&repo, &src, 2);
     let io = repo.io_counts().unwrap().since(&before);
