@@ -22,8 +22,8 @@
 //! there too, from its delta (kept from the same read) and its base when a dense container
 //! holds the base (read whole then, as deduplication would): the tree of a version whose
 //! tree chunks are deltas of an older tree cost the read path a dozen requests a backup
-//! (metadata, regions, the bases' containers; 20 SQLAlchemy sdists: 237 of a backup's 657
-//! reads and writes), which dedup, reading no parent tree, does not pay.
+//! (metadata, regions, the bases' containers; the backups of 20 SQLAlchemy sdists: 237 of
+//! their 657 reads and writes), which dedup, reading no parent tree, does not pay.
 //!
 //! Resemblance detection then looks only there and at this backup's own new full chunks
 //! ([`PrefetchSketchIndex`]), and the delta stage takes bases only from there and from
