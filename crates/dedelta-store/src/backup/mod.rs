@@ -416,6 +416,8 @@ pub fn backup(
         Some(_) => FingerprintIndexKind::Locality,
         None => opts.lookup.kind,
     };
+    repo.index()
+        .set_sketch_filter_budget(opts.lookup.sketch_filter_bytes);
     let lookup: Arc<dyn FingerprintIndex> = match lookup_kind {
         FingerprintIndexKind::Exact => {
             Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone()))
@@ -537,6 +539,9 @@ pub fn backup(
         notices.push(format!("fingerprint filter not saved: {e}"));
     }
     if lookup_kind == FingerprintIndexKind::Locality {
+        if std::env::var_os("DEDELTA_DEBUG_HINTS").is_some() {
+            eprintln!("HINTDBG written={} used={}", writer_stats.containers.len(), dedup_index.lookup.used_containers().len());
+        }
         let hints = recent_containers::hints_for_next(
             &writer_stats.containers,
             &dedup_index.lookup.used_containers(),

@@ -46,7 +46,7 @@ mod view;
 
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
-use bloom::mix64;
+use bloom::{mix64, FilterBudget};
 use change::{add_batch, merge_runs, new_seq, record_of, slots_by_id, Change};
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
@@ -186,6 +186,53 @@ struct Shared {
     /// The global fingerprint filter, once a locality lookup asked for it
     /// ([`ChunkIndex::fingerprint_filter`]): kept up to date with every commit.
     filter: Mutex<Option<Arc<FingerprintFilter>>>,
+    /// The memory the runs' super-feature filters may take (see [`FilterBudget`]).
+    sketch_budget: Arc<FilterBudget>,
+    /// What super-feature lookups cost.
+    sketch_counts: Arc<run::SketchCounts>,
+}
+
+/// Bytes the runs' super-feature filters may hold by default (see [`FilterBudget`]): at
+/// about 9 bits a key, the keys of 76 M full chunks with three keys each (600 GB of unique
+/// data at 8 KiB), or of far more chunks of versioned data, whose deltas have none.
+pub const DEFAULT_SKETCH_FILTER_BYTES: u64 = 256 << 20;
+
+/// What the full sketch index's lookups cost so far and the filters they hold (a backup
+/// reports them; never stored).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SketchLookups {
+    /// Keys asked of a run (a key is asked of every run until one holds it).
+    pub probes: u64,
+    /// Of those, asked of a run whose filter is not held (past the budget): a bucket read
+    /// each, unless the bucket is empty.
+    pub unfiltered: u64,
+    /// Of the others, those the run's filter let through.
+    pub filter_passes: u64,
+    /// Of those, the ones the run did not hold: the filter's false positives.
+    pub filter_false_positives: u64,
+    /// Buckets read (random reads of the run files).
+    pub bucket_reads: u64,
+    /// Bytes of the runs' super-feature filters held in memory (within the budget).
+    pub filter_bytes: u64,
+    /// The budget.
+    pub filter_budget: u64,
+}
+
+impl SketchLookups {
+    /// What was counted since `before` (the filters' bytes and budget as now).
+    pub fn since(&self, before: &SketchLookups) -> SketchLookups {
+        SketchLookups {
+            probes: self.probes - before.probes.min(self.probes),
+            unfiltered: self.unfiltered - before.unfiltered.min(self.unfiltered),
+            filter_passes: self.filter_passes - before.filter_passes.min(self.filter_passes),
+            filter_false_positives: self.filter_false_positives
+                - before
+                    .filter_false_positives
+                    .min(self.filter_false_positives),
+            bucket_reads: self.bucket_reads - before.bucket_reads.min(self.bucket_reads),
+            ..*self
+        }
+    }
 }
 
 impl Shared {
@@ -199,6 +246,33 @@ impl Shared {
 
     fn current(&self) -> Arc<View> {
         self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Makes `view` what new readers see, its runs' super-feature filters held within the
+    /// budget.
+    fn install(&self, view: View) {
+        for r in &view.runs {
+            r.hold_sketch_filter_within(&self.sketch_budget);
+        }
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(view);
+    }
+
+    fn sketch_lookups(&self, view: &View) -> SketchLookups {
+        let c = &self.sketch_counts;
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        SketchLookups {
+            probes: g(&c.probes),
+            unfiltered: g(&c.unfiltered),
+            filter_passes: g(&c.passed),
+            filter_false_positives: g(&c.passed) - g(&c.passed_found).min(g(&c.passed)),
+            bucket_reads: g(&c.bucket_reads),
+            filter_bytes: view
+                .runs
+                .iter()
+                .map(|r| r.sketch_filter_bytes() as u64)
+                .sum(),
+            filter_budget: self.sketch_budget.limit(),
+        }
     }
 
     fn loaded_filter(&self) -> Option<Arc<FingerprintFilter>> {
@@ -283,15 +357,18 @@ impl ChunkIndex {
             runs.push(Arc::new(run));
         }
         remove_orphans(path, &manifest.runs.iter().map(|r| r.seq).collect());
-        let view = View::new(runs, manifest.slots.clone());
+        let shared = Arc::new(Shared {
+            path: path.to_path_buf(),
+            damaged: AtomicBool::new(false),
+            view: RwLock::new(Arc::new(View::default())),
+            keep_newest: AtomicBool::new(false),
+            filter: Mutex::new(None),
+            sketch_budget: Arc::new(FilterBudget::new(DEFAULT_SKETCH_FILTER_BYTES)),
+            sketch_counts: Arc::default(),
+        });
+        shared.install(View::new(runs, manifest.slots.clone()));
         Ok(ChunkIndex {
-            shared: Arc::new(Shared {
-                path: path.to_path_buf(),
-                damaged: AtomicBool::new(false),
-                view: RwLock::new(Arc::new(view)),
-                keep_newest: AtomicBool::new(false),
-                filter: Mutex::new(None),
-            }),
+            shared,
             state: Mutex::new(manifest),
             _lock: lock_file,
         })
@@ -322,6 +399,7 @@ impl ChunkIndex {
             keep: self.shared.keep(),
             filter: self.shared.loaded_filter(),
             drops_filter: false,
+            sketch_counts: self.shared.sketch_counts.clone(),
         };
         let r = f(&mut change);
         self.shared.guard(r)?;
@@ -338,8 +416,8 @@ impl ChunkIndex {
         if let (Some(f), false) = (&change.filter, change.drops_filter) {
             f.set_digest(index_digest(&change.manifest.runs));
         }
-        *self.shared.view.write().unwrap_or_else(|e| e.into_inner()) =
-            Arc::new(View::new(change.runs, change.manifest.slots.clone()));
+        self.shared
+            .install(View::new(change.runs, change.manifest.slots.clone()));
         *state = change.manifest;
         Ok(())
     }
@@ -705,8 +783,20 @@ impl ChunkIndex {
         self.shared.guard(r)
     }
 
-    /// Bytes the index holds in memory: the runs' filters and bucket directories (what a
-    /// lookup needs without reading a file), and the fingerprint filter if loaded.
+    /// Sets the memory the runs' super-feature filters may take (see [`FilterBudget`];
+    /// filters held already stay).
+    pub fn set_sketch_filter_budget(&self, bytes: u64) {
+        self.shared.sketch_budget.set_limit(bytes);
+    }
+
+    /// What super-feature lookups cost so far, and the filters they hold.
+    pub fn sketch_lookups(&self) -> SketchLookups {
+        self.shared.sketch_lookups(&self.current())
+    }
+
+    /// Bytes the index holds in memory outside the bounded super-feature filters (see
+    /// [`Self::sketch_lookups`]): the runs' fingerprint filters and bucket directories (what
+    /// a lookup needs without reading a file), and the fingerprint filter if loaded.
     pub fn memory_bytes(&self) -> usize {
         self.current()
             .runs
@@ -862,5 +952,7 @@ pub mod fuzzing {
     }
 }
 
+#[cfg(test)]
+mod memory_tests;
 #[cfg(test)]
 mod tests;
