@@ -46,20 +46,24 @@ fn false_positives_of_the_filter_spend_no_hints() {
         8,
     )
     .with_hints(hints.clone());
-    for c in 100_000..101_000u64 {
+    for c in 100_000..100_300u64 {
         assert_eq!(locality.container_of(&ChunkId::of(&c.to_le_bytes())).unwrap(), None);
     }
     let l = locality.counters();
     assert_eq!(l.filter_negatives, 0);
-    assert_eq!(l.filter_false_positives, 1_000, "{l:?}");
+    assert_eq!(l.filter_false_positives, 300, "{l:?}");
     // Only those the run's filter lets through too (about 1 %) read a bucket and try hints.
-    assert!(l.disk_lookups <= 30, "{l:?}");
+    assert!(l.disk_lookups <= 8, "{l:?}");
     assert!(l.hinted_prefetches <= 2 * l.disk_lookups, "{l:?}");
-    // A chunk the index holds is still found (the hints, whose containers are missing from
-    // the backend, are tried first and fail to load; the index answers).
+    // The hints have not stopped: a chunk the index holds is looked for in the next two
+    // first (their containers are missing from the backend and fail to load), then the
+    // index answers.
     let before = locality.counters();
     assert_eq!(locality.container_of(&meta.entries[7].id).unwrap(), Some(id));
     let l = locality.counters();
-    assert!(l.hinted_prefetches - before.hinted_prefetches <= TRIES_PER_MISS as u64);
+    assert_eq!(
+        l.hinted_prefetches - before.hinted_prefetches,
+        TRIES_PER_MISS as u64
+    );
     assert_eq!(l.disk_lookups, before.disk_lookups + 1, "{l:?}");
 }
