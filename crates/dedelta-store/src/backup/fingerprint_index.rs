@@ -263,9 +263,6 @@ impl Counts {
         self.bucket_reads.fetch_add(reads, Ordering::Relaxed);
         if reads > 0 {
             Counts::bump(&self.disk_lookups);
-            if std::env::var_os("DEDELTA_DEBUG_HINTS").is_some() {
-                eprintln!("HINTDBG disk reads={reads} found={}", matches!(r, Ok(Some(_))));
-            }
         }
         r
     }

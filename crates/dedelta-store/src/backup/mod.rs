@@ -539,9 +539,6 @@ pub fn backup(
         notices.push(format!("fingerprint filter not saved: {e}"));
     }
     if lookup_kind == FingerprintIndexKind::Locality {
-        if std::env::var_os("DEDELTA_DEBUG_HINTS").is_some() {
-            eprintln!("HINTDBG written={} used={}", writer_stats.containers.len(), dedup_index.lookup.used_containers().len());
-        }
         let hints = recent_containers::hints_for_next(
             &writer_stats.containers,
             &dedup_index.lookup.used_containers(),

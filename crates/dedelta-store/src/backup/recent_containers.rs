@@ -93,10 +93,6 @@ impl RecentContainers {
     /// needed (on the 30-dump Redis series, 630 on-disk lookups instead of 456).
     pub fn found_by_index(&self, c: ContainerId) {
         let mut s = self.state();
-        if std::env::var_os("DEDELTA_DEBUG_HINTS").is_some() {
-            let pos = s.hints.iter().position(|h| *h == c);
-            eprintln!("HINTDBG found next={} pos={:?} len={} given_up={} used={} inused={}", s.next, pos, s.hints.len(), s.given_up, s.used.len(), s.seen.contains(&c));
-        }
         if s.hinted.contains(&c) {
             s.failed_in_a_row = 0;
         }

@@ -47,7 +47,12 @@ fn false_positives_of_the_filter_spend_no_hints() {
     )
     .with_hints(hints.clone());
     for c in 100_000..100_300u64 {
-        assert_eq!(locality.container_of(&ChunkId::of(&c.to_le_bytes())).unwrap(), None);
+        assert_eq!(
+            locality
+                .container_of(&ChunkId::of(&c.to_le_bytes()))
+                .unwrap(),
+            None
+        );
     }
     let l = locality.counters();
     assert_eq!(l.filter_negatives, 0);
@@ -59,7 +64,10 @@ fn false_positives_of_the_filter_spend_no_hints() {
     // first (their containers are missing from the backend and fail to load), then the
     // index answers.
     let before = locality.counters();
-    assert_eq!(locality.container_of(&meta.entries[7].id).unwrap(), Some(id));
+    assert_eq!(
+        locality.container_of(&meta.entries[7].id).unwrap(),
+        Some(id)
+    );
     let l = locality.counters();
     assert_eq!(
         l.hinted_prefetches - before.hinted_prefetches,

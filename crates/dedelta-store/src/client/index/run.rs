@@ -22,8 +22,6 @@
 //! filters are read again when a lookup first needs them ([`LazyBloom`]).
 
 use super::bloom::{mix64, Bloom, FilterBudget, LazyBloom};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use crate::error::{Error, Result};
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
@@ -32,6 +30,8 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 mod cursor;
 mod writer;

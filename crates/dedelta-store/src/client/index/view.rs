@@ -207,10 +207,11 @@ impl IndexReader {
     /// super-feature has the same truncated key: a candidate only.
     pub fn sketch(&self, position: usize, sf: u64) -> Result<Option<ChunkId>> {
         let keep = self.shared.keep();
-        self.shared.guard(
-            self.view
-                .sketch(sketch_key(position, sf), keep, &self.shared.sketch_counts),
-        )
+        self.shared.guard(self.view.sketch(
+            sketch_key(position, sf),
+            keep,
+            &self.shared.sketch_counts,
+        ))
     }
 
     /// What the index's super-feature lookups cost so far, and the filters they hold (see

@@ -249,10 +249,17 @@ fn a_large_run_stays_under_64_bytes_per_chunk_with_three_keys() {
     // global one, the rest directories.
     let global = (n * 3 / 2 * super::super::filter::BITS_PER_KEY).div_ceil(512) * 64;
     let outside = (dirs + chunk_filter) as f64 + global as f64;
-    assert!(outside / (n as f64) < 4.0, "{} bytes per chunk", outside / n as f64);
+    assert!(
+        outside / (n as f64) < 4.0,
+        "{} bytes per chunk",
+        outside / n as f64
+    );
     // 8 bytes per bucket of 32-64 chunk entries and of 128-256 keys: at most 0.25 + 3 x
     // 0.0625 bytes per chunk with three keys (0.25 + 3 x 0.25 with 64 keys a bucket).
-    assert!((dirs as f64) / (n as f64) < 0.44, "{dirs} bytes of directories");
+    assert!(
+        (dirs as f64) / (n as f64) < 0.44,
+        "{dirs} bytes of directories"
+    );
     let per_chunk = run.file_len as f64 / n as f64;
     // 37 + 3 x 7 bytes of entries (a 40-bit key's top 8 bits are its bucket's), 4.6 of
     // filters, under 1 of bucket directories.
@@ -296,7 +303,10 @@ fn sketch_lookups_count_what_they_read() {
     let absent: Vec<u64> = (3 * n..3 * n + 10_000).map(|s| mix64(s) >> 24).collect();
     let ask = |run: &Run, counts: &SketchCounts| {
         for (key, chunk) in sketches.iter().step_by(31) {
-            assert_eq!(run.sketch_counting(*key, counts).unwrap(), Some(ChunkId(*chunk)));
+            assert_eq!(
+                run.sketch_counting(*key, counts).unwrap(),
+                Some(ChunkId(*chunk))
+            );
         }
         for key in &absent {
             assert_eq!(run.sketch_counting(*key, counts).unwrap(), None);
