@@ -42,6 +42,7 @@ mod private;
 mod rebuild;
 mod recent;
 mod run;
+mod sketch_cost;
 mod view;
 
 use crate::error::{Error, Result};
@@ -60,6 +61,7 @@ pub use private::PrivateIndex;
 use rebuild::{spill_left_path, spill_path};
 pub use rebuild::{DeltaCopy, Rebuild};
 use run::Run;
+pub use sketch_cost::{SketchLookups, DEFAULT_SKETCH_FILTER_BYTES};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -192,49 +194,6 @@ struct Shared {
     sketch_counts: Arc<run::SketchCounts>,
 }
 
-/// Bytes the runs' super-feature filters may hold by default (see [`FilterBudget`]): at
-/// about 9 bits a key, the keys of 76 M full chunks with three keys each (600 GB of unique
-/// data at 8 KiB), or of far more chunks of versioned data, whose deltas have none.
-pub const DEFAULT_SKETCH_FILTER_BYTES: u64 = 256 << 20;
-
-/// What the full sketch index's lookups cost so far and the filters they hold (a backup
-/// reports them; never stored).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct SketchLookups {
-    /// Keys asked of a run (a key is asked of every run until one holds it).
-    pub probes: u64,
-    /// Of those, asked of a run whose filter is not held (past the budget): a bucket read
-    /// each, unless the bucket is empty.
-    pub unfiltered: u64,
-    /// Of the others, those the run's filter let through.
-    pub filter_passes: u64,
-    /// Of those, the ones the run did not hold: the filter's false positives.
-    pub filter_false_positives: u64,
-    /// Buckets read (random reads of the run files).
-    pub bucket_reads: u64,
-    /// Bytes of the runs' super-feature filters held in memory (within the budget).
-    pub filter_bytes: u64,
-    /// The budget.
-    pub filter_budget: u64,
-}
-
-impl SketchLookups {
-    /// What was counted since `before` (the filters' bytes and budget as now).
-    pub fn since(&self, before: &SketchLookups) -> SketchLookups {
-        SketchLookups {
-            probes: self.probes - before.probes.min(self.probes),
-            unfiltered: self.unfiltered - before.unfiltered.min(self.unfiltered),
-            filter_passes: self.filter_passes - before.filter_passes.min(self.filter_passes),
-            filter_false_positives: self.filter_false_positives
-                - before
-                    .filter_false_positives
-                    .min(self.filter_false_positives),
-            bucket_reads: self.bucket_reads - before.bucket_reads.min(self.bucket_reads),
-            ..*self
-        }
-    }
-}
-
 impl Shared {
     fn keep(&self) -> SketchKeep {
         if self.keep_newest.load(Ordering::Relaxed) {
@@ -258,21 +217,7 @@ impl Shared {
     }
 
     fn sketch_lookups(&self, view: &View) -> SketchLookups {
-        let c = &self.sketch_counts;
-        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        SketchLookups {
-            probes: g(&c.probes),
-            unfiltered: g(&c.unfiltered),
-            filter_passes: g(&c.passed),
-            filter_false_positives: g(&c.passed) - g(&c.passed_found).min(g(&c.passed)),
-            bucket_reads: g(&c.bucket_reads),
-            filter_bytes: view
-                .runs
-                .iter()
-                .map(|r| r.sketch_filter_bytes() as u64)
-                .sum(),
-            filter_budget: self.sketch_budget.limit(),
-        }
+        sketch_cost::lookups(&self.sketch_counts, &self.sketch_budget, view)
     }
 
     fn loaded_filter(&self) -> Option<Arc<FingerprintFilter>> {

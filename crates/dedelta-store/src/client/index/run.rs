@@ -30,11 +30,12 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod cursor;
 mod writer;
+pub use super::sketch_cost::SketchCounts;
 pub use cursor::{Cursor, Entry};
 pub use writer::RunWriter;
 
@@ -516,21 +517,6 @@ impl Run {
     pub fn sketch_cursor(&self) -> Cursor<'_> {
         Cursor::new(self, true)
     }
-}
-
-/// What the runs' super-feature lookups cost, counted per index (a backup reports them).
-#[derive(Debug, Default)]
-pub struct SketchCounts {
-    /// Keys asked of a run.
-    pub probes: AtomicU64,
-    /// Of those, asked with no filter held (its budget had no room): each reads the bucket.
-    pub unfiltered: AtomicU64,
-    /// Of the others, those the run's filter let through.
-    pub passed: AtomicU64,
-    /// Of those, the ones the run held (the rest are the filter's false positives).
-    pub passed_found: AtomicU64,
-    /// Buckets read (empty buckets are known from the directory and cost nothing).
-    pub bucket_reads: AtomicU64,
 }
 
 fn decode_loc(b: &[u8]) -> u64 {

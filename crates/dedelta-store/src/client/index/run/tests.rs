@@ -3,6 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
 
 fn id(n: u64) -> [u8; 32] {
     ChunkId::of(&n.to_le_bytes()).0
