@@ -24,6 +24,7 @@
 
 pub mod config;
 pub mod test_server;
+mod trace;
 
 pub use config::{Credentials, S3Config};
 
@@ -40,12 +41,15 @@ use object_store::{
 };
 use std::io::ErrorKind;
 use std::time::Duration;
+use trace::Trace;
 
 /// A repository in an S3 bucket.
 pub struct S3Backend {
     store: LimitStore<AmazonS3>,
     runtime: tokio::runtime::Runtime,
     config: S3Config,
+    /// `DEDELTA_S3_TRACE`'s request trace, if set.
+    trace: Option<Trace>,
 }
 
 impl std::fmt::Debug for S3Backend {
@@ -108,6 +112,7 @@ impl S3Backend {
             store: LimitStore::new(s3, config.connections.max(1)),
             runtime,
             config,
+            trace: Trace::from_env(),
         })
     }
 
@@ -172,7 +177,42 @@ impl S3Backend {
         )
     }
 
+    /// Runs request `f`, traced when `DEDELTA_S3_TRACE` is set (see [`trace`]); `bytes` says
+    /// how many bytes its result moved.
+    fn traced<T>(
+        &self,
+        op: &str,
+        kind: FileKind,
+        name: &str,
+        f: impl FnOnce() -> Result<T>,
+        bytes: impl FnOnce(&T) -> usize,
+    ) -> Result<T> {
+        let Some(trace) = &self.trace else {
+            return f();
+        };
+        let started = Trace::start();
+        let out = f();
+        let n = out.as_ref().map_or(0, bytes);
+        trace.end(started, op, kind.dir(), name, n);
+        out
+    }
+
     fn get_opts(&self, kind: FileKind, name: &str, range: Option<GetRange>) -> Result<Bytes> {
+        let op = match &range {
+            None => "get",
+            Some(GetRange::Suffix(_)) => "tail",
+            Some(_) => "range",
+        };
+        self.traced(
+            op,
+            kind,
+            name,
+            || self.get_now(kind, name, range),
+            Bytes::len,
+        )
+    }
+
+    fn get_now(&self, kind: FileKind, name: &str, range: Option<GetRange>) -> Result<Bytes> {
         let key = self.key(kind, name);
         let opts = GetOptions {
             range,
@@ -189,6 +229,11 @@ impl S3Backend {
     /// Uploads `data` in one PUT, or in parts from [`S3Config::multipart_threshold`] on,
     /// and checks the returned ETag against the MD5 of what was sent.
     fn upload(&self, kind: FileKind, name: &str, data: &[u8], mode: PutMode) -> Result<()> {
+        let put = || self.upload_now(kind, name, data, mode);
+        self.traced("put", kind, name, put, |_| data.len())
+    }
+
+    fn upload_now(&self, kind: FileKind, name: &str, data: &[u8], mode: PutMode) -> Result<()> {
         let key = self.key(kind, name);
         let multipart = data.len() >= self.config.multipart_threshold && mode == PutMode::Overwrite;
         let (etag, expected) = if multipart {
@@ -242,6 +287,46 @@ impl S3Backend {
             }
         }
         Ok(())
+    }
+
+    fn list_now(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+        let prefix = ObjPath::from(self.prefix_path(kind));
+        let metas: Vec<_> = self
+            .runtime
+            .block_on(self.store.list(Some(&prefix)).try_collect())
+            .map_err(|e| self.err("listing", kind, "", e))?;
+        let mut out: Vec<(String, u64)> = metas
+            .into_iter()
+            .filter_map(|m| {
+                // The config is the only object of its kind, directly under the prefix.
+                let rel = m.location.as_ref().strip_prefix(prefix.as_ref())?;
+                let rel = rel.trim_start_matches('/');
+                let name = match kind {
+                    FileKind::Config => (rel == "config").then_some(rel)?,
+                    FileKind::Container => rel.rsplit('/').next()?,
+                    _ => (!rel.contains('/')).then_some(rel)?,
+                };
+                Some((name.to_string(), m.size))
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    fn delete_now(&self, kind: FileKind, name: &str) -> Result<()> {
+        let key = self.key(kind, name);
+        match self.runtime.block_on(self.store.delete(&key)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("deleting", kind, name, e)),
+        }
+    }
+
+    fn size_now(&self, kind: FileKind, name: &str) -> Result<u64> {
+        let key = self.key(kind, name);
+        self.runtime
+            .block_on(self.store.head(&key))
+            .map(|m| m.size)
+            .map_err(|e| self.err("reading the size of", kind, name, e))
     }
 }
 
@@ -313,43 +398,15 @@ impl Backend for S3Backend {
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
-        let prefix = ObjPath::from(self.prefix_path(kind));
-        let metas: Vec<_> = self
-            .runtime
-            .block_on(self.store.list(Some(&prefix)).try_collect())
-            .map_err(|e| self.err("listing", kind, "", e))?;
-        let mut out: Vec<(String, u64)> = metas
-            .into_iter()
-            .filter_map(|m| {
-                // The config is the only object of its kind, directly under the prefix.
-                let rel = m.location.as_ref().strip_prefix(prefix.as_ref())?;
-                let rel = rel.trim_start_matches('/');
-                let name = match kind {
-                    FileKind::Config => (rel == "config").then_some(rel)?,
-                    FileKind::Container => rel.rsplit('/').next()?,
-                    _ => (!rel.contains('/')).then_some(rel)?,
-                };
-                Some((name.to_string(), m.size))
-            })
-            .collect();
-        out.sort();
-        Ok(out)
+        self.traced("list", kind, "", || self.list_now(kind), Vec::len)
     }
 
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
-        let key = self.key(kind, name);
-        match self.runtime.block_on(self.store.delete(&key)) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.err("deleting", kind, name, e)),
-        }
+        self.traced("delete", kind, name, || self.delete_now(kind, name), |_| 0)
     }
 
     fn size(&self, kind: FileKind, name: &str) -> Result<u64> {
-        let key = self.key(kind, name);
-        self.runtime
-            .block_on(self.store.head(&key))
-            .map(|m| m.size)
-            .map_err(|e| self.err("reading the size of", kind, name, e))
+        self.traced("head", kind, name, || self.size_now(kind, name), |_| 0)
     }
 
     fn exists(&self, kind: FileKind, name: &str) -> Result<bool> {
