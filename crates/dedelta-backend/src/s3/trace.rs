@@ -42,6 +42,16 @@ impl Trace {
     }
 
     pub(super) fn end(&self, started: Started, op: &str, kind: &str, name: &str, bytes: usize) {
+        // Fields never empty, so that the line splits on spaces (the config's kind has no
+        // directory, a listing no name).
+        let or_dash = |s: &str| {
+            if s.is_empty() {
+                "-".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        let (kind, name) = (or_dash(kind), or_dash(name));
         let ms = |t: Instant| t.duration_since(self.epoch).as_secs_f64() * 1e3;
         let thread = std::thread::current();
         let line = format!(
