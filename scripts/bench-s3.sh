@@ -36,7 +36,11 @@ mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 # Runs a backup or restore; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS BASE_READ_S"
 # (from --json: BASE_READ_S is the dedup thread's time finding and reading bases, the stage
 # table's base_read).
+# Each command starts with no dirty pages (`sync`, untimed): otherwise a restore pays for
+# writing back the 1.2 GB the one before it left in the page cache (measured: the second of
+# two restores took 1.5-2.5x as long, whichever went second).
 tb() {
+  sync
   /usr/bin/time -o "$work/time" -f '%e %U %S' "$@" --json > "$work/out.json"
   python3 - "$work/time" "$work/out.json" <<'PY'
 import json, sys

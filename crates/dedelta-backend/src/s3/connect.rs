@@ -222,3 +222,40 @@ impl Connection for QuickAckStream {
         Connected::new()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::SockRef;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Every read that brings bytes leaves the socket acknowledging at once, though the
+    /// kernel had it delaying acknowledgements (as it does for a client between requests).
+    #[test]
+    fn reads_leave_the_socket_acknowledging_at_once() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            let mut stream = QuickAckStream(client);
+            for round in 0..3 {
+                SockRef::from(&stream.0).set_tcp_quickack(false).unwrap();
+                assert!(!SockRef::from(&stream.0).tcp_quickack().unwrap());
+                server.write_all(b"a response").await.unwrap();
+                let mut got = [0u8; 10];
+                stream.read_exact(&mut got).await.unwrap();
+                assert_eq!(&got, b"a response");
+                assert!(
+                    SockRef::from(&stream.0).tcp_quickack().unwrap(),
+                    "round {round}: the read left acknowledgements delayed"
+                );
+            }
+        });
+    }
+}
