@@ -252,12 +252,10 @@ impl S3Backend {
             let ask = (to - from).max(MIN_RANGED_READ as u64);
             self.get_opts(kind, name, Some(GetRange::Bounded(from..from + ask)))
         };
-        self.cache
-            .read(name, at, len, fetch)?
-            .ok_or_else(|| {
-                let size = self.cache.size(name).unwrap_or(0);
-                self.short_read(kind, name, len, size.saturating_sub(at) as usize)
-            })
+        self.cache.read(name, at, len, fetch)?.ok_or_else(|| {
+            let size = self.cache.size(name).unwrap_or(0);
+            self.short_read(kind, name, len, size.saturating_sub(at) as usize)
+        })
     }
 
     /// Reads `ask` bytes from the end of an object (fewer if it is shorter); a container's
