@@ -3,13 +3,16 @@
 # FILE... in order (each as one snapshot through --stdin) into a fresh repository per strategy
 # and prints one JSON line per strategy: index lookups, random reads (bucket reads and
 # container metadata prefetches), per GB and per container of data, the filter's
-# false-positive rate, bytes per chunk of the filter and of the index's other in-memory parts,
+# false-positive rate, bytes per chunk of the filter and of the index's other in-memory parts
+# (outside the bounded caches, and the super-feature filters held within their budget), the
+# full sketch index's key lookups in the runs (filter false positives, bucket reads),
 # the stored bytes, the backups' seconds, and the modelled disk time (every random read
 # costs SEEK_MS, 5 by default: a disk seek; page-cache hits in this run cost nothing).
 # Usage: scripts/bench-lookups.sh WORKDIR FILE...
 # CACHE_CONTAINERS (environment, default 64) sizes the locality cache; INIT_FLAGS (environment)
 # are passed to `init` (e.g. "--sketch none --dupadj off" for deduplication only). KINDS
-# (environment, default "exact locality") chooses the strategies.
+# (environment, default "exact locality") chooses the strategies. SKETCH_FILTER_MIB
+# (environment, default the backup's) bounds the runs' super-feature filters.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -24,6 +27,7 @@ for kind in ${KINDS:-exact locality}; do
   for f in "$@"; do
     "$bin" backup -r "$repo" --stdin --stdin-name data.tar --json \
       --fingerprint-index "$kind" --fingerprint-cache-containers "${CACHE_CONTAINERS:-64}" \
+      ${SKETCH_FILTER_MIB:+--sketch-filter-cache-mib "$SKETCH_FILTER_MIB"} \
       < "$f" >> "$work/$kind.jsonl"
   done
   container=$("$bin" stats -r "$repo" --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("stored_bytes", 0))')
@@ -42,6 +46,9 @@ absent = L("filter_negatives") + L("filter_false_positives")
 last = rows[-1]["lookups"]
 chunks = max(last["index_chunks"], 1)
 disk = reads * seek
+# The full sketch index's lookups in the runs (a key asked of a run; absent from --sketch none).
+S = lambda k: sum(r["lookups"].get("sketch", {}).get(k, 0) for r in rows)
+sketch_absent = S("probes") - S("unfiltered") - (S("filter_passes") - S("filter_false_positives"))
 out = {
     "strategy": kind, "versions": len(rows), "gb": round(gb, 3), "stored_bytes": stored,
     "lookups": L("lookups"), "cache_hits": L("cache_hits"),
@@ -62,6 +69,14 @@ out = {
     "filter_fp_rate": round(L("filter_false_positives") / absent, 4) if absent else None,
     "filter_bytes_per_chunk": round(last["filter_bytes"] / chunks, 2),
     "index_memory_bytes_per_chunk": round(last["index_memory_bytes"] / chunks, 2),
+    "ram_outside_caches_per_chunk": round((last["filter_bytes"] + last["index_memory_bytes"]) / chunks, 2),
+    "sketch_probes": S("probes"), "sketch_unfiltered": S("unfiltered"),
+    "sketch_filter_passes": S("filter_passes"),
+    "sketch_filter_false_positives": S("filter_false_positives"),
+    "sketch_filter_fp_rate": round(S("filter_false_positives") / sketch_absent, 4) if sketch_absent else None,
+    "sketch_bucket_reads": S("bucket_reads"),
+    "sketch_bucket_reads_per_container_written": round(S("bucket_reads") / max(sum(r["containers_written"] for r in rows), 1), 2),
+    "sketch_filter_bytes_per_chunk": round(last.get("sketch", {}).get("filter_bytes", 0) / chunks, 2),
     "backup_seconds": round(secs, 2), "modelled_disk_seconds": round(disk, 2),
     "mb_per_s_with_modelled_disk": round(gb * 1000 / (secs + disk), 1),
 }

@@ -10,8 +10,10 @@
 # --json`'s io: all of them, base reads, container metadata) and CPU seconds (user + system).
 # With OLD_BIN (another build), that binary backs up and restores into a third repository (on
 # S3) in the same rounds, interleaved: old and new compared under the same load.
+# With TRACE_DIR, the new binary's S3 commands write request traces there
+# (DEDELTA_S3_TRACE: backup-I.trace, restore-K.trace).
 # Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, OLD_BIN, ENDPOINT, BUCKET,
-# CONNECTIONS, STEP)
+# CONNECTIONS, STEP, TRACE_DIR)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -34,7 +36,11 @@ mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 # Runs a backup or restore; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS BASE_READ_S"
 # (from --json: BASE_READ_S is the dedup thread's time finding and reading bases, the stage
 # table's base_read).
+# Each command starts with no dirty pages (`sync`, untimed): otherwise a restore pays for
+# writing back the 1.2 GB the one before it left in the page cache (measured: the second of
+# two restores took 1.5-2.5x as long, whichever went second).
 tb() {
+  sync
   /usr/bin/time -o "$work/time" -f '%e %U %S' "$@" --json > "$work/out.json"
   python3 - "$work/time" "$work/out.json" <<'PY'
 import json, sys
@@ -46,6 +52,8 @@ b = v.get('stage_seconds', {}).get('base_read', 0)
 print(f"{e:.2f} {u + s:.2f} {io['requests']} {p['base_reads']['requests']} {p['container_metadata']['requests']} {b:.2f}")
 PY
 }
+# The trace file of S3 command $1 under TRACE_DIR, or nothing.
+trace() { [ -n "${TRACE_DIR:-}" ] && mkdir -p "$TRACE_DIR" && echo "$TRACE_DIR/$1.trace"; return 0; }
 step=${STEP:-0}
 tars=$(ls "$data"/*.tar | sort -V)
 for i in $(seq "$n"); do
@@ -56,7 +64,7 @@ for i in $(seq "$n"); do
   fi
   cat src/* >/dev/null
   read -r lt lc lr lb lm lbs < <(DEDELTA_CACHE_DIR=$work/cache-l tb $D backup -r local src)
-  read -r st sc sr sb sm sbs < <(DEDELTA_CACHE_DIR=$work/cache-s tb $D backup -r "$s3" "${conn[@]}" src)
+  read -r st sc sr sb sm sbs < <(DEDELTA_S3_TRACE=$(trace "backup-$i") DEDELTA_CACHE_DIR=$work/cache-s tb $D backup -r "$s3" "${conn[@]}" src)
   echo "backup $i ($(mb) MB): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
     "base_read stage local ${lbs}s s3 ${sbs}s;" \
     "requests local $lr (base reads $lb, metadata $lm) s3 $sr (base reads $sb, metadata $sm)"
@@ -68,7 +76,7 @@ done
 for k in 1 2; do
   rm -rf out-l out-s out-o cache-rl cache-rs cache-ro
   read -r lt lc lr _ lm _ < <(DEDELTA_CACHE_DIR=$work/cache-rl tb $D restore -r local latest --target out-l)
-  read -r st sc sr _ sm _ < <(DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target out-s)
+  read -r st sc sr _ sm _ < <(DEDELTA_S3_TRACE=$(trace "restore-$k") DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target out-s)
   diff -r out-l out-s >/dev/null || { echo "restores differ"; exit 1; }
   echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
     "requests local $lr (metadata $lm) s3 $sr (metadata $sm)"

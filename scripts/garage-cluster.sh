@@ -11,7 +11,9 @@
 # exits 0, unless REQUIRE_GARAGE=1; `--build` builds it first:
 #   cargo install garage --no-default-features --features bundled-libs,sqlite,lmdb
 # Usage: scripts/garage-cluster.sh [--build] [WORKDIR]   (env: DEDELTA_BIN, GARAGE_BIN; BENCH=N
-# runs scripts/bench-s3.sh with N backups against the cluster instead of the tests, OLD_BIN passed on)
+# runs scripts/bench-s3.sh with N backups against the cluster instead of the tests, OLD_BIN passed on,
+# and prints the CPU seconds the Garage nodes used; GARAGE_COMPRESSION sets the nodes'
+# compression_level, default "none": see below)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -52,6 +54,9 @@ consistency_mode = "consistent"
 rpc_bind_addr = "127.0.0.1:$((base + 10 * i + 1))"
 rpc_public_addr = "127.0.0.1:$((base + 10 * i + 1))"
 rpc_secret = "$secret"
+# dedelta's containers are compressed already: Garage's own zstd pass over every block
+# (compression_level 1 by default) costs its CPU for nothing.
+compression_level = $(c=${GARAGE_COMPRESSION:-none}; [ "$c" = none ] && echo "\"none\"" || echo "$c")
 
 [s3_api]
 s3_region = "us-east-1"
@@ -84,8 +89,18 @@ echo "garage cluster up: 3 nodes, repository $repo"
 if [ -n "${BENCH:-}" ]; then
   # BENCH=N: instead of the tests, issue 19's throughput benchmark (scripts/bench-s3.sh, N
   # backups) against this cluster's first node.
+  # The nodes' CPU seconds (user + system) so far, summed.
+  garage_cpu() {
+    local t=0 p
+    for p in "${pids[@]}"; do
+      t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    awk -v t="$t" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz}'
+  }
+  c0=$(garage_cpu)
   ENDPOINT="http://127.0.0.1:$((base + 10))" BUCKET=backups DEDELTA_BIN="$D" \
     "$here/scripts/bench-s3.sh" "$work/bench" "$BENCH"
+  echo "garage nodes' CPU during the benchmark: $(awk -v a="$c0" -v b="$(garage_cpu)" 'BEGIN {printf "%.2f", b - a}') s (compression_level ${GARAGE_COMPRESSION:-none})"
   exit 0
 fi
 

@@ -19,7 +19,14 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(t) = Trailer::parse(data) {
         let first = data.first().copied().unwrap_or(0) as u64;
         let mut out = Vec::new();
-        let _ = sealed::open_window(&cipher, &t, OBJ, first, data, &mut out);
+        let whole = sealed::open_window(&cipher, &t, OBJ, first, data, &mut out);
+        let mut window = data.to_vec();
+        let mut in_place = Vec::new();
+        let opened = sealed::open_window_in_place(&cipher, &t, OBJ, first, &mut window, |p| {
+            in_place.extend_from_slice(p)
+        });
+        assert_eq!(opened, whole);
+        assert_eq!(in_place, out);
         let _ = sealed::sealed_span(t.plain_len, first, data.len() as u64);
     }
     // Round trip: what is sealed opens, whole and by ranges.

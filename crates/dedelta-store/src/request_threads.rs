@@ -10,6 +10,10 @@
 //! result (its caller reads that item the slow way, which reports why), never a hang.
 //! Threads start with the first batch of two or more jobs (a backup that reads no base
 //! starts none) and block on the queue between batches (no spinning on the shared cores).
+//!
+//! A batch's jobs go before jobs submitted one by one: the caller waits on the batch (restore
+//! reads the metadata of the containers it plans next), while a submitted job is read ahead
+//! of need. In one queue, a restore's metadata waited behind every region it had submitted.
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,8 +26,12 @@ type Task = Box<dyn FnOnce() + Send>;
 /// Up to `threads` threads running jobs for one caller (see the module doc).
 pub struct RequestThreads {
     threads: usize,
+    /// Batches' jobs ([`Self::run`]), taken first.
     queue: Sender<Task>,
     taken: Receiver<Task>,
+    /// Jobs submitted one by one ([`Self::submit`]).
+    ahead: Sender<Task>,
+    taken_ahead: Receiver<Task>,
     handles: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -32,10 +40,13 @@ impl RequestThreads {
     /// yet.
     pub fn new(threads: usize) -> Self {
         let (queue, taken) = unbounded();
+        let (ahead, taken_ahead) = unbounded();
         RequestThreads {
             threads,
             queue,
             taken,
+            ahead,
+            taken_ahead,
             handles: Vec::new(),
         }
     }
@@ -49,14 +60,10 @@ impl RequestThreads {
     /// Starts the threads not started yet; a thread that cannot be started is done without.
     fn start(&mut self) {
         while self.handles.len() < self.threads {
-            let taken = self.taken.clone();
+            let (taken, ahead) = (self.taken.clone(), self.taken_ahead.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("dedelta-read-{}", self.handles.len()))
-                .spawn(move || {
-                    for task in taken {
-                        task();
-                    }
-                });
+                .spawn(move || run_tasks(&taken, &ahead));
             match spawned {
                 Ok(h) => self.handles.push(h),
                 Err(_) => break,
@@ -79,7 +86,7 @@ impl RequestThreads {
         let task: Task = Box::new(move || {
             let _ = catch_unwind(AssertUnwindSafe(job));
         });
-        if let Err(e) = self.queue.send(task) {
+        if let Err(e) = self.ahead.send(task) {
             (e.into_inner())();
         }
     }
@@ -122,11 +129,32 @@ impl RequestThreads {
 
 impl Drop for RequestThreads {
     fn drop(&mut self) {
-        // Closing the queue ends each thread's loop once it is empty.
-        let (closed, _) = unbounded();
-        self.queue = closed;
+        // Closing the queues ends each thread's loop once they are empty.
+        (self.queue, _) = unbounded();
+        (self.ahead, _) = unbounded();
         for h in self.handles.drain(..) {
             let _ = h.join();
+        }
+    }
+}
+
+/// A thread's loop: a batch's tasks first, then those submitted, until both queues are
+/// closed and empty.
+fn run_tasks(batches: &Receiver<Task>, ahead: &Receiver<Task>) {
+    loop {
+        if let Ok(task) = batches.try_recv() {
+            task();
+            continue;
+        }
+        crossbeam_channel::select_biased! {
+            recv(batches) -> task => match task {
+                Ok(task) => task(),
+                Err(_) => break ahead.iter().for_each(|t| t()),
+            },
+            recv(ahead) -> task => match task {
+                Ok(task) => task(),
+                Err(_) => break batches.iter().for_each(|t| t()),
+            },
         }
     }
 }
@@ -199,6 +227,51 @@ mod tests {
         assert_eq!(got, (0..12).map(|i| (i, true)).collect::<Vec<_>>());
         let most = most.load(Ordering::SeqCst);
         assert!((2..=3).contains(&most), "{most} in flight");
+    }
+
+    /// A batch's jobs run before jobs submitted earlier and still queued: the caller waiting
+    /// on the batch does not wait for the reads ahead.
+    #[test]
+    fn batches_go_before_submitted_jobs() {
+        let mut threads = RequestThreads::new(1);
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (started, gate) = (Arc::new(AtomicUsize::new(0)), unbounded::<()>());
+        // The one thread is held by the first job until the batch is queued.
+        let (s, g) = (started.clone(), gate.1.clone());
+        threads.submit(Box::new(move || {
+            s.fetch_add(1, Ordering::SeqCst);
+            let _ = g.recv();
+        }));
+        while started.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        for i in 0..5 {
+            let order = order.clone();
+            threads.submit(Box::new(move || {
+                order.lock().unwrap().push(format!("ahead {i}"))
+            }));
+        }
+        // Each batch job waits for the other: one runs on the caller, which releases the
+        // thread, and the thread must take the other before the jobs submitted.
+        let both = Arc::new(std::sync::Barrier::new(2));
+        let jobs: Vec<Job<()>> = (0..2)
+            .map(|i| {
+                let (order, gate, both) = (order.clone(), gate.0.clone(), both.clone());
+                Box::new(move || {
+                    order.lock().unwrap().push(format!("batch {i}"));
+                    let _ = gate.send(());
+                    both.wait();
+                }) as Job<()>
+            })
+            .collect();
+        threads.run(jobs);
+        let got = order.lock().unwrap().clone();
+        assert!(
+            got.iter().take(2).all(|s| s.starts_with("batch")),
+            "the batch waited behind the reads ahead: {got:?}"
+        );
+        drop(threads);
+        assert_eq!(order.lock().unwrap().len(), 7, "every submitted job ran");
     }
 
     /// Without threads, or with one job, everything runs on the caller.

@@ -23,7 +23,10 @@
 //! listed, and conflicts resolved (see dedelta-store's `repository/lock.rs`).
 
 pub mod config;
+mod connect;
+mod read_cache;
 pub mod test_server;
+mod trace;
 
 pub use config::{Credentials, S3Config};
 
@@ -38,14 +41,25 @@ use object_store::{
     ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
     PutPayload, RetryConfig,
 };
+use read_cache::{Fetched, ReadCache};
 use std::io::ErrorKind;
 use std::time::Duration;
+use trace::Trace;
+
+/// How long connecting to the endpoint may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request may take, its body included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A repository in an S3 bucket.
 pub struct S3Backend {
     store: LimitStore<AmazonS3>,
     runtime: tokio::runtime::Runtime,
     config: S3Config,
+    /// `DEDELTA_S3_TRACE`'s request trace, if set.
+    trace: Option<Trace>,
+    /// Containers' bytes and sizes read so far ([`read_cache`]).
+    cache: ReadCache,
 }
 
 impl std::fmt::Debug for S3Backend {
@@ -69,8 +83,9 @@ impl S3Backend {
         let options = ClientOptions::new()
             .with_allow_http(config.endpoint.starts_with("http://"))
             .with_pool_max_idle_per_host(config.connections.max(1))
-            .with_connect_timeout(Duration::from_secs(10))
-            .with_timeout(Duration::from_secs(300));
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT);
+        let plain_http = config.endpoint.starts_with("http://");
         let mut b = AmazonS3Builder::new()
             .with_endpoint(&config.endpoint)
             .with_bucket_name(&config.bucket)
@@ -81,6 +96,13 @@ impl S3Backend {
                 max_retries: 0,
                 ..RetryConfig::default()
             });
+        if plain_http {
+            b = b.with_http_connector(connect::QuickAckConnector {
+                idle_per_host: config.connections.max(1),
+                connect_timeout: CONNECT_TIMEOUT,
+                timeout: REQUEST_TIMEOUT,
+            });
+        }
         if let Some(r) = &credentials.region {
             b = b.with_region(r);
         }
@@ -105,9 +127,11 @@ impl S3Backend {
             .build()
             .map_err(|e| setup(&e))?;
         Ok(S3Backend {
+            cache: ReadCache::new(config.read_cache_bytes),
             store: LimitStore::new(s3, config.connections.max(1)),
             runtime,
             config,
+            trace: Trace::from_env(),
         })
     }
 
@@ -172,7 +196,39 @@ impl S3Backend {
         )
     }
 
-    fn get_opts(&self, kind: FileKind, name: &str, range: Option<GetRange>) -> Result<Bytes> {
+    /// Runs request `f`, traced when `DEDELTA_S3_TRACE` is set (see [`trace`]); `bytes` says
+    /// how many bytes its result moved.
+    fn traced<T>(
+        &self,
+        op: &str,
+        kind: FileKind,
+        name: &str,
+        f: impl FnOnce() -> Result<T>,
+        bytes: impl FnOnce(&T) -> usize,
+    ) -> Result<T> {
+        let Some(trace) = &self.trace else {
+            return f();
+        };
+        let started = Trace::start();
+        let out = f();
+        let n = out.as_ref().map_or(0, bytes);
+        trace.end(started, op, kind.dir(), name, n);
+        out
+    }
+
+    /// Reads `range` of an object (all of it for `None`): the bytes, where they start, and
+    /// the object's size.
+    fn get_opts(&self, kind: FileKind, name: &str, range: Option<GetRange>) -> Result<Fetched> {
+        let op = match &range {
+            None => "get",
+            Some(GetRange::Suffix(_)) => "tail",
+            Some(_) => "range",
+        };
+        let get = || self.get_now(kind, name, range);
+        self.traced(op, kind, name, get, |f: &Fetched| f.bytes.len())
+    }
+
+    fn get_now(&self, kind: FileKind, name: &str, range: Option<GetRange>) -> Result<Fetched> {
         let key = self.key(kind, name);
         let opts = GetOptions {
             range,
@@ -181,14 +237,45 @@ impl S3Backend {
         self.runtime
             .block_on(async {
                 let r = self.store.get_opts(&key, opts).await?;
-                r.bytes().await
+                let (start, size) = (r.range.start, r.meta.size);
+                let bytes = r.bytes().await?;
+                Ok(Fetched { bytes, start, size })
             })
             .map_err(|e| self.err("reading", kind, name, e))
+    }
+
+    /// `len` bytes at `at` of container `name`, through the read cache: one request for the
+    /// blocks it lacks, none if it holds them all.
+    fn get_container_range(&self, name: &str, at: u64, len: usize) -> Result<Vec<u8>> {
+        let kind = FileKind::Container;
+        let fetch = |from: u64, to: u64| {
+            let ask = (to - from).max(MIN_RANGED_READ as u64);
+            self.get_opts(kind, name, Some(GetRange::Bounded(from..from + ask)))
+        };
+        self.cache.read(name, at, len, fetch)?.ok_or_else(|| {
+            let size = self.cache.size(name).unwrap_or(0);
+            self.short_read(kind, name, len, size.saturating_sub(at) as usize)
+        })
+    }
+
+    /// Reads `ask` bytes from the end of an object (fewer if it is shorter); a container's
+    /// are kept in the read cache.
+    fn get_suffix(&self, kind: FileKind, name: &str, ask: u64) -> Result<Bytes> {
+        let got = self.get_opts(kind, name, Some(GetRange::Suffix(ask)))?;
+        if kind == FileKind::Container {
+            self.cache.keep(name, &got);
+        }
+        Ok(got.bytes)
     }
 
     /// Uploads `data` in one PUT, or in parts from [`S3Config::multipart_threshold`] on,
     /// and checks the returned ETag against the MD5 of what was sent.
     fn upload(&self, kind: FileKind, name: &str, data: &[u8], mode: PutMode) -> Result<()> {
+        let put = || self.upload_now(kind, name, data, mode);
+        self.traced("put", kind, name, put, |_| data.len())
+    }
+
+    fn upload_now(&self, kind: FileKind, name: &str, data: &[u8], mode: PutMode) -> Result<()> {
         let key = self.key(kind, name);
         let multipart = data.len() >= self.config.multipart_threshold && mode == PutMode::Overwrite;
         let (etag, expected) = if multipart {
@@ -243,76 +330,13 @@ impl S3Backend {
         }
         Ok(())
     }
-}
 
-/// A ranged read asks for at least this many bytes and keeps what was asked for. A request
-/// costs a round trip whatever its size, and a response that fits in one TCP segment after
-/// its headers can wait out the reader's delayed ACK (about 40 ms on Linux) when the server
-/// leaves Nagle's algorithm on, as Garage 2.5 does: on loopback (64 KiB segments) a 16 KiB
-/// GET took 44 ms and a 1 MiB one 4 ms. 128 KiB spans at least two segments there, so the
-/// reader acknowledges at once; on a real network it costs about a millisecond more.
-pub const MIN_RANGED_READ: usize = 128 << 10;
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-impl Backend for S3Backend {
-    fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
-        Ok(self.get_opts(kind, name, None)?.to_vec())
+    /// The size of an object, asked of the server.
+    fn head(&self, kind: FileKind, name: &str) -> Result<u64> {
+        self.traced("head", kind, name, || self.size_now(kind, name), |_| 0)
     }
 
-    fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
-        if len == 0 {
-            // S3 refuses an empty range; the object must still exist.
-            self.size(kind, name)?;
-            return Ok(Vec::new());
-        }
-        // Widened to MIN_RANGED_READ (see there); the server clips a range past the end.
-        let ask = len.max(MIN_RANGED_READ) as u64;
-        let got;
-        let start = if offset < 0 {
-            let back = offset.unsigned_abs();
-            got = self.get_opts(kind, name, Some(GetRange::Suffix(back.max(ask))))?;
-            // The object's last `back` bytes start this far into what came.
-            (got.len() as u64).checked_sub(back)
-        } else {
-            let at = offset as u64;
-            got = self.get_opts(kind, name, Some(GetRange::Bounded(at..at + ask)))?;
-            Some(0)
-        };
-        match start.map(|s| s as usize) {
-            Some(s) if got.len() >= s + len => Ok(got[s..s + len].to_vec()),
-            _ => Err(self.short_read(kind, name, len, got.len())),
-        }
-    }
-
-    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
-        if max_len == 0 {
-            self.size(kind, name)?;
-            return Ok(Vec::new());
-        }
-        let ask = max_len.max(MIN_RANGED_READ);
-        let got = self.get_opts(kind, name, Some(GetRange::Suffix(ask as u64)))?;
-        if got.len() > ask {
-            return Err(self.short_read(kind, name, max_len, got.len()));
-        }
-        Ok(got[got.len().saturating_sub(max_len)..].to_vec())
-    }
-
-    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
-        self.upload(kind, name, data, PutMode::Overwrite)
-    }
-
-    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
-        match self.upload(kind, name, data, PutMode::Create) {
-            Ok(()) => Ok(true),
-            Err(Error::Io { cause, .. }) if cause.kind() == ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+    fn list_now(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
         let prefix = ObjPath::from(self.prefix_path(kind));
         let metas: Vec<_> = self
             .runtime
@@ -336,7 +360,7 @@ impl Backend for S3Backend {
         Ok(out)
     }
 
-    fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
+    fn delete_now(&self, kind: FileKind, name: &str) -> Result<()> {
         let key = self.key(kind, name);
         match self.runtime.block_on(self.store.delete(&key)) {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -344,16 +368,132 @@ impl Backend for S3Backend {
         }
     }
 
-    fn size(&self, kind: FileKind, name: &str) -> Result<u64> {
+    fn size_now(&self, kind: FileKind, name: &str) -> Result<u64> {
         let key = self.key(kind, name);
         self.runtime
             .block_on(self.store.head(&key))
             .map(|m| m.size)
             .map_err(|e| self.err("reading the size of", kind, name, e))
     }
+}
 
+/// A ranged read asks for at least this many bytes and keeps what was asked for. A request
+/// costs a round trip whatever its size, and a response that fits in one TCP segment after
+/// its headers can wait out the reader's delayed ACK (about 40 ms on Linux) when the server
+/// leaves Nagle's algorithm on, as Garage 2.5 does: on loopback (64 KiB segments) a 16 KiB
+/// GET took 44 ms and a 1 MiB one 4 ms. 128 KiB spans at least two segments there, so the
+/// reader acknowledges at once; on a real network it costs about a millisecond more.
+pub const MIN_RANGED_READ: usize = 128 << 10;
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Backend for S3Backend {
+    fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
+        Ok(self.get_opts(kind, name, None)?.bytes.to_vec())
+    }
+
+    fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
+        if len == 0 {
+            // S3 refuses an empty range; the object must still exist.
+            self.size(kind, name)?;
+            return Ok(Vec::new());
+        }
+        if kind == FileKind::Container {
+            // A suffix of a container whose size is known is an ordinary range.
+            let at = match u64::try_from(offset) {
+                Ok(at) => Some(at),
+                Err(_) => self
+                    .cache
+                    .size(name)
+                    .and_then(|size| size.checked_sub(offset.unsigned_abs())),
+            };
+            if let Some(at) = at {
+                return self.get_container_range(name, at, len);
+            }
+        }
+        // Widened to MIN_RANGED_READ (see there); the server clips a range past the end.
+        let ask = len.max(MIN_RANGED_READ) as u64;
+        let got;
+        let start = if offset < 0 {
+            let back = offset.unsigned_abs();
+            got = self.get_suffix(kind, name, back.max(ask))?;
+            // The object's last `back` bytes start this far into what came.
+            (got.len() as u64).checked_sub(back)
+        } else {
+            let at = offset as u64;
+            got = self
+                .get_opts(kind, name, Some(GetRange::Bounded(at..at + ask)))?
+                .bytes;
+            Some(0)
+        };
+        match start.map(|s| s as usize) {
+            Some(s) if got.len() >= s + len => Ok(got[s..s + len].to_vec()),
+            _ => Err(self.short_read(kind, name, len, got.len())),
+        }
+    }
+
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {
+        if max_len == 0 {
+            self.size(kind, name)?;
+            return Ok(Vec::new());
+        }
+        if kind == FileKind::Container {
+            if let Some(size) = self.cache.size(name) {
+                let len = (max_len as u64).min(size);
+                return self.get_container_range(name, size - len, len as usize);
+            }
+        }
+        let ask = max_len.max(MIN_RANGED_READ);
+        let got = self.get_suffix(kind, name, ask as u64)?;
+        if got.len() > ask {
+            return Err(self.short_read(kind, name, max_len, got.len()));
+        }
+        Ok(got[got.len().saturating_sub(max_len)..].to_vec())
+    }
+
+    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
+        let put = self.upload(kind, name, data, PutMode::Overwrite);
+        if kind == FileKind::Container {
+            self.cache.forget(name);
+        }
+        put
+    }
+
+    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
+        match self.upload(kind, name, data, PutMode::Create) {
+            Ok(()) => Ok(true),
+            Err(Error::Io { cause, .. }) if cause.kind() == ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
+        self.traced("list", kind, "", || self.list_now(kind), Vec::len)
+    }
+
+    fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
+        let deleted = self.traced("delete", kind, name, || self.delete_now(kind, name), |_| 0);
+        if kind == FileKind::Container {
+            self.cache.forget(name);
+        }
+        deleted
+    }
+
+    /// A container's size is read once: a container is never rewritten under its name.
+    fn size(&self, kind: FileKind, name: &str) -> Result<u64> {
+        if kind == FileKind::Container {
+            if let Some(size) = self.cache.size(name) {
+                return Ok(size);
+            }
+        }
+        self.head(kind, name)
+    }
+
+    /// Asks the server every time (another client may have deleted the object).
     fn exists(&self, kind: FileKind, name: &str) -> Result<bool> {
-        match self.size(kind, name) {
+        match self.head(kind, name) {
             Ok(_) => Ok(true),
             Err(Error::Missing { .. }) => Ok(false),
             Err(e) => Err(e),

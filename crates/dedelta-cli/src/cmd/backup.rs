@@ -283,7 +283,16 @@ pub struct LookupArgs {
     /// Containers of metadata the locality cache holds (LRU).
     #[arg(long, value_name = "N", default_value_t = backup::DEFAULT_CACHE_CONTAINERS)]
     pub fingerprint_cache_containers: usize,
+    /// MiB the full sketch index's per-run super-feature filters may hold in memory (a
+    /// bounded cache); past it, lookups read the runs' buckets instead (same answers, more
+    /// random reads).
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_SKETCH_FILTER_MIB)]
+    pub sketch_filter_cache_mib: u64,
 }
+
+/// `--sketch-filter-cache-mib`'s default.
+const DEFAULT_SKETCH_FILTER_MIB: u64 =
+    dedelta_store::client::index::DEFAULT_SKETCH_FILTER_BYTES >> 20;
 
 impl LookupArgs {
     /// The validated options.
@@ -304,6 +313,7 @@ impl LookupArgs {
         Ok(backup::FingerprintIndexOptions {
             kind,
             cache_containers: self.fingerprint_cache_containers,
+            sketch_filter_bytes: self.sketch_filter_cache_mib.saturating_mul(1 << 20),
         })
     }
 }

@@ -16,9 +16,9 @@
 //!   data seen before costs one index lookup and one metadata read per container of it,
 //!   rather than one lookup per chunk; new data costs a filter test per chunk and the
 //!   filter's false positives (about 0.4-1 %), which the runs' own filters then turn away
-//!   in memory (counted in `index_lookups`, not in `disk_lookups`). Before the on-disk index,
-//!   a miss tries the last backup's containers in the order it used them
-//!   ([`super::recent_containers`]): the cache starts empty in every process, and without
+//!   in memory (counted in `index_lookups`, not in `disk_lookups`). Before the on-disk index
+//!   reads a bucket, a miss that the runs' filters let through too tries the last backup's
+//!   containers in the order it used them ([`super::recent_containers`]): the cache starts empty in every process, and without
 //!   these hints each old container a backup references cost an on-disk lookup again.
 //!
 //! A cache hit must not deduplicate against a chunk the index would not name: a prune
@@ -46,7 +46,7 @@
 use super::caf::CachedCopy;
 use super::recent_containers::{RecentContainers, TRIES_PER_MISS};
 use crate::backend::Backend;
-use crate::client::index::{FingerprintFilter, IndexReader, Trust};
+use crate::client::index::{FingerprintFilter, IndexReader, SketchLookups, Trust};
 use crate::error::Result;
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind};
 use crate::repository::damage::DamageSet;
@@ -100,6 +100,9 @@ pub struct FingerprintIndexOptions {
     pub kind: FingerprintIndexKind,
     /// Containers of metadata the locality cache holds (at least 1).
     pub cache_containers: usize,
+    /// Bytes the index's super-feature filters may hold (the full sketch index's bounded
+    /// cache, see [`crate::client::index::DEFAULT_SKETCH_FILTER_BYTES`]).
+    pub sketch_filter_bytes: u64,
 }
 
 impl Default for FingerprintIndexOptions {
@@ -107,6 +110,7 @@ impl Default for FingerprintIndexOptions {
         FingerprintIndexOptions {
             kind: FingerprintIndexKind::Exact,
             cache_containers: DEFAULT_CACHE_CONTAINERS,
+            sketch_filter_bytes: crate::client::index::DEFAULT_SKETCH_FILTER_BYTES,
         }
     }
 }
@@ -155,6 +159,9 @@ pub struct LookupCounters {
     /// Chunk entries of the index's runs after the backup (a chunk in two runs counts
     /// twice until they merge).
     pub index_chunks: u64,
+    /// What the full sketch index's lookups in the runs cost during the backup, and the
+    /// super-feature filters held (a bounded cache, not in `index_memory_bytes`).
+    pub sketch: SketchLookups,
 }
 
 impl LookupCounters {
@@ -266,12 +273,15 @@ pub struct ExactIndex {
     reader: IndexReader,
     damage: Arc<DamageSet>,
     counts: Counts,
+    /// The index's super-feature lookups counted before this backup.
+    sketch_before: SketchLookups,
 }
 
 impl ExactIndex {
     /// Looks up in `reader`, counting copies `damage` records as absent.
     pub fn new(reader: IndexReader, damage: Arc<DamageSet>) -> Self {
         ExactIndex {
+            sketch_before: reader.sketch_lookups(),
             reader,
             damage,
             counts: Counts::default(),
@@ -290,7 +300,10 @@ impl FingerprintIndex for ExactIndex {
     }
 
     fn counters(&self) -> LookupCounters {
-        self.counts.snapshot("exact")
+        LookupCounters {
+            sketch: self.reader.sketch_lookups().since(&self.sketch_before),
+            ..self.counts.snapshot("exact")
+        }
     }
 }
 
@@ -393,6 +406,8 @@ pub struct LocalityIndex {
     loader: Option<Arc<dyn MetaLoader>>,
     /// The last backup's containers, tried before the on-disk index.
     recent: RecentContainers,
+    /// The index's super-feature lookups counted before this backup.
+    sketch_before: SketchLookups,
 }
 
 impl LocalityIndex {
@@ -406,6 +421,7 @@ impl LocalityIndex {
         cache_containers: usize,
     ) -> Self {
         LocalityIndex {
+            sketch_before: reader.sketch_lookups(),
             reader,
             damage,
             filter,
@@ -520,6 +536,15 @@ impl LocalityIndex {
             Counts::bump(&self.counts.cache_hits);
             return Ok(Some(c));
         }
+        // The global filter's false positives (0.4-0.9 % of new chunks) are turned away by
+        // the runs' own filters in memory: asked first, so that they do not spend hints
+        // (each spent two, and eight in a row stopped the hints for the rest of the backup:
+        // 301 of 449 on-disk lookups on 30 Redis dumps with deduplication alone).
+        if !self.reader.may_hold(id) {
+            Counts::bump(&self.counts.index_lookups);
+            Counts::bump(&self.counts.filter_false_positives);
+            return Ok(None);
+        }
         if let Some(c) = self.found_in_hints(id) {
             Counts::bump(&self.counts.hint_hits);
             return Ok(Some(c));
@@ -576,7 +601,11 @@ impl FingerprintIndex for LocalityIndex {
         LookupCounters {
             filter_bytes: self.filter.memory_bytes() as u64,
             filter_capacity: self.filter.capacity(),
+            sketch: self.reader.sketch_lookups().since(&self.sketch_before),
             ..self.counts.snapshot("locality")
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -415,6 +415,8 @@ pub fn backup(
         Some(_) => FingerprintIndexKind::Locality,
         None => opts.lookup.kind,
     };
+    repo.index()
+        .set_sketch_filter_budget(opts.lookup.sketch_filter_bytes);
     let lookup: Arc<dyn FingerprintIndex> = match lookup_kind {
         FingerprintIndexKind::Exact => {
             Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone()))
@@ -595,7 +597,21 @@ pub fn backup(
         },
         ..Default::default()
     };
-    let snapshot_id = repo.save_snapshot(&snapshot)?;
+    // The chunk index's compaction (a merge of its runs, which the command's end would do
+    // after the snapshot) runs beside the snapshot's write: both wait on fsyncs, and the
+    // index already holds every chunk the snapshot names, so the order of the two does not
+    // matter for a crash.
+    let (saved, compacted) = std::thread::scope(|s| {
+        let compaction = s.spawn(|| repo.index().compact_if_worthwhile());
+        let saved = repo.save_snapshot(&snapshot);
+        (saved, compaction.join())
+    });
+    match compacted {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => notices.push(format!("the chunk index could not be compacted: {e}")),
+        Err(_) => notices.push("the chunk index's compaction panicked".into()),
+    }
+    let snapshot_id = saved?;
     // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
     // killed before it leaves a snapshot without one (see crate::format::dense).
     let mut metrics = metrics;

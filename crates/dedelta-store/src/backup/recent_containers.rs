@@ -98,11 +98,17 @@ impl RecentContainers {
         }
     }
 
-    /// Records that container `c` answered a lookup.
+    /// Records that container `c` answered a lookup. The first answer of a hinted container
+    /// counts as a hint that held a sought chunk, however it was found: a hint prefetched for
+    /// another chunk's miss is usually found by a later lookup in the cache (the containers
+    /// the last backup wrote, tried first, hold chunks the stream needs further on).
     pub fn used(&self, c: ContainerId) {
         let mut s = self.state();
         if s.seen.insert(c) {
             s.used.push(c);
+            if s.hinted.contains(&c) {
+                s.failed_in_a_row = 0;
+            }
         }
     }
 
@@ -184,6 +190,28 @@ mod tests {
             r.tried(false);
         }
         r.found_by_index(c(99));
+        r.next(|_| false);
+        r.tried(false);
+        assert!(r.given_up());
+    }
+
+    /// A hinted container's first use (a cache hit on it after it was prefetched for another
+    /// chunk's miss) forgives the misses: it was not a wasted read.
+    #[test]
+    fn a_hint_used_later_forgives_the_misses() {
+        let r = RecentContainers::new((0..40).map(c).collect());
+        for _ in 0..GIVE_UP - 1 {
+            r.next(|_| false);
+            r.tried(false);
+        }
+        r.used(c(3));
+        for _ in 0..GIVE_UP - 1 {
+            r.next(|_| false);
+            r.tried(false);
+        }
+        assert!(!r.given_up());
+        // Used again: no second pardon.
+        r.used(c(3));
         r.next(|_| false);
         r.tried(false);
         assert!(r.given_up());

@@ -61,13 +61,24 @@ pub fn repo_dir(root: &Path, repo_id: &str) -> Result<PathBuf> {
 pub const LOCATION_FILE: &str = "repository";
 
 /// Marks the cache directory `dir` as used now by the repository at `location` (`None`: not
-/// a local directory), rewriting [`LOCATION_FILE`]. Best effort, as the cache itself: a
-/// failure only costs `cache --cleanup` its knowledge of this cache.
+/// a local directory): [`LOCATION_FILE`] is touched when it already says so (every command
+/// but the first), else rewritten (a new file, renamed into place). Best effort, as the
+/// cache itself: a failure only costs `cache --cleanup` its knowledge of this cache.
 pub fn mark_used(dir: &Path, location: Option<&Path>) {
     let text = location
         .and_then(|l| std::path::absolute(l).ok())
         .map(|l| l.to_string_lossy().into_owned())
         .unwrap_or_default();
+    let path = dir.join(LOCATION_FILE);
+    if std::fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
+        let touched = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+        if touched.is_ok() {
+            return;
+        }
+    }
     let tmp = dir.join(format!("{LOCATION_FILE}.tmp-{}", std::process::id()));
     if std::fs::write(&tmp, text.as_bytes()).is_err()
         || std::fs::rename(&tmp, dir.join(LOCATION_FILE)).is_err()
@@ -246,6 +257,36 @@ mod tests {
         assert!(c.age_secs < 60);
         remove_cache(c).unwrap();
         assert_eq!(list_caches(root.path(), 3600).unwrap().len(), 3);
+    }
+
+    /// Marking a cache used again keeps its location and makes it young again (the file is
+    /// touched, not rewritten); a new location replaces the old one.
+    #[test]
+    fn marking_a_cache_used_again_touches_its_location_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(LOCATION_FILE);
+        mark_used(dir.path(), Some(Path::new("/repo/a")));
+        let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+        let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        f.set_modified(day_ago).unwrap();
+        drop(f);
+        mark_used(dir.path(), Some(Path::new("/repo/a")));
+        assert_eq!(std::fs::read(&file).unwrap(), b"/repo/a");
+        let age = std::fs::metadata(&file)
+            .unwrap()
+            .modified()
+            .unwrap()
+            .elapsed();
+        assert!(age.as_ref().is_ok_and(|a| a.as_secs() < 3600), "{age:?}");
+        mark_used(dir.path(), Some(Path::new("/repo/b")));
+        assert_eq!(std::fs::read(&file).unwrap(), b"/repo/b");
+        mark_used(dir.path(), None);
+        assert_eq!(std::fs::read(&file).unwrap(), b"");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
     }
 
     #[test]

@@ -28,6 +28,14 @@ const TRAILER_CACHE: usize = 1 << 16;
 
 type TrailerCache = Mutex<LruCache<(FileKind, String), Trailer>>;
 
+/// The largest window buffer a thread keeps between reads (4 MiB, a container).
+const MAX_WINDOW_KEPT: usize = 4 << 20;
+
+std::thread_local! {
+    /// Each thread's buffer for the sealed bytes of a range read ([`SealedBackend::get_range_into`]).
+    static WINDOW: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Seals the objects of an encrypted repository (see the module doc).
 pub struct SealedBackend {
     inner: Arc<dyn Backend>,
@@ -134,18 +142,32 @@ impl SealedBackend {
                 std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
             ));
         };
-        let window = self.inner.get_range(kind, name, at as i64, n as usize)?;
         let obj = ObjectName {
             kind: kind.dir(),
             name,
         };
-        buf.clear();
-        sealed::open_window(&self.cipher, t, obj, first, &window, buf)
-            .map_err(|e| seal_error(kind, name, e))?;
-        let skip = (offset - first * SEGMENT_LEN as u64) as usize;
-        buf.drain(..skip);
-        buf.truncate(len);
-        Ok(())
+        // The sealed bytes go to this thread's window buffer and are decrypted there; only
+        // the plaintext asked for is copied out. Opened into `buf` and shifted down to the
+        // range asked for instead, each region read was copied twice, into fresh memory.
+        WINDOW.with(|w| {
+            let mut window = w.take();
+            self.inner
+                .get_range_into(kind, name, at as i64, n as usize, &mut window)?;
+            buf.clear();
+            buf.reserve(len);
+            let mut skip = (offset - first * SEGMENT_LEN as u64) as usize;
+            let opened =
+                sealed::open_window_in_place(&self.cipher, t, obj, first, &mut window, |plain| {
+                    let from = skip.min(plain.len());
+                    skip -= from;
+                    let want = (len - buf.len()).min(plain.len() - from);
+                    buf.extend_from_slice(&plain[from..from + want]);
+                });
+            if window.capacity() <= MAX_WINDOW_KEPT {
+                w.replace(window);
+            }
+            opened.map_err(|e| seal_error(kind, name, e))
+        })
     }
 }
 

@@ -7,6 +7,7 @@
 //! encrypted with the Argon2id output as key, under the associated data [`KEY_AAD`]. Its id
 //! (and name) is the BLAKE3 hash of the file's bytes, in hex.
 
+use super::kdf_memory::KdfMemory;
 use super::{random_bytes, MasterKey};
 use crate::backend::{Backend, FileKind};
 use crate::error::{Error, Result};
@@ -58,10 +59,17 @@ impl KdfParams {
         let params =
             argon2::Params::new(self.memory_kib, self.iterations, self.parallelism, Some(32))
                 .map_err(|e| Error::InvalidOption(format!("argon2 parameters: {e}")))?;
+        let blocks = params.block_count();
         let a = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
         let mut out = Zeroizing::new([0u8; 32]);
-        a.hash_password_into(password, salt, out.as_mut())
-            .map_err(|e| Error::InvalidOption(format!("argon2: {e}")))?;
+        // Huge pages where the system has them (see kdf_memory), else argon2's allocation.
+        let done = match KdfMemory::new(blocks) {
+            Some(mut memory) => {
+                a.hash_password_into_with_memory(password, salt, out.as_mut(), memory.blocks())
+            }
+            None => a.hash_password_into(password, salt, out.as_mut()),
+        };
+        done.map_err(|e| Error::InvalidOption(format!("argon2: {e}")))?;
         Ok(out)
     }
 }

@@ -12,6 +12,7 @@
 //! implements one.
 
 pub mod backend;
+mod kdf_memory;
 pub mod keys;
 
 pub use backend::SealedBackend;

@@ -272,6 +272,52 @@ pub fn open_window(
     }
 }
 
+/// [`open_window`] decrypting in place in `window` (no copy of the sealed bytes): calls
+/// `plain` with each segment's plaintext, in order, once it is authenticated. A segment that
+/// fails stops the walk with its error (the segments before it were handed out).
+pub fn open_window_in_place(
+    cipher: &XChaCha20Poly1305,
+    trailer: &Trailer,
+    obj: ObjectName<'_>,
+    first: u64,
+    window: &mut [u8],
+    mut plain: impl FnMut(&[u8]),
+) -> Result<(), SealError> {
+    let t = trailer.to_bytes();
+    let aad = aad(&t, obj);
+    let n = segment_count(trailer.plain_len);
+    let mut at = 0usize;
+    let mut i = first;
+    loop {
+        if i >= n {
+            return Err(SealError::Malformed("segment past the end".into()));
+        }
+        let len = (trailer.plain_len - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize;
+        let Some(seg) = window.get_mut(at..at + len + TAG_LEN) else {
+            return Err(SealError::Malformed("a segment is cut short".into()));
+        };
+        let (text, tag) = seg.split_at_mut(len);
+        if cipher
+            .decrypt_in_place_detached(
+                &nonce(&trailer.nonce_prefix, i),
+                &aad,
+                text,
+                Tag::from_slice(tag),
+            )
+            .is_err()
+        {
+            return Err(SealError::Authentication(i));
+        }
+        plain(text);
+        at += len + TAG_LEN;
+        i += 1;
+        let rest = window.len() - at;
+        if rest == 0 || (i == n && rest == TRAILER_LEN) {
+            return Ok(());
+        }
+    }
+}
+
 /// Opens a whole sealed object, putting zeros in place of the segments that fail
 /// authentication; returns the plaintext and those segments' numbers. For containers read
 /// whole, whose readers check the bytes against the container's name and then entry by entry
@@ -378,6 +424,19 @@ mod tests {
             assert_eq!(
                 &out[skip..skip + len as usize],
                 &plain[off as usize..(off + len) as usize]
+            );
+            // In place: the same plaintext, segment by segment.
+            let mut window = s[so as usize..(so + sl) as usize].to_vec();
+            let mut in_place = Vec::new();
+            open_window_in_place(&c, &t, OBJ, first, &mut window, |p| {
+                in_place.extend_from_slice(p)
+            })
+            .unwrap();
+            assert_eq!(in_place, out);
+            window[3] ^= 1;
+            assert_eq!(
+                open_window_in_place(&c, &t, OBJ, first, &mut window, |_| {}),
+                Err(SealError::Authentication(first))
             );
         }
         assert!(sealed_span(t.plain_len, 99_999, 2).is_none());

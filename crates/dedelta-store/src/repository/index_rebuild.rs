@@ -63,12 +63,14 @@ fn rebuild_in_batches(
 ) -> Result<RepairStats> {
     let mut stats = RepairStats::default();
     let backend = repo.backend_for(Purpose::Index);
-    let (damage, notices) = DamageSet::load(backend.as_ref())?;
+    let (damage, listed) =
+        super::index_sync::damage_beside(backend.as_ref(), || backend.list(FileKind::Container));
+    let (damage, notices) = damage?;
     for n in notices {
         warn(&n);
         stats.problems.push(n);
     }
-    let listed = backend.list(FileKind::Container)?;
+    let listed = listed?;
     let mut wanted = Vec::new();
     let mut whole = Vec::new();
     for (name, _) in &listed {

@@ -493,6 +493,7 @@ fn locality_backup_crashed_at_every_write_memory() {
         FingerprintIndexOptions {
             kind: FingerprintIndexKind::Locality,
             cache_containers: 2,
+            ..FingerprintIndexOptions::default()
         },
     );
 }
@@ -657,6 +658,7 @@ fn loopdelta_backup_crashed_at_every_write() {
     let lookup = FingerprintIndexOptions {
         kind: FingerprintIndexKind::Locality,
         cache_containers: 2,
+        ..FingerprintIndexOptions::default()
     };
     let loopdelta = |repo: &IndexedRepository, src: &Path, files: &Files, n: u64| {
         write_files(src, files);

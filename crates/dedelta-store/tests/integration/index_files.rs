@@ -394,3 +394,100 @@ fn index_files_are_sealed_in_an_encrypted_repository() {
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
+
+/// A backend whose listings take 20 ms, counting how many run at once.
+struct SlowListings {
+    inner: Arc<dyn Backend>,
+    now: std::sync::atomic::AtomicU64,
+    most: std::sync::atomic::AtomicU64,
+}
+
+impl SlowListings {
+    fn listing<T>(&self, f: impl FnOnce() -> T) -> T {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(n, SeqCst);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let out = f();
+        self.now.fetch_sub(1, SeqCst);
+        out
+    }
+}
+
+impl Backend for SlowListings {
+    fn get(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<Vec<u8>> {
+        self.inner.get(kind, name)
+    }
+    fn get_range(
+        &self,
+        kind: FileKind,
+        name: &str,
+        offset: i64,
+        len: usize,
+    ) -> dedelta_store::backend::Result<Vec<u8>> {
+        self.inner.get_range(kind, name, offset, len)
+    }
+    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> dedelta_store::backend::Result<()> {
+        self.inner.put(kind, name, data)
+    }
+    fn create_new(
+        &self,
+        kind: FileKind,
+        name: &str,
+        data: &[u8],
+    ) -> dedelta_store::backend::Result<bool> {
+        self.inner.create_new(kind, name, data)
+    }
+    fn list(&self, kind: FileKind) -> dedelta_store::backend::Result<Vec<(String, u64)>> {
+        self.listing(|| self.inner.list(kind))
+    }
+    fn list_names(&self, kind: FileKind) -> dedelta_store::backend::Result<Vec<String>> {
+        self.listing(|| self.inner.list_names(kind))
+    }
+    fn delete(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<()> {
+        self.inner.delete(kind, name)
+    }
+    fn size(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<u64> {
+        self.inner.size(kind, name)
+    }
+    fn exists(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<bool> {
+        self.inner.exists(kind, name)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+}
+
+/// Opening a repository lists its damage records and its containers at once (each listing
+/// is a round trip on an object store; they do not depend on each other).
+#[test]
+fn opening_lists_damage_records_and_containers_at_once() {
+    let s = Setup::new();
+    let v: Files = [("a.txt".to_string(), text(50_000, 1))]
+        .into_iter()
+        .collect();
+    s.backup("a", &v, 0);
+
+    let slow = Arc::new(SlowListings {
+        inner: Arc::new(LocalBackend::new(&s.repo)),
+        now: Default::default(),
+        most: Default::default(),
+    });
+    let opened = Repository::open_in_cache(slow.clone(), &s.root.join("cache-slow"))
+        .unwrap()
+        .open_index()
+        .unwrap();
+    assert_eq!(opened.snapshots().unwrap().snapshots.len(), 1);
+    drop(opened);
+    // An empty cache builds the index (a rebuild), a warm one catches up (a sync): both.
+    for how in ["rebuilt", "caught up"] {
+        let most = slow.most.swap(0, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(most, 2, "index {how}: {most} listings at once at most");
+        drop(
+            Repository::open_in_cache(slow.clone(), &s.root.join("cache-slow"))
+                .unwrap()
+                .open_index()
+                .unwrap(),
+        );
+    }
+}

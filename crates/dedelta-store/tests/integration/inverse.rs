@@ -190,6 +190,7 @@ fn locality(opts: BackupOptions, caf: bool) -> BackupOptions {
         lookup: FingerprintIndexOptions {
             kind: FingerprintIndexKind::Locality,
             cache_containers: 2,
+            ..FingerprintIndexOptions::default()
         },
         loopdelta: LoopDeltaOptions {
             cache_aware_filter: caf,

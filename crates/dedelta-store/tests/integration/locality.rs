@@ -18,6 +18,7 @@ fn locality(cache_containers: usize) -> FingerprintIndexOptions {
     FingerprintIndexOptions {
         kind: FingerprintIndexKind::Locality,
         cache_containers,
+        ..FingerprintIndexOptions::default()
     }
 }
 

@@ -12,7 +12,7 @@ use crate::support::{
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::commands::ls::dump_with;
 use dedelta_store::crypto::{KdfParams, KeyOrigin};
-use dedelta_store::read::RestoreCacheChoice;
+use dedelta_store::read::{walk_tree, RestoreCacheChoice};
 use dedelta_store::{IndexedRepository, Repository};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -156,4 +156,49 @@ fn failed_reads_ahead_are_read_again() {
     let (remote, probe) = open_probed(&path, &tmp.path().join("cache-s"), true);
     probe.fail_all.store(true, Ordering::SeqCst);
     restores_last(&remote, &tmp.path().join("out"), &src, &versions[2]);
+}
+
+/// A snapshot's tree (backup's parent, ls, restore) is read ahead where reads are round
+/// trips: its chunks' regions several requests at a time, not one round trip after another;
+/// on a local disk one by one as before.
+#[test]
+fn tree_chunks_are_read_ahead_several_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, src) = (tmp.path().join("repo"), tmp.path().join("src"));
+    // Many small files: a tree stream of many chunks, in several containers.
+    let files: Files = (0..3000)
+        .map(|i| (format!("f{i:05}.txt"), format!("file {i}\n").into_bytes()))
+        .collect();
+    write_files(&src, &files);
+    let repo = Repository::init_local_with_cache(&path, config(1, cold()), &cache_root_for(&path))
+        .unwrap()
+        .open_index()
+        .unwrap();
+    locked(&repo, &me(), |lock| {
+        backup_with(&repo, lock, backup_options(vec![src.clone()], time_of(0)))
+    })
+    .unwrap();
+    for round_trips in [false, true] {
+        let cache = tmp.path().join(format!("cache-{round_trips}"));
+        let (repo, probe) = open_probed(&path, &cache, round_trips);
+        let snaps = repo.snapshots().unwrap().snapshots;
+        let (_, snap) = snaps.last().unwrap();
+        let mut nodes = 0;
+        walk_tree(&repo, snap, |_, _| {
+            nodes += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert!(nodes > 3000, "{nodes} nodes");
+        let (reads, most, _) = probe.take();
+        assert!(reads > 2, "{reads} reads");
+        if round_trips {
+            assert!(
+                (2..=4).contains(&most),
+                "{most} tree reads in flight at most"
+            );
+        } else {
+            assert_eq!(most, 1, "a local disk reads the tree one region at a time");
+        }
+    }
 }

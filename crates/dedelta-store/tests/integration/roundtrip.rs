@@ -126,3 +126,30 @@ proptest! {
         prop_assert!(report.problems.is_empty(), "{:?}", report.problems);
     }
 }
+
+/// A backup leaves a small chunk index merged into one run (its compaction runs beside the
+/// snapshot's write, no longer after the command), and what it backed up restores.
+#[test]
+fn a_backup_leaves_a_small_index_compacted() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Small containers: each backup commits several batches to the index, a run each.
+    let cfg = RepoConfig {
+        container_size: 64 * 1024,
+        ..config(1, DeltaConfig::default())
+    };
+    let repo = init_repo(&tmp.path().join("repo"), cfg);
+    let src = tmp.path().join("src");
+    let mut seed = 7u64;
+    for n in 0..3u64 {
+        fs::create_dir_all(&src).unwrap();
+        let data: Vec<u8> = (0..200_000).map(|_| xorshift(&mut seed) as u8).collect();
+        fs::write(src.join(format!("f{n}")), data).unwrap();
+        let res = backup_dir(&repo, &src, n, &me()).unwrap();
+        assert!(res.notices.is_empty(), "{:?}", res.notices);
+        assert_eq!(repo.index().runs().len(), 1, "after backup {n}");
+    }
+    let (_, snap) = repo.find_snapshot("latest").unwrap();
+    let target = tmp.path().join("restored");
+    restore_to(&repo, &snap, &target).unwrap();
+    assert_eq!(listing(&restored_root(&target, &src)), listing(&src));
+}

@@ -101,6 +101,10 @@ impl Bloom {
 /// filter said "maybe", and only the full sketch index asks the super-feature filters, so an
 /// index that held every run's filters in memory held up to 4.7 bytes per chunk for nothing
 /// (issue 16: at most 4 bytes per chunk outside the bounded caches).
+///
+/// A filter given a [`FilterBudget`] (the runs' super-feature filters) is read only while the
+/// budget has room for it; until then every key is a "maybe" and the lookup reads the run's
+/// bucket, which answers exactly: a filter left out costs reads, never an answer.
 #[derive(Debug)]
 pub struct LazyBloom {
     /// Where the encoded filter lies in the file.
@@ -113,6 +117,10 @@ pub struct LazyBloom {
     /// `None` once reading it failed: every key is then a "maybe" (the bucket read that
     /// follows verifies its own checksum, so a lost filter costs reads, never a wrong answer).
     bloom: std::sync::OnceLock<Option<Bloom>>,
+    /// The budget it is held within, once the index gave it one.
+    budget: std::sync::OnceLock<std::sync::Arc<FilterBudget>>,
+    /// Held while a budgeted filter is reserved and read: one reservation per filter.
+    loading: std::sync::Mutex<()>,
 }
 
 impl LazyBloom {
@@ -123,30 +131,62 @@ impl LazyBloom {
             len: encoded.len(),
             crc: crc32c::crc32c(encoded),
             bloom: std::sync::OnceLock::new(),
+            budget: std::sync::OnceLock::new(),
+            loading: std::sync::Mutex::new(()),
         }
     }
 
-    /// The filter, read from `file` if it is not held yet.
+    /// Reads the filter from `file`: `None` if it cannot be read or is not what the tail
+    /// verified.
+    fn read(&self, file: &std::fs::File) -> Option<Bloom> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; self.len];
+        file.read_exact_at(&mut buf, self.at).ok()?;
+        if crc32c::crc32c(&buf) != self.crc {
+            return None;
+        }
+        Bloom::decode(&buf)
+            .filter(|(_, n)| *n == self.len)
+            .map(|(b, _)| b)
+    }
+
+    /// Holds the filter within `budget` from now on (the first budget given stays).
+    pub fn hold_within(&self, budget: &std::sync::Arc<FilterBudget>) {
+        let _ = self.budget.set(budget.clone());
+    }
+
+    /// The filter, read from `file` if it is not held yet and its budget (if any) has room;
+    /// `None` if it is not held.
     fn get(&self, file: &std::fs::File) -> Option<&Bloom> {
-        self.bloom
-            .get_or_init(|| {
-                use std::os::unix::fs::FileExt;
-                let mut buf = vec![0u8; self.len];
-                file.read_exact_at(&mut buf, self.at).ok()?;
-                if crc32c::crc32c(&buf) != self.crc {
-                    return None;
-                }
-                Bloom::decode(&buf)
-                    .filter(|(_, n)| *n == self.len)
-                    .map(|(b, _)| b)
-            })
-            .as_ref()
+        if let Some(held) = self.bloom.get() {
+            return held.as_ref();
+        }
+        let Some(budget) = self.budget.get() else {
+            return self.bloom.get_or_init(|| self.read(file)).as_ref();
+        };
+        let _loading = self.loading.lock().unwrap_or_else(|e| e.into_inner());
+        if self.bloom.get().is_none() {
+            if !budget.reserve(self.len as u64) {
+                return None;
+            }
+            if self.bloom.get_or_init(|| self.read(file)).is_none() {
+                budget.release(self.len as u64);
+            }
+        }
+        self.bloom.get().and_then(Option::as_ref)
     }
 
     /// Whether the key hashed to (`h1`, `h2`) may be in the run (reading the filter from
-    /// `file` the first time).
+    /// `file` the first time): `None` when no filter is held (its budget had no room, or it
+    /// could not be read), so that the caller reads the run's bucket.
+    pub fn test(&self, file: &std::fs::File, h1: u64, h2: u64) -> Option<bool> {
+        self.get(file).map(|b| b.contains(h1, h2))
+    }
+
+    /// Whether the key hashed to (`h1`, `h2`) may be in the run (see [`Self::test`]; no
+    /// filter held is a "maybe").
     pub fn contains(&self, file: &std::fs::File, h1: u64, h2: u64) -> bool {
-        self.get(file).is_none_or(|b| b.contains(h1, h2))
+        self.test(file, h1, h2).unwrap_or(true)
     }
 
     /// Where the encoded filter lies in the file, and its length.
@@ -161,6 +201,70 @@ impl LazyBloom {
             .get()
             .and_then(Option::as_ref)
             .map_or(0, Bloom::memory_bytes)
+    }
+}
+
+impl Drop for LazyBloom {
+    fn drop(&mut self) {
+        if let (Some(budget), Some(Some(_))) = (self.budget.get(), self.bloom.get()) {
+            budget.release(self.len as u64);
+        }
+    }
+}
+
+/// The memory the runs' super-feature filters may take together (issue 16: a bounded cache,
+/// like the fingerprint cache, rather than RAM that grows with the repository). The full
+/// sketch index asks every run for each of a new chunk's three keys, at about 9 bits a key
+/// (3.4 bytes per full chunk); within the budget a run's filter is read at its first lookup
+/// and held while the run lives (every lookup asks every run, so evicting one to read
+/// another would read filters in turn forever); past it, that run's lookups read its bucket
+/// (one random read a key, the answer unchanged). Filters are taken first come, first
+/// held; a merged or pruned run's filter gives its room back when the run is let go of.
+#[derive(Debug)]
+pub struct FilterBudget {
+    limit: std::sync::atomic::AtomicU64,
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl FilterBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Self {
+        FilterBudget {
+            limit: std::sync::atomic::AtomicU64::new(limit),
+            held: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Sets the limit (filters held already stay).
+    pub fn set_limit(&self, limit: u64) {
+        self.limit
+            .store(limit, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> u64 {
+        self.limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Encoded bytes of the filters held.
+    #[cfg(test)]
+    pub fn held(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes `bytes` if they fit under the limit.
+    fn reserve(&self, bytes: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(bytes).filter(|&n| n <= self.limit())
+            })
+            .is_ok()
+    }
+
+    fn release(&self, bytes: u64) {
+        self.held
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -195,6 +299,52 @@ mod tests {
         b.encode(&mut bytes);
         assert_eq!(bytes.len(), 1 + b.encoded_len());
         assert_eq!(Bloom::decode(&bytes[1..]), Some((b, bytes.len() - 1)));
+    }
+
+    /// A budgeted filter is read only while the budget has room; until then it answers
+    /// "not held" (the caller reads the bucket), and dropping it gives its room back.
+    #[test]
+    fn a_budget_holds_filters_while_it_has_room() {
+        use std::io::Write;
+        let mut b = Bloom::new(1_000, 9, 6);
+        for i in 0..1_000u64 {
+            b.insert(mix64(i), mix64(i ^ 1));
+        }
+        let mut bytes = Vec::new();
+        b.encode(&mut bytes);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&bytes)
+            .unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let len = bytes.len() as u64;
+        let budget = std::sync::Arc::new(FilterBudget::new(len + len / 2));
+        let first = LazyBloom::unloaded(0, &bytes);
+        first.hold_within(&budget);
+        let second = LazyBloom::unloaded(0, &bytes);
+        second.hold_within(&budget);
+        assert_eq!(first.test(&file, mix64(5), mix64(5 ^ 1)), Some(true));
+        assert_eq!(budget.held(), len);
+        // No room for the second: "not held", and a "maybe" for `contains`.
+        assert_eq!(second.test(&file, mix64(5), mix64(5 ^ 1)), None);
+        assert!(second.contains(&file, mix64(5_000), mix64(5_000 ^ 1)));
+        assert_eq!(second.memory_bytes(), 0);
+        drop(first);
+        assert_eq!(budget.held(), 0);
+        // Room again: the second is read now, and never gives a false negative.
+        for i in 0..1_000u64 {
+            assert_eq!(second.test(&file, mix64(i), mix64(i ^ 1)), Some(true));
+        }
+        assert_eq!(budget.held(), len);
+        assert_eq!(second.memory_bytes(), b.memory_bytes());
+        // A lower limit keeps what is held and refuses what is not.
+        budget.set_limit(0);
+        let third = LazyBloom::unloaded(0, &bytes);
+        third.hold_within(&budget);
+        assert_eq!(third.test(&file, mix64(1), mix64(1 ^ 1)), None);
+        assert_eq!(second.test(&file, mix64(1), mix64(1 ^ 1)), Some(true));
     }
 
     #[test]

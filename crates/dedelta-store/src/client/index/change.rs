@@ -25,6 +25,8 @@ pub(super) struct Change {
     pub(super) filter: Option<Arc<FingerprintFilter>>,
     /// The change removes entries or replaces the index: the filter no longer matches it.
     pub(super) drops_filter: bool,
+    /// Where its super-feature lookups are counted.
+    pub(super) sketch_counts: Arc<run::SketchCounts>,
 }
 
 /// Adds the entries of `containers` that `keep` accepts as one new run (keeping the oldest
@@ -82,7 +84,7 @@ pub(super) fn add_batch_with<'m>(
                 let key = sketch_key(pos, *sf);
                 // Keeping the newest, every batch records its keys and lookups ask the
                 // newest run first.
-                if c.keep == SketchKeep::Newest || !view.has_sketch(key)? {
+                if c.keep == SketchKeep::Newest || !view.has_sketch(key, &c.sketch_counts)? {
                     sketches.push((key, e.id.0));
                 }
             }

@@ -164,6 +164,19 @@ impl FingerprintFilter {
         }
     }
 
+    /// A filter whose every bit is set: every test says "maybe" (for tests of what its
+    /// false positives cost).
+    #[cfg(test)]
+    pub fn all_set() -> Self {
+        let f = Self::with_capacity_for(0, 0);
+        for s in f.stages().iter() {
+            for w in &s.words {
+                w.store(u64::MAX, Ordering::Relaxed);
+            }
+        }
+        f
+    }
+
     fn stages(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Stage>>> {
         self.stages.read().unwrap_or_else(|e| e.into_inner())
     }

@@ -42,11 +42,12 @@ mod private;
 mod rebuild;
 mod recent;
 mod run;
+mod sketch_cost;
 mod view;
 
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
-use bloom::mix64;
+use bloom::{mix64, FilterBudget};
 use change::{add_batch, merge_runs, new_seq, record_of, slots_by_id, Change};
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
@@ -60,6 +61,7 @@ pub use private::PrivateIndex;
 use rebuild::{spill_left_path, spill_path};
 pub use rebuild::{DeltaCopy, Rebuild};
 use run::Run;
+pub use sketch_cost::{SketchLookups, DEFAULT_SKETCH_FILTER_BYTES};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -186,6 +188,10 @@ struct Shared {
     /// The global fingerprint filter, once a locality lookup asked for it
     /// ([`ChunkIndex::fingerprint_filter`]): kept up to date with every commit.
     filter: Mutex<Option<Arc<FingerprintFilter>>>,
+    /// The memory the runs' super-feature filters may take (see [`FilterBudget`]).
+    sketch_budget: Arc<FilterBudget>,
+    /// What super-feature lookups cost.
+    sketch_counts: Arc<run::SketchCounts>,
 }
 
 impl Shared {
@@ -199,6 +205,19 @@ impl Shared {
 
     fn current(&self) -> Arc<View> {
         self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Makes `view` what new readers see, its runs' super-feature filters held within the
+    /// budget.
+    fn install(&self, view: View) {
+        for r in &view.runs {
+            r.hold_sketch_filter_within(&self.sketch_budget);
+        }
+        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(view);
+    }
+
+    fn sketch_lookups(&self, view: &View) -> SketchLookups {
+        sketch_cost::lookups(&self.sketch_counts, &self.sketch_budget, view)
     }
 
     fn loaded_filter(&self) -> Option<Arc<FingerprintFilter>> {
@@ -283,15 +302,18 @@ impl ChunkIndex {
             runs.push(Arc::new(run));
         }
         remove_orphans(path, &manifest.runs.iter().map(|r| r.seq).collect());
-        let view = View::new(runs, manifest.slots.clone());
+        let shared = Arc::new(Shared {
+            path: path.to_path_buf(),
+            damaged: AtomicBool::new(false),
+            view: RwLock::new(Arc::new(View::default())),
+            keep_newest: AtomicBool::new(false),
+            filter: Mutex::new(None),
+            sketch_budget: Arc::new(FilterBudget::new(DEFAULT_SKETCH_FILTER_BYTES)),
+            sketch_counts: Arc::default(),
+        });
+        shared.install(View::new(runs, manifest.slots.clone()));
         Ok(ChunkIndex {
-            shared: Arc::new(Shared {
-                path: path.to_path_buf(),
-                damaged: AtomicBool::new(false),
-                view: RwLock::new(Arc::new(view)),
-                keep_newest: AtomicBool::new(false),
-                filter: Mutex::new(None),
-            }),
+            shared,
             state: Mutex::new(manifest),
             _lock: lock_file,
         })
@@ -322,6 +344,7 @@ impl ChunkIndex {
             keep: self.shared.keep(),
             filter: self.shared.loaded_filter(),
             drops_filter: false,
+            sketch_counts: self.shared.sketch_counts.clone(),
         };
         let r = f(&mut change);
         self.shared.guard(r)?;
@@ -338,8 +361,8 @@ impl ChunkIndex {
         if let (Some(f), false) = (&change.filter, change.drops_filter) {
             f.set_digest(index_digest(&change.manifest.runs));
         }
-        *self.shared.view.write().unwrap_or_else(|e| e.into_inner()) =
-            Arc::new(View::new(change.runs, change.manifest.slots.clone()));
+        self.shared
+            .install(View::new(change.runs, change.manifest.slots.clone()));
         *state = change.manifest;
         Ok(())
     }
@@ -705,8 +728,20 @@ impl ChunkIndex {
         self.shared.guard(r)
     }
 
-    /// Bytes the index holds in memory: the runs' filters and bucket directories (what a
-    /// lookup needs without reading a file), and the fingerprint filter if loaded.
+    /// Sets the memory the runs' super-feature filters may take (see [`FilterBudget`];
+    /// filters held already stay).
+    pub fn set_sketch_filter_budget(&self, bytes: u64) {
+        self.shared.sketch_budget.set_limit(bytes);
+    }
+
+    /// What super-feature lookups cost so far, and the filters they hold.
+    pub fn sketch_lookups(&self) -> SketchLookups {
+        self.shared.sketch_lookups(&self.current())
+    }
+
+    /// Bytes the index holds in memory outside the bounded super-feature filters (see
+    /// [`Self::sketch_lookups`]): the runs' fingerprint filters and bucket directories (what
+    /// a lookup needs without reading a file), and the fingerprint filter if loaded.
     pub fn memory_bytes(&self) -> usize {
         self.current()
             .runs
@@ -862,5 +897,7 @@ pub mod fuzzing {
     }
 }
 
+#[cfg(test)]
+mod memory_tests;
 #[cfg(test)]
 mod tests;

@@ -21,7 +21,7 @@
 //! and verified whole when the run is opened; the bucket directories stay in memory, the
 //! filters are read again when a lookup first needs them ([`LazyBloom`]).
 
-use super::bloom::{mix64, Bloom, LazyBloom};
+use super::bloom::{mix64, Bloom, FilterBudget, LazyBloom};
 use crate::error::{Error, Result};
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
@@ -30,9 +30,12 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 mod cursor;
 mod writer;
+pub use super::sketch_cost::SketchCounts;
 pub use cursor::{Cursor, Entry};
 pub use writer::RunWriter;
 
@@ -52,8 +55,13 @@ pub const MAX_KEY: u64 = (1 << KEY_BITS) - 1;
 const END_MAGIC: [u8; 8] = *b"DDIXEND\0";
 /// Trailer: tail offset, tail length, tail CRC, magic.
 const TRAILER_LEN: usize = 8 + 8 + 4 + 8;
-/// Entries per bucket aimed at: one lookup reads about 64 x 37 bytes.
+/// Chunk entries per bucket aimed at: one lookup reads about 64 x 37 bytes.
 const BUCKET_ENTRIES: u64 = 64;
+/// Keys per bucket aimed at: one lookup reads about 256 x 7 bytes, still one random read,
+/// and the directory (8 bytes a bucket, held in memory) costs 0.03 bytes a key rather than
+/// the 0.12 it cost at 64 (issue 16: RAM per chunk outside the bounded caches). Readers take
+/// any bucket count, so runs written with 64 read as before.
+const SKETCH_BUCKET_ENTRIES: u64 = 256;
 /// Most bucket bits (16 M buckets).
 const MAX_BUCKET_BITS: u8 = 24;
 /// Bloom filter bits per chunk, and probes: about 1.2 % false positives. A false positive
@@ -86,8 +94,17 @@ fn read_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> 
 }
 
 fn bucket_bits(entries: u64) -> u8 {
+    bits_for(entries, BUCKET_ENTRIES)
+}
+
+fn sketch_bucket_bits(keys: u64) -> u8 {
+    bits_for(keys, SKETCH_BUCKET_ENTRIES)
+}
+
+/// The fewest bucket bits that put at most `per_bucket` of `entries` in a bucket on average.
+fn bits_for(entries: u64, per_bucket: u64) -> u8 {
     let mut bits = 0;
-    while bits < MAX_BUCKET_BITS && (BUCKET_ENTRIES << bits) < entries {
+    while bits < MAX_BUCKET_BITS && (per_bucket << bits) < entries {
         bits += 1;
     }
     bits
@@ -333,12 +350,22 @@ impl Run {
         &self.path
     }
 
-    /// Bytes this run holds in memory: its bucket directories, and the filters lookups have
-    /// asked so far.
+    /// Bytes this run holds in memory outside its super-feature filter: its bucket
+    /// directories, and its fingerprint filter once a lookup asked it.
     pub fn memory_bytes(&self) -> usize {
         self.chunk_bloom.memory_bytes()
-            + self.sketch_bloom.memory_bytes()
             + (self.chunk_buckets.starts.len() + self.sketch_buckets.starts.len()) * 8
+    }
+
+    /// Bytes of its super-feature filter in memory (0 until a lookup asked it, or while its
+    /// budget has no room).
+    pub fn sketch_filter_bytes(&self) -> usize {
+        self.sketch_bloom.memory_bytes()
+    }
+
+    /// Holds its super-feature filter within `budget` (see [`FilterBudget`]).
+    pub fn hold_sketch_filter_within(&self, budget: &Arc<FilterBudget>) {
+        self.sketch_bloom.hold_within(budget);
     }
 
     fn sketch_entry_len(&self) -> usize {
@@ -412,16 +439,43 @@ impl Run {
 
     /// The chunk entry a super-feature key names, if this run holds the key.
     pub fn sketch(&self, key: u64) -> Result<Option<ChunkId>> {
-        let (h1, h2) = sketch_hashes(key);
-        if key > MAX_KEY || !self.sketch_bloom.contains(&self.file, h1, h2) {
+        self.sketch_counting(key, &SketchCounts::default())
+    }
+
+    /// [`Self::sketch`], counting in `counts` what the lookup cost.
+    pub fn sketch_counting(&self, key: u64, counts: &SketchCounts) -> Result<Option<ChunkId>> {
+        if key > MAX_KEY {
             return Ok(None);
         }
+        counts.probes.fetch_add(1, Ordering::Relaxed);
+        let (h1, h2) = sketch_hashes(key);
+        let filtered = match self.sketch_bloom.test(&self.file, h1, h2) {
+            Some(false) => return Ok(None),
+            Some(true) => {
+                counts.passed.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => {
+                counts.unfiltered.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        };
+        let found = self.sketch_in_bucket(key, counts)?;
+        if filtered && found.is_some() {
+            counts.passed_found.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(found)
+    }
+
+    /// Looks key `key` up in its bucket (one read, none for an empty bucket).
+    fn sketch_in_bucket(&self, key: u64, counts: &SketchCounts) -> Result<Option<ChunkId>> {
         let bits = self.sketch_buckets.bits;
         let b = key_bucket(key, bits);
         let (s, e) = self.sketch_buckets.range(b);
         if s == e {
             return Ok(None);
         }
+        counts.bucket_reads.fetch_add(1, Ordering::Relaxed);
         let mut buf = Vec::new();
         self.read_buckets(true, b, b + 1, &mut buf)?;
         let len = self.sketch_entry_len();
@@ -448,6 +502,7 @@ impl Run {
     }
 
     /// Whether this run may hold the key (its filter's answer).
+    #[cfg(test)]
     pub fn may_hold_sketch(&self, key: u64) -> bool {
         let (h1, h2) = sketch_hashes(key);
         self.sketch_bloom.contains(&self.file, h1, h2)

@@ -447,6 +447,7 @@ fn lookup_speed() {
             .sketch(
                 sketch_key((i % 3) as usize, u64::MAX - i),
                 SketchKeep::Oldest,
+                &run::SketchCounts::default(),
             )
             .unwrap();
     }

@@ -101,21 +101,27 @@ impl View {
         Ok(None)
     }
 
-    /// The chunk key `key` names: in the oldest run holding it, or the newest.
-    pub(super) fn sketch(&self, key: u64, keep: SketchKeep) -> Result<Option<ChunkId>> {
+    /// The chunk key `key` names: in the oldest run holding it, or the newest (counting in
+    /// `counts` what the lookups cost).
+    pub(super) fn sketch(
+        &self,
+        key: u64,
+        keep: SketchKeep,
+        counts: &run::SketchCounts,
+    ) -> Result<Option<ChunkId>> {
         let mut runs: Box<dyn Iterator<Item = &Arc<Run>>> = match keep {
             SketchKeep::Oldest => Box::new(self.runs.iter()),
             SketchKeep::Newest => Box::new(self.runs.iter().rev()),
         };
         runs.try_fold(None, |found, run| match found {
             Some(id) => Ok(Some(id)),
-            None => run.sketch(key),
+            None => run.sketch_counting(key, counts),
         })
     }
 
-    pub(super) fn has_sketch(&self, key: u64) -> Result<bool> {
+    pub(super) fn has_sketch(&self, key: u64, counts: &run::SketchCounts) -> Result<bool> {
         for run in &self.runs {
-            if run.may_hold_sketch(key) && run.sketch(key)?.is_some() {
+            if run.sketch_counting(key, counts)?.is_some() {
                 return Ok(true);
             }
         }
@@ -184,6 +190,12 @@ impl IndexReader {
             .guard(self.view.get_counting(id, &self.shared.path, reads))
     }
 
+    /// Whether any run's fingerprint filter lets `id` through: `false` means the index does
+    /// not hold it, known without reading a file (a [`Self::get`] would read no bucket).
+    pub fn may_hold(&self, id: &ChunkId) -> bool {
+        self.view.runs.iter().any(|r| r.may_hold(id))
+    }
+
     /// How far container `id`'s metadata agrees with this view of the index: whether a
     /// chunk its metadata lists can be taken as indexed without looking it up.
     pub fn trust(&self, id: &ContainerId) -> Trust {
@@ -195,7 +207,16 @@ impl IndexReader {
     /// super-feature has the same truncated key: a candidate only.
     pub fn sketch(&self, position: usize, sf: u64) -> Result<Option<ChunkId>> {
         let keep = self.shared.keep();
-        self.shared
-            .guard(self.view.sketch(sketch_key(position, sf), keep))
+        self.shared.guard(self.view.sketch(
+            sketch_key(position, sf),
+            keep,
+            &self.shared.sketch_counts,
+        ))
+    }
+
+    /// What the index's super-feature lookups cost so far, and the filters they hold (see
+    /// [`super::SketchLookups`]).
+    pub fn sketch_lookups(&self) -> super::SketchLookups {
+        self.shared.sketch_lookups(&self.view)
     }
 }

@@ -20,6 +20,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
+mod memo;
 mod read_ahead;
 mod restore_ahead;
 
@@ -74,6 +75,8 @@ pub struct ChunkLocator<'a> {
     /// Where regions are read from: the backend, tagged with what they are read for.
     data: Arc<dyn Backend>,
     index: IndexReader,
+    /// The last answers of `index` ([`memo`]).
+    indexed: memo::LocationMemo,
     metas: LruCache<ContainerId, Arc<ContainerMeta>>,
     regions: LruCache<(ContainerId, u32), Arc<Vec<u8>>>,
     /// Restore's cache, which replaces `regions` when set.
@@ -137,6 +140,7 @@ impl<'a> ChunkLocator<'a> {
             repo,
             data: repo.backend_for(Purpose::ChunkData),
             index: repo.index().reader()?,
+            indexed: memo::LocationMemo::default(),
             metas: lru(META_CACHE_ENTRIES),
             regions: LruCache::unbounded(),
             restore_cache: None,
@@ -189,7 +193,7 @@ impl<'a> ChunkLocator<'a> {
     /// the snapshot's own copy that `rule` allows when the index's lies outside its
     /// containers.
     fn location(&mut self, id: &ChunkId, rule: CopyRule) -> Result<Option<ChunkLocation>> {
-        let Some(loc) = self.index.get(id)? else {
+        let Some(loc) = self.index_copy(id)? else {
             return Ok(None);
         };
         if rule == CopyRule::Index {
@@ -245,7 +249,7 @@ impl<'a> ChunkLocator<'a> {
         match self.kind_at(at) {
             Some(EntryKind::Full) => true,
             Some(EntryKind::Delta { base, .. }) => {
-                let Ok(Some(index_copy)) = self.index.get(&base) else {
+                let Ok(Some(index_copy)) = self.index_copy(&base) else {
                     return false;
                 };
                 let read = self.choose(copies, &base, index_copy, CopyRule::OwnFull);
@@ -311,7 +315,23 @@ impl<'a> ChunkLocator<'a> {
     /// Re-reads the index, to see chunks committed since this locator was made.
     pub fn refresh_index(&mut self) -> Result<()> {
         self.index = self.repo.index().reader()?;
+        self.indexed.clear();
         Ok(())
+    }
+
+    /// Where the index puts `id` (remembered: see [`memo`]). Restore and dump look each
+    /// chunk up once, far from its neighbours' lookups: they ask the index directly (the
+    /// table only cost them a cache miss per chunk).
+    fn index_copy(&mut self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        if self.restore_cache.is_some() {
+            return self.index.get(id);
+        }
+        if let Some(known) = self.indexed.get(id) {
+            return Ok(known);
+        }
+        let loc = self.index.get(id)?;
+        self.indexed.put(*id, loc);
+        Ok(loc)
     }
 
     fn meta(&mut self, id: ContainerId) -> Result<Arc<ContainerMeta>> {
@@ -531,7 +551,7 @@ impl<'a> ChunkLocator<'a> {
 
     /// The container of the copy of `id` the index names, `None` if it is not indexed.
     pub fn container_of(&mut self, id: &ChunkId) -> Result<Option<ContainerId>> {
-        Ok(self.index.get(id)?.map(|l| l.container))
+        Ok(self.index_copy(id)?.map(|l| l.container))
     }
 
     /// How `id` is stored, from its container's metadata, without reading its region;

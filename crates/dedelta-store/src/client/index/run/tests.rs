@@ -3,6 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
 
 fn id(n: u64) -> [u8; 32] {
     ChunkId::of(&n.to_le_bytes()).0
@@ -83,6 +84,20 @@ proptest! {
         let probes: Vec<u64> = (0..400).collect();
         let refs: Vec<&Run> = runs.iter().collect();
         check(&model, &refs, &probes);
+        // Runs whose super-feature filters their budget has no room for answer the same
+        // (reading buckets), and hold no filter.
+        let none = Arc::new(FilterBudget::new(0));
+        let unheld: Vec<Run> = runs
+            .iter()
+            .map(|r| {
+                let again = Run::open(r.path(), r.seq).unwrap();
+                again.hold_sketch_filter_within(&none);
+                again
+            })
+            .collect();
+        check(&model, &unheld.iter().collect::<Vec<_>>(), &probes);
+        prop_assert!(unheld.iter().all(|r| r.sketch_filter_bytes() == 0));
+        prop_assert_eq!(none.held(), 0);
         // Merging changes no answer.
         let merged = merge(&refs, None, &dir.path().join("m.run"), 99, keep).unwrap();
         let merged: Vec<&Run> = merged.iter().collect();
@@ -219,14 +234,33 @@ fn a_large_run_stays_under_64_bytes_per_chunk_with_three_keys() {
     // chunk or 9 per key.
     let dirs = reopened.memory_bytes();
     assert_eq!(run.memory_bytes(), dirs);
-    // 8 bytes per bucket of about 64 entries: under 1 byte per chunk with three keys.
+    // 8 bytes per bucket of about 64 chunk entries or 256 keys.
     assert!(dirs < n as usize, "{dirs} bytes of directories");
     assert_eq!(reopened.get(&ChunkId(id(7))).unwrap(), Some(7));
     let chunk_filter = reopened.memory_bytes() - dirs;
     assert!((n * 10 / 8..n * 11 / 8).contains(&(chunk_filter as u64)));
     assert!(reopened.may_hold_sketch(sketches[0].0));
-    let sketch_filter = reopened.memory_bytes() - dirs - chunk_filter;
+    // The super-feature filter is counted apart (a bounded cache, see `FilterBudget`).
+    assert_eq!(reopened.memory_bytes(), dirs + chunk_filter);
+    let sketch_filter = reopened.sketch_filter_bytes();
     assert!((3 * n * 9 / 8..3 * n * 10 / 8).contains(&(sketch_filter as u64)));
+    // Issue 16: what stays in memory outside the bounded caches, with the locality index's
+    // global filter (10 bits per fingerprint of 1.5 times the chunks), is under 4 bytes a
+    // chunk even when every chunk has three keys: 1.25 for this filter, 1.875 for the
+    // global one, the rest directories.
+    let global = (n * 3 / 2 * super::super::filter::BITS_PER_KEY).div_ceil(512) * 64;
+    let outside = (dirs + chunk_filter) as f64 + global as f64;
+    assert!(
+        outside / (n as f64) < 4.0,
+        "{} bytes per chunk",
+        outside / n as f64
+    );
+    // 8 bytes per bucket of 32-64 chunk entries and of 128-256 keys: at most 0.25 + 3 x
+    // 0.0625 bytes per chunk with three keys (0.25 + 3 x 0.25 with 64 keys a bucket).
+    assert!(
+        (dirs as f64) / (n as f64) < 0.44,
+        "{dirs} bytes of directories"
+    );
     let per_chunk = run.file_len as f64 / n as f64;
     // 37 + 3 x 7 bytes of entries (a 40-bit key's top 8 bits are its bucket's), 4.6 of
     // filters, under 1 of bucket directories.
@@ -253,6 +287,57 @@ fn a_large_run_stays_under_64_bytes_per_chunk_with_three_keys() {
         })
         .count();
     assert!(misses < 2_000, "{misses} false positives in 100000");
+}
+
+/// Super-feature lookups past the budget read buckets, and are counted as such; within it
+/// the filter turns most absent keys away and its false positives are counted.
+#[test]
+fn sketch_lookups_count_what_they_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.run");
+    let n = 20_000u64;
+    let chunks: Vec<_> = (0..n).map(|c| (id(c), c)).collect();
+    let sketches: Vec<_> = (0..3 * n).map(|s| (mix64(s) >> 24, id(s / 3))).collect();
+    write_batch(&path, 1, chunks, sketches.clone(), SketchKeep::Oldest)
+        .unwrap()
+        .unwrap();
+    let absent: Vec<u64> = (3 * n..3 * n + 10_000).map(|s| mix64(s) >> 24).collect();
+    let ask = |run: &Run, counts: &SketchCounts| {
+        for (key, chunk) in sketches.iter().step_by(31) {
+            assert_eq!(
+                run.sketch_counting(*key, counts).unwrap(),
+                Some(ChunkId(*chunk))
+            );
+        }
+        for key in &absent {
+            assert_eq!(run.sketch_counting(*key, counts).unwrap(), None);
+        }
+    };
+    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let present = sketches.iter().step_by(31).count() as u64;
+    let budget = Arc::new(FilterBudget::new(0));
+    let unheld = Run::open(&path, 1).unwrap();
+    unheld.hold_sketch_filter_within(&budget);
+    let counts = SketchCounts::default();
+    ask(&unheld, &counts);
+    assert_eq!(g(&counts.probes), present + 10_000);
+    assert_eq!(g(&counts.unfiltered), present + 10_000);
+    assert_eq!(g(&counts.passed), 0);
+    assert!(g(&counts.bucket_reads) > present + 9_000);
+    assert_eq!(unheld.sketch_filter_bytes(), 0);
+    // With room: the filter is held and its false positives are about 1.8 %.
+    budget.set_limit(u64::MAX);
+    let counts = SketchCounts::default();
+    ask(&unheld, &counts);
+    assert_eq!(g(&counts.unfiltered), 0);
+    assert_eq!(g(&counts.passed_found), present);
+    let false_positives = g(&counts.passed) - present;
+    assert!(false_positives < 400, "{false_positives} of 10000");
+    assert_eq!(g(&counts.bucket_reads), g(&counts.passed));
+    assert!(unheld.sketch_filter_bytes() > 0);
+    assert_eq!(budget.held() as usize, unheld.sketch_filter_bytes() + 9);
+    drop(unheld);
+    assert_eq!(budget.held(), 0);
 }
 
 /// A filter read after the run was opened that no longer matches what the open verified

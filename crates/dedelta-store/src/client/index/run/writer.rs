@@ -85,7 +85,7 @@ impl RunWriter {
             sketches: None,
             chunk_bloom: Bloom::new(max_chunks, CHUNK_BLOOM.0, CHUNK_BLOOM.1),
             sketch_bloom: Bloom::new(max_sketches, SKETCH_BLOOM.0, SKETCH_BLOOM.1),
-            sketch_bits: bucket_bits(max_sketches),
+            sketch_bits: sketch_bucket_bits(max_sketches),
             ref_width: ref_width(max_chunks),
             last_id: None,
             last_key: None,
