@@ -6,7 +6,7 @@ use crate::support::{
     backup_options, backup_with, edited_texts, forget_ids, locked, loopdelta_delta, me, prune_with,
     read_files, restore_to, restored_root, run_check, time_of, write_files, Files,
 };
-use dedelta_store::backend::wrap::metered::{Direction, Purpose};
+use dedelta_store::backend::wrap::metered::{Direction, IoCounts, Purpose};
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::dense;
 use dedelta_store::commands::backup::rewrite::Capping;
@@ -126,17 +126,7 @@ fn parent_tree_comes_with_its_dense_container() {
     let io = repo.io_counts().unwrap().since(&before);
     let p1 = second.metrics.prefetch.unwrap();
     assert!(p1.parent_tree_cached, "{p1:?}");
-    for purpose in [
-        Purpose::ContainerMeta,
-        Purpose::ChunkData,
-        Purpose::BaseRead,
-    ] {
-        assert_eq!(
-            io.get(purpose, Direction::Read).requests,
-            0,
-            "{purpose:?}: {io:?}"
-        );
-    }
+    assert_no_reads_outside_prefetch(&io);
     // Every container of the first backup is dense here and read whole exactly once.
     let prefetch = io.get(Purpose::Prefetch, Direction::Read);
     assert_eq!(p1.dense_loaded, first.summary.containers_written, "{p1:?}");
@@ -228,17 +218,7 @@ fn parent_tree_of_deltas_is_rebuilt_from_dense_containers() {
     let io = repo.io_counts().unwrap().since(&before);
     let p = third.metrics.prefetch.unwrap();
     assert!(p.parent_tree_cached, "{p:?}");
-    for purpose in [
-        Purpose::ContainerMeta,
-        Purpose::ChunkData,
-        Purpose::BaseRead,
-    ] {
-        assert_eq!(
-            io.get(purpose, Direction::Read).requests,
-            0,
-            "{purpose:?}: {io:?}"
-        );
-    }
+    assert_no_reads_outside_prefetch(&io);
     assert_restores(
         &repo,
         tmp.path(),
@@ -399,5 +379,20 @@ fn loopdelta_presets_round_trip() {
         }
         assert_eq!(rewritten > 0, capped);
         assert_restores(&repo, tmp.path(), &done);
+    }
+}
+
+/// No container metadata, chunk data or base read outside the prefetches.
+fn assert_no_reads_outside_prefetch(io: &IoCounts) {
+    for purpose in [
+        Purpose::ContainerMeta,
+        Purpose::ChunkData,
+        Purpose::BaseRead,
+    ] {
+        assert_eq!(
+            io.get(purpose, Direction::Read).requests,
+            0,
+            "{purpose:?}: {io:?}"
+        );
     }
 }
