@@ -154,7 +154,7 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
     }
     if let Some(size) = opts.container_size {
         report.notes.push(format!(
-            "container size: {} KiB for every configuration (--container-size; the default, \
+            "container size: {} KiB for every configuration (--container-kib; the default, \
              LoopDelta's, is {} KiB)",
             size >> 10,
             dedelta_store::format::config::DEFAULT_CONTAINER_SIZE >> 10
