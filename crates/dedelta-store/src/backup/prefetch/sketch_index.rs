@@ -17,7 +17,7 @@ const GENERATION_CHUNKS: usize = 512;
 
 /// Resemblance detection over the potential base chunk cache and this backup's own new full
 /// chunks (the latter for about as many containers' worth as the cache holds, as
-/// [`super::resemble::sketch_index::StreamSketchIndex`] keeps them).
+/// [`crate::backup::resemble::sketch_index::StreamSketchIndex`] keeps them).
 pub struct PrefetchSketchIndex {
     bases: Arc<PrefetchedBases>,
     /// This backup's new full chunks, oldest generation first; the last is being filled.
