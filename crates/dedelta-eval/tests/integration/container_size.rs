@@ -13,8 +13,15 @@ fn container_size_is_applied_to_every_repository() {
     let d = tempfile::tempdir().unwrap();
     let data = d.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
-    let mut bytes: Vec<u8> = (0..3_000_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+    // xorshift64: incompressible.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut bytes: Vec<u8> = (0..3_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
         .collect();
     std::fs::write(data.join("v1"), &bytes).unwrap();
     for b in &mut bytes[1_500_000..] {

@@ -80,8 +80,8 @@ pub struct PrefetchCounts {
     pub bases_served: u64,
     /// Containers on the dense list this backup wrote.
     pub dense_written: u64,
-    /// Whether the parent's tree came from dense containers read whole
-    /// ([`DensePrefetcher::tree_chunks`]) rather than from its own reads.
+    /// Whether the parent's tree came through [`DensePrefetcher::tree_chunks`] (from dense
+    /// containers read whole, and chunks read alone) rather than read the usual way.
     pub parent_tree_cached: bool,
     /// Of the parent tree's chunks and their delta bases, those no dense container held,
     /// read alone ([`DensePrefetcher::tree_chunks`]).

@@ -133,11 +133,11 @@ fn parent_tree_comes_with_its_dense_container() {
     assert_eq!(prefetch.requests, p1.dense_loaded, "{io:?}");
     assert!(second.summary.delta_chunks > 0 && p1.bases_served > 0);
     // Another lineage (its parent, for hints, is the newest snapshot, whose containers are
-    // on no list of its own): the tree is read from the repository.
+    // on no list of its own): the tree's chunks are read alone from the repository.
     let before = repo.io_counts().unwrap();
     let other = backup(&repo, &tmp.path().join("other"), &tree(1), 2, |_| {});
     let io = repo.io_counts().unwrap().since(&before);
-    assert!(!other.metrics.prefetch.unwrap().parent_tree_cached);
+    assert!(other.metrics.prefetch.unwrap().tree_chunks_read_alone > 0);
     assert!(
         io.get(Purpose::ChunkData, Direction::Read).requests > 0,
         "{io:?}"
@@ -248,7 +248,19 @@ fn parent_tree_chunk_outside_dense_containers_is_read_alone() {
     let mut v1 = v0.clone();
     v1.get_mut("file-0000.txt").unwrap()[100] = b'#';
     let first = backup_same_mtime(&repo, &src, &v0, 0);
-    let second = backup_same_mtime(&repo, &src, &v1, 1);
+    // Only the edited file is written again (a file written again would change its tree
+    // record), with the same modification time.
+    let edited = src.join("file-0000.txt");
+    std::fs::write(&edited, &v1["file-0000.txt"]).unwrap();
+    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let f = std::fs::File::options().write(true).open(&edited).unwrap();
+    f.set_modified(when).unwrap();
+    drop(f);
+    let as_is = |v: u64| {
+        let opts = backup_options(vec![src.to_path_buf()], time_of(v));
+        locked(&repo, &me(), |lock| backup_with(&repo, lock, opts)).unwrap()
+    };
+    let second = as_is(1);
     let backend = repo.backend();
     let first_list = dense::load(backend.as_ref(), &first.snapshot_id)
         .unwrap()
@@ -281,7 +293,7 @@ fn parent_tree_chunk_outside_dense_containers_is_read_alone() {
     list.containers
         .retain(|c| !first_list.containers.contains(c));
     dense::save(backend.as_ref(), &list).unwrap();
-    let third = backup_same_mtime(&repo, &src, &v1, 2);
+    let third = as_is(2);
     let p = third.metrics.prefetch.unwrap();
     assert!(p.parent_tree_cached, "{p:?}");
     // Those chunks, and any base of the second tree's deltas that lies there too.
@@ -453,9 +465,10 @@ fn loopdelta_presets_round_trip() {
 #[test]
 fn dense_containers_kept_locally_are_read_from_the_client() {
     let tmp = tempfile::tempdir().unwrap();
+    // The same source path for both (the paths are in the trees).
+    let src = tmp.path().join("src");
     let run = |name: &str, keep: bool| {
         let repo = metered_repo(&tmp.path().join(name));
-        let src = tmp.path().join(format!("{name}-src"));
         let cache = tmp.path().join(format!("{name}-cache"));
         let mut done = Vec::new();
         let mut prefetched = Vec::new();
