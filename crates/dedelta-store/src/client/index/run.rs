@@ -410,11 +410,16 @@ impl Run {
     pub fn memory_bytes(&self) -> usize {
         self.chunk_bloom.memory_bytes()
             + (self.chunk_buckets.starts.len() + self.sketch_buckets.starts.len()) * 8
-            + self
-                .resident
-                .get()
-                .and_then(|r| r.as_ref())
-                .map_or(0, |r| r.len())
+    }
+
+    /// Bytes of its entries held in memory (see [`Self::resident`]): counted apart, like the
+    /// super-feature filter, as a bounded cache (at most [`RESIDENT_MAX`] a run, and only
+    /// the small runs hold them).
+    pub fn resident_bytes(&self) -> usize {
+        self.resident
+            .get()
+            .and_then(|r| r.as_ref())
+            .map_or(0, |r| r.len())
     }
 
     /// Bytes of its super-feature filter in memory (0 until a lookup asked it, or while its
