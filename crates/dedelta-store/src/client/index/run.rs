@@ -415,6 +415,7 @@ impl Run {
     /// Bytes of its entries held in memory (see [`Self::resident`]): counted apart, like the
     /// super-feature filter, as a bounded cache (at most [`RESIDENT_MAX`] a run, and only
     /// the small runs hold them).
+    #[cfg(test)]
     pub fn resident_bytes(&self) -> usize {
         self.resident
             .get()
