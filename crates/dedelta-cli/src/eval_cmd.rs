@@ -77,6 +77,11 @@ pub struct EvalArgs {
     /// they are always restored.
     #[arg(long, value_name = "N", default_value_t = dedelta_eval::runner::SPEED_FACTOR_VERSIONS)]
     speed_factor_versions: usize,
+    /// Every repository's container size, in KiB (default 4096, LoopDelta's 4 MB; at least
+    /// the region size, 512). Scales the container to a series whose backups are small: the
+    /// restore speed factor counts containers read.
+    #[arg(long, value_name = "KIB")]
+    container_kib: Option<usize>,
     #[command(flatten)]
     lookup: crate::cmd::backup::LookupArgs,
     #[command(flatten)]
@@ -140,6 +145,14 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         args.speed_factor_versions >= 1,
         "--speed-factor-versions must be at least 1"
     );
+    if let Some(k) = args.container_kib {
+        let region = dedelta_store::format::config::DEFAULT_REGION_SIZE >> 10;
+        anyhow::ensure!(
+            (region..=1 << 20).contains(&k),
+            "--container-kib must be in {region}..={}",
+            1 << 20
+        );
+    }
     let opts = EvalOptions {
         dataset,
         repos_dir: args.repos_dir.unwrap_or_else(|| args.out.join("repos")),
@@ -158,6 +171,7 @@ pub fn run(args: EvalArgs, host: String, time: String) -> Result<u8> {
         speed_factor_versions: args.speed_factor_versions,
         lookup: args.lookup.options()?,
         io_models: args.io_models.models()?,
+        container_size: args.container_kib.map(|k| k << 10),
     };
     let report = dedelta_eval::run_eval(&opts, &mut |line| eprintln!("{line}"))?;
     for n in &report.notes {

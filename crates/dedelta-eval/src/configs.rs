@@ -102,7 +102,9 @@ fn parse_capped(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
 /// The LoopDelta modifiers, as suffixes of any preset (capped or not): `-caf` turns the
 /// cache-aware filter on, `-inv` inversed delta compression (which needs Capping, e.g.
 /// `greedy-cap-inv`); both may follow in either order (`greedy-cap-caf-inv`). CAF needs
-/// `--fingerprint-index locality`.
+/// `--fingerprint-index locality`. `-local` keeps the dense containers on the client's disk
+/// between backups (`loopdelta-local`: a dedelta deviation from §4.3, `backup
+/// --keep-dense-local`; only the `prefetch` sketch index has dense containers).
 fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
     let (base, modifier) = name.rsplit_once('-')?;
     let mut c = presets
@@ -119,6 +121,11 @@ fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
         "inv" => {
             c.loopdelta.inversed_delta = true;
             "inversed delta compression (LoopDelta §4.5)"
+        }
+        "local" => {
+            c.loopdelta.keep_dense_local = true;
+            "dense containers kept on the client's disk between backups (a deviation from \
+             LoopDelta §4.3)"
         }
         _ => return None,
     };

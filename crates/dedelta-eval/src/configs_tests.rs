@@ -14,6 +14,12 @@ fn loopdelta_modifiers_parse() {
     assert!(c[2].loopdelta.inversed_delta && !c[2].loopdelta.cache_aware_filter);
     assert_eq!(c[2].name, "recommended-cap-inv");
     assert!(parse("greedy-foo").is_err());
+    // `-local`: the deviation keeping dense containers on the client's disk, nothing else.
+    let c = parse("loopdelta-local,loopdelta-cap-local,loopdelta").unwrap();
+    assert!(c[0].loopdelta.keep_dense_local && c[0].loopdelta.cache_aware_filter);
+    assert!(c[1].loopdelta.keep_dense_local && c[1].loopdelta.inversed_delta);
+    assert!(c[1].capping.is_some() && !c[2].loopdelta.keep_dense_local);
+    assert_eq!(c[0].delta, c[2].delta);
 }
 
 #[test]

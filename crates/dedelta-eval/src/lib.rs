@@ -78,6 +78,8 @@ pub struct EvalOptions {
     pub lookup: dedelta_store::commands::backup::FingerprintIndexOptions,
     /// The models of the modelled I/O seconds (see [`RunOptions::io_models`]).
     pub io_models: dedelta_store::backend::cost::IoModels,
+    /// Every repository's container size (see [`RunOptions::container_size`]).
+    pub container_size: Option<usize>,
 }
 
 /// What an evaluation produced.
@@ -115,6 +117,7 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         speed_factor_versions: opts.speed_factor_versions,
         lookup: opts.lookup,
         io_models: opts.io_models,
+        container_size: opts.container_size,
     };
     let mut report = EvalReport::default();
     log("reading every version once (page cache)");
@@ -147,6 +150,14 @@ pub fn run_eval(opts: &EvalOptions, log: &mut dyn FnMut(&str)) -> Result<EvalRep
         report.notes.push(format!(
             "max_depth: {d} for every configuration (--max-depth; the presets' own: 1 for \
              the papers' systems, 4 for recommended and the presets derived from it)"
+        ));
+    }
+    if let Some(size) = opts.container_size {
+        report.notes.push(format!(
+            "container size: {} KiB for every configuration (--container-kib; the default, \
+             LoopDelta's, is {} KiB)",
+            size >> 10,
+            dedelta_store::format::config::DEFAULT_CONTAINER_SIZE >> 10
         ));
     }
     for c in &opts.configs {

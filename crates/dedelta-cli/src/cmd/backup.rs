@@ -78,6 +78,12 @@ pub struct BackupArgs {
     /// repository of format version 4.
     #[arg(long, help_heading = "Algorithm options")]
     inversed_delta: bool,
+    /// Keep the dense containers LoopDelta prefetches whole on this client's disk (in the
+    /// cache directory) between backups, and read them from there: a dedelta deviation from
+    /// LoopDelta §4.3, which reads them from the repository in every backup. Needs the
+    /// `prefetch` sketch index (the loopdelta presets) and a cache directory.
+    #[arg(long, help_heading = "Algorithm options")]
+    keep_dense_local: bool,
     #[command(flatten, next_help_heading = "Algorithm options")]
     lookup: LookupArgs,
     #[command(flatten, next_help_heading = "I/O cost model")]
@@ -388,6 +394,10 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
                     .is_some_and(|p| p.loopdelta.cache_aware_filter),
             inversed_delta: args.inversed_delta
                 || preset.as_ref().is_some_and(|p| p.loopdelta.inversed_delta),
+            keep_dense_local: args.keep_dense_local
+                || preset
+                    .as_ref()
+                    .is_some_and(|p| p.loopdelta.keep_dense_local),
         },
     };
     let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {

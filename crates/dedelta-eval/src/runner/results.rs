@@ -81,6 +81,9 @@ pub struct IoColumns {
     pub backup_io_prefetch_requests: Option<u64>,
     /// The bytes those read.
     pub backup_io_prefetch_bytes: Option<u64>,
+    /// Stored bytes of the dense containers read from the client's disk instead of the
+    /// repository (the `-local` variant; not in the requests, bytes or modelled seconds).
+    pub backup_local_dense_bytes: Option<u64>,
     /// The requests' modelled seconds on a disk ([`RunOptions::io_models`]).
     pub backup_modelled_disk_seconds: Option<f64>,
     /// The requests' modelled seconds on an object store ([`RunOptions::io_models`]).

@@ -1,3 +1,4 @@
 //! Integration tests of the evaluation harness, one module per dataset or command.
 
+mod container_size;
 mod redis;

@@ -69,6 +69,7 @@ fn redis_small_backs_up_and_restores() {
         speed_factor_versions: dedelta_eval::runner::SPEED_FACTOR_VERSIONS,
         lookup: Default::default(),
         io_models: Default::default(),
+        container_size: None,
     };
     std::fs::create_dir_all(&opts.scratch_dir).unwrap();
     let (r, _) = run_config(&data, &config, &opts, None).unwrap();

@@ -45,6 +45,9 @@ pub struct LoopDeltaOptions {
     pub cache_aware_filter: bool,
     /// Inversed delta compression (see [`super::inverse`]).
     pub inversed_delta: bool,
+    /// Keep dense containers on the client's disk between backups (a dedelta deviation from
+    /// LoopDelta §4.3: see [`super::dense::LocalDenseContainers`]); needs a cache directory.
+    pub keep_dense_local: bool,
 }
 
 /// What the fingerprint cache says of a duplicate's stored copy.

@@ -26,6 +26,7 @@ use crate::format::snapshot::SnapshotId;
 use crate::repository::snapshots::SnapshotList;
 use dedelta_core::ChunkId;
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The reuse-ratio monitor of one backup (see the module doc).
@@ -80,6 +81,19 @@ impl ReuseMonitor {
         Some(if n == 0 { 0.0 } else { refs as f64 / n as f64 })
     }
 
+    /// Stores `list` beside its snapshot ([`save`]), then keeps a copy in the backup's client
+    /// cache directory, if it has one, for the next backup of the lineage on this client.
+    ///
+    /// # Errors
+    /// The backend cannot write it.
+    pub fn save(&self, backend: &dyn Backend, list: &DenseList) -> Result<()> {
+        save(backend, list)?;
+        if let Some(dir) = self.bases.client_dir() {
+            save_local(dir, list);
+        }
+        Ok(())
+    }
+
     /// The dense container list: the old containers whose reuse ratio is above `threshold`
     /// (in the order first referenced), then `written` (the backup's own containers, whose
     /// ratio is 1), unless the threshold is 1.
@@ -100,12 +114,14 @@ impl ReuseMonitor {
 
 /// The dense container list of the newest snapshot of `host` and `paths` in `listed`, as a
 /// lookup table (empty when there is none); a notice when a list exists but cannot be read
-/// (it only costs this backup its prefetched bases).
+/// (it only costs this backup its prefetched bases). The list comes from `client_dir` (the
+/// repository's client cache directory) when this client's backup that wrote it kept a copy
+/// there ([`ReuseMonitor::save`]), else from the repository.
 pub fn load_for_lineage(
     backend: &dyn Backend,
     listed: &SnapshotList,
-    host: &str,
-    paths: &[String],
+    (host, paths): (&str, &[String]),
+    client_dir: Option<&Path>,
 ) -> (HashSet<ContainerId>, Option<String>) {
     let Some((id, _)) = listed
         .snapshots
@@ -115,6 +131,9 @@ pub fn load_for_lineage(
     else {
         return (HashSet::new(), None);
     };
+    if let Some(list) = client_dir.and_then(|d| take_local(d, id)) {
+        return (list.containers.into_iter().collect(), None);
+    }
     match load(backend, id) {
         Ok(Some(list)) => (list.containers.into_iter().collect(), None),
         Ok(None) => (HashSet::new(), None),
@@ -149,6 +168,40 @@ pub fn save(backend: &dyn Backend, list: &DenseList) -> Result<()> {
     Ok(())
 }
 
+/// Where this client keeps the dense lists its backups wrote, in a repository's client cache
+/// directory, until the next backup of the lineage reads them.
+pub const LOCAL_LIST_DIR: &str = "dense-lists";
+
+/// The copy of snapshot `id`'s list that this client kept in `client_dir`, taken (each list
+/// is read by one next backup). Why a copy: the list is repository metadata this client
+/// wrote, as its snapshot files are (which it reads from its snapshot cache), and reading it
+/// back from the repository was one request a backup. Never trusted beyond its checksum
+/// and name; a copy left stale by a prune names containers it removed, which no index
+/// entry names any more, so they are never asked for.
+fn take_local(client_dir: &Path, id: &SnapshotId) -> Option<DenseList> {
+    let name = id.to_hex();
+    let path = client_dir.join(LOCAL_LIST_DIR).join(&name);
+    let bytes = std::fs::read(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    DenseList::from_bytes(&bytes, &name)
+        .ok()
+        .filter(|l| l.snapshot == *id)
+}
+
+/// Keeps a copy of `list` in `client_dir` (temporary file renamed; failures ignored: the
+/// next backup then reads the repository's).
+fn save_local(client_dir: &Path, list: &DenseList) {
+    let dir = client_dir.join(LOCAL_LIST_DIR);
+    let name = list.snapshot.to_hex();
+    let tmp = dir.join(format!("{name}.tmp-{}", std::process::id()));
+    let ok = std::fs::create_dir_all(&dir).is_ok()
+        && std::fs::write(&tmp, list.to_bytes()).is_ok()
+        && std::fs::rename(&tmp, dir.join(&name)).is_ok();
+    if !ok {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
 /// After a prune (LoopDelta §4.6): the containers it deleted or rewrote (`removed`) leave
 /// every dense container list, and the lists of snapshots that are gone (forgotten, or a
 /// list left by a backup killed after writing it) or that cannot be read go. Returns the
@@ -179,6 +232,72 @@ pub fn after_prune(
         }
     }
     Ok((rewritten, deleted))
+}
+
+/// The directory of [`LocalDenseContainers`] in a repository's client cache directory.
+pub const LOCAL_DENSE_DIR: &str = "dense-containers";
+
+/// Dense containers kept whole on the client's disk between backups: the `-local` variant
+/// (`backup --keep-dense-local`), a dedelta deviation from LoopDelta §4.3, which reads a
+/// dense container from the store whenever a backup first needs it (docs/eval/papers.md,
+/// LoopDelta). On a series whose backups are a few containers each, the first version's
+/// containers stay dense and serve most bases in every backup, and reading them whole each
+/// time was most of `loopdelta`'s extra backup time; kept here, each dense container is read
+/// from the repository once while it stays on the list, as restic keeps tree packs in its
+/// cache. Reads from here are not repository I/O: the backup counts them apart
+/// ([`super::prefetch::PrefetchCounts::local_loaded`]).
+///
+/// A container file never changes (its name is the hash of its bytes, checked on every
+/// read here), so a copy is right for as long as it exists; a missing, unreadable or damaged
+/// copy only costs the repository read. Kept: the containers of the dense list the backup
+/// starts with, every other file is deleted then, so the directory holds at most one list's
+/// containers. Not fsynced (a cache).
+#[derive(Debug)]
+pub struct LocalDenseContainers {
+    dir: PathBuf,
+}
+
+impl LocalDenseContainers {
+    /// The copies in `repo_cache_dir` (the repository's client cache directory), keeping
+    /// those of `dense` only.
+    ///
+    /// # Errors
+    /// The directory cannot be created or listed.
+    pub fn open(repo_cache_dir: &Path, dense: &HashSet<ContainerId>) -> std::io::Result<Self> {
+        let dir = repo_cache_dir.join(LOCAL_DENSE_DIR);
+        std::fs::create_dir_all(&dir)?;
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            let keep = e
+                .file_name()
+                .to_str()
+                .and_then(ContainerId::from_hex)
+                .is_some_and(|id| dense.contains(&id));
+            if !keep {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        Ok(LocalDenseContainers { dir })
+    }
+
+    /// Container `id`'s bytes, if a copy is kept and still hashes to its name.
+    pub fn get(&self, id: &ContainerId) -> Option<Vec<u8>> {
+        let bytes = std::fs::read(self.dir.join(id.to_hex())).ok()?;
+        (ChunkId::of(&bytes).0 == id.0).then_some(bytes)
+    }
+
+    /// Keeps a copy of container `id`, just read from the repository (a temporary file
+    /// renamed, so a reader never sees a partial copy; failures are ignored).
+    pub fn put(&self, id: &ContainerId, bytes: &[u8]) {
+        let name = id.to_hex();
+        let tmp = self.dir.join(format!("{name}.tmp-{}", std::process::id()));
+        if std::fs::write(&tmp, bytes).is_ok()
+            && std::fs::rename(&tmp, self.dir.join(&name)).is_ok()
+        {
+            return;
+        }
+        let _ = std::fs::remove_file(&tmp);
+    }
 }
 
 #[cfg(test)]
@@ -235,5 +354,31 @@ mod tests {
         // A container whose metadata never came through the cache has no ratio.
         m.duplicate(ContainerId([2; 32]), id(7));
         assert_eq!(m.ratio(&ContainerId([2; 32])), None);
+    }
+
+    /// A kept copy is returned only while it hashes to its name; opening with a dense list
+    /// deletes the copies of containers not on it.
+    #[test]
+    fn local_dense_containers_keep_only_the_list_and_check_names() {
+        let d = tempfile::tempdir().unwrap();
+        let (a, b) = (b"container a".to_vec(), b"container b".to_vec());
+        let (ia, ib) = (
+            ContainerId(ChunkId::of(&a).0),
+            ContainerId(ChunkId::of(&b).0),
+        );
+        let local = LocalDenseContainers::open(d.path(), &HashSet::new()).unwrap();
+        local.put(&ia, &a);
+        local.put(&ib, &b);
+        assert_eq!(local.get(&ia), Some(a.clone()));
+        // Damaged: not its name's bytes.
+        std::fs::write(d.path().join(LOCAL_DENSE_DIR).join(ib.to_hex()), b"other").unwrap();
+        assert_eq!(local.get(&ib), None);
+        let local = LocalDenseContainers::open(d.path(), &HashSet::from([ia])).unwrap();
+        assert_eq!(local.get(&ia), Some(a));
+        let left: Vec<_> = std::fs::read_dir(d.path().join(LOCAL_DENSE_DIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from(ia.to_hex())]);
     }
 }

@@ -308,6 +308,10 @@ pub fn backup(
         opts.rewriting.is_some(),
         (&opts.host, &snapshot_paths),
         listed.as_ref(),
+        (
+            opts.cache_dir.as_deref().map(|d| (d, config.id.as_str())),
+            opts.loopdelta.keep_dense_local,
+        ),
         &mut notices,
     );
     // The locality index's loader for LoopDelta, which also reads the parent's tree when a
@@ -622,7 +626,7 @@ pub fn backup(
             containers: m.dense(dense_threshold, &writer_stats.containers),
         };
         p.dense_written = list.containers.len() as u64;
-        if let Err(e) = dense::save(repo.backend().as_ref(), &list) {
+        if let Err(e) = m.save(repo.backend().as_ref(), &list) {
             notices.push(format!(
                 "dense container list not saved ({e}); the next backup prefetches no bases"
             ));

@@ -35,8 +35,11 @@
 //! whose share a backup references is the container's reuse ratio
 //! ([`super::dense::ReuseMonitor`]; 8 bytes a chunk of each container a backup touches).
 
+mod sketch_index;
+pub use sketch_index::PrefetchSketchIndex;
+
+use super::dense::LocalDenseContainers;
 use super::fingerprint_index::MetaLoader;
-use super::resemble::sketch_index::SketchIndex;
 use crate::backend::{Backend, FileKind};
 use crate::error::{Error, Result};
 use crate::format::config::{
@@ -46,10 +49,9 @@ use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
 use crate::repository::read_container_meta_tail;
 use crate::repository::snapshots::SnapshotList;
 use bytes::Bytes;
-use dedelta_core::sketch::{FirstFitIndex, SuperFeatures};
 use dedelta_core::ChunkId;
 use lru::LruCache;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -78,9 +80,17 @@ pub struct PrefetchCounts {
     pub bases_served: u64,
     /// Containers on the dense list this backup wrote.
     pub dense_written: u64,
-    /// Whether the parent's tree came from dense containers read whole
-    /// ([`DensePrefetcher::tree_chunks`]) rather than from its own reads.
+    /// Whether the parent's tree came through [`DensePrefetcher::tree_chunks`] (from dense
+    /// containers read whole, and chunks read alone) rather than read the usual way.
     pub parent_tree_cached: bool,
+    /// Of the parent tree's chunks and their delta bases, those no dense container held,
+    /// read alone ([`DensePrefetcher::tree_chunks`]).
+    pub tree_chunks_read_alone: u64,
+    /// Of the dense containers loaded, those read from the client's disk instead of the
+    /// repository (`--keep-dense-local`, [`super::dense::LocalDenseContainers`]).
+    pub local_loaded: u64,
+    /// Their stored bytes.
+    pub local_bytes: u64,
 }
 
 /// One cached container: its full chunks and the keys it holds.
@@ -112,6 +122,10 @@ struct Inner {
 pub struct PrefetchedBases {
     /// The last backup's dense container list.
     dense: HashSet<ContainerId>,
+    /// Copies of dense containers on the client's disk (`--keep-dense-local`), if kept.
+    local: Option<LocalDenseContainers>,
+    /// The repository's client cache directory, where the dense list is kept too.
+    client_dir: Option<std::path::PathBuf>,
     inner: Mutex<Inner>,
 }
 
@@ -124,6 +138,8 @@ impl PrefetchedBases {
         };
         PrefetchedBases {
             dense,
+            local: None,
+            client_dir: None,
             inner: Mutex::new(Inner {
                 containers: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
                 chunks: HashMap::new(),
@@ -134,6 +150,11 @@ impl PrefetchedBases {
                 counts,
             }),
         }
+    }
+
+    /// The repository's client cache directory, if the backup has one.
+    pub fn client_dir(&self) -> Option<&std::path::Path> {
+        self.client_dir.as_deref()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -266,8 +287,8 @@ impl PrefetchedBases {
     }
 }
 
-/// Region cache of the reader of a parent tree chunk's base that no dense container holds
-/// ([`DensePrefetcher::tree_chunks`]): a region or two.
+/// Region cache of the reader of the parent tree's chunks and bases that no dense container
+/// holds ([`DensePrefetcher::tree_chunks`]): a region or two.
 const TREE_BASE_READ_BYTES: usize = 4 << 20;
 
 /// The locality index's loader for LoopDelta: a dense container not cached yet is read
@@ -290,7 +311,22 @@ impl DensePrefetcher {
     ) -> Result<ContainerMeta> {
         let name = id.to_hex();
         let what = format!("container {name}");
-        let file = backend.get(FileKind::Container, &name)?;
+        let kept = self.bases.local.as_ref().and_then(|l| l.get(id));
+        let file = match kept {
+            Some(file) => {
+                let mut g = self.bases.lock();
+                g.counts.local_loaded += 1;
+                g.counts.local_bytes += file.len() as u64;
+                file
+            }
+            None => {
+                let file = backend.get(FileKind::Container, &name)?;
+                if let Some(l) = &self.bases.local {
+                    l.put(id, &file);
+                }
+                file
+            }
+        };
         // The name is the hash of the bytes: a whole read is verified entirely (the bases
         // decoded below are then exactly what a restore decodes).
         if ChunkId::of(&file).0 != id.0 {
@@ -357,13 +393,16 @@ impl DensePrefetcher {
         }
     }
 
-    /// The chunks of the tree `chunks` (in order) from dense containers, read whole now if
-    /// needed through `backend` ([`Self::preload`]): a chunk stored in full from the cache, a
-    /// delta rebuilt from its delta (kept aside when its container was read) and its base,
-    /// and checked against its fingerprint. A base no dense container holds is read alone
-    /// from `repo` (its region: two requests, where reading the whole tree the usual way took
-    /// a dozen). `None` if a chunk is not in a dense container or cannot be rebuilt, for the
-    /// caller to read the tree as usual.
+    /// The chunks of the tree `chunks` (in order), from dense containers as far as they hold
+    /// them, read whole now if needed through `backend` ([`Self::preload`]): a chunk stored
+    /// in full from the cache, a delta rebuilt from its delta (kept aside when its container
+    /// was read) and its base, and checked against its fingerprint. A chunk or base no dense
+    /// container holds is read alone from `repo` (its container's metadata and region, as
+    /// reading the tree the usual way reads every chunk; counted in
+    /// [`PrefetchCounts::tree_chunks_read_alone`]): with Capping, a tree chunk deduplicated
+    /// against a container that is not dense made the backup read the whole tree the usual
+    /// way. `None` if a chunk cannot be read or rebuilt, for the caller to read the tree as
+    /// usual.
     pub fn tree_chunks(
         &self,
         repo: &crate::repository::IndexedRepository,
@@ -373,6 +412,7 @@ impl DensePrefetcher {
         let index = repo.index().reader().ok()?;
         let hasher = repo.chunk_hasher();
         let mut reader = None;
+        let mut read_alone = 0u64;
         let tree: HashSet<ChunkId> = chunks.iter().copied().collect();
         // A chunk's bytes, its container read whole if need be (`None`: not dense).
         let cached = |id: &ChunkId| -> Option<Bytes> {
@@ -385,21 +425,28 @@ impl DensePrefetcher {
             }
             self.bases.peek(id)
         };
+        // A chunk no dense container holds, read alone and checked.
+        let mut alone = |id: &ChunkId| -> Option<Bytes> {
+            if reader.is_none() {
+                reader = crate::read::ChunkReader::new(repo, TREE_BASE_READ_BYTES).ok();
+            }
+            let raw = reader.as_mut()?.read_chunk(id).ok()?;
+            read_alone += 1;
+            (hasher.id(&raw) == *id).then(|| Bytes::from(raw))
+        };
         let rebuilt = chunks
             .iter()
             .map(|id| {
                 if let Some(b) = cached(id) {
                     return Some(b);
                 }
-                let (base, delta) = self.bases.lock().tree_deltas.get(id).cloned()?;
+                let kept = self.bases.lock().tree_deltas.get(id).cloned();
+                let Some((base, delta)) = kept else {
+                    return alone(id);
+                };
                 let base = match cached(&base) {
                     Some(b) => b,
-                    None => {
-                        if reader.is_none() {
-                            reader = crate::read::ChunkReader::new(repo, TREE_BASE_READ_BYTES).ok();
-                        }
-                        Bytes::from(reader.as_mut()?.read_chunk(&base).ok()?)
-                    }
+                    None => alone(&base)?,
                 };
                 let mut raw = Vec::new();
                 dedelta_core::delta::format::decode(&base, &delta, &mut raw).ok()?;
@@ -409,6 +456,7 @@ impl DensePrefetcher {
         let mut g = self.bases.lock();
         g.tree_deltas = HashMap::new();
         g.counts.parent_tree_cached = rebuilt.is_some();
+        g.counts.tree_chunks_read_alone = read_alone;
         rebuilt
     }
 }
@@ -437,12 +485,17 @@ impl MetaLoader for DensePrefetcher {
 /// (`delta`), and its capacity in containers (the config's, else 150, or 20 for a backup with
 /// `rewriting`: LoopDelta §5.3), filled from the dense container list of the last backup of
 /// `lineage` (host and paths) in `listed`; `None` for any other sketch index.
+/// `client_cache`: the client cache directory and the repository id, where the list comes
+/// from when this client's last backup of the lineage kept it there
+/// ([`super::dense::load_for_lineage`]), and where dense containers are kept with
+/// `keep_dense_local` (`--keep-dense-local`, [`LocalDenseContainers`]).
 pub fn for_backup(
     backend: &dyn Backend,
     delta: &DeltaConfig,
     rewriting: bool,
     lineage: (&str, &[String]),
     listed: Option<&SnapshotList>,
+    (client_cache, keep_dense_local): (Option<(&std::path::Path, &str)>, bool),
     notices: &mut Vec<String>,
 ) -> Option<(Arc<PrefetchedBases>, usize)> {
     if delta.sketch_index != SketchIndexKind::Prefetch || delta.sketch.is_none() {
@@ -453,81 +506,34 @@ pub fn for_backup(
     } else {
         PREFETCH_CACHE_CONTAINERS
     });
+    let client_dir = client_cache.and_then(|(root, repo_id)| {
+        crate::client::cache::repo_dir(root, repo_id)
+            .map_err(|e| notices.push(format!("{e}; no local copy of the dense list")))
+            .ok()
+    });
     // Without a listing (it failed, with a notice) nothing is prefetched.
     let (dense, notice) = match listed {
-        Some(l) => super::dense::load_for_lineage(backend, l, lineage.0, lineage.1),
+        Some(l) => super::dense::load_for_lineage(
+            backend,
+            l,
+            (lineage.0, lineage.1),
+            client_dir.as_deref(),
+        ),
         None => Default::default(),
     };
     notices.extend(notice);
-    Some((Arc::new(PrefetchedBases::new(dense, capacity)), capacity))
-}
-
-/// Generations of this backup's new chunks the index keeps, per container of capacity.
-const GENERATION_CHUNKS: usize = 512;
-
-/// Resemblance detection over the potential base chunk cache and this backup's own new full
-/// chunks (the latter for about as many containers' worth as the cache holds, as
-/// [`super::resemble::sketch_index::StreamSketchIndex`] keeps them).
-pub struct PrefetchSketchIndex {
-    bases: Arc<PrefetchedBases>,
-    /// This backup's new full chunks, oldest generation first; the last is being filled.
-    overlay: VecDeque<(FirstFitIndex<ChunkId>, usize)>,
-    capacity: usize,
-}
-
-impl PrefetchSketchIndex {
-    /// An index over `bases` and up to `capacity` generations of new chunks.
-    pub fn new(bases: Arc<PrefetchedBases>, capacity: usize) -> Self {
-        PrefetchSketchIndex {
-            bases,
-            overlay: VecDeque::from([(FirstFitIndex::default(), 0)]),
-            capacity: capacity.max(1),
-        }
-    }
-}
-
-impl SketchIndex for PrefetchSketchIndex {
-    fn lookup(&mut self, sfs: &SuperFeatures, limit: usize) -> Result<Vec<ChunkId>> {
-        // FirstFit as the stream index does it: at each super-feature position in order,
-        // this backup's oldest new chunk with it, else the first cached holder.
-        let mut out = Vec::new();
-        for (position, sf) in sfs.0.iter().enumerate() {
-            if out.len() >= limit {
-                break;
-            }
-            let found = self
-                .overlay
-                .iter()
-                .find_map(|g| g.0.get(position, *sf).copied())
-                .or_else(|| self.bases.holder(position, *sf));
-            if let Some(id) = found.filter(|id| !out.contains(id)) {
-                out.push(id);
-            }
-        }
-        Ok(out)
-    }
-
-    fn insert(&mut self, id: ChunkId, sfs: &SuperFeatures) {
-        if self.overlay.back().is_none_or(|g| g.1 >= GENERATION_CHUNKS) {
-            self.overlay.push_back((FirstFitIndex::default(), 0));
-            while self.overlay.len() > self.capacity {
-                self.overlay.pop_front();
-            }
-        }
-        if let Some(g) = self.overlay.back_mut() {
-            g.0.insert(id, sfs);
-            g.1 += 1;
-        }
-    }
-
-    fn consulted(&mut self, _container: ContainerId) -> Result<()> {
-        // Containers come in through the fingerprint index's prefetches (DensePrefetcher).
-        Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        "prefetch"
-    }
+    let local = client_dir
+        .as_deref()
+        .filter(|_| keep_dense_local)
+        .and_then(|d| {
+            LocalDenseContainers::open(d, &dense)
+                .map_err(|e| notices.push(format!("{e}; dense containers are not kept locally")))
+                .ok()
+        });
+    let mut bases = PrefetchedBases::new(dense, capacity);
+    bases.client_dir = client_dir;
+    bases.local = local;
+    Some((Arc::new(bases), capacity))
 }
 
 #[cfg(test)]

@@ -528,6 +528,7 @@ fn backup_inversed(
         loopdelta: dedelta_store::commands::backup::caf::LoopDeltaOptions {
             inversed_delta: true,
             cache_aware_filter: false,
+            keep_dense_local: false,
         },
         ..backup_options(vec![src.to_path_buf()], time_of(n))
     };

@@ -133,11 +133,11 @@ fn parent_tree_comes_with_its_dense_container() {
     assert_eq!(prefetch.requests, p1.dense_loaded, "{io:?}");
     assert!(second.summary.delta_chunks > 0 && p1.bases_served > 0);
     // Another lineage (its parent, for hints, is the newest snapshot, whose containers are
-    // on no list of its own): the tree is read from the repository.
+    // on no list of its own): the tree's chunks are read alone from the repository.
     let before = repo.io_counts().unwrap();
     let other = backup(&repo, &tmp.path().join("other"), &tree(1), 2, |_| {});
     let io = repo.io_counts().unwrap().since(&before);
-    assert!(!other.metrics.prefetch.unwrap().parent_tree_cached);
+    assert!(other.metrics.prefetch.unwrap().tree_chunks_read_alone > 0);
     assert!(
         io.get(Purpose::ChunkData, Direction::Read).requests > 0,
         "{io:?}"
@@ -166,9 +166,14 @@ fn many_files(v: u64) -> Files {
 /// [`backup`] of [`many_files`], every file with the same modification time (so that the
 /// tree records of unedited files do not change).
 fn backup_many_files(repo: &IndexedRepository, src: &Path, v: u64) -> BackupResult {
-    write_files(src, &many_files(v));
+    backup_same_mtime(repo, src, &many_files(v), v)
+}
+
+/// Backs up `files` as backup `v`, every file with the same modification time.
+fn backup_same_mtime(repo: &IndexedRepository, src: &Path, files: &Files, v: u64) -> BackupResult {
+    write_files(src, files);
     let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
-    for name in many_files(v).keys() {
+    for name in files.keys() {
         let f = std::fs::File::options()
             .write(true)
             .open(src.join(name))
@@ -227,6 +232,76 @@ fn parent_tree_of_deltas_is_rebuilt_from_dense_containers() {
             (second, many_files(1)),
             (third, many_files(2)),
         ],
+    );
+}
+
+/// A parent tree chunk that no dense container holds (with Capping, a tree chunk
+/// deduplicated against a container that is not dense) is read alone; the rest of the tree
+/// still comes from the dense containers. Before, one such chunk made the backup read the
+/// whole tree through the read path.
+#[test]
+fn parent_tree_chunk_outside_dense_containers_is_read_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let src = tmp.path().join("src");
+    let v0 = many_files(0);
+    let mut v1 = v0.clone();
+    v1.get_mut("file-0000.txt").unwrap()[100] = b'#';
+    let first = backup_same_mtime(&repo, &src, &v0, 0);
+    // Only the edited file is written again (a file written again would change its tree
+    // record), with the same modification time.
+    let edited = src.join("file-0000.txt");
+    std::fs::write(&edited, &v1["file-0000.txt"]).unwrap();
+    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let f = std::fs::File::options().write(true).open(&edited).unwrap();
+    f.set_modified(when).unwrap();
+    drop(f);
+    let as_is = |v: u64| {
+        let opts = backup_options(vec![src.to_path_buf()], time_of(v));
+        locked(&repo, &me(), |lock| backup_with(&repo, lock, opts)).unwrap()
+    };
+    let second = as_is(1);
+    let backend = repo.backend();
+    let first_list = dense::load(backend.as_ref(), &first.snapshot_id)
+        .unwrap()
+        .unwrap();
+    // The second tree's unchanged chunks are duplicates in the first backup's containers.
+    let listed = repo.snapshots().unwrap();
+    let (_, snap) = listed
+        .snapshots
+        .iter()
+        .find(|(id, _)| *id == second.snapshot_id)
+        .unwrap();
+    let in_first = snap
+        .tree
+        .chunks
+        .iter()
+        .filter(|id| {
+            let at = repo.index().get(id).unwrap().unwrap();
+            first_list.containers.contains(&at.container)
+        })
+        .count();
+    assert!(
+        in_first > 0,
+        "tree chunks deduplicated against the first backup"
+    );
+    // Those containers leave the second backup's dense list (as when their reuse ratio is
+    // under the threshold).
+    let mut list = dense::load(backend.as_ref(), &second.snapshot_id)
+        .unwrap()
+        .unwrap();
+    list.containers
+        .retain(|c| !first_list.containers.contains(c));
+    dense::save(backend.as_ref(), &list).unwrap();
+    let third = as_is(2);
+    let p = third.metrics.prefetch.unwrap();
+    assert!(p.parent_tree_cached, "{p:?}");
+    // Those chunks, and any base of the second tree's deltas that lies there too.
+    assert!(p.tree_chunks_read_alone >= in_first as u64, "{p:?}");
+    assert_restores(
+        &repo,
+        tmp.path(),
+        &[(first, v0), (second, v1.clone()), (third, v1)],
     );
 }
 
@@ -380,6 +455,96 @@ fn loopdelta_presets_round_trip() {
         assert_eq!(rewritten > 0, capped);
         assert_restores(&repo, tmp.path(), &done);
     }
+}
+
+/// `keep_dense_local` (`backup --keep-dense-local`, a deviation from LoopDelta §4.3): the
+/// dense containers a backup reads whole are kept on the client's disk, and the next backup
+/// reads those still dense from there instead of the repository. It stores exactly what the
+/// paper's prefetch stores (the same bases come from the same containers); only the
+/// repository's prefetch bytes fall.
+#[test]
+fn dense_containers_kept_locally_are_read_from_the_client() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The same source path for both (the paths are in the trees).
+    let src = tmp.path().join("src");
+    let run = |name: &str, keep: bool| {
+        let repo = metered_repo(&tmp.path().join(name));
+        let cache = tmp.path().join(format!("{name}-cache"));
+        let mut done = Vec::new();
+        let mut prefetched = Vec::new();
+        for v in 0..4 {
+            let before = repo.io_counts().unwrap();
+            let res = backup(&repo, &src, &tree(v), v, |o| {
+                o.cache_dir = Some(cache.clone());
+                o.loopdelta.keep_dense_local = keep;
+            });
+            let io = repo.io_counts().unwrap().since(&before);
+            prefetched.push(io.get(Purpose::Prefetch, Direction::Read));
+            done.push((res, tree(v)));
+        }
+        assert_restores(&repo, tmp.path(), &done);
+        (done, prefetched)
+    };
+    let (paper, paper_io) = run("paper", false);
+    let (local, local_io) = run("local", true);
+    for (v, ((p, _), (l, _))) in paper.iter().zip(&local).enumerate() {
+        let (pp, lp) = (p.metrics.prefetch.unwrap(), l.metrics.prefetch.unwrap());
+        // The same deltas from the same bases (the trees differ by a byte or two: files
+        // written again have other inode numbers).
+        assert_eq!(
+            (p.summary.delta_chunks, p.metrics.bases.prefetched),
+            (l.summary.delta_chunks, l.metrics.bases.prefetched),
+            "backup {v} stores the same"
+        );
+        assert_eq!(
+            (pp.dense_loaded, pp.bases_served),
+            (lp.dense_loaded, lp.bases_served)
+        );
+        assert_eq!((pp.local_loaded, pp.local_bytes), (0, 0));
+        if v >= 2 {
+            // The first backup's containers are still dense, and were kept by the second.
+            assert!(lp.local_loaded > 0, "backup {v}: {lp:?}");
+            // Each kept container is a prefetch request fewer.
+            assert_eq!(
+                local_io[v].requests + lp.local_loaded,
+                paper_io[v].requests,
+                "backup {v}"
+            );
+            assert!(local_io[v].bytes < paper_io[v].bytes, "backup {v}");
+        } else {
+            assert_eq!(lp.local_loaded, 0, "backup {v}: nothing kept yet");
+        }
+    }
+}
+
+/// A backup with a client cache directory keeps a copy of the dense list it wrote there, and
+/// the next backup of the lineage on that client reads the copy: no snapshot or list file is
+/// read from the repository. Another client (another cache directory) reads the
+/// repository's list, the same containers.
+#[test]
+fn dense_list_is_read_from_the_client_that_wrote_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = metered_repo(&tmp.path().join("repo"));
+    let src = tmp.path().join("src");
+    let with_cache = |dir: &str| {
+        let cache = tmp.path().join(dir);
+        move |o: &mut BackupOptions| o.cache_dir = Some(cache)
+    };
+    let first = backup(&repo, &src, &tree(0), 0, with_cache("client-a"));
+    let mut listed = Vec::new();
+    let mut list_reads = Vec::new();
+    for (n, client) in [(1, "client-a"), (2, "client-b")] {
+        let before = repo.io_counts().unwrap();
+        let res = backup(&repo, &src, &tree(n), n, with_cache(client));
+        let io = repo.io_counts().unwrap().since(&before);
+        listed.push(res.metrics.prefetch.unwrap().dense_listed);
+        list_reads.push(io.get(Purpose::Snapshot, Direction::Read).requests);
+    }
+    assert_eq!(listed[0], first.metrics.prefetch.unwrap().dense_written);
+    assert!(listed[1] > 0);
+    // Client a reads its own copy; client b reads the repository's list (the snapshot files
+    // come from the repository handle's snapshot cache in both).
+    assert_eq!(list_reads, vec![0, 1]);
 }
 
 /// No container metadata, chunk data or base read outside the prefetches.
