@@ -31,6 +31,8 @@ mod format;
 mod gc;
 /// Container names for a fixed input series: the stored bytes do not change by accident.
 mod golden;
+/// The client index after a crash that lost its manifest's last writes.
+mod index_crash;
 /// Index files: written per backup, used by fresh and catching-up clients, ignored where
 /// stale or damaged, consolidated by prune, sealed when encrypted.
 mod index_files;

@@ -1,6 +1,6 @@
 //! The index manifest: which run files make up the index, the containers it has taken in,
-//! and facts about the index itself. Replaced whole (temporary file, fsync, rename, fsync of
-//! the directory) at every change, so a reader sees the old manifest or the new one.
+//! and facts about the index itself. Replaced whole (temporary file and rename, no fsync: see
+//! [`Manifest::store`]) at every change, so a reader sees the old manifest or the new one.
 //!
 //! Layout (little-endian): `DDIXMAN\0`, version u32 = 2; complete u8; damage digest u64;
 //! next run number u64; next global entry number u64; run count u32, then per run: number
@@ -207,8 +207,14 @@ impl Manifest {
         })
     }
 
-    /// Replaces the manifest at `path` durably: a temporary file, fsync, rename, fsync of the
-    /// directory.
+    /// Replaces the manifest at `path` atomically: a temporary file renamed over it, without
+    /// fsync. The index is a cache, and a crash cannot make it answer wrongly: a manifest
+    /// that did not reach the disk leaves the previous one (an index behind the repository,
+    /// which the catch-up at the next open takes the missing containers into, or one ahead
+    /// of it, naming containers a prune deleted, which the catch-up rebuilds), and a torn one
+    /// fails its CRC (the index is rebuilt at the next open). The run files a manifest names
+    /// were fsynced before it was written, so whichever manifest survives names only whole
+    /// runs. Two fsyncs at the end of every backup, on its critical path, are saved (issue 20).
     pub fn store(&self, path: &Path) -> Result<()> {
         let tmp = tmp_path(path);
         let io = |p: &Path| {
@@ -217,14 +223,8 @@ impl Manifest {
         };
         let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
         f.write_all(&self.encode()).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
         drop(f);
         std::fs::rename(&tmp, path).map_err(io(path))?;
-        if let Some(dir) = path.parent() {
-            if let Ok(d) = std::fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
         Ok(())
     }
 }

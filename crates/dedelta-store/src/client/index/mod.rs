@@ -6,7 +6,8 @@
 //! Files, next to the manifest path `P` (`<cache>/<repo id>/chunks.idx`):
 //! - `P`: the [`manifest`]: the run files that make up the index, the containers it has taken
 //!   in (each with a range of *global entry numbers*), the damage digest and the completeness
-//!   marker; replaced whole by temp file + fsync + rename at every change;
+//!   marker; replaced whole by temp file + rename at every change (no fsync: a cache, see
+//!   [`manifest::Manifest::store`]);
 //! - `P.<number>.run`: immutable [`run`] files, one per commit (a batch of containers),
 //!   merged when there are too many and rewritten without dead chunks after a prune;
 //! - `P.lock`: held (flock) while the index is open, so two processes never share it.

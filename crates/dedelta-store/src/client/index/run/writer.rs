@@ -210,6 +210,8 @@ impl RunWriter {
             sketch_buckets: sketches,
             chunk_bloom,
             sketch_bloom,
+            tail_offset,
+            resident: OnceLock::new(),
         })
     }
 }
