@@ -240,20 +240,25 @@ fn a_snapshot_listed_but_gone_is_left_out() {
 
 /// Counts the snapshot reads under way at once; each waits (up to a second) for another to
 /// start, so that reads made one after another are seen as such.
-struct ConcurrentReads<'a> {
-    inner: &'a dyn Backend,
+#[derive(Default)]
+struct ConcurrentReads {
     state: std::sync::Mutex<(usize, usize)>, // (in flight, most at once)
     changed: std::sync::Condvar,
 }
 
-impl ConcurrentReads<'_> {
+impl ConcurrentReads {
     fn most_at_once(&self) -> usize {
         self.state.lock().unwrap().1
     }
 }
 
-impl Backend for ConcurrentReads<'_> {
-    fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
+impl Hooks for ConcurrentReads {
+    fn whole_read(
+        &self,
+        kind: FileKind,
+        _name: &str,
+        read: &mut dyn FnMut() -> BackendResult<Vec<u8>>,
+    ) -> BackendResult<Vec<u8>> {
         if kind == FileKind::Snapshot {
             let mut st = self.state.lock().unwrap();
             st.0 += 1;
@@ -269,37 +274,7 @@ impl Backend for ConcurrentReads<'_> {
             }
             st.0 -= 1;
         }
-        self.inner.get(kind, name)
-    }
-    fn get_range(
-        &self,
-        kind: FileKind,
-        name: &str,
-        off: i64,
-        len: usize,
-    ) -> BackendResult<Vec<u8>> {
-        self.inner.get_range(kind, name, off, len)
-    }
-    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
-        self.inner.put(kind, name, data)
-    }
-    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
-        self.inner.create_new(kind, name, data)
-    }
-    fn list(&self, kind: FileKind) -> BackendResult<Vec<(String, u64)>> {
-        self.inner.list(kind)
-    }
-    fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
-        self.inner.delete(kind, name)
-    }
-    fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
-        self.inner.size(kind, name)
-    }
-    fn exists(&self, kind: FileKind, name: &str) -> BackendResult<bool> {
-        self.inner.exists(kind, name)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
+        read()
     }
 }
 
@@ -322,10 +297,9 @@ fn snapshots_missing_from_the_cache_are_read_at_once() {
         .iter()
         .map(|(id, _)| id.to_hex())
         .collect();
-    let counting = ConcurrentReads {
+    let counting = Intercept {
         inner: repo.backend().as_ref(),
-        state: Default::default(),
-        changed: Default::default(),
+        hooks: ConcurrentReads::default(),
     };
     let empty_cache = tmp.path().join("empty-cache");
     let l = snapshots::list_cached(&counting, Some(&empty_cache)).unwrap();
