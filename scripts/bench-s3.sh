@@ -12,8 +12,12 @@
 # S3) in the same rounds, interleaved: old and new compared under the same load.
 # With TRACE_DIR, the new binary's S3 commands write request traces there
 # (DEDELTA_S3_TRACE: backup-I.trace, restore-K.trace).
+# Restores write to a fresh directory on tmpfs (RESTORE_DIR, default /dev/shm), removed after
+# each round: on a disk, a restore's time was mostly the page cache's and writeback's state
+# left by the commands before it (identical local restores varied 0.96-2.84 s of system time),
+# the same for both sides only by chance. CPU is given as user + system.
 # Usage: scripts/bench-s3.sh WORKDIR [N]   (env: DEDELTA_BIN, OLD_BIN, ENDPOINT, BUCKET,
-# CONNECTIONS, STEP, TRACE_DIR)
+# CONNECTIONS, STEP, TRACE_DIR, RESTORE_DIR)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -34,8 +38,8 @@ s3old="$s3-old"
 [ -n "$O" ] && $O init -r "$s3old" --insecure-no-password "${conn[@]}" >/dev/null
 mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 # Runs a backup or restore; prints "WALL_S CPU_S REQUESTS BASE_READS META_READS BASE_READ_S"
-# (from --json: BASE_READ_S is the dedup thread's time finding and reading bases, the stage
-# table's base_read).
+# (CPU_S as USER+SYS; from --json: BASE_READ_S is the dedup thread's time finding and reading
+# bases, the stage table's base_read).
 # Each command starts with no dirty pages (`sync`, untimed): otherwise a restore pays for
 # writing back the 1.2 GB the one before it left in the page cache (measured: the second of
 # two restores took 1.5-2.5x as long, whichever went second).
@@ -49,7 +53,7 @@ io = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])['io']
 p = io['purposes']
 v = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 b = v.get('stage_seconds', {}).get('base_read', 0)
-print(f"{e:.2f} {u + s:.2f} {io['requests']} {p['base_reads']['requests']} {p['container_metadata']['requests']} {b:.2f}")
+print(f"{e:.2f} {u:.2f}+{s:.2f} {io['requests']} {p['base_reads']['requests']} {p['container_metadata']['requests']} {b:.2f}")
 PY
 }
 # The trace file of S3 command $1 under TRACE_DIR, or nothing.
@@ -73,16 +77,20 @@ for i in $(seq "$n"); do
     echo "backup $i old binary: s3 ${ot}s; cpu ${oc}s; base_read stage ${obs}s; requests $or (base reads $ob, metadata $om)"
   fi
 done
+rdir=$(mktemp -d "${RESTORE_DIR:-/dev/shm}/dedelta-bench-restore.XXXXXX")
+# (s3-endpoint.sh's trap stops moto: kept.)
+trap 'rm -rf "$rdir"; ${moto:+kill $moto}' EXIT
 for k in 1 2; do
-  rm -rf out-l out-s out-o cache-rl cache-rs cache-ro
-  read -r lt lc lr _ lm _ < <(DEDELTA_CACHE_DIR=$work/cache-rl tb $D restore -r local latest --target out-l)
-  read -r st sc sr _ sm _ < <(DEDELTA_S3_TRACE=$(trace "restore-$k") DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target out-s)
-  diff -r out-l out-s >/dev/null || { echo "restores differ"; exit 1; }
-  echo "restore $k ($(mb) MB, empty cache): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
+  rm -rf "${rdir:?}"/* cache-rl cache-rs cache-ro
+  read -r lt lc lr _ lm _ < <(DEDELTA_CACHE_DIR=$work/cache-rl tb $D restore -r local latest --target "$rdir/l")
+  read -r st sc sr _ sm _ < <(DEDELTA_S3_TRACE=$(trace "restore-$k") DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target "$rdir/s")
+  diff -r "$rdir/l" "$rdir/s" >/dev/null || { echo "restores differ"; exit 1; }
+  echo "restore $k ($(mb) MB, empty cache, to $rdir): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
     "requests local $lr (metadata $lm) s3 $sr (metadata $sm)"
   if [ -n "$O" ]; then
-    read -r ot oc or _ om _ < <(DEDELTA_CACHE_DIR=$work/cache-ro tb $O restore -r "$s3old" "${conn[@]}" latest --target out-o)
-    diff -r out-l out-o >/dev/null || { echo "old binary's restore differs"; exit 1; }
+    rm -rf "${rdir:?}/s"
+    read -r ot oc or _ om _ < <(DEDELTA_CACHE_DIR=$work/cache-ro tb $O restore -r "$s3old" "${conn[@]}" latest --target "$rdir/o")
+    diff -r "$rdir/l" "$rdir/o" >/dev/null || { echo "old binary's restore differs"; exit 1; }
     echo "restore $k old binary: s3 ${ot}s; cpu ${oc}s; requests $or (metadata $om)"
   fi
 done

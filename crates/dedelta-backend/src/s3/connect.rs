@@ -1,5 +1,5 @@
 //! The HTTP client of plain-`http://` endpoints: `hyper` over TCP connections that
-//! acknowledge what they receive at once (`TCP_QUICKACK` after every read).
+//! acknowledge what they receive at once (`TCP_QUICKACK` after every read and write).
 //!
 //! Why: a server that leaves Nagle's algorithm on (Garage 2.5 does) holds the last, short
 //! segment of a response until the client acknowledges the segments before it, and Linux
@@ -7,8 +7,14 @@
 //! client does: its next request). On loopback that stall was most of a request's time: a
 //! 16 KiB GET took 44 ms, and 1.5 ms acknowledging at once; a ranged read of 128 KiB and a
 //! listing stalled as often. Linux clears the flag by itself, so it is set again after every
-//! read (one system call beside each `recv`). `https://` endpoints keep `object_store`'s
-//! default client (TLS through reqwest).
+//! read and every write (one system call beside each `recv` and `send`): sending a request
+//! within the delayed-ACK timeout of the last response received puts a Linux socket back
+//! into delaying acknowledgements ("pingpong" mode), so a flag set after the reads alone
+//! was cleared again by the next request before its response's headers came. Set after
+//! the write, the headers are acknowledged at once. (What this does not fix: on a 3-node
+//! Garage cluster listings and reads of small objects still take 40-50 ms, against
+//! 0.3-1 ms on a single node with the same client: that wait is inside the cluster.)
+//! `https://` endpoints keep `object_store`'s default client (TLS through reqwest).
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -170,6 +176,14 @@ impl QuickAckStream {
         // Best effort: without it a response may only come later.
         let _ = socket2::SockRef::from(&self.0).set_tcp_quickack(true);
     }
+
+    /// After a write that sent bytes (a request, or part of one): the kernel has just put
+    /// the socket back into delaying acknowledgements (see the module doc).
+    fn ack_after_write(&self, polled: &Poll<io::Result<usize>>) {
+        if matches!(polled, Poll::Ready(Ok(n)) if *n > 0) {
+            self.ack_now();
+        }
+    }
 }
 
 impl AsyncRead for QuickAckStream {
@@ -193,7 +207,9 @@ impl AsyncWrite for QuickAckStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.0).poll_write(cx, buf);
+        self.ack_after_write(&polled);
+        polled
     }
 
     fn poll_write_vectored(
@@ -201,7 +217,9 @@ impl AsyncWrite for QuickAckStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.0).poll_write_vectored(cx, bufs);
+        self.ack_after_write(&polled);
+        polled
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -255,6 +273,39 @@ mod tests {
                     SockRef::from(&stream.0).tcp_quickack().unwrap(),
                     "round {round}: the read left acknowledgements delayed"
                 );
+            }
+        });
+    }
+
+    /// A request written leaves the socket acknowledging at once: sending soon after
+    /// receiving puts a Linux socket back into delaying acknowledgements, and the response's
+    /// headers would then wait out the delay behind a server's Nagle.
+    #[test]
+    fn writes_leave_the_socket_acknowledging_at_once() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            let (mut server, _) = listener.accept().await.unwrap();
+            let mut stream = QuickAckStream(client);
+            for round in 0..3 {
+                // A response read, then the next request sent at once (as a client does).
+                server.write_all(b"a response").await.unwrap();
+                let mut got = [0u8; 10];
+                stream.read_exact(&mut got).await.unwrap();
+                SockRef::from(&stream.0).set_tcp_quickack(false).unwrap();
+                stream.write_all(b"a request").await.unwrap();
+                assert!(
+                    SockRef::from(&stream.0).tcp_quickack().unwrap(),
+                    "round {round}: the write left acknowledgements delayed"
+                );
+                let mut req = [0u8; 9];
+                server.read_exact(&mut req).await.unwrap();
             }
         });
     }

@@ -20,6 +20,16 @@ pub(crate) trait Hooks: Send + Sync {
         read()
     }
 
+    /// Around a read of a whole object (`get`: snapshots, index files, locks). `read` does it.
+    fn whole_read(
+        &self,
+        _kind: FileKind,
+        _name: &str,
+        read: &mut dyn FnMut() -> BackendResult<Vec<u8>>,
+    ) -> BackendResult<Vec<u8>> {
+        read()
+    }
+
     /// Around a listing (`list`, and `list_names`, which is answered from it). `list` does it.
     fn listing(
         &self,
@@ -47,7 +57,8 @@ impl<B, H> Deref for Intercept<B, H> {
 
 impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Intercept<B, H> {
     fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
-        self.inner.get(kind, name)
+        self.hooks
+            .whole_read(kind, name, &mut || self.inner.get(kind, name))
     }
     fn get_range(
         &self,

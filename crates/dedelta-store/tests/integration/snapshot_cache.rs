@@ -237,3 +237,77 @@ fn a_snapshot_listed_but_gone_is_left_out() {
     let ids: Vec<String> = l.snapshots.iter().map(|(id, _)| id.to_hex()).collect();
     assert_eq!(ids, vec![listed[0].0.to_hex(), listed[2].0.to_hex()]);
 }
+
+/// Counts the snapshot reads under way at once; each waits (up to a second) for another to
+/// start, so that reads made one after another are seen as such.
+#[derive(Default)]
+struct ConcurrentReads {
+    state: std::sync::Mutex<(usize, usize)>, // (in flight, most at once)
+    changed: std::sync::Condvar,
+}
+
+impl ConcurrentReads {
+    fn most_at_once(&self) -> usize {
+        self.state.lock().unwrap().1
+    }
+}
+
+impl Hooks for ConcurrentReads {
+    fn whole_read(
+        &self,
+        kind: FileKind,
+        _name: &str,
+        read: &mut dyn FnMut() -> BackendResult<Vec<u8>>,
+    ) -> BackendResult<Vec<u8>> {
+        if kind == FileKind::Snapshot {
+            let mut st = self.state.lock().unwrap();
+            st.0 += 1;
+            st.1 = st.1.max(st.0);
+            self.changed.notify_all();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            while st.1 < 2 {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                st = self.changed.wait_timeout(st, left).unwrap().0;
+            }
+            st.0 -= 1;
+        }
+        read()
+    }
+}
+
+/// A client with an empty snapshot cache reads the snapshot files several at once (on an
+/// object store each is a round trip, up to 45 ms on a 3-node Garage cluster: one after
+/// another they were a restore's longest wait before its first container read), and the
+/// listing is the same, oldest first, as the repository's.
+#[test]
+fn snapshots_missing_from_the_cache_are_read_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let repo = metered_repo(&path, DeltaConfig::default());
+    let src = path.with_extension("src");
+    for n in 0..4 {
+        backup_files(&repo, &src, &files([("f", text(2_000, n))]), n, &me()).unwrap();
+    }
+    let expected: Vec<String> = snapshots::list(repo.backend().as_ref())
+        .unwrap()
+        .snapshots
+        .iter()
+        .map(|(id, _)| id.to_hex())
+        .collect();
+    let counting = Intercept {
+        inner: repo.backend().as_ref(),
+        hooks: ConcurrentReads::default(),
+    };
+    let empty_cache = tmp.path().join("empty-cache");
+    let l = snapshots::list_cached(&counting, Some(&empty_cache)).unwrap();
+    let ids: Vec<String> = l.snapshots.iter().map(|(id, _)| id.to_hex()).collect();
+    assert_eq!(ids, expected);
+    assert!(l.unreadable.is_empty(), "{:?}", l.unreadable);
+    assert!(
+        counting.most_at_once() >= 2,
+        "the snapshot files were read one after another"
+    );
+}
