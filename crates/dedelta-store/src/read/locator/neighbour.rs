@@ -24,9 +24,12 @@ use crate::format::container::{ContainerId, ContainerMeta, EntryKind};
 use dedelta_core::ChunkId;
 use std::sync::Arc;
 
-/// Positions kept: the recipe's own run, and the runs of its delta bases down their chains
-/// (and, where the locator plans reads ahead, the planner's runs beside the fetches').
-const POSITIONS: usize = 8;
+/// Positions kept: the recipe's own run, and the runs of its delta bases at each depth of
+/// their chains (up to 8 deep), which interleave (and, where the locator plans reads ahead,
+/// the planner's runs beside the fetches'). With 8, a dump of the 20th SQLAlchemy version
+/// still asked the index for 43 % of its chunks and bases; a miss compares 64 ids, far less
+/// than the bucket read it may spare.
+const POSITIONS: usize = 32;
 
 /// One position located: an entry of a container, with the container's metadata.
 struct Position {
