@@ -224,6 +224,40 @@ pub fn seal_into(
     out.extend_from_slice(&trailer);
 }
 
+/// Where segments `first ..` lie in a window of `window_len` sealed bytes that starts at
+/// segment `first` and ends with a segment (or with the last segment and the trailer): each
+/// segment's number, offset in the window and plaintext length, in order. Yields an error, and
+/// then stops, when the window ends inside a segment or runs past the object's last one.
+fn window_segments(
+    trailer: &Trailer,
+    first: u64,
+    window_len: usize,
+) -> impl Iterator<Item = Result<(u64, usize, usize), SealError>> {
+    let n = segment_count(trailer.plain_len);
+    let plain_len = trailer.plain_len;
+    let (mut at, mut i, mut done) = (0usize, first, false);
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        if i >= n {
+            done = true;
+            return Some(Err(SealError::Malformed("segment past the end".into())));
+        }
+        let len = (plain_len - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize;
+        if at + len + TAG_LEN > window_len {
+            done = true;
+            return Some(Err(SealError::Malformed("a segment is cut short".into())));
+        }
+        let segment = (i, at, len);
+        at += len + TAG_LEN;
+        i += 1;
+        let rest = window_len - at;
+        done = rest == 0 || (i == n && rest == TRAILER_LEN);
+        Some(Ok(segment))
+    })
+}
+
 /// Opens segments `first ..` of object `obj` whose trailer is `trailer`, from `window`: the
 /// sealed bytes from segment `first`'s start through the end of a segment (the trailer may
 /// follow and is ignored). Appends the plaintext to `out`.
@@ -235,22 +269,12 @@ pub fn open_window(
     window: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), SealError> {
-    let t = trailer.to_bytes();
-    let aad = aad(&t, obj);
-    let n = segment_count(trailer.plain_len);
-    let mut at = 0usize;
-    let mut i = first;
-    loop {
-        if i >= n {
-            return Err(SealError::Malformed("segment past the end".into()));
-        }
-        let plain = (trailer.plain_len - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize;
-        let Some(seg) = window.get(at..at + plain + TAG_LEN) else {
-            return Err(SealError::Malformed("a segment is cut short".into()));
-        };
+    let aad = aad(&trailer.to_bytes(), obj);
+    for segment in window_segments(trailer, first, window.len()) {
+        let (i, at, len) = segment?;
         let start = out.len();
-        out.extend_from_slice(&seg[..plain]);
-        let tag = Tag::from_slice(&seg[plain..]);
+        out.extend_from_slice(&window[at..at + len]);
+        let tag = Tag::from_slice(&window[at + len..at + len + TAG_LEN]);
         if cipher
             .decrypt_in_place_detached(
                 &nonce(&trailer.nonce_prefix, i),
@@ -263,13 +287,8 @@ pub fn open_window(
             out.truncate(start);
             return Err(SealError::Authentication(i));
         }
-        at += plain + TAG_LEN;
-        i += 1;
-        let rest = window.len() - at;
-        if rest == 0 || (i == n && rest == TRAILER_LEN) {
-            return Ok(());
-        }
     }
+    Ok(())
 }
 
 /// [`open_window`] decrypting in place in `window` (no copy of the sealed bytes): calls
@@ -283,20 +302,10 @@ pub fn open_window_in_place(
     window: &mut [u8],
     mut plain: impl FnMut(&[u8]),
 ) -> Result<(), SealError> {
-    let t = trailer.to_bytes();
-    let aad = aad(&t, obj);
-    let n = segment_count(trailer.plain_len);
-    let mut at = 0usize;
-    let mut i = first;
-    loop {
-        if i >= n {
-            return Err(SealError::Malformed("segment past the end".into()));
-        }
-        let len = (trailer.plain_len - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize;
-        let Some(seg) = window.get_mut(at..at + len + TAG_LEN) else {
-            return Err(SealError::Malformed("a segment is cut short".into()));
-        };
-        let (text, tag) = seg.split_at_mut(len);
+    let aad = aad(&trailer.to_bytes(), obj);
+    for segment in window_segments(trailer, first, window.len()) {
+        let (i, at, len) = segment?;
+        let (text, tag) = window[at..at + len + TAG_LEN].split_at_mut(len);
         if cipher
             .decrypt_in_place_detached(
                 &nonce(&trailer.nonce_prefix, i),
@@ -309,13 +318,8 @@ pub fn open_window_in_place(
             return Err(SealError::Authentication(i));
         }
         plain(text);
-        at += len + TAG_LEN;
-        i += 1;
-        let rest = window.len() - at;
-        if rest == 0 || (i == n && rest == TRAILER_LEN) {
-            return Ok(());
-        }
     }
+    Ok(())
 }
 
 /// Opens a whole sealed object, putting zeros in place of the segments that fail

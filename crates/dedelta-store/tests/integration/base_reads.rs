@@ -4,6 +4,7 @@
 //! that fails in a batch is read again the slow way: a passing failure changes nothing, a
 //! lasting one is reported and its candidate not used, and nothing hangs.
 
+use crate::intercept::{Hooks, Intercept};
 use crate::support::{
     backup_options, backup_with, cache_root_for, config, edited_texts, locked, me, restore_to,
     time_of, write_files, Files,
@@ -17,34 +18,40 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Counts container data reads (`get_range_into`, as regions are read; metadata comes with
-/// `get_range` and `get_tail`) and the most in flight at once, each taking a little while (a
-/// round trip); fails the next `fail_next` base reads, or all while `fail_all`.
-pub(crate) struct Probe {
-    inner: Arc<dyn Backend>,
+/// Counts container data reads (as regions are read; metadata comes with `get_range` and
+/// `get_tail`) and the most in flight at once, each taking a little while (a round trip);
+/// fails the next `fail_next` base reads, or all while `fail_all`.
+pub(crate) type Probe = Intercept<Arc<dyn Backend>, ProbeHooks>;
+
+/// [`Probe`]'s counters and failure switches.
+pub(crate) struct ProbeHooks {
     delay: Duration,
     now: AtomicU64,
     most: AtomicU64,
     reads: AtomicU64,
     longest: AtomicU64,
-    fail_next: AtomicU64,
+    pub(crate) fail_next: AtomicU64,
     pub(crate) fail_all: AtomicBool,
 }
 
 impl Probe {
     pub(crate) fn new(inner: Arc<dyn Backend>) -> Self {
-        Probe {
+        Intercept {
             inner,
-            delay: Duration::from_millis(2),
-            now: AtomicU64::new(0),
-            most: AtomicU64::new(0),
-            reads: AtomicU64::new(0),
-            longest: AtomicU64::new(0),
-            fail_next: AtomicU64::new(0),
-            fail_all: AtomicBool::new(false),
+            hooks: ProbeHooks {
+                delay: Duration::from_millis(2),
+                now: AtomicU64::new(0),
+                most: AtomicU64::new(0),
+                reads: AtomicU64::new(0),
+                longest: AtomicU64::new(0),
+                fail_next: AtomicU64::new(0),
+                fail_all: AtomicBool::new(false),
+            },
         }
     }
+}
 
+impl ProbeHooks {
     /// (data reads, most in flight, longest read) since the last call.
     pub(crate) fn take(&self) -> (u64, u64, u64) {
         (
@@ -55,33 +62,13 @@ impl Probe {
     }
 }
 
-impl Backend for Probe {
-    fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
-        self.inner.get(kind, name)
-    }
-    fn get_range(
+impl Hooks for ProbeHooks {
+    fn container_data_read(
         &self,
-        kind: FileKind,
         name: &str,
-        off: i64,
         len: usize,
-    ) -> BackendResult<Vec<u8>> {
-        self.inner.get_range(kind, name, off, len)
-    }
-    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> BackendResult<Vec<u8>> {
-        self.inner.get_tail(kind, name, max_len)
-    }
-    fn get_range_into(
-        &self,
-        kind: FileKind,
-        name: &str,
-        off: i64,
-        len: usize,
-        buf: &mut Vec<u8>,
+        read: &mut dyn FnMut() -> BackendResult<()>,
     ) -> BackendResult<()> {
-        if kind != FileKind::Container {
-            return self.inner.get_range_into(kind, name, off, len, buf);
-        }
         let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(n, Ordering::SeqCst);
         self.reads.fetch_add(1, Ordering::SeqCst);
@@ -103,31 +90,10 @@ impl Backend for Probe {
                 std::io::Error::other("injected read failure"),
             ))
         } else {
-            self.inner.get_range_into(kind, name, off, len, buf)
+            read()
         };
         self.now.fetch_sub(1, Ordering::SeqCst);
         out
-    }
-    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
-        self.inner.put(kind, name, data)
-    }
-    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
-        self.inner.create_new(kind, name, data)
-    }
-    fn list(&self, kind: FileKind) -> BackendResult<Vec<(String, u64)>> {
-        self.inner.list(kind)
-    }
-    fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
-        self.inner.delete(kind, name)
-    }
-    fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
-        self.inner.size(kind, name)
-    }
-    fn exists(&self, kind: FileKind, name: &str) -> BackendResult<bool> {
-        self.inner.exists(kind, name)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
     }
 }
 

@@ -2,6 +2,7 @@
 //! stale cache instead of reading each container's metadata, ignored where stale or damaged,
 //! consolidated by prune, sealed in an encrypted repository.
 
+use crate::intercept::{Hooks, Intercept};
 use crate::support::{
     backup_files, config, files, forget_ids, init_repo, locked, me, noise, prune_with, read_files,
     restore_to, restored_root, run_check, text, Files,
@@ -395,66 +396,26 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
-/// A backend whose listings take 20 ms, counting how many run at once.
+/// Each listing takes a while (a round trip); counts the most in flight at once.
+#[derive(Default)]
 struct SlowListings {
-    inner: Arc<dyn Backend>,
     now: std::sync::atomic::AtomicU64,
     most: std::sync::atomic::AtomicU64,
 }
 
-impl SlowListings {
-    fn listing<T>(&self, f: impl FnOnce() -> T) -> T {
+impl Hooks for SlowListings {
+    fn listing(
+        &self,
+        _kind: FileKind,
+        list: &mut dyn FnMut() -> dedelta_store::backend::Result<Vec<(String, u64)>>,
+    ) -> dedelta_store::backend::Result<Vec<(String, u64)>> {
         use std::sync::atomic::Ordering::SeqCst;
         let n = self.now.fetch_add(1, SeqCst) + 1;
         self.most.fetch_max(n, SeqCst);
         std::thread::sleep(std::time::Duration::from_millis(20));
-        let out = f();
+        let out = list();
         self.now.fetch_sub(1, SeqCst);
         out
-    }
-}
-
-impl Backend for SlowListings {
-    fn get(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<Vec<u8>> {
-        self.inner.get(kind, name)
-    }
-    fn get_range(
-        &self,
-        kind: FileKind,
-        name: &str,
-        offset: i64,
-        len: usize,
-    ) -> dedelta_store::backend::Result<Vec<u8>> {
-        self.inner.get_range(kind, name, offset, len)
-    }
-    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> dedelta_store::backend::Result<()> {
-        self.inner.put(kind, name, data)
-    }
-    fn create_new(
-        &self,
-        kind: FileKind,
-        name: &str,
-        data: &[u8],
-    ) -> dedelta_store::backend::Result<bool> {
-        self.inner.create_new(kind, name, data)
-    }
-    fn list(&self, kind: FileKind) -> dedelta_store::backend::Result<Vec<(String, u64)>> {
-        self.listing(|| self.inner.list(kind))
-    }
-    fn list_names(&self, kind: FileKind) -> dedelta_store::backend::Result<Vec<String>> {
-        self.listing(|| self.inner.list_names(kind))
-    }
-    fn delete(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<()> {
-        self.inner.delete(kind, name)
-    }
-    fn size(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<u64> {
-        self.inner.size(kind, name)
-    }
-    fn exists(&self, kind: FileKind, name: &str) -> dedelta_store::backend::Result<bool> {
-        self.inner.exists(kind, name)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
     }
 }
 
@@ -468,10 +429,9 @@ fn opening_lists_damage_records_and_containers_at_once() {
         .collect();
     s.backup("a", &v, 0);
 
-    let slow = Arc::new(SlowListings {
-        inner: Arc::new(LocalBackend::new(&s.repo)),
-        now: Default::default(),
-        most: Default::default(),
+    let slow = Arc::new(Intercept {
+        inner: Arc::new(LocalBackend::new(&s.repo)) as Arc<dyn Backend>,
+        hooks: SlowListings::default(),
     });
     let opened = Repository::open_in_cache(slow.clone(), &s.root.join("cache-slow"))
         .unwrap()

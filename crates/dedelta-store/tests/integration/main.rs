@@ -34,6 +34,8 @@ mod golden;
 /// Index files: written per backup, used by fresh and catching-up clients, ignored where
 /// stale or damaged, consolidated by prune, sealed when encrypted.
 mod index_files;
+/// The one forwarding backend the tests' probes are built from.
+mod intercept;
 /// LoopDelta's cache-aware filter and inversed delta compression (issue 17 items 3-4).
 mod inverse;
 /// I/O accounting: a metered repository's requests by purpose (issue 16 item 4).

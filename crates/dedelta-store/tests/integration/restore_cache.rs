@@ -7,11 +7,12 @@
 //! taken out.
 
 use crate::delta::run_backup;
+use crate::intercept::{Hooks, Intercept};
 use crate::support::{
     cache_root_for, config, every_restore_cache, files, init_repo, noise, restored_root, text,
     write_files, Files,
 };
-use dedelta_store::backend::{Backend, FileKind, Result as BackendResult};
+use dedelta_store::backend::{Backend, Result as BackendResult};
 use dedelta_store::commands::{ls, restore};
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::progress::NoProgress;
@@ -22,63 +23,27 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// Logs the container named by every data read, and passes every request on.
-struct Counting {
-    inner: Arc<dyn Backend>,
-    reads: Mutex<Vec<String>>,
-}
+type Counting = Intercept<Arc<dyn Backend>, ReadLog>;
 
-impl Counting {
+/// The containers [`Counting`] saw read, in order.
+#[derive(Default)]
+struct ReadLog(Mutex<Vec<String>>);
+
+impl ReadLog {
     fn take(&self) -> Vec<String> {
-        std::mem::take(&mut self.reads.lock().unwrap())
+        std::mem::take(&mut self.0.lock().unwrap())
     }
 }
 
-impl Backend for Counting {
-    fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
-        self.inner.get(kind, name)
-    }
-    fn get_range(
+impl Hooks for ReadLog {
+    fn container_data_read(
         &self,
-        kind: FileKind,
         name: &str,
-        off: i64,
-        len: usize,
-    ) -> BackendResult<Vec<u8>> {
-        self.inner.get_range(kind, name, off, len)
-    }
-    fn get_range_into(
-        &self,
-        kind: FileKind,
-        name: &str,
-        off: i64,
-        len: usize,
-        buf: &mut Vec<u8>,
+        _len: usize,
+        read: &mut dyn FnMut() -> BackendResult<()>,
     ) -> BackendResult<()> {
-        if kind == FileKind::Container {
-            self.reads.lock().unwrap().push(name.to_string());
-        }
-        self.inner.get_range_into(kind, name, off, len, buf)
-    }
-    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
-        self.inner.put(kind, name, data)
-    }
-    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
-        self.inner.create_new(kind, name, data)
-    }
-    fn list(&self, kind: FileKind) -> BackendResult<Vec<(String, u64)>> {
-        self.inner.list(kind)
-    }
-    fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
-        self.inner.delete(kind, name)
-    }
-    fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
-        self.inner.size(kind, name)
-    }
-    fn exists(&self, kind: FileKind, name: &str) -> BackendResult<bool> {
-        self.inner.exists(kind, name)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
+        self.0.lock().unwrap().push(name.to_string());
+        read()
     }
 }
 
@@ -139,7 +104,7 @@ fn four_versions(dir: &Path) -> (IndexedRepository, Arc<Counting>, Vec<Files>) {
     }
     let counting = Arc::new(Counting {
         inner: repo.backend().clone(),
-        reads: Mutex::new(Vec::new()),
+        hooks: ReadLog::default(),
     });
     let counted = Repository::open_in_cache(counting.clone(), &cache_root_for(&path))
         .unwrap()

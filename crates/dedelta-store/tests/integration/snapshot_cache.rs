@@ -3,6 +3,7 @@
 //! repository, never believed; a forgotten snapshot drops out of the listing and the cache;
 //! the parent a backup chooses is the one the repository's own listing gives.
 
+use crate::intercept::{Hooks, Intercept};
 use crate::support::*;
 use dedelta_store::backend::wrap::metered::{Direction, Purpose};
 use dedelta_store::backend::{Backend, FileKind, Result as BackendResult};
@@ -193,49 +194,22 @@ fn the_parent_chosen_from_the_cache_is_the_same() {
 
 /// A listing that still names a deleted snapshot, as an object store's listing can for a
 /// moment after another client's `forget` (seen on a Garage cluster after a node restart).
-struct LaggingListing<'a> {
-    inner: &'a dyn Backend,
+struct LaggingListing {
     deleted: String,
 }
 
-impl Backend for LaggingListing<'_> {
-    fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
-        self.inner.get(kind, name)
-    }
-    fn get_range(
+impl Hooks for LaggingListing {
+    fn listing(
         &self,
         kind: FileKind,
-        name: &str,
-        off: i64,
-        len: usize,
-    ) -> BackendResult<Vec<u8>> {
-        self.inner.get_range(kind, name, off, len)
-    }
-    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
-        self.inner.put(kind, name, data)
-    }
-    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
-        self.inner.create_new(kind, name, data)
-    }
-    fn list(&self, kind: FileKind) -> BackendResult<Vec<(String, u64)>> {
-        let mut l = self.inner.list(kind)?;
+        list: &mut dyn FnMut() -> BackendResult<Vec<(String, u64)>>,
+    ) -> BackendResult<Vec<(String, u64)>> {
+        let mut l = list()?;
         if kind == FileKind::Snapshot {
             l.push((self.deleted.clone(), 1));
             l.sort();
         }
         Ok(l)
-    }
-    fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
-        self.inner.delete(kind, name)
-    }
-    fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
-        self.inner.size(kind, name)
-    }
-    fn exists(&self, kind: FileKind, name: &str) -> BackendResult<bool> {
-        self.inner.exists(kind, name)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
     }
 }
 
@@ -248,9 +222,11 @@ fn a_snapshot_listed_but_gone_is_left_out() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("repo");
     let (repo, listed, gone) = three_snapshots_the_middle_forgotten(&path);
-    let lagging = LaggingListing {
+    let lagging = Intercept {
         inner: repo.backend().as_ref(),
-        deleted: gone.clone(),
+        hooks: LaggingListing {
+            deleted: gone.clone(),
+        },
     };
     assert!(lagging
         .list_names(FileKind::Snapshot)

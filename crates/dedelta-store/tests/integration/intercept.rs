@@ -1,0 +1,100 @@
+//! A backend that passes every request on to another, except what a test intercepts: the one
+//! forwarding wrapper the tests' probes are built from (counting reads, delaying them, failing
+//! them, lagging listings), so that each probe states only what it changes.
+
+use dedelta_store::backend::{Backend, FileKind, Result as BackendResult};
+use std::ops::Deref;
+
+/// What a test changes about the requests passing through an [`Intercept`]; every method
+/// passes the request on unchanged unless a test overrides it.
+pub(crate) trait Hooks: Send + Sync {
+    /// Around a read of container data (`get_range_into`: regions, as restore and backup's
+    /// base reads ask for them; metadata comes with `get_range` and `get_tail`). `read` does
+    /// the read.
+    fn container_data_read(
+        &self,
+        _name: &str,
+        _len: usize,
+        read: &mut dyn FnMut() -> BackendResult<()>,
+    ) -> BackendResult<()> {
+        read()
+    }
+
+    /// Around a listing (`list`, and `list_names`, which is answered from it). `list` does it.
+    fn listing(
+        &self,
+        _kind: FileKind,
+        list: &mut dyn FnMut() -> BackendResult<Vec<(String, u64)>>,
+    ) -> BackendResult<Vec<(String, u64)>> {
+        list()
+    }
+}
+
+/// `inner` seen through `hooks`. Dereferences to the hooks, so a test reads its probe's
+/// counters directly.
+pub(crate) struct Intercept<B, H> {
+    pub(crate) inner: B,
+    pub(crate) hooks: H,
+}
+
+impl<B, H> Deref for Intercept<B, H> {
+    type Target = H;
+
+    fn deref(&self) -> &H {
+        &self.hooks
+    }
+}
+
+impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Intercept<B, H> {
+    fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
+        self.inner.get(kind, name)
+    }
+    fn get_range(
+        &self,
+        kind: FileKind,
+        name: &str,
+        off: i64,
+        len: usize,
+    ) -> BackendResult<Vec<u8>> {
+        self.inner.get_range(kind, name, off, len)
+    }
+    fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> BackendResult<Vec<u8>> {
+        self.inner.get_tail(kind, name, max_len)
+    }
+    fn get_range_into(
+        &self,
+        kind: FileKind,
+        name: &str,
+        off: i64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> BackendResult<()> {
+        if kind != FileKind::Container {
+            return self.inner.get_range_into(kind, name, off, len, buf);
+        }
+        self.hooks.container_data_read(name, len, &mut || {
+            self.inner.get_range_into(kind, name, off, len, buf)
+        })
+    }
+    fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
+        self.inner.put(kind, name, data)
+    }
+    fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
+        self.inner.create_new(kind, name, data)
+    }
+    fn list(&self, kind: FileKind) -> BackendResult<Vec<(String, u64)>> {
+        self.hooks.listing(kind, &mut || self.inner.list(kind))
+    }
+    fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
+        self.inner.delete(kind, name)
+    }
+    fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
+        self.inner.size(kind, name)
+    }
+    fn exists(&self, kind: FileKind, name: &str) -> BackendResult<bool> {
+        self.inner.exists(kind, name)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+}
