@@ -52,22 +52,21 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let (cache, cache_bytes) = args.cache.choice()?;
     let want = ls::normalize_path(args.path.as_bytes());
-    let is_dir = want.is_empty()
-        || ls::find_node(&r, &id, &snap, want)
-            .is_ok_and(|(n, _)| n.kind == dedelta_store::format::tree::NodeKind::Dir);
-    if is_dir {
-        super::dump_tar::write_tar(&r, &snap, want, &mut out)?;
-        return Ok(0);
-    }
-    let (bytes_written, restore_cache) = ls::dump_with(
-        &r,
-        &id,
-        &snap,
-        args.path.as_bytes(),
-        cache,
-        cache_bytes,
-        &mut out,
-    )?;
+    // The tree is walked once: the node found says what to write.
+    let found = if want.is_empty() {
+        None
+    } else {
+        Some(ls::find_node(&r, &id, &snap, want)?)
+    };
+    let (node, chunks) = match found {
+        Some((n, c)) if n.kind != dedelta_store::format::tree::NodeKind::Dir => (n, c),
+        _ => {
+            super::dump_tar::write_tar(&r, &snap, want, &mut out)?;
+            return Ok(0);
+        }
+    };
+    let (bytes_written, restore_cache) =
+        ls::dump_found(&r, &snap, &node, chunks, cache, cache_bytes, &mut out)?;
     drop(out);
     if args.io_json {
         let io = args.io_models.report(&r)?;

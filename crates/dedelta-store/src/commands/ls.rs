@@ -77,10 +77,26 @@ pub fn dump_with(
     out: &mut dyn Write,
 ) -> Result<(u64, RestoreCacheStats)> {
     let (node, chunks) = find_node(repo, id, snapshot, path)?;
+    dump_found(repo, snapshot, &node, chunks, cache, cache_bytes, out)
+}
+
+/// [`dump_with`] of a node already found by [`find_node`] (its recipe `chunks`): a caller
+/// that looked the path up to see what it is does not walk the tree again (with recipes
+/// stored as deltas on their parents', a walk reads one container per version of the
+/// chain: 10 of the 17 ms of `ls` on the 20th SQLAlchemy version).
+pub fn dump_found(
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    node: &Node,
+    chunks: Vec<ChunkRef>,
+    cache: RestoreCacheChoice,
+    cache_bytes: usize,
+    out: &mut dyn Write,
+) -> Result<(u64, RestoreCacheStats)> {
     if node.kind != NodeKind::File {
         return Err(Error::InvalidOption(format!(
             "{} is not a regular file",
-            String::from_utf8_lossy(path)
+            String::from_utf8_lossy(&node.path)
         )));
     }
     let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);

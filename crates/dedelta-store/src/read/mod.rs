@@ -87,6 +87,11 @@ pub struct ReadStats {
     pub base_cache_hits: u64,
     /// Delta bases read (and verified) from their regions.
     pub base_cache_misses: u64,
+    /// Chunks looked up in the index.
+    pub index_lookups: u64,
+    /// Chunks found beside one located just before, without asking the index (restore and
+    /// dump; see `locator/neighbour.rs`).
+    pub index_lookups_spared: u64,
 }
 
 impl ReadStats {
@@ -100,6 +105,8 @@ impl ReadStats {
             deltas_decoded: self.deltas_decoded + o.deltas_decoded,
             base_cache_hits: self.base_cache_hits + o.base_cache_hits,
             base_cache_misses: self.base_cache_misses + o.base_cache_misses,
+            index_lookups: self.index_lookups + o.index_lookups,
+            index_lookups_spared: self.index_lookups_spared + o.index_lookups_spared,
         }
     }
 }

@@ -231,3 +231,53 @@ fn fewer_containers_read_with_more_cache() {
     assert!(one > all, "{one} vs {all}");
     assert!(fa <= all, "{fa} vs {all}");
 }
+
+/// A restore finds most chunks beside the one it located before (a recipe runs on through its
+/// container, and consecutive deltas' bases through theirs) without asking the index: counted,
+/// each chunk and base located once either way, and the files restored bit-exact.
+#[test]
+fn a_sequential_recipe_restores_with_few_index_lookups() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, _, trees) = four_versions(tmp.path());
+    let src = tmp.path().join("src");
+    for (i, (_, snap)) in repo.snapshots().unwrap().snapshots.iter().enumerate() {
+        let target = tmp.path().join(format!("out-{i}"));
+        let opts = restore::RestoreOptions {
+            target: target.clone(),
+            include: vec![],
+            cache_bytes: 64 << 20,
+            ..Default::default()
+        };
+        let st = restore::restore(&repo, snap, &opts, &NoProgress).unwrap();
+        assert!(st.errors.is_empty(), "{:?}", st.errors);
+        let root = restored_root(&target, &src);
+        for (name, data) in &trees[i] {
+            assert!(std::fs::read(root.join(name)).unwrap() == *data, "{name}");
+        }
+        let r = st.reads;
+        let chunks: usize = snap_chunks(&repo, snap);
+        // Every chunk of the recipes is located (a base the decoder holds is not).
+        assert!(
+            r.index_lookups + r.index_lookups_spared >= chunks as u64,
+            "version {i}: {r:?}, {chunks} chunks"
+        );
+        assert!(
+            r.index_lookups * 3 < r.index_lookups_spared,
+            "version {i}: {r:?}"
+        );
+    }
+}
+
+/// Chunk references in the recipes of `snap`'s files.
+fn snap_chunks(
+    repo: &IndexedRepository,
+    snap: &dedelta_store::format::snapshot::Snapshot,
+) -> usize {
+    let mut n = 0;
+    walk_tree(repo, snap, |_, c| {
+        n += c.len();
+        Ok(())
+    })
+    .unwrap();
+    n
+}

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::backend::wrap::metered::Purpose;
 use crate::backend::{Backend, FileKind};
-use crate::client::index::{ChunkLocation, IndexReader};
+use crate::client::index::{ChunkLocation, IndexReader, Trust};
 use crate::error::{Error, Result};
 use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
 use crate::repository::damage::DamageSet;
@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 mod memo;
+mod neighbour;
 mod read_ahead;
 mod restore_ahead;
 
@@ -99,6 +100,9 @@ pub struct ChunkLocator<'a> {
     own: Option<OwnCopies>,
     /// Restore's regions read ahead, on an object store.
     ahead: Option<restore_ahead::RegionsAhead>,
+    /// Restore's last positions, where the next chunk is looked for before the index is
+    /// asked ([`neighbour`]).
+    neighbours: Option<neighbour::Neighbours>,
 }
 
 /// The copies of its chunks a snapshot's own backup referenced ([`ChunkLocator::reading_own_copies`]).
@@ -155,6 +159,7 @@ impl<'a> ChunkLocator<'a> {
             damage: None,
             own: None,
             ahead: None,
+            neighbours: None,
         })
     }
 
@@ -180,19 +185,50 @@ impl<'a> ChunkLocator<'a> {
     /// `containers` being the snapshot's own containers
     /// ([`crate::format::snapshot::Snapshot::containers`]); empty: the index's copy, always.
     /// A copy that is gone (pruned) or unreadable is replaced by the index's.
+    ///
+    /// A restore or dump (a locator with a restore cache) then also finds chunks beside the
+    /// ones it located just before, without asking the index ([`neighbour`]), unless the
+    /// index has applied damage records.
     pub fn reading_own_copies(mut self, containers: &[ContainerId]) -> Self {
         self.own = (!containers.is_empty()).then(|| OwnCopies {
             containers: containers.iter().copied().collect(),
             unsearched: containers.iter().copied().collect(),
             found: HashMap::new(),
         });
+        let undamaged = self.repo.index().damage_digest().is_ok_and(|d| d == 0);
+        self.neighbours = (self.own.is_some() && self.restore_cache.is_some() && undamaged)
+            .then(neighbour::Neighbours::default);
         self
+    }
+
+    /// Remembers where a chunk was located, for [`neighbour`]: kept if it lies in one of the
+    /// snapshot's containers whose entries the index wholly holds.
+    fn note_position(&mut self, container: ContainerId, meta: &Arc<ContainerMeta>, entry: u32) {
+        let Some(n) = self.neighbours.as_mut() else {
+            return;
+        };
+        if n.is_latest(&container, entry) {
+            return;
+        }
+        let own = self
+            .own
+            .as_ref()
+            .is_some_and(|o| o.containers.contains(&container));
+        if own && self.index.trust(&container) == Trust::Whole {
+            n.note(container, meta, entry);
+        }
     }
 
     /// Where to read `id` by `rule`: the index's copy, or with [`Self::reading_own_copies`]
     /// the snapshot's own copy that `rule` allows when the index's lies outside its
     /// containers.
     fn location(&mut self, id: &ChunkId, rule: CopyRule) -> Result<Option<ChunkLocation>> {
+        if rule != CopyRule::Index {
+            if let Some(loc) = self.neighbours.as_mut().and_then(|n| n.find(id)) {
+                self.stats.index_lookups_spared += 1;
+                return Ok(Some(loc));
+            }
+        }
         let Some(loc) = self.index_copy(id)? else {
             return Ok(None);
         };
@@ -316,6 +352,9 @@ impl<'a> ChunkLocator<'a> {
     pub fn refresh_index(&mut self) -> Result<()> {
         self.index = self.repo.index().reader()?;
         self.indexed.clear();
+        if let Some(n) = self.neighbours.as_mut() {
+            n.clear();
+        }
         Ok(())
     }
 
@@ -324,11 +363,13 @@ impl<'a> ChunkLocator<'a> {
     /// table only cost them a cache miss per chunk).
     fn index_copy(&mut self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
         if self.restore_cache.is_some() {
+            self.stats.index_lookups += 1;
             return self.index.get(id);
         }
         if let Some(known) = self.indexed.get(id) {
             return Ok(known);
         }
+        self.stats.index_lookups += 1;
         let loc = self.index.get(id)?;
         self.indexed.put(*id, loc);
         Ok(loc)
@@ -504,7 +545,12 @@ impl<'a> ChunkLocator<'a> {
             EntryKind::Full => None,
             EntryKind::Delta { base, .. } => Some(base),
         };
-        (e.id == *id).then_some((loc.container, e.region, base))
+        let region = e.region;
+        if e.id != *id {
+            return None;
+        }
+        self.note_position(loc.container, &meta, loc.entry);
+        Some((loc.container, region, base))
     }
 
     /// Hands a region just read to the restore cache, recycling what it lets go of.
@@ -678,11 +724,13 @@ impl<'a> ChunkLocator<'a> {
         if range.end > region.len() {
             return Err(corrupt(&loc.container, id, "entry lies outside its region".into()).into());
         }
+        let (original_len, kind) = (entry.original_len as usize, entry.kind);
+        self.note_position(loc.container, &meta, loc.entry);
         Ok(LocatedChunk {
             id: *id,
             container: loc.container,
-            original_len: entry.original_len as usize,
-            delta_base: match entry.kind {
+            original_len,
+            delta_base: match kind {
                 EntryKind::Full => None,
                 EntryKind::Delta { base, .. } => Some(base),
             },
