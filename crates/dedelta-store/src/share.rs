@@ -102,6 +102,8 @@ pub(crate) struct Offer {
     state: Mutex<State>,
     /// A helper finished its items.
     finished: Condvar,
+    /// A batch was put on offer (for a dedicated helper thread, [`Offer::help_forever`]).
+    offered: Condvar,
 }
 
 impl Offer {
@@ -130,6 +132,8 @@ impl Offer {
             s.job = Some(Job(erased));
             s.next = 0;
             s.len = len;
+            // A panic left by an earlier batch whose caller unwound on its own panic.
+            s.panic = None;
         }
         // Withdraws the batch and waits for the helpers' running items when this function
         // leaves, also by a panic of `job` on this thread: without it an unwinding caller
@@ -178,6 +182,26 @@ impl Offer {
             if s.running == 0 {
                 self.finished.notify_all();
             }
+        }
+    }
+}
+
+impl Offer {
+    /// Wakes a dedicated helper thread waiting in [`Offer::help_forever`].
+    pub(crate) fn wake_helper(&self) {
+        self.offered.notify_one();
+    }
+
+    /// A dedicated helper thread's loop: waits for a batch on offer with items left, helps
+    /// with it, and waits again.
+    pub(crate) fn help_forever(&self) -> ! {
+        loop {
+            let mut s = self.lock();
+            while s.job.is_none() || s.next >= s.len {
+                s = self.offered.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            drop(s);
+            self.help();
         }
     }
 }
