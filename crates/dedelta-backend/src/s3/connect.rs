@@ -247,21 +247,29 @@ mod tests {
     use socket2::SockRef;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A client socket on loopback, wrapped as the connector wraps it, and the server's end.
+    async fn connected() -> (QuickAckStream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (QuickAckStream(client), server)
+    }
+
     /// Every read that brings bytes leaves the socket acknowledging at once, though the
     /// kernel had it delaying acknowledgements (as it does for a client between requests).
     #[test]
     fn reads_leave_the_socket_acknowledging_at_once() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let client = TcpStream::connect(listener.local_addr().unwrap())
-                .await
-                .unwrap();
-            let (mut server, _) = listener.accept().await.unwrap();
-            let mut stream = QuickAckStream(client);
+        runtime().block_on(async {
+            let (mut stream, mut server) = connected().await;
             for round in 0..3 {
                 SockRef::from(&stream.0).set_tcp_quickack(false).unwrap();
                 assert!(!SockRef::from(&stream.0).tcp_quickack().unwrap());
@@ -282,17 +290,8 @@ mod tests {
     /// headers would then wait out the delay behind a server's Nagle.
     #[test]
     fn writes_leave_the_socket_acknowledging_at_once() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let client = TcpStream::connect(listener.local_addr().unwrap())
-                .await
-                .unwrap();
-            let (mut server, _) = listener.accept().await.unwrap();
-            let mut stream = QuickAckStream(client);
+        runtime().block_on(async {
+            let (mut stream, mut server) = connected().await;
             for round in 0..3 {
                 // A response read, then the next request sent at once (as a client does).
                 server.write_all(b"a response").await.unwrap();

@@ -197,12 +197,7 @@ fn parent_tree_of_deltas_is_rebuilt_from_dense_containers() {
     let first = backup_many_files(&repo, &src, 0);
     let second = backup_many_files(&repo, &src, 1);
     // The second backup's tree holds deltas.
-    let listed = repo.snapshots().unwrap();
-    let (_, snap) = listed
-        .snapshots
-        .iter()
-        .find(|(id, _)| *id == second.snapshot_id)
-        .unwrap();
+    let (_, snap) = repo.find_snapshot(&second.snapshot_id.to_string()).unwrap();
     let deltas = snap
         .tree
         .chunks
@@ -266,12 +261,7 @@ fn parent_tree_chunk_outside_dense_containers_is_read_alone() {
         .unwrap()
         .unwrap();
     // The second tree's unchanged chunks are duplicates in the first backup's containers.
-    let listed = repo.snapshots().unwrap();
-    let (_, snap) = listed
-        .snapshots
-        .iter()
-        .find(|(id, _)| *id == second.snapshot_id)
-        .unwrap();
+    let (_, snap) = repo.find_snapshot(&second.snapshot_id.to_string()).unwrap();
     let in_first = snap
         .tree
         .chunks
