@@ -5,7 +5,7 @@
 //! Names resolve to generated series (`synthetic`, `synthetic-small`, `sqlite`,
 //! `sqlite-small`, `redis`, `redis-nolzf`, `redis-long`, `redis-small`), created on first use
 //! in the data directory and reused after, or to a directory of the data directory (`sqla`,
-//! `prettier`, as `scripts/datasets.sh` builds them).
+//! `prettier`, `typescript`, as `scripts/datasets.sh` builds them).
 
 use crate::error::{EvalError, IoContext, Result};
 use crate::redis::{self, RedisParams};
@@ -184,7 +184,7 @@ impl Dataset {
                          synthetic-small, sqlite, sqlite-small, redis, redis-nolzf, redis-long, \
                          redis-small, or a \
                          directory of {}; \
-                         scripts/datasets.sh builds sqla and prettier there)",
+                         scripts/datasets.sh builds sqla, prettier and typescript there)",
                         data_dir.display()
                     )))
                 }

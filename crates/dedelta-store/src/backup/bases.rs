@@ -402,9 +402,16 @@ impl<'a> BaseFetcher<'a> {
         }))
     }
 
-    /// The base for candidate `id` if memory holds it (a base already used, or a new chunk
-    /// of this backup), never read: for the cache-aware filter's rewrites ([`super::caf`]).
+    /// The base for candidate `id` if memory holds it (a base already used, a new chunk of
+    /// this backup, or with LoopDelta's prefetching a chunk of the potential base chunk
+    /// cache, [`Self::only_cached`]), never read: for the cache-aware filter's rewrites
+    /// ([`super::caf`]). LoopDelta §4.5's workflow takes the base of a base-fragmented chunk
+    /// from the potential base chunk cache like any other's; without it those chunks found
+    /// only this backup's own chunks as bases and were mostly stored in full.
     pub fn fetch_in_memory(&mut self, id: ChunkId) -> Option<Base> {
+        if let Some(p) = self.prefetched.clone() {
+            return self.fetch_cached(id, &p);
+        }
         let depth = self.cache.depth_of(&id)?;
         if depth > self.max_base_depth {
             return None;

@@ -18,10 +18,16 @@
 //!
 //! A base-fragmented chunk is stored again like a new chunk, except that its delta base may
 //! only come from memory (the backup's base cache: its own new chunks and the bases it
-//! already holds, LoopDelta's "potential base chunk cache"), never read back from the
-//! repository: a base read back would be the very extra read the filter removes. Without such
-//! a base it is stored in full. The old copy becomes garbage, which prune reclaims (the index
-//! names the newest copy, see [`super::rewrite`]).
+//! already holds, and with prefetching LoopDelta's "potential base chunk cache"), never read
+//! back from the repository: a base read back would be the very extra read the filter
+//! removes. It is sketched on the dedup thread (the pool sketches only the chunks it did not
+//! find). Without such a base it is stored in full. The old copy becomes garbage, which prune
+//! reclaims (the index names the newest copy, see [`super::rewrite`]).
+//!
+//! The fingerprint cache judged is the one the dedup thread's stream fills
+//! ([`super::fingerprint_index::LocalityIndex::judging_in_stream_order`]): the pool's
+//! lookups run ahead of the stream, on several threads, and judging by their cache made the
+//! judgments depend on thread timing.
 //!
 //! Choices made:
 //! - The filter needs the fingerprint cache: it is refused with the exact index, which has
@@ -29,9 +35,8 @@
 //! - The paper looks in the first 20 (64 without rewriting) cache slots to save CPU; the cache
 //!   here is a hash map over every cached container, so the whole cache is searched at the
 //!   same cost.
-//! - A duplicate whose own container has left the cache by the time the dedup thread meets it
-//!   (the pool looks up ahead of the dedup thread) is not judged: its kind is not known
-//!   without a disk read. Counted as `unjudged`.
+//! - A duplicate whose own container's metadata cannot be read is not judged. Counted as
+//!   `unjudged`.
 
 use super::fingerprint_index::FingerprintIndex;
 use crate::format::container::ContainerId;

@@ -188,7 +188,12 @@ impl<'a> DedupStage<'a> {
                                     self.end_segment()?;
                                 }
                             }
-                            None => self.add(c.id, c.data, c.sfs, c.lookup)?,
+                            None => {
+                                if let IndexLookup::Stored(container) = c.lookup {
+                                    self.index.lookup.reached(&container);
+                                }
+                                self.add(c.id, c.data, c.sfs, c.lookup)?
+                            }
                         }
                         tree.file_chunk(chunk)?;
                     }
@@ -274,6 +279,9 @@ impl<'a> DedupStage<'a> {
         }
         self.rewritten.segments += 1;
         for (c, container) in chunks.into_iter().zip(old) {
+            if let Some(cid) = &container {
+                self.index.lookup.reached(cid);
+            }
             let lookup = match container {
                 Some(cid) if !keep.contains(&cid) && !self.pending.contains(&c.id) => {
                     self.rewrite(c.id, c.data, c.sfs)?;
@@ -354,6 +362,21 @@ impl<'a> DedupStage<'a> {
         self.pending.insert(id);
         self.summary.new_chunks += 1;
         self.summary.bytes_new += data.len() as u64;
+        // The pool sketches only the chunks it did not find: a duplicate comes unsketched,
+        // and without super-features it has no candidate base (LoopDelta §4.5 looks for the
+        // base of every base-fragmented chunk in the potential base chunk cache).
+        let sfs = match (sfs, &self.sketcher, &self.delta) {
+            (None, Some(sk), Some(_)) => {
+                let t = Instant::now();
+                let sfs = sk.sketch(&data);
+                StageTimes::add(&self.times.sketch, t);
+                self.times
+                    .sketched_chunks
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(sfs)
+            }
+            (sfs, _, _) => sfs,
+        };
         match self.delta.as_mut() {
             Some(d) => {
                 d.on_duplicate(&id, None, false)?;
@@ -426,9 +449,12 @@ impl<'a> DedupStage<'a> {
                 IndexLookup::Absent => None,
                 IndexLookup::NotLookedUp => {
                     let t = Instant::now();
-                    let found = self.index.container_of(id)?.map(Some);
+                    let found = self.index.container_of(id)?;
                     StageTimes::add(&self.times.index, t);
-                    found
+                    if let Some(c) = &found {
+                        self.index.lookup.reached(c);
+                    }
+                    found.map(Some)
                 }
             }
         };

@@ -58,11 +58,12 @@ impl ReuseMonitor {
     }
 
     /// The backup referenced duplicate `id`, stored in old `container` (counted if stored
-    /// there in full).
+    /// there in full). Which entries are full is asked at the end ([`Self::ratio`]): the
+    /// container's metadata may come through the pool's lookups after the stream met the
+    /// duplicate (a duplicate of an unchanged file is not looked up), and an answer taken
+    /// then would depend on the threads' timing.
     pub fn duplicate(&mut self, container: ContainerId, id: ChunkId) {
-        if self.bases.stores_full(&container, &id) {
-            self.reference(container, id);
-        }
+        self.reference(container, id);
     }
 
     /// A delta of this backup was encoded against `base`: its container, if the base was
@@ -77,7 +78,12 @@ impl ReuseMonitor {
     /// its metadata came through the cache.
     pub fn ratio(&self, container: &ContainerId) -> Option<f64> {
         let n = self.bases.full_count(container)?;
-        let refs = self.referenced.get(container)?.len();
+        let refs = self
+            .referenced
+            .get(container)?
+            .iter()
+            .filter(|id| self.bases.stores_full(container, id))
+            .count();
         Some(if n == 0 { 0.0 } else { refs as f64 / n as f64 })
     }
 

@@ -207,6 +207,13 @@ pub trait FingerprintIndex: Send + Sync {
     fn used_containers(&self) -> Vec<ContainerId> {
         Vec::new()
     }
+
+    /// The dedup thread met, in stream order, a duplicate stored in `container`. The caches
+    /// whose contents feed its decisions (the cache-aware filter's view of the fingerprint
+    /// cache, LoopDelta's base cache) take containers in here, in the stream's order, rather
+    /// than when the pool's lookups, which run ahead on several threads, loaded them: the
+    /// same backup then stores the same bytes whatever the threads' timing.
+    fn reached(&self, _container: &ContainerId) {}
 }
 
 /// Counters shared by the pool's threads.
@@ -388,6 +395,10 @@ pub trait MetaLoader: Send + Sync {
     /// # Errors
     /// The metadata cannot be read.
     fn load(&self, backend: &dyn Backend, id: &ContainerId) -> Result<ContainerMeta>;
+
+    /// The stream reached container `id` ([`FingerprintIndex::reached`]); reads through
+    /// `backend` what the loader needs and did not read ahead.
+    fn reached(&self, _backend: &dyn Backend, _id: &ContainerId) {}
 }
 
 /// Locality-preserved caching (see the module doc).
@@ -397,6 +408,11 @@ pub struct LocalityIndex {
     filter: Arc<FingerprintFilter>,
     backend: Arc<dyn Backend>,
     cache: Mutex<ContainerCache>,
+    /// The fingerprint cache as the dedup thread's stream order fills it (same capacity,
+    /// containers taken in when the stream reaches them, [`FingerprintIndex::reached`]),
+    /// which the cache-aware filter judges by ([`Self::judging_in_stream_order`]); `None`
+    /// without the filter.
+    judged: Option<Mutex<ContainerCache>>,
     /// Held across an on-disk lookup and the prefetch it leads to: the pool's threads work
     /// on neighbouring blocks, which are usually in the same container, and without it each
     /// looked the container up and loaded it (12 loads of 8 containers in a 30 MB backup).
@@ -432,6 +448,7 @@ impl LocalityIndex {
                 ),
                 map: HashMap::new(),
             }),
+            judged: None,
             disk: Mutex::new(()),
             counts: Counts::default(),
             loader: None,
@@ -460,6 +477,18 @@ impl LocalityIndex {
             }
         }
         None
+    }
+
+    /// Keeps the fingerprint cache a second time as the stream fills it, for the cache-aware
+    /// filter ([`FingerprintIndex::cached_copy`]): the pool's cache holds what its lookups,
+    /// ahead of the stream and in any order, loaded and evicted.
+    pub fn judging_in_stream_order(mut self) -> Self {
+        let capacity = self.cache().containers.cap();
+        self.judged = Some(Mutex::new(ContainerCache {
+            containers: LruCache::new(capacity),
+            map: HashMap::new(),
+        }));
+        self
     }
 
     /// Prefetches read containers through `loader`.
@@ -569,10 +598,14 @@ impl FingerprintIndex for LocalityIndex {
     }
 
     fn cached_copy(&self, id: &ChunkId) -> CachedCopy {
-        let Some(&(c, entry)) = self.cache().map.get(id) else {
+        let cache = || match &self.judged {
+            Some(j) => j.lock().unwrap_or_else(|e| e.into_inner()),
+            None => self.cache(),
+        };
+        let Some(&(c, entry)) = cache().map.get(id) else {
             return CachedCopy::Unknown;
         };
-        let judged = self.cache().judge(c, entry);
+        let judged = cache().judge(c, entry);
         if judged != CachedCopy::DeltaBaseMissing {
             return judged;
         }
@@ -582,7 +615,7 @@ impl FingerprintIndex for LocalityIndex {
         // index is asked (one on-disk lookup, for such chunks only).
         match self.counts.disk_get(&self.reader, id) {
             Ok(Some(loc)) if (loc.container, loc.entry) != (c, entry) => {
-                self.cache().judge(loc.container, loc.entry)
+                cache().judge(loc.container, loc.entry)
             }
             Ok(Some(_)) => judged,
             _ => CachedCopy::Unknown,
@@ -595,6 +628,44 @@ impl FingerprintIndex for LocalityIndex {
 
     fn used_containers(&self) -> Vec<ContainerId> {
         self.recent.used_order()
+    }
+
+    fn reached(&self, container: &ContainerId) {
+        if let Some(l) = &self.loader {
+            l.reached(self.backend.as_ref(), container);
+        }
+        let Some(judged) = &self.judged else {
+            return;
+        };
+        if judged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .containers
+            .get(container)
+            .is_some()
+        {
+            return;
+        }
+        // The pool loaded it for the lookup that named it; read again only if the pool's
+        // cache, running ahead, has evicted it since.
+        let meta = match self.cached_meta(container) {
+            Some(meta) => meta,
+            None => {
+                Counts::bump(&self.counts.prefetches);
+                match read_container_meta_tail(self.backend.as_ref(), &container.to_hex()) {
+                    Ok(meta) => Arc::new(meta),
+                    Err(_) => {
+                        Counts::bump(&self.counts.prefetch_errors);
+                        return;
+                    }
+                }
+            }
+        };
+        let trust = self.reader.trust(container);
+        judged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .load(*container, meta, trust);
     }
 
     fn counters(&self) -> LookupCounters {

@@ -437,6 +437,11 @@ pub fn backup(
                 opts.lookup.cache_containers,
             )
             .with_hints(repo.index().recent_containers());
+            let index = if opts.loopdelta.cache_aware_filter {
+                index.judging_in_stream_order()
+            } else {
+                index
+            };
             Arc::new(match &dense_loader {
                 Some(loader) => index.with_loader(loader.clone()),
                 None => index,

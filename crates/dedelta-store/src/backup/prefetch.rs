@@ -35,18 +35,17 @@
 //! whose share a backup references is the container's reuse ratio
 //! ([`super::dense::ReuseMonitor`]; 8 bytes a chunk of each container a backup touches).
 
+mod loader;
 mod sketch_index;
+pub use loader::DensePrefetcher;
 pub use sketch_index::PrefetchSketchIndex;
 
 use super::dense::LocalDenseContainers;
-use super::fingerprint_index::MetaLoader;
-use crate::backend::{Backend, FileKind};
-use crate::error::{Error, Result};
+use crate::backend::Backend;
 use crate::format::config::{
     DeltaConfig, SketchIndexKind, PREFETCH_CACHE_CONTAINERS, PREFETCH_CACHE_CONTAINERS_CAPPING,
 };
-use crate::format::container::{self, ContainerId, ContainerMeta, EntryKind};
-use crate::repository::read_container_meta_tail;
+use crate::format::container::{ContainerId, ContainerMeta, EntryKind};
 use crate::repository::snapshots::SnapshotList;
 use bytes::Bytes;
 use dedelta_core::ChunkId;
@@ -93,6 +92,9 @@ pub struct PrefetchCounts {
     pub local_bytes: u64,
 }
 
+/// A container's full chunks with their super-features, as read.
+type Loaded = Vec<(ChunkId, Bytes, Vec<u64>)>;
+
 /// One cached container: its full chunks and the keys it holds.
 struct CachedContainer {
     chunks: Vec<ChunkId>,
@@ -101,6 +103,10 @@ struct CachedContainer {
 
 struct Inner {
     containers: LruCache<ContainerId, CachedContainer>,
+    /// Dense containers the pool read whole ahead of the dedup thread, waiting until the
+    /// stream reaches them ([`PrefetchedBases::reached`]); as many as the cache holds, least
+    /// recently landed dropped first (read again if the stream then reaches them).
+    landed: LruCache<ContainerId, Loaded>,
     /// Bytes of each cached full chunk, and the container loaded last that holds it.
     chunks: HashMap<ChunkId, (Bytes, ContainerId)>,
     /// For each key, its cached holders, oldest load first (one per container).
@@ -142,6 +148,7 @@ impl PrefetchedBases {
             client_dir: None,
             inner: Mutex::new(Inner {
                 containers: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
+                landed: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
                 chunks: HashMap::new(),
                 keys: HashMap::new(),
                 full: HashMap::new(),
@@ -171,6 +178,48 @@ impl PrefetchedBases {
         self.lock().containers.get(id).is_some()
     }
 
+    /// Whether container `id`'s chunks are cached or have landed (changing nothing): the
+    /// pool's test before reading a dense container whole.
+    fn holds_or_landed(&self, id: &ContainerId) -> bool {
+        let g = self.lock();
+        g.containers.contains(id) || g.landed.contains(id)
+    }
+
+    /// Keeps container `id`'s chunks, read whole on the pool ahead of the dedup thread,
+    /// until the stream reaches the container: the cache's contents and its evictions
+    /// follow the stream's order, not the pool's timing.
+    fn land(&self, id: ContainerId, chunks: Loaded) {
+        let mut g = self.lock();
+        if !g.containers.contains(&id) {
+            g.landed.push(id, chunks);
+        }
+    }
+
+    /// The dedup thread met, in stream order, a duplicate stored in container `id`: a dense
+    /// container's chunks enter the cache now (as the most recently used, evicting the least
+    /// recently used container if full) if they landed, and a cached one is refreshed.
+    /// Returns whether its chunks are cached now; `false` for a dense container that has not
+    /// landed, which the caller reads ([`DensePrefetcher::reached`]).
+    pub fn reached(&self, id: &ContainerId) -> bool {
+        if !self.is_dense(id) {
+            return false;
+        }
+        let landed = {
+            let mut g = self.lock();
+            if g.containers.get(id).is_some() {
+                return true;
+            }
+            g.landed.pop(id)
+        };
+        match landed {
+            Some(chunks) => {
+                self.insert(*id, chunks);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Records which chunks container `id` stores in full.
     fn record_full(&self, id: ContainerId, meta: &ContainerMeta) {
         let full = meta
@@ -184,7 +233,7 @@ impl PrefetchedBases {
 
     /// Takes in container `id`'s full chunks (with their super-features) as the most recently
     /// used, evicting the least recently used container if full.
-    fn insert(&self, id: ContainerId, chunks: Vec<(ChunkId, Bytes, Vec<u64>)>) {
+    fn insert(&self, id: ContainerId, chunks: Loaded) {
         let mut g = self.lock();
         let inner = &mut *g;
         if inner.containers.contains(&id) {
@@ -284,200 +333,6 @@ impl PrefetchedBases {
     /// What the cache did so far.
     pub fn counts(&self) -> PrefetchCounts {
         self.lock().counts
-    }
-}
-
-/// Region cache of the reader of the parent tree's chunks and bases that no dense container
-/// holds ([`DensePrefetcher::tree_chunks`]): a region or two.
-const TREE_BASE_READ_BYTES: usize = 4 << 20;
-
-/// The locality index's loader for LoopDelta: a dense container not cached yet is read
-/// whole, in one request, and its full chunks enter the cache; any other container's
-/// metadata is read as usual (one request). A dense container the backup read whole before
-/// ([`Self::preload`]: the one holding the parent's tree) costs no request.
-pub struct DensePrefetcher {
-    /// The cache it fills.
-    pub bases: Arc<PrefetchedBases>,
-}
-
-impl DensePrefetcher {
-    /// Reads container `id` whole: its metadata, and its full chunks into the cache; the
-    /// deltas of the chunks in `tree` (the parent's tree, being read) are kept aside.
-    fn load_whole(
-        &self,
-        backend: &dyn Backend,
-        id: &ContainerId,
-        tree: &HashSet<ChunkId>,
-    ) -> Result<ContainerMeta> {
-        let name = id.to_hex();
-        let what = format!("container {name}");
-        let kept = self.bases.local.as_ref().and_then(|l| l.get(id));
-        let file = match kept {
-            Some(file) => {
-                let mut g = self.bases.lock();
-                g.counts.local_loaded += 1;
-                g.counts.local_bytes += file.len() as u64;
-                file
-            }
-            None => {
-                let file = backend.get(FileKind::Container, &name)?;
-                if let Some(l) = &self.bases.local {
-                    l.put(id, &file);
-                }
-                file
-            }
-        };
-        // The name is the hash of the bytes: a whole read is verified entirely (the bases
-        // decoded below are then exactly what a restore decodes).
-        if ChunkId::of(&file).0 != id.0 {
-            return Err(Error::corrupt(&what, "content does not match its name"));
-        }
-        let meta = container::decode_container_meta(&file, &what)?;
-        let mut raw: HashMap<u32, Vec<u8>> = HashMap::new();
-        let mut chunks = Vec::new();
-        let mut deltas = Vec::new();
-        let wanted = |e: &&container::EntryMeta| match e.kind {
-            EntryKind::Full => true,
-            EntryKind::Delta { .. } => tree.contains(&e.id),
-        };
-        for e in meta.entries.iter().filter(wanted) {
-            if let std::collections::hash_map::Entry::Vacant(v) = raw.entry(e.region) {
-                let r = meta
-                    .regions
-                    .get(e.region as usize)
-                    .ok_or_else(|| Error::corrupt(&what, "entry names no region"))?;
-                let stored = file
-                    .get(r.offset as usize..(r.offset as usize + r.stored_len as usize))
-                    .ok_or_else(|| Error::corrupt(&what, "region outside the file"))?;
-                v.insert(container::open_region(stored, r, &what)?);
-            }
-            let bytes = raw[&e.region]
-                .get(e.offset as usize..e.offset as usize + e.stored_len as usize)
-                .ok_or_else(|| Error::corrupt(&what, "entry outside its region"))?;
-            let bytes = Bytes::copy_from_slice(bytes);
-            match e.kind {
-                EntryKind::Full => chunks.push((e.id, bytes, e.super_features.clone())),
-                EntryKind::Delta { base, .. } => deltas.push((e.id, (base, bytes))),
-            }
-        }
-        self.bases.insert(*id, chunks);
-        self.bases.lock().tree_deltas.extend(deltas);
-        Ok(meta)
-    }
-
-    /// Reads dense container `id` whole now, if it is dense and not cached, keeping its
-    /// metadata for when the locality index asks for it: the backup reads its parent's tree
-    /// before deduplication starts, and the tree lies in a container of the last backup,
-    /// which is dense (one request then instead of the metadata, the tree's region, and the
-    /// whole container again later). Returns whether the container's chunks are cached.
-    /// `tree`: the chunks of the parent's tree, whose deltas are kept aside.
-    pub fn preload(
-        &self,
-        backend: &dyn Backend,
-        id: &ContainerId,
-        tree: &HashSet<ChunkId>,
-    ) -> bool {
-        if !self.bases.is_dense(id) {
-            return false;
-        }
-        if self.bases.touch(id) {
-            return true;
-        }
-        match self.load_whole(backend, id, tree) {
-            Ok(meta) => {
-                self.bases.record_full(*id, &meta);
-                self.bases.lock().preloaded.insert(*id, meta);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The chunks of the tree `chunks` (in order), from dense containers as far as they hold
-    /// them, read whole now if needed through `backend` ([`Self::preload`]): a chunk stored
-    /// in full from the cache, a delta rebuilt from its delta (kept aside when its container
-    /// was read) and its base, and checked against its fingerprint. A chunk or base no dense
-    /// container holds is read alone from `repo` (its container's metadata and region, as
-    /// reading the tree the usual way reads every chunk; counted in
-    /// [`PrefetchCounts::tree_chunks_read_alone`]): with Capping, a tree chunk deduplicated
-    /// against a container that is not dense made the backup read the whole tree the usual
-    /// way. `None` if a chunk cannot be read or rebuilt, for the caller to read the tree as
-    /// usual.
-    pub fn tree_chunks(
-        &self,
-        repo: &crate::repository::IndexedRepository,
-        backend: &dyn Backend,
-        chunks: &[ChunkId],
-    ) -> Option<Vec<Bytes>> {
-        let index = repo.index().reader().ok()?;
-        let hasher = repo.chunk_hasher();
-        let mut reader = None;
-        let mut read_alone = 0u64;
-        let tree: HashSet<ChunkId> = chunks.iter().copied().collect();
-        // A chunk's bytes, its container read whole if need be (`None`: not dense).
-        let cached = |id: &ChunkId| -> Option<Bytes> {
-            if let Some(b) = self.bases.peek(id) {
-                return Some(b);
-            }
-            let at = index.get(id).ok()??;
-            if !self.preload(backend, &at.container, &tree) {
-                return None;
-            }
-            self.bases.peek(id)
-        };
-        // A chunk no dense container holds, read alone and checked.
-        let mut alone = |id: &ChunkId| -> Option<Bytes> {
-            if reader.is_none() {
-                reader = crate::read::ChunkReader::new(repo, TREE_BASE_READ_BYTES).ok();
-            }
-            let raw = reader.as_mut()?.read_chunk(id).ok()?;
-            read_alone += 1;
-            (hasher.id(&raw) == *id).then(|| Bytes::from(raw))
-        };
-        let rebuilt = chunks
-            .iter()
-            .map(|id| {
-                if let Some(b) = cached(id) {
-                    return Some(b);
-                }
-                let kept = self.bases.lock().tree_deltas.get(id).cloned();
-                let Some((base, delta)) = kept else {
-                    return alone(id);
-                };
-                let base = match cached(&base) {
-                    Some(b) => b,
-                    None => alone(&base)?,
-                };
-                let mut raw = Vec::new();
-                dedelta_core::delta::format::decode(&base, &delta, &mut raw).ok()?;
-                (hasher.id(&raw) == *id).then(|| Bytes::from(raw))
-            })
-            .collect::<Option<Vec<Bytes>>>();
-        let mut g = self.bases.lock();
-        g.tree_deltas = HashMap::new();
-        g.counts.parent_tree_cached = rebuilt.is_some();
-        g.counts.tree_chunks_read_alone = read_alone;
-        rebuilt
-    }
-}
-
-impl MetaLoader for DensePrefetcher {
-    fn load(&self, backend: &dyn Backend, id: &ContainerId) -> Result<ContainerMeta> {
-        if let Some(meta) = self.bases.lock().preloaded.remove(id) {
-            return Ok(meta);
-        }
-        let meta = if self.bases.is_dense(id) && !self.bases.touch(id) {
-            // A container that cannot be read whole is no base; its metadata may still be
-            // readable (the lookup's answer stands either way).
-            match self.load_whole(backend, id, &HashSet::new()) {
-                Ok(meta) => meta,
-                Err(_) => read_container_meta_tail(backend, &id.to_hex())?,
-            }
-        } else {
-            read_container_meta_tail(backend, &id.to_hex())?
-        };
-        self.bases.record_full(*id, &meta);
-        Ok(meta)
     }
 }
 
