@@ -266,6 +266,76 @@ fn a_base_fragmented_duplicate_is_rewritten_and_prune_reclaims_the_old_copy() {
     check_clean(&repo);
 }
 
+/// With LoopDelta's prefetching, a base-fragmented duplicate is stored again as a delta
+/// against a chunk of the potential base chunk cache (LoopDelta §4.5's workflow: "for each
+/// unique, fragmented, and base-fragmented chunk, LoopDelta detects its base chunk from the
+/// potential base chunk cache"). Version 2's chunks are deltas of version 1's; version 2
+/// again, with a fingerprint cache of one container, meets each old delta right after a
+/// duplicate of version 1's container (so the delta's base is not in the fingerprint cache:
+/// base-fragmented), while version 1's containers are dense and read whole (so the base is
+/// in the potential base chunk cache). Before, the rewritten chunks came unsketched from the
+/// pool and looked only in this backup's own chunks: all were stored in full.
+#[test]
+fn a_base_fragmented_duplicate_becomes_a_delta_of_a_prefetched_base() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = init_repo(
+        &tmp.path().join("repo"),
+        config(1, crate::support::loopdelta_delta()),
+    );
+    let src = tmp.path().join("src");
+    let v1 = one_file(noise(200_000, 9));
+    let v2 = one_file(edited(&v1["f.bin"], 4096, 3));
+    let small_cache = |caf: bool| {
+        move |o: BackupOptions| BackupOptions {
+            lookup: FingerprintIndexOptions {
+                kind: FingerprintIndexKind::Locality,
+                cache_containers: 1,
+                ..FingerprintIndexOptions::default()
+            },
+            loopdelta: LoopDeltaOptions {
+                cache_aware_filter: caf,
+                ..Default::default()
+            },
+            ..o
+        }
+    };
+    let s1 = backup(&repo, &src, &v1, 1, small_cache(true)).snapshot_id;
+    let r2 = backup(&repo, &src, &v2, 2, small_cache(true));
+    assert!(r2.summary.delta_chunks > 0, "version 2 is stored as deltas");
+    let before: HashSet<ContainerId> = metas(&repo).into_iter().map(|(c, _)| c).collect();
+    let old_deltas: HashSet<ChunkId> = metas(&repo)
+        .iter()
+        .flat_map(|(_, m)| m.entries.iter())
+        .filter(|e| matches!(e.kind, EntryKind::Delta { .. }))
+        .map(|e| e.id)
+        .collect();
+    let r3 = backup(&repo, &src, &v2, 3, small_cache(true));
+    let caf = r3.metrics.rewritten.caf;
+    assert!(caf.base_not_cached > 0, "{caf:?}");
+    assert_eq!(r3.metrics.bases.read_back, 0);
+    // The rewritten copies (the ones the index names now, in this backup's containers).
+    let (mut rewritten, mut as_deltas) = (0, 0);
+    for id in &old_deltas {
+        let loc = repo.index().get(id).unwrap().expect("indexed");
+        if before.contains(&loc.container) {
+            continue;
+        }
+        rewritten += 1;
+        if matches!(indexed_kind(&repo, id), EntryKind::Delta { .. }) {
+            as_deltas += 1;
+        }
+    }
+    assert_eq!(rewritten, caf.base_not_cached + caf.base_given_up);
+    assert!(
+        as_deltas * 2 > rewritten,
+        "{as_deltas} of {rewritten} rewritten chunks are deltas"
+    );
+    for (id, s) in [(s1, &v1), (r2.snapshot_id, &v2), (r3.snapshot_id, &v2)] {
+        restores_exact(&repo, tmp.path(), &src, &id, s);
+    }
+    check_clean(&repo);
+}
+
 /// The options are refused where they cannot work, before anything is written.
 #[test]
 fn the_options_are_refused_without_what_they_need() {
