@@ -44,37 +44,32 @@ sqla() {
   done
 }
 
-prettier() {
-  local out="$data_dir/prettier"; mkdir -p "$out"
-  for v in 3.0.0 3.0.1 3.0.2 3.0.3 3.1.0 3.1.1 3.2.0 3.2.1 3.2.2 3.2.3; do
-    local f="$out/prettier-$v.tar"
+# npm_series DIR_NAME PACKAGE PACK_FILE_PREFIX VERSION...: `npm pack` of each version,
+# decompressed to DIR/DIR_NAME/PACK_FILE_PREFIX-VERSION.tar.
+npm_series() {
+  local name=$1 package=$2 prefix=$3; shift 3
+  local out="$data_dir/$name"; mkdir -p "$out"
+  for v in "$@"; do
+    local f="$out/$prefix-$v.tar"
     [ -s "$f" ] && continue
-    echo "prettier $v" >&2
-    (cd "$tmp" && npm pack --silent "prettier@$v" >/dev/null)
-    gzip -dc "$tmp/prettier-$v.tgz" > "$f.part" && mv "$f.part" "$f"
+    echo "$package $v" >&2
+    (cd "$tmp" && npm pack --silent "$package@$v" >/dev/null)
+    gzip -dc "$tmp/$prefix-$v.tgz" > "$f.part" && mv "$f.part" "$f"
   done
+}
+
+prettier() {
+  npm_series prettier prettier prettier 3.0.0 3.0.1 3.0.2 3.0.3 3.1.0 3.1.1 3.2.0 3.2.1 3.2.2 3.2.3
 }
 
 typescript() {
-  local out="$data_dir/typescript"; mkdir -p "$out"
-  for v in 5.4.2 5.4.3 5.4.4 5.4.5 5.5.2 5.5.3 5.5.4 5.6.2 5.6.3 5.7.2; do
-    local f="$out/typescript-$v.tar"
-    [ -s "$f" ] && continue
-    echo "typescript $v" >&2
-    (cd "$tmp" && npm pack --silent "typescript@$v" >/dev/null)
-    gzip -dc "$tmp/typescript-$v.tgz" > "$f.part" && mv "$f.part" "$f"
-  done
+  npm_series typescript typescript typescript \
+    5.4.2 5.4.3 5.4.4 5.4.5 5.5.2 5.5.3 5.5.4 5.6.2 5.6.3 5.7.2
 }
 
 swc() {
-  local out="$data_dir/swc"; mkdir -p "$out"
-  for v in 1.7.0 1.7.1 1.7.2 1.7.3 1.7.4 1.7.5 1.7.6 1.7.9 1.7.10 1.7.11; do
-    local f="$out/swc-core-linux-x64-gnu-$v.tar"
-    [ -s "$f" ] && continue
-    echo "@swc/core-linux-x64-gnu $v" >&2
-    (cd "$tmp" && npm pack --silent "@swc/core-linux-x64-gnu@$v" >/dev/null)
-    gzip -dc "$tmp/swc-core-linux-x64-gnu-$v.tgz" > "$f.part" && mv "$f.part" "$f"
-  done
+  npm_series swc @swc/core-linux-x64-gnu swc-core-linux-x64-gnu \
+    1.7.0 1.7.1 1.7.2 1.7.3 1.7.4 1.7.5 1.7.6 1.7.9 1.7.10 1.7.11
 }
 
 case $what in

@@ -365,18 +365,7 @@ impl<'a> DedupStage<'a> {
         // The pool sketches only the chunks it did not find: a duplicate comes unsketched,
         // and without super-features it has no candidate base (LoopDelta §4.5 looks for the
         // base of every base-fragmented chunk in the potential base chunk cache).
-        let sfs = match (sfs, &self.sketcher, &self.delta) {
-            (None, Some(sk), Some(_)) => {
-                let t = Instant::now();
-                let sfs = sk.sketch(&data);
-                StageTimes::add(&self.times.sketch, t);
-                self.times
-                    .sketched_chunks
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Some(sfs)
-            }
-            (sfs, _, _) => sfs,
-        };
+        let sfs = sfs.or_else(|| self.sketch(&data));
         match self.delta.as_mut() {
             Some(d) => {
                 d.on_duplicate(&id, None, false)?;
@@ -420,19 +409,24 @@ impl<'a> DedupStage<'a> {
         if !self.is_new(&id, IndexLookup::NotLookedUp, true)? {
             return Ok(());
         }
-        let sfs = match (&self.sketcher, &self.delta) {
-            (Some(sk), Some(_)) => {
-                let t = Instant::now();
-                let sfs = sk.sketch(&data);
-                StageTimes::add(&self.times.sketch, t);
-                self.times
-                    .sketched_chunks
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Some(sfs)
-            }
-            _ => None,
-        };
+        let sfs = self.sketch(&data);
         self.store_new(id, data, sfs, Some(hints))
+    }
+
+    /// Sketches `data` here, on the dedup thread (when the backup sketches and resemblance
+    /// detection is on): for tree chunks and base-fragmented duplicates, which the pool did
+    /// not sketch.
+    fn sketch(&self, data: &[u8]) -> Option<SuperFeatures> {
+        let (Some(sk), Some(_)) = (&self.sketcher, &self.delta) else {
+            return None;
+        };
+        let t = Instant::now();
+        let sfs = sk.sketch(data);
+        StageTimes::add(&self.times.sketch, t);
+        self.times
+            .sketched_chunks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(sfs)
     }
 
     /// Whether chunk `id` is new to the repository (counting it); a duplicate is shown to the

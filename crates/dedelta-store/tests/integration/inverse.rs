@@ -86,6 +86,16 @@ fn metas(repo: &IndexedRepository) -> Vec<(ContainerId, ContainerMeta)> {
         .collect()
 }
 
+/// The chunks stored as deltas in `repo`'s containers.
+fn delta_ids(repo: &IndexedRepository) -> HashSet<ChunkId> {
+    metas(repo)
+        .iter()
+        .flat_map(|(_, m)| m.entries.iter())
+        .filter(|e| matches!(e.kind, EntryKind::Delta { .. }))
+        .map(|e| e.id)
+        .collect()
+}
+
 /// How the copy the index names of `id` is stored.
 fn indexed_kind(repo: &IndexedRepository, id: &ChunkId) -> EntryKind {
     let loc = repo.index().get(id).unwrap().expect("indexed");
@@ -186,10 +196,15 @@ fn capping_alone_inverts_nothing() {
 }
 
 fn locality(opts: BackupOptions, caf: bool) -> BackupOptions {
+    locality_caching(opts, caf, 2)
+}
+
+/// [`locality`] with a fingerprint cache of `containers`.
+fn locality_caching(opts: BackupOptions, caf: bool, containers: usize) -> BackupOptions {
     BackupOptions {
         lookup: FingerprintIndexOptions {
             kind: FingerprintIndexKind::Locality,
-            cache_containers: 2,
+            cache_containers: containers,
             ..FingerprintIndexOptions::default()
         },
         loopdelta: LoopDeltaOptions {
@@ -218,12 +233,7 @@ fn a_base_fragmented_duplicate_is_rewritten_and_prune_reclaims_the_old_copy() {
     let s1 = backup(&repo, &src, &v1, 1, |o| locality(o, true)).snapshot_id;
     let r2 = backup(&repo, &src, &v2, 2, |o| locality(o, true));
     assert!(r2.summary.delta_chunks > 0, "version 2 is stored as deltas");
-    let old_deltas: HashSet<ChunkId> = metas(&repo)
-        .iter()
-        .flat_map(|(_, m)| m.entries.iter())
-        .filter(|e| matches!(e.kind, EntryKind::Delta { .. }))
-        .map(|e| e.id)
-        .collect();
+    let old_deltas = delta_ids(&repo);
     // Without the filter, version 2 again is all duplicates (but its new tree chunk).
     let plain = backup(&repo, &src, &v2, 3, |o| locality(o, false));
     assert!(plain.summary.new_chunks <= 1);
@@ -285,30 +295,12 @@ fn a_base_fragmented_duplicate_becomes_a_delta_of_a_prefetched_base() {
     let src = tmp.path().join("src");
     let v1 = one_file(noise(200_000, 9));
     let v2 = one_file(edited(&v1["f.bin"], 4096, 3));
-    let small_cache = |caf: bool| {
-        move |o: BackupOptions| BackupOptions {
-            lookup: FingerprintIndexOptions {
-                kind: FingerprintIndexKind::Locality,
-                cache_containers: 1,
-                ..FingerprintIndexOptions::default()
-            },
-            loopdelta: LoopDeltaOptions {
-                cache_aware_filter: caf,
-                ..Default::default()
-            },
-            ..o
-        }
-    };
+    let small_cache = |caf: bool| move |o: BackupOptions| locality_caching(o, caf, 1);
     let s1 = backup(&repo, &src, &v1, 1, small_cache(true)).snapshot_id;
     let r2 = backup(&repo, &src, &v2, 2, small_cache(true));
     assert!(r2.summary.delta_chunks > 0, "version 2 is stored as deltas");
     let before: HashSet<ContainerId> = metas(&repo).into_iter().map(|(c, _)| c).collect();
-    let old_deltas: HashSet<ChunkId> = metas(&repo)
-        .iter()
-        .flat_map(|(_, m)| m.entries.iter())
-        .filter(|e| matches!(e.kind, EntryKind::Delta { .. }))
-        .map(|e| e.id)
-        .collect();
+    let old_deltas = delta_ids(&repo);
     let r3 = backup(&repo, &src, &v2, 3, small_cache(true));
     let caf = r3.metrics.rewritten.caf;
     assert!(caf.base_not_cached > 0, "{caf:?}");
