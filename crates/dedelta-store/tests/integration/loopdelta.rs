@@ -494,11 +494,17 @@ fn dense_containers_kept_locally_are_read_from_the_client() {
             deltas += usize::from(matches!(kind, EntryKind::Delta { .. }));
         }
     }
-    assert!(common > 100 && deltas > 50, "{common} chunks, {deltas} deltas");
+    assert!(
+        common > 100 && deltas > 50,
+        "{common} chunks, {deltas} deltas"
+    );
     for (v, ((p, _), (l, _))) in paper.iter().zip(&local).enumerate() {
         let (pp, lp) = (p.metrics.prefetch.unwrap(), l.metrics.prefetch.unwrap());
         // The same dense containers loaded (the bases served may differ by the tree's).
-        assert_eq!(pp.dense_loaded, lp.dense_loaded, "backup {v}: {pp:?} {lp:?}");
+        assert_eq!(
+            pp.dense_loaded, lp.dense_loaded,
+            "backup {v}: {pp:?} {lp:?}"
+        );
         assert_eq!((pp.local_loaded, pp.local_bytes), (0, 0));
         if v >= 2 {
             // The first backup's containers are still dense, and were kept by the second.

@@ -244,8 +244,8 @@ impl DensePrefetcher {
 mod tests {
     use super::*;
     use crate::backend::memory::MemoryBackend;
-    use dedelta_core::compress::Compression;
     use crate::format::container::{ContainerBuilder, RegionBuilder};
+    use dedelta_core::compress::Compression;
 
     /// A container in `backend` holding one full chunk (bytes `n`) with super-feature `n`.
     fn stored(backend: &MemoryBackend, n: u8) -> (ContainerId, ChunkId) {
@@ -256,7 +256,9 @@ mod tests {
         let mut b = ContainerBuilder::new();
         b.add_region(reg.compress(Compression::None));
         let (cid, file, _) = b.seal();
-        backend.put(FileKind::Container, &cid.to_hex(), &file).unwrap();
+        backend
+            .put(FileKind::Container, &cid.to_hex(), &file)
+            .unwrap();
         (cid, id)
     }
 
