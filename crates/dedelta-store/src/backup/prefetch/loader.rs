@@ -280,7 +280,7 @@ mod tests {
             pool(&c1);
             pool(&c2);
         }
-        for (c, x) in [(c1, x1), (c2, x2)] {
+        for c in [c1, c2] {
             if !ahead {
                 pool(&c);
             }
