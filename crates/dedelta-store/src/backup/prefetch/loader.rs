@@ -302,7 +302,7 @@ mod tests {
     #[test]
     fn pool_reading_ahead_does_not_change_what_the_stream_sees() {
         let in_step = seen(false);
-        assert_eq!(in_step[0].0, true, "the first container's chunk is a base");
+        assert!(in_step[0].0, "the first container's chunk is a base");
         assert_eq!(in_step[1], (false, true, None), "then the second's only");
         assert_eq!(seen(true), in_step);
     }
