@@ -288,8 +288,11 @@ pub fn backup(
     // The snapshots are listed once, for the parent and the dense list: each listing reads
     // every snapshot file (a request each).
     let want_files = !opts.sources.force && opts.stdin.is_none();
+    // Listed beside the index's catch-up when the open was asked to
+    // (Repository::listing_snapshots_at_open).
+    let listed_at_open = repo.snapshots_listed_at_open();
     let listed = if delta_cfg.enabled() || want_files {
-        match repo.snapshots() {
+        match listed_at_open.unwrap_or_else(|| repo.snapshots()) {
             Ok(l) => {
                 notices.extend(l.warnings());
                 Some(l)
@@ -409,9 +412,8 @@ pub fn backup(
     } else {
         None
     };
-    let (damage, skipped) = crate::repository::damage::DamageSet::load(repo.backend().as_ref())?;
-    notices.extend(skipped);
-    let damage = Arc::new(damage);
+    // Listed and read once, by the open's catch-up (records it skipped were noticed then).
+    let damage = repo.damage_records()?;
     // One read view for the pool and the dedup thread, taken before anything of this backup
     // is indexed (the filter too: what this backup indexes goes into it as well, harmlessly).
     // Base prefetching piggybacks on the locality index's metadata prefetches.

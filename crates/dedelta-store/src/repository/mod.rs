@@ -15,6 +15,7 @@ pub mod index_sync;
 pub mod keys;
 pub mod lock;
 pub mod lock_guard;
+pub mod open;
 pub mod snapshot_filter;
 pub mod snapshots;
 
@@ -57,6 +58,9 @@ pub struct Repository {
     round_trips: bool,
     /// Whether backups publish index files (see [`Self::writes_index_files`]).
     index_files: bool,
+    /// Whether the index's open lists the snapshots beside its catch-up (see
+    /// [`Self::listing_snapshots_at_open`]).
+    snapshots_at_open: bool,
 }
 
 /// Reads in flight at once for a repository on a local disk: its page cache or queue serves
@@ -136,6 +140,16 @@ impl Repository {
         cache_root: &Path,
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
+        Ok(Self::open_local_with(path, cache_root, password, None)?.0)
+    }
+
+    /// [`Self::open_local_unlocking`], taking `lock` too (see [`open::LockRequest`]).
+    fn open_local_with(
+        path: &Path,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+        lock: Option<&open::LockRequest<'_>>,
+    ) -> Result<(Self, Option<RepoLock>)> {
         let cfg = path.join("config");
         match std::fs::metadata(&cfg) {
             Ok(_) => {}
@@ -145,9 +159,9 @@ impl Repository {
             Err(e) => return Err(Error::io(format!("reading {}", cfg.display()), e)),
         }
         let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(path));
-        let mut repo = Self::open_in_cache_unlocking(backend, cache_root, password)?;
+        let (mut repo, lock) = Self::open_in_cache_with(backend, cache_root, password, lock)?;
         repo.local_root = Some(path.to_path_buf());
-        Ok(repo)
+        Ok((repo, lock))
     }
 
     /// Opens a repository on any backend, with the chunk index under the cache root
@@ -162,8 +176,29 @@ impl Repository {
         cache_root: &Path,
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
-        let (config, unlocked) = keys::read_config(backend.clone(), password)?;
-        let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
+        Ok(Self::open_in_cache_with(backend, cache_root, password, None)?.0)
+    }
+
+    /// [`Self::open_in_cache_unlocking`], taking `lock` too, beside the key's derivation
+    /// (see [`open::LockRequest`]).
+    fn open_in_cache_with(
+        backend: Arc<dyn Backend>,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+        lock: Option<&open::LockRequest<'_>>,
+    ) -> Result<(Self, Option<RepoLock>)> {
+        let (read, lock) = keys::read_config_beside(
+            backend.clone(),
+            password,
+            lock.map(|l| || l.take(backend.clone())),
+        );
+        let lock = open::settle(read.as_ref().err(), lock)?;
+        let (config, unlocked) = read?;
+        let dir = crate::client::cache::repo_dir(cache_root, &config.id);
+        let dir = match dir {
+            Ok(d) => d,
+            Err(e) => return Err(open::released(e, lock)),
+        };
         let mut repo = Self::assemble(
             backend,
             config,
@@ -171,7 +206,10 @@ impl Repository {
             dir.join(crate::client::cache::INDEX_FILE),
         );
         repo.cache_dir = Some(dir);
-        Ok(repo)
+        if let Some(l) = &lock {
+            repo.guard.watch(l.health().clone());
+        }
+        Ok((repo, lock))
     }
 
     /// Opens a repository on any backend, with the chunk index at `index_path`.
@@ -214,6 +252,7 @@ impl Repository {
             reads_in_flight: LOCAL_READS_IN_FLIGHT,
             round_trips: false,
             index_files: false,
+            snapshots_at_open: false,
         }
     }
 
@@ -259,6 +298,16 @@ impl Repository {
         self
     }
 
+    /// Makes [`Self::open_index`] list the snapshots beside the index's catch-up, for a
+    /// command that lists them next (backup: its parent): the two wait on different
+    /// requests (snapshot files and the snapshot cache; the container and damage listings),
+    /// and neither depends on the other. The listing is then taken with
+    /// [`IndexedRepository::snapshots_listed_at_open`].
+    pub fn listing_snapshots_at_open(mut self) -> Self {
+        self.snapshots_at_open = true;
+        self
+    }
+
     /// Seals `b` if the repository is encrypted.
     fn sealed(&self, b: Arc<dyn Backend>) -> Arc<dyn Backend> {
         match &self.unlocked {
@@ -285,17 +334,30 @@ impl Repository {
         connections: Option<usize>,
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
+        Ok(Self::open_location_with(location, cache_root, connections, password, None)?.0)
+    }
+
+    /// [`Self::open_location_unlocking`], taking `lock` too (see [`open::LockRequest`]).
+    fn open_location_with(
+        location: &str,
+        cache_root: &Path,
+        connections: Option<usize>,
+        password: PasswordPrompt<'_>,
+        lock: Option<&open::LockRequest<'_>>,
+    ) -> Result<(Self, Option<RepoLock>)> {
         let Some(backend) = crate::backend::open_url(location, connections) else {
-            return Self::open_local_unlocking(Path::new(location), cache_root, password);
+            return Self::open_local_with(Path::new(location), cache_root, password, lock);
         };
         let backend = backend?;
         let in_flight = connections.unwrap_or(crate::backend::s3::config::DEFAULT_CONNECTIONS);
-        match Self::open_in_cache_unlocking(backend, cache_root, password) {
+        match Self::open_in_cache_with(backend, cache_root, password, lock) {
             Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
-            other => other.map(|r| {
-                r.with_reads_in_flight(in_flight)
+            other => other.map(|(r, lock)| {
+                let r = r
+                    .with_reads_in_flight(in_flight)
                     .with_round_trips(true)
-                    .with_index_files(true)
+                    .with_index_files(true);
+                (r, lock)
             }),
         }
     }
@@ -531,15 +593,25 @@ impl Repository {
             index,
             _private: private,
             notices: std::sync::Mutex::new(notices),
+            damage: std::sync::Mutex::new(None),
+            listed_at_open: std::sync::Mutex::new(None),
         };
-        if !repo.index.is_complete()? {
-            let st = index_rebuild::rebuild_index(&repo, &mut |_| {})?;
-            for p in &st.problems {
-                repo.notice(format!("index rebuild: {p}"));
-            }
-        } else {
-            repo.sync_index()?;
-        }
+        let (caught_up, listed) = std::thread::scope(|s| {
+            let listing = repo
+                .snapshots_at_open
+                .then(|| s.spawn(|| repo.snapshots()));
+            let caught_up = repo.catch_up();
+            let listed = listing.map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            });
+            (caught_up, listed)
+        });
+        caught_up?;
+        *repo
+            .listed_at_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = listed;
         Ok(repo)
     }
 }
@@ -554,6 +626,10 @@ pub struct IndexedRepository {
     _private: Option<PrivateIndex>,
     /// Things the user should know that did not stop the command (an index rebuilt).
     notices: std::sync::Mutex<Vec<String>>,
+    /// The damage records as the open's catch-up read them (see [`Self::damage_records`]).
+    damage: std::sync::Mutex<Option<Arc<damage::DamageSet>>>,
+    /// See [`Self::snapshots_listed_at_open`].
+    listed_at_open: std::sync::Mutex<Option<Result<snapshots::SnapshotList>>>,
 }
 
 impl std::ops::Deref for IndexedRepository {
@@ -583,6 +659,29 @@ impl IndexedRepository {
         Ok(())
     }
 
+    /// Rebuilds an incomplete index, else catches it up (the open's last step).
+    fn catch_up(&self) -> Result<()> {
+        if !self.index.is_complete()? {
+            let st = index_rebuild::rebuild_index(self, &mut |_| {})?;
+            for p in &st.problems {
+                self.notice(format!("index rebuild: {p}"));
+            }
+        } else {
+            self.sync_index()?;
+        }
+        Ok(())
+    }
+
+    /// The snapshot listing the open made beside its catch-up, with
+    /// [`Repository::listing_snapshots_at_open`] (`None` without it, or once taken): what
+    /// [`Repository::snapshots`] would have returned then.
+    pub fn snapshots_listed_at_open(&self) -> Option<Result<snapshots::SnapshotList>> {
+        self.listed_at_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
     /// Catches the index up with containers and damage records other clients wrote or
     /// deleted (see [`index_sync`]); what the user should know becomes a notice.
     pub fn sync_index(&self) -> Result<index_sync::SyncStats> {
@@ -598,7 +697,42 @@ impl IndexedRepository {
     /// records it has not applied, would rebuild the index).
     pub fn index_applies_damage_records(&self) -> Result<()> {
         let (set, _) = damage::DamageSet::load(self.backend().as_ref())?;
-        self.index.set_damage_digest(set.digest())
+        self.index.set_damage_digest(set.digest())?;
+        self.remember_damage(set);
+        Ok(())
+    }
+
+    /// The damage records, listed and read once per command: the open's catch-up
+    /// ([`Self::sync_index`]) reads them and every later user (a backup's lookups and its
+    /// writer) shares that set, where each listed them again before (three listings and
+    /// reads per backup, one of them on the pipeline's start). A command that writes records
+    /// updates the set through [`Self::index_applies_damage_records`]. Records another
+    /// client writes after the open are not seen, as they were not by a listing a moment
+    /// after it either (a `check` may record damage at any time during a backup).
+    ///
+    /// # Errors
+    /// The records cannot be listed (when no catch-up has read them).
+    pub fn damage_records(&self) -> Result<Arc<damage::DamageSet>> {
+        if let Some(set) = self.lock_damage().clone() {
+            return Ok(set);
+        }
+        let (set, skipped) = damage::DamageSet::load(self.backend().as_ref())?;
+        for n in skipped {
+            self.notice(n);
+        }
+        Ok(self.remember_damage(set))
+    }
+
+    /// Keeps `set` as the records [`Self::damage_records`] gives.
+    pub(crate) fn remember_damage(&self, set: damage::DamageSet) -> Arc<damage::DamageSet> {
+        let set = Arc::new(set);
+        *self.lock_damage() = Some(set.clone());
+        set
+    }
+
+    fn lock_damage(&self) -> std::sync::MutexGuard<'_, Option<Arc<damage::DamageSet>>> {
+        // A poisoned slot only means a thread panicked while replacing an Arc; it is intact.
+        self.damage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes the notices gathered so far (an index that was rebuilt, records skipped).
