@@ -363,6 +363,8 @@ pub fn backup(
                     .unwrap_or_default(),
             )
         });
+        // The reader that read the parent's tree reads the bases (see parent::Parent).
+        let parent_reader = parent.as_mut().and_then(|p| p.reader.take());
         parent_tree = parent.and_then(|p| p.tree);
         let sketches: Option<Box<dyn SketchIndex>> =
             match (delta_cfg.sketch, delta_cfg.sketch_index) {
@@ -383,7 +385,15 @@ pub fn backup(
                     })
                 }
             };
-        let mut bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
+        let mut bases = match parent_reader {
+            Some(r) => BaseFetcher::with_reader(
+                repo,
+                r,
+                delta_cfg.base_cache_bytes,
+                delta_cfg.max_depth,
+            )?,
+            None => BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?,
+        };
         if let Some((p, _)) = &prefetched {
             bases = bases.only_cached(p.clone());
         }
