@@ -6,6 +6,18 @@
 //! A repository can meter its I/O ([`Repository::metered`]): every request is then counted by
 //! purpose (see [`crate::backend::wrap::metered`]), and readers that read for one purpose take
 //! a handle tagged with it from [`Repository::backend_for`].
+//!
+//! The open, in order, and what runs beside what (a backup's fixed cost, issue 20):
+//! 1. the config is read; for an encrypted one the password is asked for, then the key file
+//!    is read and its key derived (Argon2id) while the lock is taken on another thread
+//!    ([`open`]: lock objects are plain, so the lock needs neither key nor config), and the
+//!    config bytes already read are opened with the key (not read again);
+//! 2. the client's chunk index is opened from the cache directory the config names;
+//! 3. the index catches up with the repository ([`index_sync`]: the container and damage
+//!    listings at once), beside the snapshot listing when the command asked for it
+//!    ([`Repository::listing_snapshots_at_open`], backup for its parent);
+//! 4. the damage records the catch-up read serve the whole command
+//!    ([`IndexedRepository::damage_records`]): a backup listed them three times before.
 
 mod containers;
 pub mod damage;
@@ -143,27 +155,6 @@ impl Repository {
         Ok(Self::open_local_with(path, cache_root, password, None)?.0)
     }
 
-    /// [`Self::open_local_unlocking`], taking `lock` too (see [`open::LockRequest`]).
-    fn open_local_with(
-        path: &Path,
-        cache_root: &Path,
-        password: PasswordPrompt<'_>,
-        lock: Option<&open::LockRequest<'_>>,
-    ) -> Result<(Self, Option<RepoLock>)> {
-        let cfg = path.join("config");
-        match std::fs::metadata(&cfg) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::RepoNotFound(path.to_path_buf()))
-            }
-            Err(e) => return Err(Error::io(format!("reading {}", cfg.display()), e)),
-        }
-        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(path));
-        let (mut repo, lock) = Self::open_in_cache_with(backend, cache_root, password, lock)?;
-        repo.local_root = Some(path.to_path_buf());
-        Ok((repo, lock))
-    }
-
     /// Opens a repository on any backend, with the chunk index under the cache root
     /// `cache_root` (in `<cache_root>/<repository id>/`).
     pub fn open_in_cache(backend: Arc<dyn Backend>, cache_root: &Path) -> Result<Self> {
@@ -177,39 +168,6 @@ impl Repository {
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
         Ok(Self::open_in_cache_with(backend, cache_root, password, None)?.0)
-    }
-
-    /// [`Self::open_in_cache_unlocking`], taking `lock` too, beside the key's derivation
-    /// (see [`open::LockRequest`]).
-    fn open_in_cache_with(
-        backend: Arc<dyn Backend>,
-        cache_root: &Path,
-        password: PasswordPrompt<'_>,
-        lock: Option<&open::LockRequest<'_>>,
-    ) -> Result<(Self, Option<RepoLock>)> {
-        let (read, lock) = keys::read_config_beside(
-            backend.clone(),
-            password,
-            lock.map(|l| || l.take(backend.clone())),
-        );
-        let lock = open::settle(read.as_ref().err(), lock)?;
-        let (config, unlocked) = read?;
-        let dir = crate::client::cache::repo_dir(cache_root, &config.id);
-        let dir = match dir {
-            Ok(d) => d,
-            Err(e) => return Err(open::released(e, lock)),
-        };
-        let mut repo = Self::assemble(
-            backend,
-            config,
-            unlocked,
-            dir.join(crate::client::cache::INDEX_FILE),
-        );
-        repo.cache_dir = Some(dir);
-        if let Some(l) = &lock {
-            repo.guard.watch(l.health().clone());
-        }
-        Ok((repo, lock))
     }
 
     /// Opens a repository on any backend, with the chunk index at `index_path`.
@@ -335,31 +293,6 @@ impl Repository {
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
         Ok(Self::open_location_with(location, cache_root, connections, password, None)?.0)
-    }
-
-    /// [`Self::open_location_unlocking`], taking `lock` too (see [`open::LockRequest`]).
-    fn open_location_with(
-        location: &str,
-        cache_root: &Path,
-        connections: Option<usize>,
-        password: PasswordPrompt<'_>,
-        lock: Option<&open::LockRequest<'_>>,
-    ) -> Result<(Self, Option<RepoLock>)> {
-        let Some(backend) = crate::backend::open_url(location, connections) else {
-            return Self::open_local_with(Path::new(location), cache_root, password, lock);
-        };
-        let backend = backend?;
-        let in_flight = connections.unwrap_or(crate::backend::s3::config::DEFAULT_CONNECTIONS);
-        match Self::open_in_cache_with(backend, cache_root, password, lock) {
-            Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
-            other => other.map(|(r, lock)| {
-                let r = r
-                    .with_reads_in_flight(in_flight)
-                    .with_round_trips(true)
-                    .with_index_files(true);
-                (r, lock)
-            }),
-        }
     }
 
     /// Creates a repository at `location` (an S3 URL, or a local directory that must be

@@ -11,7 +11,8 @@
 //! that is locked fails as it did when the lock came after the open.
 
 use super::lock::{LockInfo, LockMode, LockTiming, RepoLock};
-use super::{PasswordPrompt, Repository};
+use super::{keys, PasswordPrompt, Repository};
+use crate::backend::local::LocalBackend;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -70,6 +71,85 @@ pub(super) fn released(e: Error, lock: Option<RepoLock>) -> Error {
 }
 
 impl Repository {
+    /// [`Self::open_local_unlocking`], taking `lock` too (see [`LockRequest`]).
+    pub(super) fn open_local_with(
+        path: &Path,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+        lock: Option<&LockRequest<'_>>,
+    ) -> Result<(Self, Option<RepoLock>)> {
+        let cfg = path.join("config");
+        match std::fs::metadata(&cfg) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::RepoNotFound(path.to_path_buf()))
+            }
+            Err(e) => return Err(Error::io(format!("reading {}", cfg.display()), e)),
+        }
+        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(path));
+        let (mut repo, lock) = Self::open_in_cache_with(backend, cache_root, password, lock)?;
+        repo.local_root = Some(path.to_path_buf());
+        Ok((repo, lock))
+    }
+
+    /// [`Self::open_in_cache_unlocking`], taking `lock` too, beside the key's derivation
+    /// (see [`LockRequest`]).
+    pub(super) fn open_in_cache_with(
+        backend: Arc<dyn Backend>,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+        lock: Option<&LockRequest<'_>>,
+    ) -> Result<(Self, Option<RepoLock>)> {
+        let (read, lock) = keys::read_config_beside(
+            backend.clone(),
+            password,
+            lock.map(|l| || l.take(backend.clone())),
+        );
+        let lock = settle(read.as_ref().err(), lock)?;
+        let (config, unlocked) = read?;
+        let dir = crate::client::cache::repo_dir(cache_root, &config.id);
+        let dir = match dir {
+            Ok(d) => d,
+            Err(e) => return Err(released(e, lock)),
+        };
+        let mut repo = Self::assemble(
+            backend,
+            config,
+            unlocked,
+            dir.join(crate::client::cache::INDEX_FILE),
+        );
+        repo.cache_dir = Some(dir);
+        if let Some(l) = &lock {
+            repo.guard.watch(l.health().clone());
+        }
+        Ok((repo, lock))
+    }
+
+    /// [`Self::open_location_unlocking`], taking `lock` too (see [`LockRequest`]).
+    pub(super) fn open_location_with(
+        location: &str,
+        cache_root: &Path,
+        connections: Option<usize>,
+        password: PasswordPrompt<'_>,
+        lock: Option<&LockRequest<'_>>,
+    ) -> Result<(Self, Option<RepoLock>)> {
+        let Some(backend) = crate::backend::open_url(location, connections) else {
+            return Self::open_local_with(Path::new(location), cache_root, password, lock);
+        };
+        let backend = backend?;
+        let in_flight = connections.unwrap_or(crate::backend::s3::config::DEFAULT_CONNECTIONS);
+        match Self::open_in_cache_with(backend, cache_root, password, lock) {
+            Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
+            other => other.map(|(r, lock)| {
+                let r = r
+                    .with_reads_in_flight(in_flight)
+                    .with_round_trips(true)
+                    .with_index_files(true);
+                (r, lock)
+            }),
+        }
+    }
+
     /// [`Self::open_location_unlocking`] then [`Self::lock_with`], in one step: the lock is
     /// taken while the key is derived (see the module doc), and guards the repository's
     /// writes as [`Self::lock_with`]'s does.
