@@ -353,6 +353,12 @@ pub fn backup(
         .as_mut()
         .and_then(|p| p.files.take())
         .or_else(|| want_files.then(|| unchanged::ParentFiles::new(&opts.sources)));
+    // The reader that read the parent's tree reads the bases (see parent::Parent); without
+    // deltas it goes now, with its view of the index.
+    let parent_reader = parent
+        .as_mut()
+        .and_then(|p| p.reader.take())
+        .filter(|_| delta_cfg.enabled());
     let delta_stage = if delta_cfg.enabled() {
         // Without a parent, DupAdj still walks this backup's own stored stream.
         let dupadj = delta_cfg.dupadj.then(|| {
@@ -363,8 +369,6 @@ pub fn backup(
                     .unwrap_or_default(),
             )
         });
-        // The reader that read the parent's tree reads the bases (see parent::Parent).
-        let parent_reader = parent.as_mut().and_then(|p| p.reader.take());
         parent_tree = parent.and_then(|p| p.tree);
         let sketches: Option<Box<dyn SketchIndex>> =
             match (delta_cfg.sketch, delta_cfg.sketch_index) {

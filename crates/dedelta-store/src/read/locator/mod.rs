@@ -391,8 +391,9 @@ impl<'a> ChunkLocator<'a> {
         if let Some(m) = self.metas.get(&id) {
             return Ok(m.clone());
         }
-        // Restore and dump read the metadata in one request; the others (check among them,
-        // which reports every damaged byte it reads) read only the bytes they check.
+        // Restore, dump and backup's base reader read the metadata in one request; the
+        // others (check among them, which reports every damaged byte it reads) read only the
+        // bytes they check.
         let m = Arc::new(if self.restore_cache.is_some() || self.metas_whole {
             self.repo.read_container_meta_tail(&id)?
         } else {
