@@ -29,6 +29,13 @@
 //! writer thread    store.rs              append regions, seal containers, put, index
 //! ```
 //!
+//! Setup, on the caller's thread before the pipeline starts (a fixed cost of every backup,
+//! issue 20): the snapshots come listed from the open (beside the index's catch-up, see
+//! [`crate::repository`]), the damage records as the open read them; the parent's tree is
+//! read through the reader that then reads the delta bases ([`parent`], [`bases`]): the new
+//! tree's bases are the parent tree's chunks, and one reader reads each container's
+//! metadata once (in one suffix read) where two readers read it twice or three times.
+//!
 //! Order is kept by sending, for each job, the receiving end of a one-shot channel that the
 //! pool fills: consumers wait for the results in submission order while the pool works on
 //! several at once. Memory is bounded by the channel capacities (blocks and regions in
