@@ -32,7 +32,7 @@
 //! Setup, on the caller's thread before the pipeline starts (a fixed cost of every backup,
 //! issue 20): the snapshots come listed from the open (beside the index's catch-up, see
 //! [`crate::repository`]), the damage records as the open read them; the parent's tree is
-//! read through the reader that then reads the delta bases ([`parent`], [`bases`]): the new
+//! read through the reader that then reads the delta bases (parent.rs, bases.rs): the new
 //! tree's bases are the parent tree's chunks, and one reader reads each container's
 //! metadata once (in one suffix read) where two readers read it twice or three times.
 //!
