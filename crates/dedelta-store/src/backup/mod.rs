@@ -397,12 +397,9 @@ pub fn backup(
                 }
             };
         let mut bases = match parent_reader {
-            Some(r) => BaseFetcher::with_reader(
-                repo,
-                r,
-                delta_cfg.base_cache_bytes,
-                delta_cfg.max_depth,
-            )?,
+            Some(r) => {
+                BaseFetcher::with_reader(repo, r, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
+            }
             None => BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?,
         };
         if let Some((p, _)) = &prefetched {

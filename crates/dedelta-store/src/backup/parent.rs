@@ -118,9 +118,8 @@ fn read_parent<'a>(
     let mut reader = None;
     let walked = match tree_chunks.and_then(|t| t(&snap.tree.chunks)) {
         Some(chunks) => crate::read::walk_tree_chunks(&chunks, visit),
-        None => super::bases::base_reader(repo).and_then(|r| {
-            crate::read::walk_tree_reading(reader.insert(r), repo, &snap, visit)
-        }),
+        None => super::bases::base_reader(repo)
+            .and_then(|r| crate::read::walk_tree_reading(reader.insert(r), repo, &snap, visit)),
     };
     match walked {
         Ok(lens) => Some(Parent {

@@ -530,9 +530,7 @@ impl Repository {
             listed_at_open: std::sync::Mutex::new(None),
         };
         let (caught_up, listed) = std::thread::scope(|s| {
-            let listing = repo
-                .snapshots_at_open
-                .then(|| s.spawn(|| repo.snapshots()));
+            let listing = repo.snapshots_at_open.then(|| s.spawn(|| repo.snapshots()));
             let caught_up = repo.catch_up();
             let listed = listing.map(|h| {
                 h.join()

@@ -39,7 +39,10 @@ fn a_backup_lists_damage_records_once() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("repo");
     let cache = tmp.path().join("cache");
-    drop(Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache).unwrap());
+    drop(
+        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
+            .unwrap(),
+    );
     let src = tmp.path().join("src");
     for n in 0..2 {
         let probe = Arc::new(Intercept {
