@@ -66,8 +66,10 @@ fn backup_and_restore_count_requests_by_purpose() {
         assert!(data.requests > 0, "v{v}: no container written: {c:?}");
         assert_eq!(data.bytes, res.summary.bytes_added, "v{v}");
         assert_eq!(c.get(Purpose::Snapshot, Direction::Write).requests, 1);
-        // The lock: created, then deleted.
-        assert!(c.purpose(Purpose::Other).requests >= 2, "{c:?}");
+        // Nothing else: the lock is taken on the backend under the meter, and the damage
+        // records come from the open's catch-up (issue 20: a backup listed them twice more,
+        // which is what this counted before).
+        assert_eq!(c.purpose(Purpose::Other), zero, "{c:?}");
         assert_eq!(c.purpose(Purpose::Prefetch), zero);
         if v == 1 {
             assert!(res.summary.delta_chunks > 0, "no deltas: {:?}", res.summary);
