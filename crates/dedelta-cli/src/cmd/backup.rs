@@ -9,6 +9,7 @@ use crate::{render, EXIT_PARTIAL};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::backup;
+use dedelta_store::repository::lock::LockMode;
 use dedelta_store::Error;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -336,7 +337,10 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
     }
     // Lock first, then the index: every writer takes them in this order.
     let lookup = args.lookup.options()?;
-    let (r, lock) = super::open_shared(&args.repo, "backup")?;
+    // The snapshots (for the parent) are listed beside the index's catch-up.
+    let (r, lock) = super::open_then(&args.repo, "backup", LockMode::Shared, |r| {
+        r.listing_snapshots_at_open()
+    })?;
     let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
     let progress = progress_stream(args.json, "archival");

@@ -115,6 +115,37 @@ impl RepoArg {
             .map_err(Into::into)
     }
 
+    /// Opens the repository (config only, metered) and takes a lock of `mode` on it for
+    /// `command`, with `--retry-lock`: the lock is taken while an encrypted repository's key
+    /// is derived (see `dedelta_store::repository::open`).
+    pub fn open_repository_locked(
+        &self,
+        command: &str,
+        mode: LockMode,
+    ) -> Result<(Repository, RepoLock)> {
+        let path = self.path()?;
+        let Some(loc) = path.to_str() else {
+            let r = self.open_repository()?;
+            let lock = self.lock(&r, command, mode)?;
+            return Ok((r, lock));
+        };
+        let me = lock_info(command);
+        let request = dedelta_store::repository::open::LockRequest {
+            me: &me,
+            mode,
+            retry_for: self.retry_lock()?,
+        };
+        let mut password = || self.password.password();
+        let (r, lock) = Repository::open_location_locked(
+            loc,
+            &self.cache_root(),
+            self.connections,
+            &mut password,
+            &request,
+        )?;
+        Ok((r.metered(), lock))
+    }
+
     /// Takes a lock of `mode` on `r` for `command`, with `--retry-lock`.
     pub fn lock(&self, r: &Repository, command: &str, mode: LockMode) -> Result<RepoLock> {
         Ok(r.lock_with(&lock_info(command), mode, self.retry_lock()?)?)
@@ -451,12 +482,22 @@ fn open_with(
     command: &str,
     mode: LockMode,
 ) -> Result<(IndexedRepository, RepoLock)> {
-    let r = repo.open_repository()?;
-    let lock = repo.lock(&r, command, mode)?;
+    open_then(repo, command, mode, |r| r)
+}
+
+/// [`open_with`], `prepare` choosing how the index is opened (see `backup`'s
+/// [`Repository::listing_snapshots_at_open`]).
+pub fn open_then(
+    repo: &RepoArg,
+    command: &str,
+    mode: LockMode,
+    prepare: impl FnOnce(Repository) -> Repository,
+) -> Result<(IndexedRepository, RepoLock)> {
+    let (r, lock) = repo.open_repository_locked(command, mode)?;
     if let Some(n) = r.remove_legacy_index(&lock)? {
         print_notices(&[n]);
     }
-    let r = with_index(r)?;
+    let r = with_index(prepare(r))?;
     Ok((r, lock))
 }
 

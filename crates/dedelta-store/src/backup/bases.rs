@@ -95,6 +95,12 @@ impl Drop for LocalCacheSave {
     }
 }
 
+/// A reader for a backup's delta bases (and, before, its parent tree): metadata read whole,
+/// regions cached as [`base_region_cache_bytes`] says.
+pub(super) fn base_reader(repo: &IndexedRepository) -> Result<ChunkReader<'_>> {
+    Ok(ChunkReader::new(repo, base_region_cache_bytes(repo))?.reading_metas_whole())
+}
+
 /// The region cache of the base reader: 32 MiB, or where reads are round trips 96 MiB, which
 /// hold the regions a read takes ahead (up to 4 MiB stored, several times that decompressed,
 /// see the locator's `AHEAD_SPAN`) until the next rounds use them.
@@ -138,11 +144,23 @@ impl<'a> BaseFetcher<'a> {
     /// A fetcher with `budget` bytes of bases in memory, for deltas at most `max_depth` deep
     /// (1: bases stored in full).
     pub fn new(repo: &'a IndexedRepository, budget: usize, max_depth: u8) -> Result<Self> {
+        Self::with_reader(repo, base_reader(repo)?, budget, max_depth)
+    }
+
+    /// [`Self::new`] reading through `reader`: the one that read the parent snapshot's tree
+    /// (see [`base_reader`]), whose caches hold the metadata and regions of the tree's
+    /// containers, down its delta chains; the new tree's chunks are deltas of the parent
+    /// tree's, so their bases are found there rather than read again.
+    pub fn with_reader(
+        repo: &'a IndexedRepository,
+        reader: ChunkReader<'a>,
+        budget: usize,
+        max_depth: u8,
+    ) -> Result<Self> {
         Ok(BaseFetcher {
             cache: BaseCache::new(budget),
             max_base_depth: max_depth.saturating_sub(1),
-            reader: ChunkReader::new(repo, base_region_cache_bytes(repo))?
-                .reading_for(crate::backend::wrap::metered::Purpose::BaseRead),
+            reader: reader.reading_for(crate::backend::wrap::metered::Purpose::BaseRead),
             local: None,
             local_path: None,
             budget,

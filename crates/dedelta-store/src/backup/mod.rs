@@ -29,6 +29,13 @@
 //! writer thread    store.rs              append regions, seal containers, put, index
 //! ```
 //!
+//! Setup, on the caller's thread before the pipeline starts (a fixed cost of every backup,
+//! issue 20): the snapshots come listed from the open (beside the index's catch-up, see
+//! [`crate::repository`]), the damage records as the open read them; the parent's tree is
+//! read through the reader that then reads the delta bases (parent.rs, bases.rs): the new
+//! tree's bases are the parent tree's chunks, and one reader reads each container's
+//! metadata once (in one suffix read) where two readers read it twice or three times.
+//!
 //! Order is kept by sending, for each job, the receiving end of a one-shot channel that the
 //! pool fills: consumers wait for the results in submission order while the pool works on
 //! several at once. Memory is bounded by the channel capacities (blocks and regions in
@@ -288,8 +295,11 @@ pub fn backup(
     // The snapshots are listed once, for the parent and the dense list: each listing reads
     // every snapshot file (a request each).
     let want_files = !opts.sources.force && opts.stdin.is_none();
+    // Listed beside the index's catch-up when the open was asked to
+    // (Repository::listing_snapshots_at_open).
+    let listed_at_open = repo.snapshots_listed_at_open();
     let listed = if delta_cfg.enabled() || want_files {
-        match repo.snapshots() {
+        match listed_at_open.unwrap_or_else(|| repo.snapshots()) {
             Ok(l) => {
                 notices.extend(l.warnings());
                 Some(l)
@@ -350,6 +360,12 @@ pub fn backup(
         .as_mut()
         .and_then(|p| p.files.take())
         .or_else(|| want_files.then(|| unchanged::ParentFiles::new(&opts.sources)));
+    // The reader that read the parent's tree reads the bases (see parent::Parent); without
+    // deltas it goes now, with its view of the index.
+    let parent_reader = parent
+        .as_mut()
+        .and_then(|p| p.reader.take())
+        .filter(|_| delta_cfg.enabled());
     let delta_stage = if delta_cfg.enabled() {
         // Without a parent, DupAdj still walks this backup's own stored stream.
         let dupadj = delta_cfg.dupadj.then(|| {
@@ -380,7 +396,12 @@ pub fn backup(
                     })
                 }
             };
-        let mut bases = BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?;
+        let mut bases = match parent_reader {
+            Some(r) => {
+                BaseFetcher::with_reader(repo, r, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
+            }
+            None => BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?,
+        };
         if let Some((p, _)) = &prefetched {
             bases = bases.only_cached(p.clone());
         }
@@ -409,9 +430,8 @@ pub fn backup(
     } else {
         None
     };
-    let (damage, skipped) = crate::repository::damage::DamageSet::load(repo.backend().as_ref())?;
-    notices.extend(skipped);
-    let damage = Arc::new(damage);
+    // Listed and read once, by the open's catch-up (records it skipped were noticed then).
+    let damage = repo.damage_records()?;
     // One read view for the pool and the dedup thread, taken before anything of this backup
     // is indexed (the filter too: what this backup indexes goes into it as well, harmlessly).
     // Base prefetching piggybacks on the locality index's metadata prefetches.

@@ -13,13 +13,18 @@ use crate::repository::IndexedRepository;
 /// What the backup learns from its parent snapshot: the one `--parent` names, else the newest
 /// of the same host and paths, else (for delta hints only) the newest with the same paths,
 /// else the newest.
-pub(super) struct Parent {
+pub(super) struct Parent<'a> {
     /// Its chunk sequence, for DupAdj (when asked for).
     pub(super) recipe: Option<ParentRecipe>,
     /// Where its tree's records and references lie, for the tree chunks' delta bases.
     pub(super) tree: Option<tree_writer::ParentTree>,
     /// Its files, to skip the unchanged ones (unless every file is read).
     pub(super) files: Option<unchanged::ParentFiles>,
+    /// The reader that read its tree from the repository, for the delta bases: its caches
+    /// hold the metadata and regions of the tree's containers, which the new tree's bases
+    /// (the parent tree's chunks) need again. Shared, each container's metadata is read once
+    /// per backup (on 20 SQLAlchemy sdists, backup 20 read it 88 times for ~30 containers).
+    pub(super) reader: Option<crate::read::ChunkReader<'a>>,
 }
 
 /// What to learn from the parent.
@@ -39,15 +44,15 @@ pub(super) type TreeChunks<'a> = dyn Fn(&[dedelta_core::ChunkId]) -> Option<Vec<
 ///
 /// # Errors
 /// Only a `--parent` that names no snapshot.
-pub(super) fn find(
-    repo: &IndexedRepository,
+pub(super) fn find<'a>(
+    repo: &'a IndexedRepository,
     listed: Option<&crate::repository::snapshots::SnapshotList>,
     paths: &[String],
     opts: &BackupOptions,
     want: ParentWants<'_>,
     tree_chunks: Option<&TreeChunks<'_>>,
     notices: &mut Vec<String>,
-) -> Result<Option<Parent>> {
+) -> Result<Option<Parent<'a>>> {
     let chosen = match &opts.sources.parent {
         Some(spec) => repo.find_snapshot(spec)?,
         None => {
@@ -89,14 +94,14 @@ pub(super) fn find(
 }
 
 /// Reads the chosen parent's tree.
-fn read_parent(
-    repo: &IndexedRepository,
+fn read_parent<'a>(
+    repo: &'a IndexedRepository,
     (id, snap): (SnapshotId, Snapshot),
     want_recipe: bool,
     files: Option<&unchanged::SourceOptions>,
     tree_chunks: Option<&TreeChunks<'_>>,
     notices: &mut Vec<String>,
-) -> Option<Parent> {
+) -> Option<Parent<'a>> {
     let mut ids = Vec::new();
     let mut tree = tree_writer::ParentTreeBuilder::new();
     let mut parent_files = files.map(unchanged::ParentFiles::new);
@@ -110,15 +115,18 @@ fn read_parent(
         }
         Ok(())
     };
+    let mut reader = None;
     let walked = match tree_chunks.and_then(|t| t(&snap.tree.chunks)) {
         Some(chunks) => crate::read::walk_tree_chunks(&chunks, visit),
-        None => crate::read::walk_tree_measured(repo, &snap, visit),
+        None => super::bases::base_reader(repo)
+            .and_then(|r| crate::read::walk_tree_reading(reader.insert(r), repo, &snap, visit)),
     };
     match walked {
         Ok(lens) => Some(Parent {
             recipe: want_recipe.then(|| ParentRecipe::new(ids)),
             tree: tree.finish(&snap.tree.chunks, &lens),
             files: parent_files,
+            reader,
         }),
         Err(e) => {
             notices.push(format!(

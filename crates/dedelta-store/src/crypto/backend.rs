@@ -83,6 +83,28 @@ impl SealedBackend {
         &self.inner
     }
 
+    /// Opens `bytes`, object `name` of `kind` as read from the inner backend: what [`Backend::get`]
+    /// returns for it (the open of a repository reads its config before it has the key, and
+    /// opens those bytes once it has, rather than reading them again).
+    pub fn open_object(&self, kind: FileKind, name: &str, bytes: Vec<u8>) -> Result<Vec<u8>> {
+        if is_plain(kind) {
+            return Ok(bytes);
+        }
+        let obj = ObjectName {
+            kind: kind.dir(),
+            name,
+        };
+        if kind == FileKind::Container {
+            // Whole-container readers check the bytes against the container's name and then
+            // entry by entry: a damaged segment reaches them as zeros, and costs only the
+            // chunks in it, as a damaged byte does in a plain repository.
+            return sealed::open_salvaging(&self.cipher, obj, &bytes)
+                .map(|(plain, _)| plain)
+                .map_err(|e| seal_error(kind, name, e));
+        }
+        sealed::open(&self.cipher, obj, &bytes).map_err(|e| seal_error(kind, name, e))
+    }
+
     fn cache(&self) -> std::sync::MutexGuard<'_, LruCache<(FileKind, String), Trailer>> {
         // A poisoned cache only means a thread panicked while inserting: it is intact.
         self.trailers.lock().unwrap_or_else(|e| e.into_inner())
@@ -174,22 +196,7 @@ impl SealedBackend {
 impl Backend for SealedBackend {
     fn get(&self, kind: FileKind, name: &str) -> Result<Vec<u8>> {
         let bytes = self.inner.get(kind, name)?;
-        if is_plain(kind) {
-            return Ok(bytes);
-        }
-        let obj = ObjectName {
-            kind: kind.dir(),
-            name,
-        };
-        if kind == FileKind::Container {
-            // Whole-container readers check the bytes against the container's name and then
-            // entry by entry: a damaged segment reaches them as zeros, and costs only the
-            // chunks in it, as a damaged byte does in a plain repository.
-            return sealed::open_salvaging(&self.cipher, obj, &bytes)
-                .map(|(plain, _)| plain)
-                .map_err(|e| seal_error(kind, name, e));
-        }
-        sealed::open(&self.cipher, obj, &bytes).map_err(|e| seal_error(kind, name, e))
+        self.open_object(kind, name, bytes)
     }
 
     fn get_range(&self, kind: FileKind, name: &str, offset: i64, len: usize) -> Result<Vec<u8>> {

@@ -36,6 +36,12 @@ impl<'a> ChunkReader<'a> {
         self
     }
 
+    /// Reads metadata sections whole (see [`ChunkLocator::reading_metas_whole`]).
+    pub fn reading_metas_whole(mut self) -> Self {
+        self.locator = self.locator.reading_metas_whole();
+        self
+    }
+
     /// How this reader's repository computes chunk ids.
     pub fn hasher(&self) -> dedelta_core::ChunkHasher {
         self.hasher

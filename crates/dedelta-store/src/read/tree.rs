@@ -31,9 +31,21 @@ pub fn walk_tree(
 pub fn walk_tree_measured(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
-    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+    f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
 ) -> Result<Vec<u32>> {
     let mut reader = ChunkReader::new(repo, TREE_CACHE_BYTES)?;
+    walk_tree_reading(&mut reader, repo, snapshot, f)
+}
+
+/// [`walk_tree_measured`] through `reader`, whose caches then hold the metadata and regions
+/// of the tree's containers (down its chunks' delta chains) for a caller that goes on
+/// reading from them: a backup's delta bases, among which are the parent tree's chunks.
+pub fn walk_tree_reading(
+    reader: &mut ChunkReader<'_>,
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+) -> Result<Vec<u32>> {
     let ids = snapshot.tree.chunks.clone();
     if repo.reads_are_round_trips() && ids.len() > 1 {
         let mut threads = RequestThreads::new(repo.reads_in_flight().saturating_sub(1));
@@ -43,7 +55,7 @@ pub fn walk_tree_measured(
     }
     let mut dec = TreeDecoder::new(BufReader::with_capacity(
         64 * 1024,
-        ChunkStreamReader::new(&mut reader, ids),
+        ChunkStreamReader::new(reader, ids),
     ));
     loop {
         match dec.next_node() {

@@ -98,8 +98,7 @@ impl<'a> ContainerWriter<'a> {
     /// original) has replaced the damaged file with good bytes: its records are void, and
     /// left in place they would keep its (good, indexed) chunks from being used.
     pub fn clearing_healed_records(mut self) -> Result<Self> {
-        let (set, _) = damage::DamageSet::load(self.repo.backend().as_ref())?;
-        self.recorded = Some(set.containers());
+        self.recorded = Some(self.repo.damage_records()?.containers());
         Ok(self)
     }
 

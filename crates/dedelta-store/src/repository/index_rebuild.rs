@@ -70,6 +70,7 @@ fn rebuild_in_batches(
         warn(&n);
         stats.problems.push(n);
     }
+    let damage = repo.remember_damage(damage);
     let listed = listed?;
     let mut wanted = Vec::new();
     let mut whole = Vec::new();

@@ -67,6 +67,8 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
         damage_beside(backend.as_ref(), || backend.list_names(FileKind::Container));
     let (damage, skipped) = damage?;
     out.notices.extend(skipped);
+    // The command's later users share this set (see IndexedRepository::damage_records).
+    let damage = repo.remember_damage(damage);
     let listed: HashSet<ContainerId> = names?
         .iter()
         .filter_map(|name| ContainerId::from_hex(name))

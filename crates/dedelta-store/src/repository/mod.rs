@@ -6,6 +6,18 @@
 //! A repository can meter its I/O ([`Repository::metered`]): every request is then counted by
 //! purpose (see [`crate::backend::wrap::metered`]), and readers that read for one purpose take
 //! a handle tagged with it from [`Repository::backend_for`].
+//!
+//! The open, in order, and what runs beside what (a backup's fixed cost, issue 20):
+//! 1. the config is read; for an encrypted one the password is asked for, then the key file
+//!    is read and its key derived (Argon2id) while the lock is taken on another thread
+//!    ([`open`]: lock objects are plain, so the lock needs neither key nor config), and the
+//!    config bytes already read are opened with the key (not read again);
+//! 2. the client's chunk index is opened from the cache directory the config names;
+//! 3. the index catches up with the repository ([`index_sync`]: the container and damage
+//!    listings at once), beside the snapshot listing when the command asked for it
+//!    ([`Repository::listing_snapshots_at_open`], backup for its parent);
+//! 4. the damage records the catch-up read serve the whole command
+//!    ([`IndexedRepository::damage_records`]): a backup listed them three times before.
 
 mod containers;
 pub mod damage;
@@ -15,6 +27,7 @@ pub mod index_sync;
 pub mod keys;
 pub mod lock;
 pub mod lock_guard;
+pub mod open;
 pub mod snapshot_filter;
 pub mod snapshots;
 
@@ -57,6 +70,9 @@ pub struct Repository {
     round_trips: bool,
     /// Whether backups publish index files (see [`Self::writes_index_files`]).
     index_files: bool,
+    /// Whether the index's open lists the snapshots beside its catch-up (see
+    /// [`Self::listing_snapshots_at_open`]).
+    snapshots_at_open: bool,
 }
 
 /// Reads in flight at once for a repository on a local disk: its page cache or queue serves
@@ -136,18 +152,7 @@ impl Repository {
         cache_root: &Path,
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
-        let cfg = path.join("config");
-        match std::fs::metadata(&cfg) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::RepoNotFound(path.to_path_buf()))
-            }
-            Err(e) => return Err(Error::io(format!("reading {}", cfg.display()), e)),
-        }
-        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new(path));
-        let mut repo = Self::open_in_cache_unlocking(backend, cache_root, password)?;
-        repo.local_root = Some(path.to_path_buf());
-        Ok(repo)
+        Ok(Self::open_local_with(path, cache_root, password, None)?.0)
     }
 
     /// Opens a repository on any backend, with the chunk index under the cache root
@@ -162,16 +167,7 @@ impl Repository {
         cache_root: &Path,
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
-        let (config, unlocked) = keys::read_config(backend.clone(), password)?;
-        let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
-        let mut repo = Self::assemble(
-            backend,
-            config,
-            unlocked,
-            dir.join(crate::client::cache::INDEX_FILE),
-        );
-        repo.cache_dir = Some(dir);
-        Ok(repo)
+        Ok(Self::open_in_cache_with(backend, cache_root, password, None)?.0)
     }
 
     /// Opens a repository on any backend, with the chunk index at `index_path`.
@@ -214,6 +210,7 @@ impl Repository {
             reads_in_flight: LOCAL_READS_IN_FLIGHT,
             round_trips: false,
             index_files: false,
+            snapshots_at_open: false,
         }
     }
 
@@ -259,6 +256,16 @@ impl Repository {
         self
     }
 
+    /// Makes [`Self::open_index`] list the snapshots beside the index's catch-up, for a
+    /// command that lists them next (backup: its parent): the two wait on different
+    /// requests (snapshot files and the snapshot cache; the container and damage listings),
+    /// and neither depends on the other. The listing is then taken with
+    /// [`IndexedRepository::snapshots_listed_at_open`].
+    pub fn listing_snapshots_at_open(mut self) -> Self {
+        self.snapshots_at_open = true;
+        self
+    }
+
     /// Seals `b` if the repository is encrypted.
     fn sealed(&self, b: Arc<dyn Backend>) -> Arc<dyn Backend> {
         match &self.unlocked {
@@ -285,19 +292,7 @@ impl Repository {
         connections: Option<usize>,
         password: PasswordPrompt<'_>,
     ) -> Result<Self> {
-        let Some(backend) = crate::backend::open_url(location, connections) else {
-            return Self::open_local_unlocking(Path::new(location), cache_root, password);
-        };
-        let backend = backend?;
-        let in_flight = connections.unwrap_or(crate::backend::s3::config::DEFAULT_CONNECTIONS);
-        match Self::open_in_cache_unlocking(backend, cache_root, password) {
-            Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
-            other => other.map(|r| {
-                r.with_reads_in_flight(in_flight)
-                    .with_round_trips(true)
-                    .with_index_files(true)
-            }),
-        }
+        Ok(Self::open_location_with(location, cache_root, connections, password, None)?.0)
     }
 
     /// Creates a repository at `location` (an S3 URL, or a local directory that must be
@@ -531,15 +526,23 @@ impl Repository {
             index,
             _private: private,
             notices: std::sync::Mutex::new(notices),
+            damage: std::sync::Mutex::new(None),
+            listed_at_open: std::sync::Mutex::new(None),
         };
-        if !repo.index.is_complete()? {
-            let st = index_rebuild::rebuild_index(&repo, &mut |_| {})?;
-            for p in &st.problems {
-                repo.notice(format!("index rebuild: {p}"));
-            }
-        } else {
-            repo.sync_index()?;
-        }
+        let (caught_up, listed) = std::thread::scope(|s| {
+            let listing = repo.snapshots_at_open.then(|| s.spawn(|| repo.snapshots()));
+            let caught_up = repo.catch_up();
+            let listed = listing.map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            });
+            (caught_up, listed)
+        });
+        caught_up?;
+        *repo
+            .listed_at_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = listed;
         Ok(repo)
     }
 }
@@ -554,6 +557,10 @@ pub struct IndexedRepository {
     _private: Option<PrivateIndex>,
     /// Things the user should know that did not stop the command (an index rebuilt).
     notices: std::sync::Mutex<Vec<String>>,
+    /// The damage records as the open's catch-up read them (see [`Self::damage_records`]).
+    damage: std::sync::Mutex<Option<Arc<damage::DamageSet>>>,
+    /// See [`Self::snapshots_listed_at_open`].
+    listed_at_open: std::sync::Mutex<Option<Result<snapshots::SnapshotList>>>,
 }
 
 impl std::ops::Deref for IndexedRepository {
@@ -583,6 +590,29 @@ impl IndexedRepository {
         Ok(())
     }
 
+    /// Rebuilds an incomplete index, else catches it up (the open's last step).
+    fn catch_up(&self) -> Result<()> {
+        if !self.index.is_complete()? {
+            let st = index_rebuild::rebuild_index(self, &mut |_| {})?;
+            for p in &st.problems {
+                self.notice(format!("index rebuild: {p}"));
+            }
+        } else {
+            self.sync_index()?;
+        }
+        Ok(())
+    }
+
+    /// The snapshot listing the open made beside its catch-up, with
+    /// [`Repository::listing_snapshots_at_open`] (`None` without it, or once taken): what
+    /// [`Repository::snapshots`] would have returned then.
+    pub fn snapshots_listed_at_open(&self) -> Option<Result<snapshots::SnapshotList>> {
+        self.listed_at_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
     /// Catches the index up with containers and damage records other clients wrote or
     /// deleted (see [`index_sync`]); what the user should know becomes a notice.
     pub fn sync_index(&self) -> Result<index_sync::SyncStats> {
@@ -598,7 +628,42 @@ impl IndexedRepository {
     /// records it has not applied, would rebuild the index).
     pub fn index_applies_damage_records(&self) -> Result<()> {
         let (set, _) = damage::DamageSet::load(self.backend().as_ref())?;
-        self.index.set_damage_digest(set.digest())
+        self.index.set_damage_digest(set.digest())?;
+        self.remember_damage(set);
+        Ok(())
+    }
+
+    /// The damage records, listed and read once per command: the open's catch-up
+    /// ([`Self::sync_index`]) reads them and every later user (a backup's lookups and its
+    /// writer) shares that set, where each listed them again before (three listings and
+    /// reads per backup, one of them on the pipeline's start). A command that writes records
+    /// updates the set through [`Self::index_applies_damage_records`]. Records another
+    /// client writes after the open are not seen, as they were not by a listing a moment
+    /// after it either (a `check` may record damage at any time during a backup).
+    ///
+    /// # Errors
+    /// The records cannot be listed (when no catch-up has read them).
+    pub fn damage_records(&self) -> Result<Arc<damage::DamageSet>> {
+        if let Some(set) = self.lock_damage().clone() {
+            return Ok(set);
+        }
+        let (set, skipped) = damage::DamageSet::load(self.backend().as_ref())?;
+        for n in skipped {
+            self.notice(n);
+        }
+        Ok(self.remember_damage(set))
+    }
+
+    /// Keeps `set` as the records [`Self::damage_records`] gives.
+    pub(crate) fn remember_damage(&self, set: damage::DamageSet) -> Arc<damage::DamageSet> {
+        let set = Arc::new(set);
+        *self.lock_damage() = Some(set.clone());
+        set
+    }
+
+    fn lock_damage(&self) -> std::sync::MutexGuard<'_, Option<Arc<damage::DamageSet>>> {
+        // A poisoned slot only means a thread panicked while replacing an Arc; it is intact.
+        self.damage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Takes the notices gathered so far (an index that was rebuilt, records skipped).

@@ -52,6 +52,8 @@ mod metadata;
 /// The metrics of issue 15 on hand-made repositories: detection against acceptance, and the
 /// papers' restore speed factor.
 mod metrics;
+/// A backup's fixed costs: damage records listed once, the lock taken beside the key.
+mod open_costs;
 /// Restore reading a snapshot's own copies stored as deltas (issue 17).
 mod own_copies;
 /// Restore and dump on an object store: regions read ahead, several at a time, bit-exact.

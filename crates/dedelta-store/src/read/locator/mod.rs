@@ -103,6 +103,8 @@ pub struct ChunkLocator<'a> {
     /// Restore's last positions, where the next chunk is looked for before the index is
     /// asked ([`neighbour`]).
     neighbours: Option<neighbour::Neighbours>,
+    /// Metadata in one suffix read, as restore reads it ([`Self::reading_metas_whole`]).
+    metas_whole: bool,
 }
 
 /// The copies of its chunks a snapshot's own backup referenced ([`ChunkLocator::reading_own_copies`]).
@@ -160,6 +162,7 @@ impl<'a> ChunkLocator<'a> {
             own: None,
             ahead: None,
             neighbours: None,
+            metas_whole: false,
         })
     }
 
@@ -178,6 +181,15 @@ impl<'a> ChunkLocator<'a> {
     /// [`Purpose::ChunkData`]; metadata is always [`Purpose::ContainerMeta`]).
     pub fn reading_for(mut self, purpose: Purpose) -> Self {
         self.data = self.repo.backend_for(purpose);
+        self
+    }
+
+    /// Reads each container's metadata in one suffix read (two when it is larger), as restore
+    /// does, rather than a size query and two ranged reads: for readers that use the whole
+    /// section (backup's parent tree and delta bases), not `check`, which reports every
+    /// damaged byte it reads.
+    pub fn reading_metas_whole(mut self) -> Self {
+        self.metas_whole = true;
         self
     }
 
@@ -379,9 +391,10 @@ impl<'a> ChunkLocator<'a> {
         if let Some(m) = self.metas.get(&id) {
             return Ok(m.clone());
         }
-        // Restore and dump read the metadata in one request; the others (check among them,
-        // which reports every damaged byte it reads) read only the bytes they check.
-        let m = Arc::new(if self.restore_cache.is_some() {
+        // Restore, dump and backup's base reader read the metadata in one request; the
+        // others (check among them, which reports every damaged byte it reads) read only the
+        // bytes they check.
+        let m = Arc::new(if self.restore_cache.is_some() || self.metas_whole {
             self.repo.read_container_meta_tail(&id)?
         } else {
             self.repo.read_container_meta(&id)?
