@@ -284,6 +284,13 @@ pub fn backup(
         )),
         None => None,
     };
+    // The damage records are listed beside the snapshots (each listing a round trip on an
+    // object store, and neither needs the other).
+    let damage_backend = repo.backend().clone();
+    let damage_load = std::thread::Builder::new()
+        .name("dedelta-damage".into())
+        .spawn(move || crate::repository::damage::DamageSet::load(damage_backend.as_ref()))
+        .map_err(|e| Error::io("starting a thread", e))?;
     // LoopDelta (§4.2-§4.3): the lineage's dense containers, loaded whole when prefetched.
     // The snapshots are listed once, for the parent and the dense list: each listing reads
     // every snapshot file (a request each).
@@ -409,7 +416,9 @@ pub fn backup(
     } else {
         None
     };
-    let (damage, skipped) = crate::repository::damage::DamageSet::load(repo.backend().as_ref())?;
+    let (damage, skipped) = damage_load
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
     notices.extend(skipped);
     let damage = Arc::new(damage);
     // One read view for the pool and the dedup thread, taken before anything of this backup
@@ -495,7 +504,13 @@ pub fn backup(
             .map_err(|e| Error::io("starting a thread", e))?;
         let writer = spawn("writer")
             .spawn_scoped(s, || {
-                store::run(repo, region_rx, &times, region_buffers.clone())
+                store::run(
+                    repo,
+                    region_rx,
+                    &times,
+                    region_buffers.clone(),
+                    damage.containers(),
+                )
             })
             .map_err(|e| Error::io("starting a thread", e))?;
         let mut walker = walk::Walker {

@@ -22,15 +22,18 @@ pub(super) struct WriterStats {
     pub bytes_written: u64,
 }
 
-/// Stores every region the dedup thread sends, until it closes the channel.
+/// Stores every region the dedup thread sends, until it closes the channel, clearing the
+/// damage records of the containers `damaged` it writes again (the backup has just read the
+/// records: a listing not made twice).
 pub(super) fn run(
     repo: &IndexedRepository,
     regions: Receiver<Receiver<CompressedRegion>>,
     times: &StageTimes,
     buffers: crate::buffers::BufferPool,
+    damaged: std::collections::HashSet<ContainerId>,
 ) -> Result<WriterStats> {
     let mut writer = ContainerWriter::new(repo)
-        .clearing_healed_records()?
+        .clearing_healed_records_of(damaged)
         .indexing_in_batches()
         .returning_buffers(buffers);
     for rx in regions {

@@ -21,7 +21,7 @@ pub struct ContainerWriter<'a> {
     pub written: Vec<ContainerId>,
     /// Bytes of those containers.
     pub bytes_written: u64,
-    /// With [`Self::clearing_healed_records`]: the containers damage records name.
+    /// With [`Self::clearing_healed_records_of`]: the containers damage records name.
     recorded: Option<std::collections::HashSet<ContainerId>>,
     /// Containers written under the name of a container recorded as damaged, whose records
     /// were cleared.
@@ -144,10 +144,13 @@ impl<'a> ContainerWriter<'a> {
     /// backup that stores the damaged chunks again, in the same order, writes the very
     /// original) has replaced the damaged file with good bytes: its records are void, and
     /// left in place they would keep its (good, indexed) chunks from being used.
-    pub fn clearing_healed_records(mut self) -> Result<Self> {
-        let (set, _) = damage::DamageSet::load(self.repo.backend().as_ref())?;
-        self.recorded = Some(set.containers());
-        Ok(self)
+    /// `recorded` are the containers the records name (the caller has read them).
+    pub fn clearing_healed_records_of(
+        mut self,
+        recorded: std::collections::HashSet<ContainerId>,
+    ) -> Self {
+        self.recorded = Some(recorded);
+        self
     }
 
     /// Adds a region, first storing the open container if the region would overflow it.
