@@ -1,8 +1,9 @@
 //! Tests of [`super`] (run.rs).
 
 use super::*;
+use dedelta_core::sketch::SketchKeep;
 use proptest::prelude::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 
 fn id(n: u64) -> [u8; 32] {
