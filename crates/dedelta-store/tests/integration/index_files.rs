@@ -500,9 +500,7 @@ impl Hooks for CrashBesideIndexFile {
                 // PUT; then crashes, this container lost.
                 let (mut st, _) = self
                     .changed
-                    .wait_timeout_while(st, std::time::Duration::from_secs(5), |s| {
-                        !s.index_written
-                    })
+                    .wait_timeout_while(st, std::time::Duration::from_secs(5), |s| !s.index_written)
                     .unwrap();
                 st.crashed = true;
                 st.lost = Some(name.to_string());
@@ -564,7 +562,9 @@ fn a_crash_between_the_last_container_and_its_index_file() {
     for who in ["a", "fresh"] {
         let repo = s.open(who);
         assert_eq!(repo.snapshots().unwrap().snapshots.len(), 1, "{who}");
-        assert!(all_locations(&repo).iter().all(|l| !l.contains(&lost.to_hex())));
+        assert!(all_locations(&repo)
+            .iter()
+            .all(|l| !l.contains(&lost.to_hex())));
         let report = run_check(&repo, true).unwrap();
         assert!(report.problems.is_empty(), "{who}: {:?}", report.problems);
         drop(repo);
