@@ -244,18 +244,45 @@ impl S3Backend {
             .map_err(|e| self.err("reading", kind, name, e))
     }
 
-    /// `len` bytes at `at` of container `name`, through the read cache: one request for the
-    /// blocks it lacks, none if it holds them all.
-    fn get_container_range(&self, name: &str, at: u64, len: usize) -> Result<Vec<u8>> {
+    /// `len` bytes at `at` of container `name`, through the read cache, into `out`
+    /// (replacing its contents): one request for the blocks it lacks, none if it holds them
+    /// all.
+    fn get_container_range_into(
+        &self,
+        name: &str,
+        at: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
         let kind = FileKind::Container;
         let fetch = |from: u64, to: u64| {
             let ask = (to - from).max(MIN_RANGED_READ as u64);
             self.get_opts(kind, name, Some(GetRange::Bounded(from..from + ask)))
         };
-        self.cache.read(name, at, len, fetch)?.ok_or_else(|| {
-            let size = self.cache.size(name).unwrap_or(0);
-            self.short_read(kind, name, len, size.saturating_sub(at) as usize)
-        })
+        if self.cache.read_into(name, at, len, fetch, out)? {
+            return Ok(());
+        }
+        let size = self.cache.size(name).unwrap_or(0);
+        Err(self.short_read(kind, name, len, size.saturating_sub(at) as usize))
+    }
+
+    /// [`Self::get_container_range_into`] into a new buffer.
+    fn get_container_range(&self, name: &str, at: u64, len: usize) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.get_container_range_into(name, at, len, &mut out)?;
+        Ok(out)
+    }
+
+    /// Where a container read at `offset` starts (a negative `offset` counts from the end,
+    /// known when a read has told the container's size), or `None`.
+    fn container_offset(&self, name: &str, offset: i64) -> Option<u64> {
+        match u64::try_from(offset) {
+            Ok(at) => Some(at),
+            Err(_) => self
+                .cache
+                .size(name)
+                .and_then(|size| size.checked_sub(offset.unsigned_abs())),
+        }
     }
 
     /// Reads `ask` bytes from the end of an object (fewer if it is shorter); a container's
@@ -402,14 +429,7 @@ impl Backend for S3Backend {
         }
         if kind == FileKind::Container {
             // A suffix of a container whose size is known is an ordinary range.
-            let at = match u64::try_from(offset) {
-                Ok(at) => Some(at),
-                Err(_) => self
-                    .cache
-                    .size(name)
-                    .and_then(|size| size.checked_sub(offset.unsigned_abs())),
-            };
-            if let Some(at) = at {
+            if let Some(at) = self.container_offset(name, offset) {
                 return self.get_container_range(name, at, len);
             }
         }
@@ -432,6 +452,25 @@ impl Backend for S3Backend {
             Some(s) if got.len() >= s + len => Ok(got[s..s + len].to_vec()),
             _ => Err(self.short_read(kind, name, len, got.len())),
         }
+    }
+
+    /// Container data (restore's regions, backup's bases) is copied from the read cache into
+    /// `buf`, whose memory is reused.
+    fn get_range_into(
+        &self,
+        kind: FileKind,
+        name: &str,
+        offset: i64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        if kind == FileKind::Container && len > 0 {
+            if let Some(at) = self.container_offset(name, offset) {
+                return self.get_container_range_into(name, at, len, buf);
+            }
+        }
+        *buf = self.get_range(kind, name, offset, len)?;
+        Ok(())
     }
 
     fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> Result<Vec<u8>> {

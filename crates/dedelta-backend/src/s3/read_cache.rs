@@ -91,6 +91,7 @@ impl ReadCache {
     /// `len` bytes at `start` of `name`, from the blocks held and, for those missing, one
     /// request `fetch(from, to)` of the byte range `from..to` (block-aligned; the server
     /// clips it at the object's end). `None` if the object is shorter than `start + len`.
+    #[cfg(test)]
     pub(super) fn read(
         &self,
         name: &str,
@@ -98,8 +99,27 @@ impl ReadCache {
         len: usize,
         fetch: impl FnOnce(u64, u64) -> Result<Fetched>,
     ) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self
+            .read_into(name, start, len, fetch, &mut out)?
+            .then_some(out))
+    }
+
+    /// [`Self::read`] into `out` (replacing its contents, reusing its memory: a restore reads
+    /// every region through one buffer, where a new one per read was mapped, faulted in page
+    /// by page and unmapped again, most of a restore's system time). `false` if the object is
+    /// shorter than `start + len` (`out`'s contents are then unspecified).
+    pub(super) fn read_into(
+        &self,
+        name: &str,
+        start: u64,
+        len: usize,
+        fetch: impl FnOnce(u64, u64) -> Result<Fetched>,
+        out: &mut Vec<u8>,
+    ) -> Result<bool> {
+        out.clear();
         if len == 0 {
-            return Ok(Some(Vec::new()));
+            return Ok(true);
         }
         let end = start + len as u64;
         let (first, last) = (start / BLOCK, (end - 1) / BLOCK);
@@ -120,20 +140,20 @@ impl ReadCache {
                 }
             }
         }
-        let mut out = Vec::with_capacity(len);
+        out.reserve(len);
         for (i, block) in have.iter().enumerate() {
             let Some(block) = block else {
-                return Ok(None);
+                return Ok(false);
             };
             let at = (first + i as u64) * BLOCK;
             let from = start.saturating_sub(at) as usize;
             let to = ((end - at) as usize).min(block.len());
             if from > to {
-                return Ok(None);
+                return Ok(false);
             }
             out.extend_from_slice(&block[from..to]);
         }
-        Ok((out.len() == len).then_some(out))
+        Ok(out.len() == len)
     }
 
     /// Keeps the whole blocks of `got` (and its short last block at the object's end),

@@ -520,7 +520,13 @@ pub fn backup(
             .map_err(|e| Error::io("starting a thread", e))?;
         let writer = spawn("writer")
             .spawn_scoped(s, || {
-                store::run(repo, region_rx, &times, region_buffers.clone())
+                store::run(
+                    repo,
+                    region_rx,
+                    &times,
+                    region_buffers.clone(),
+                    damage.containers(),
+                )
             })
             .map_err(|e| Error::io("starting a thread", e))?;
         let mut walker = walk::Walker {

@@ -1,8 +1,8 @@
 //! Runs on: the writer thread.
 //!
 //! Appends the compressed regions, in stream order, to containers; each full container is
-//! stored durably and then indexed ([`ContainerWriter`]): data before index, the crash-safety
-//! order. Containers are indexed in batches, the last before the snapshot is written (a crash
+//! stored durably (on a thread of its own, while the next one fills) and then indexed
+//! ([`ContainerWriter`]): data before index, the crash-safety order. Containers are indexed in batches, the last before the snapshot is written (a crash
 //! before leaves durable containers that the next open takes into the index).
 
 use super::closed;
@@ -22,15 +22,18 @@ pub(super) struct WriterStats {
     pub bytes_written: u64,
 }
 
-/// Stores every region the dedup thread sends, until it closes the channel.
+/// Stores every region the dedup thread sends, until it closes the channel, clearing the
+/// damage records of the containers `damaged` it writes again (the backup has just read the
+/// records: a listing not made twice).
 pub(super) fn run(
     repo: &IndexedRepository,
     regions: Receiver<Receiver<CompressedRegion>>,
     times: &StageTimes,
     buffers: crate::buffers::BufferPool,
+    damaged: std::collections::HashSet<ContainerId>,
 ) -> Result<WriterStats> {
     let mut writer = ContainerWriter::new(repo)
-        .clearing_healed_records()?
+        .clearing_healed_records_of(damaged)
         .indexing_in_batches()
         .returning_buffers(buffers);
     for rx in regions {
@@ -40,13 +43,10 @@ pub(super) fn run(
         StageTimes::add(&times.write, t);
     }
     let t = Instant::now();
-    writer.seal()?;
     // The snapshot is written after this returns: its containers are durable, and now
-    // indexed.
-    writer.index_pending()?;
-    // And listed in an index file, for clients with an empty cache (see
-    // `crate::repository::index_files`).
-    writer.publish_index_files()?;
+    // indexed, and listed in an index file for clients with an empty cache (written beside
+    // the last container's PUT: see `ContainerWriter::finish`).
+    writer.finish()?;
     StageTimes::add(&times.write, t);
     Ok(WriterStats {
         containers: std::mem::take(&mut writer.written),

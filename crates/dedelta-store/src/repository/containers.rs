@@ -1,5 +1,10 @@
 //! Writing containers ([`ContainerWriter`]: data durable before the index that points to it)
 //! and reading their metadata back.
+//!
+//! A full container is stored on a thread of its own while the next one fills ([`InFlight`]:
+//! one at a time, so containers become durable in the order they were sealed); on an object
+//! store each PUT is a round trip the writer no longer waits for. Its entries are indexed,
+//! and its record gathered for the index file, only once the PUT has returned.
 
 use super::*;
 
@@ -16,7 +21,7 @@ pub struct ContainerWriter<'a> {
     pub written: Vec<ContainerId>,
     /// Bytes of those containers.
     pub bytes_written: u64,
-    /// With [`Self::clearing_healed_records`]: the containers damage records name.
+    /// With [`Self::clearing_healed_records_of`]: the containers damage records name.
     recorded: Option<std::collections::HashSet<ContainerId>>,
     /// Containers written under the name of a container recorded as damaged, whose records
     /// were cleared.
@@ -27,6 +32,20 @@ pub struct ContainerWriter<'a> {
     buffers: Option<crate::buffers::BufferPool>,
     /// The records of the containers written, for the index files (see [`index_files`]).
     index_files: index_files::IndexFilePublisher,
+    /// The container being stored, if any.
+    in_flight: Option<InFlight>,
+}
+
+/// A sealed container whose PUT runs on its own thread.
+struct InFlight {
+    id: ContainerId,
+    meta: ContainerMeta,
+    /// Its record for the index file (taken out by [`ContainerWriter::finish`], which
+    /// publishes it beside the PUT).
+    record: Option<crate::format::index_file::IndexedContainer>,
+    len: u64,
+    /// Returns the container's buffer (for the next one) and the PUT's result.
+    put: std::thread::JoinHandle<(Vec<u8>, Result<()>)>,
 }
 
 /// Containers a backup indexes in one commit (one run file of the index). A commit costs a
@@ -51,6 +70,7 @@ impl<'a> ContainerWriter<'a> {
             pending: None,
             buffers: None,
             index_files: index_files::IndexFilePublisher::default(),
+            in_flight: None,
         }
     }
 
@@ -85,11 +105,38 @@ impl<'a> ContainerWriter<'a> {
     }
 
     /// Writes the records of the containers written since the last index file as one index
-    /// file (see [`index_files`]): a backup calls it once its containers are durable, before
-    /// its snapshot. Returns the names of every index file this writer wrote.
+    /// file (see [`index_files`]): a caller calls it once its containers are durable (after
+    /// [`Self::seal`]), before anything that needs them covered. Returns the names of every
+    /// index file this writer wrote.
     pub fn publish_index_files(&mut self) -> Result<&[String]> {
         self.index_files.publish(self.repo)?;
         Ok(&self.index_files.published)
+    }
+
+    /// A backup's end: stores the open container and, beside its PUT (not after it), the index
+    /// file of the containers written since the last one, then indexes every container.
+    /// Index files are hints (readers take a record only for a container listed; `check`
+    /// notes a record of a missing one), so a crash between the two PUTs is safe either way
+    /// round; what matters is that both are durable before the snapshot, which the caller
+    /// writes after this returns. One round trip fewer on the backup's critical path.
+    pub fn finish(&mut self) -> Result<()> {
+        self.flush_region()?;
+        self.seal_behind()?;
+        let publish_beside = self.repo.writes_index_files();
+        if publish_beside {
+            if let Some(rec) = self.in_flight.as_mut().and_then(|f| f.record.take()) {
+                self.index_files.push_record(rec);
+            }
+        }
+        let published = if publish_beside {
+            self.index_files.publish(self.repo)
+        } else {
+            Ok(())
+        };
+        let stored = self.wait_stored();
+        published?;
+        stored?;
+        self.index_pending()
     }
 
     /// Makes the writer clear the damage records of a container it writes again. Names are
@@ -97,9 +144,13 @@ impl<'a> ContainerWriter<'a> {
     /// backup that stores the damaged chunks again, in the same order, writes the very
     /// original) has replaced the damaged file with good bytes: its records are void, and
     /// left in place they would keep its (good, indexed) chunks from being used.
-    pub fn clearing_healed_records(mut self) -> Result<Self> {
-        self.recorded = Some(self.repo.damage_records()?.containers());
-        Ok(self)
+    /// `recorded` are the containers the records name (the caller has read them).
+    pub fn clearing_healed_records_of(
+        mut self,
+        recorded: std::collections::HashSet<ContainerId>,
+    ) -> Self {
+        self.recorded = Some(recorded);
+        self
     }
 
     /// Adds a region, first storing the open container if the region would overflow it.
@@ -107,7 +158,7 @@ impl<'a> ContainerWriter<'a> {
         if !self.builder.is_empty()
             && self.builder.len() + region.stored.len() > self.container_size
         {
-            self.seal()?;
+            self.seal_behind()?;
         }
         let stored = self.builder.add_region_returning(region);
         if let Some(pool) = &self.buffers {
@@ -144,9 +195,17 @@ impl<'a> ContainerWriter<'a> {
     }
 
     /// Stores the open container (with the region being filled), if it holds anything, and
-    /// indexes it (with [`Self::indexing_in_batches`], once its batch is full).
+    /// indexes it (with [`Self::indexing_in_batches`], once its batch is full): durable when
+    /// this returns.
     pub fn seal(&mut self) -> Result<()> {
         self.flush_region()?;
+        self.seal_behind()?;
+        self.wait_stored()
+    }
+
+    /// Seals the open container, if it holds anything, and starts its PUT on a thread of its
+    /// own, once the one before is stored (see [`InFlight`]).
+    fn seal_behind(&mut self) -> Result<()> {
         if self.builder.is_empty() {
             return Ok(());
         }
@@ -156,15 +215,65 @@ impl<'a> ContainerWriter<'a> {
             ContainerBuilder::reusing(version, Vec::new()),
         );
         let (id, bytes, meta) = sealed.seal();
-        self.repo
-            .backend()
-            .put(FileKind::Container, &id.to_hex(), &bytes)?;
-        let len_bytes = bytes.len() as u64;
-        if self.repo.writes_index_files() {
-            self.index_files.add(self.repo, id, &bytes)?;
+        let spare = self.wait_stored_returning()?;
+        // The next container is written into the buffer of the one stored before (see
+        // crate::buffers).
+        self.builder = ContainerBuilder::reusing(version, spare.unwrap_or_default());
+        let record = if self.repo.writes_index_files() {
+            crate::format::index_file::IndexedContainer::from_container_tail(id, &bytes)
+        } else {
+            None
+        };
+        let len = bytes.len() as u64;
+        let backend = self.repo.backend().clone();
+        let put = std::thread::Builder::new()
+            .name("dedelta-put".into())
+            .spawn(move || {
+                let r = backend.put(FileKind::Container, &id.to_hex(), &bytes);
+                (bytes, r.map_err(Error::from))
+            })
+            .map_err(|e| Error::io("starting a thread", e))?;
+        self.in_flight = Some(InFlight {
+            id,
+            meta,
+            record,
+            len,
+            put,
+        });
+        Ok(())
+    }
+
+    /// Waits for the container in flight, if any, to be stored, and indexes it.
+    fn wait_stored(&mut self) -> Result<()> {
+        self.wait_stored_returning().map(drop)
+    }
+
+    /// [`Self::wait_stored`], returning the stored container's buffer.
+    fn wait_stored_returning(&mut self) -> Result<Option<Vec<u8>>> {
+        let Some(f) = self.in_flight.take() else {
+            return Ok(None);
+        };
+        let (bytes, stored) = f
+            .put
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        stored?;
+        self.stored(f.id, f.meta, f.record, f.len)?;
+        Ok(Some(bytes))
+    }
+
+    /// What follows a container's PUT: its record gathered for the index file, its entries
+    /// indexed (at once, or with its batch), a damage record it heals cleared.
+    fn stored(
+        &mut self,
+        id: ContainerId,
+        meta: ContainerMeta,
+        record: Option<crate::format::index_file::IndexedContainer>,
+        len_bytes: u64,
+    ) -> Result<()> {
+        if let Some(rec) = record {
+            self.index_files.add_record(self.repo, rec)?;
         }
-        // The next container is written into this one's buffer (see crate::buffers).
-        self.builder = ContainerBuilder::reusing(version, bytes);
         match self.pending.as_mut() {
             Some(pending) => pending.push((id, meta)),
             None => self.repo.index().insert_container(id, &meta)?,
@@ -191,6 +300,16 @@ impl<'a> ContainerWriter<'a> {
             self.healed.push(id);
         }
         Ok(())
+    }
+}
+
+impl Drop for ContainerWriter<'_> {
+    /// A writer dropped on an error path still waits for its PUT, so that nothing is written
+    /// after the operation has returned (and released its lock).
+    fn drop(&mut self) {
+        if let Some(f) = self.in_flight.take() {
+            let _ = f.put.join();
+        }
     }
 }
 

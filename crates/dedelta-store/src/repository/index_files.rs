@@ -1,5 +1,5 @@
 //! Index files in the repository (format in [`crate::format::index_file`]): written after a
-//! backup's containers are durable and before its snapshot, read by clients that catch up or
+//! backup's containers are durable (but for the last, stored beside it) and before its snapshot, read by clients that catch up or
 //! rebuild their chunk index, consolidated by prune and repair.
 //!
 //! They are hints. A reader takes a record only for a container the listing has (a record of
@@ -32,7 +32,8 @@ pub const SEEN_SUFFIX: &str = ".index-files";
 const FILES_READ_AT_ONCE: usize = 8;
 
 /// Gathers the records of the containers a writer stores and publishes them as index files:
-/// one when [`Self::publish`] is called (a backup, before its snapshot), and one whenever
+/// one when [`Self::publish`] is called (a backup's end, beside its last container's PUT and
+/// before its snapshot), and one whenever
 /// [`TARGET_RAW_LEN`] of records have gathered (bounded memory however large the backup).
 #[derive(Debug, Default)]
 pub struct IndexFilePublisher {
@@ -43,27 +44,22 @@ pub struct IndexFilePublisher {
 }
 
 impl IndexFilePublisher {
-    /// Records the container `id`, whose file (durable already) is `file`.
-    pub fn add(&mut self, repo: &Repository, id: ContainerId, file: &[u8]) -> Result<()> {
-        let Some(rec) = IndexedContainer::from_container_tail(id, file) else {
-            return Ok(()); // not a sealed container: nothing a reader could use
-        };
-        self.raw_len += rec.encoded_len();
-        self.records.push(rec);
+    /// Adds the record of a container that is durable already (the writer's, once its PUT has
+    /// returned; consolidation's, read from the repository), publishing once
+    /// [`TARGET_RAW_LEN`] of records have gathered.
+    pub(super) fn add_record(&mut self, repo: &Repository, rec: IndexedContainer) -> Result<()> {
+        self.push_record(rec);
         if self.raw_len >= TARGET_RAW_LEN {
             self.publish(repo)?;
         }
         Ok(())
     }
 
-    /// Adds a record read elsewhere (consolidation).
-    fn add_record(&mut self, repo: &Repository, rec: IndexedContainer) -> Result<()> {
+    /// Adds a record for the next [`Self::publish`], whatever the size gathered: a backup's
+    /// last container, whose record goes into the index file written beside its PUT.
+    pub(super) fn push_record(&mut self, rec: IndexedContainer) {
         self.raw_len += rec.encoded_len();
         self.records.push(rec);
-        if self.raw_len >= TARGET_RAW_LEN {
-            self.publish(repo)?;
-        }
-        Ok(())
     }
 
     /// Writes the gathered records as one index file (nothing if none gathered), durably,

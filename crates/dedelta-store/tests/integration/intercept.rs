@@ -30,6 +30,16 @@ pub(crate) trait Hooks: Send + Sync {
         read()
     }
 
+    /// Around a write (`put`) or a `delete`. `write` does it.
+    fn write(
+        &self,
+        _kind: FileKind,
+        _name: &str,
+        write: &mut dyn FnMut() -> BackendResult<()>,
+    ) -> BackendResult<()> {
+        write()
+    }
+
     /// Around a listing (`list`, and `list_names`, which is answered from it). `list` does it.
     fn listing(
         &self,
@@ -88,7 +98,8 @@ impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Interce
         })
     }
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
-        self.inner.put(kind, name, data)
+        self.hooks
+            .write(kind, name, &mut || self.inner.put(kind, name, data))
     }
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
         self.inner.create_new(kind, name, data)
@@ -97,7 +108,8 @@ impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Interce
         self.hooks.listing(kind, &mut || self.inner.list(kind))
     }
     fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
-        self.inner.delete(kind, name)
+        self.hooks
+            .write(kind, name, &mut || self.inner.delete(kind, name))
     }
     fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
         self.inner.size(kind, name)

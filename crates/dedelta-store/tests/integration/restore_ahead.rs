@@ -202,3 +202,32 @@ fn tree_chunks_are_read_ahead_several_at_a_time() {
         }
     }
 }
+
+/// Where reads are round trips, restore plans its chunks ahead (their containers' metadata,
+/// their regions, their bases) and then fetches them: each step located the chunk in the
+/// client index again, 3-4 lookups per chunk where a restore reading region by region makes
+/// one (a bucket read and a checksum each: most of the S3 restore's extra CPU on Garage).
+/// The plan's answers are kept for the fetches: about the same lookups either way.
+#[test]
+fn reading_ahead_looks_each_chunk_up_about_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (path, src) = (tmp.path().join("repo"), tmp.path().join("src"));
+    let versions = three_versions(&path, &src, false);
+    let mut lookups = Vec::new();
+    for round_trips in [false, true] {
+        let cache = tmp.path().join(format!("cache-{round_trips}"));
+        let (repo, _) = open_probed(&path, &cache, round_trips);
+        let snaps = repo.snapshots().unwrap().snapshots;
+        let (_, last) = snaps.last().unwrap();
+        let target = tmp.path().join(format!("out-{round_trips}"));
+        let st = restore_to(&repo, last, &target).unwrap();
+        assert_eq!(read_files(&restored_root(&target, &src)), versions[2]);
+        lookups.push(st.reads.index_lookups);
+    }
+    let (one_by_one, ahead) = (lookups[0], lookups[1]);
+    assert!(one_by_one > 50, "{one_by_one} lookups");
+    assert!(
+        ahead * 4 <= one_by_one * 5,
+        "{ahead} lookups reading ahead, {one_by_one} reading region by region"
+    );
+}

@@ -100,6 +100,9 @@ pub struct ChunkLocator<'a> {
     own: Option<OwnCopies>,
     /// Restore's regions read ahead, on an object store.
     ahead: Option<restore_ahead::RegionsAhead>,
+    /// With `ahead`: the index's answers for the chunks planned ahead, which the fetches
+    /// ask again (see [`restore_ahead::AHEAD_ANSWERS`]).
+    ahead_answers: Option<LruCache<ChunkId, Option<ChunkLocation>>>,
     /// Restore's last positions, where the next chunk is looked for before the index is
     /// asked ([`neighbour`]).
     neighbours: Option<neighbour::Neighbours>,
@@ -161,6 +164,7 @@ impl<'a> ChunkLocator<'a> {
             damage: None,
             own: None,
             ahead: None,
+            ahead_answers: None,
             neighbours: None,
             metas_whole: false,
         })
@@ -364,6 +368,9 @@ impl<'a> ChunkLocator<'a> {
     pub fn refresh_index(&mut self) -> Result<()> {
         self.index = self.repo.index().reader()?;
         self.indexed.clear();
+        if let Some(a) = self.ahead_answers.as_mut() {
+            a.clear();
+        }
         if let Some(n) = self.neighbours.as_mut() {
             n.clear();
         }
@@ -374,6 +381,15 @@ impl<'a> ChunkLocator<'a> {
     /// chunk up once, far from its neighbours' lookups: they ask the index directly (the
     /// table only cost them a cache miss per chunk).
     fn index_copy(&mut self, id: &ChunkId) -> Result<Option<ChunkLocation>> {
+        if let Some(answers) = self.ahead_answers.as_mut() {
+            if let Some(known) = answers.get(id) {
+                return Ok(*known);
+            }
+            self.stats.index_lookups += 1;
+            let loc = self.index.get(id)?;
+            answers.put(*id, loc);
+            return Ok(loc);
+        }
         if self.restore_cache.is_some() {
             self.stats.index_lookups += 1;
             return self.index.get(id);
