@@ -36,10 +36,16 @@ pub(crate) struct ProbeHooks {
 
 impl Probe {
     pub(crate) fn new(inner: Arc<dyn Backend>) -> Self {
+        Self::with_delay(inner, Duration::from_millis(2))
+    }
+
+    /// A probe whose reads each take `delay`: long enough that reads meant to overlap do,
+    /// even on a loaded machine.
+    pub(crate) fn with_delay(inner: Arc<dyn Backend>, delay: Duration) -> Self {
         Intercept {
             inner,
             hooks: ProbeHooks {
-                delay: Duration::from_millis(2),
+                delay,
                 now: AtomicU64::new(0),
                 most: AtomicU64::new(0),
                 reads: AtomicU64::new(0),

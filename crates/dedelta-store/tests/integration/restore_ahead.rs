@@ -17,6 +17,7 @@ use dedelta_store::{IndexedRepository, Repository};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 const PASSWORD: &str = "pw";
 
@@ -59,7 +60,20 @@ fn three_versions(path: &Path, src: &Path, encrypted: bool) -> Vec<Files> {
 /// The repository at `path` through a [`Probe`], with an empty client cache `cache`, 4
 /// reads in flight, its reads taken as round trips if `round_trips`.
 fn open_probed(path: &Path, cache: &Path, round_trips: bool) -> (IndexedRepository, Arc<Probe>) {
-    let probe = Arc::new(Probe::new(Arc::new(LocalBackend::new(path))));
+    open_probed_with(
+        cache,
+        round_trips,
+        Probe::new(Arc::new(LocalBackend::new(path))),
+    )
+}
+
+/// [`open_probed`] through the given probe (of the repository's backend).
+fn open_probed_with(
+    cache: &Path,
+    round_trips: bool,
+    probe: Probe,
+) -> (IndexedRepository, Arc<Probe>) {
+    let probe = Arc::new(probe);
     let repo = Repository::open_in_cache_unlocking(probe.clone(), cache, &mut || {
         Ok(zeroize::Zeroizing::new(PASSWORD.to_string()))
     })
@@ -180,7 +194,14 @@ fn tree_chunks_are_read_ahead_several_at_a_time() {
     .unwrap();
     for round_trips in [false, true] {
         let cache = tmp.path().join(format!("cache-{round_trips}"));
-        let (repo, probe) = open_probed(&path, &cache, round_trips);
+        // Reads of 50 ms: with the probe's usual 2 ms, a machine loaded 20 deep (CI beside
+        // other builds) finished each read before the next was issued ("1 tree reads in
+        // flight"). A few reads only, so the test stays quick.
+        let slow = Probe::with_delay(
+            Arc::new(LocalBackend::new(&path)),
+            Duration::from_millis(50),
+        );
+        let (repo, probe) = open_probed_with(&cache, round_trips, slow);
         let snaps = repo.snapshots().unwrap().snapshots;
         let (_, snap) = snaps.last().unwrap();
         let mut nodes = 0;
