@@ -38,7 +38,7 @@ use crate::client::index::{ChunkIndex, PrivateIndex};
 use crate::error::{Error, Result};
 use crate::format::config::RepoConfig;
 use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMeta, FOOTER_LEN};
-use crate::repository::lock::{LockInfo, LockMode, LockTiming, RepoLock};
+use crate::repository::lock::{LockInfo, LockMode, RepoLock};
 use crate::repository::lock_guard::WriteGuard;
 pub use containers::{read_container_meta, read_container_meta_tail, ContainerWriter};
 use std::path::{Path, PathBuf};
@@ -438,7 +438,7 @@ impl Repository {
         )
     }
 
-    /// Takes an exclusive lock (timing from the environment, see [`LockTiming::from_env`]).
+    /// Takes an exclusive lock (timing from the environment, see [`lock::LockTiming::from_env`]).
     pub fn lock(&self, me: &LockInfo) -> Result<RepoLock> {
         self.lock_with(me, LockMode::Exclusive, Duration::ZERO)
     }
@@ -452,13 +452,12 @@ impl Repository {
         mode: LockMode,
         retry_for: Duration,
     ) -> Result<RepoLock> {
-        let lock = RepoLock::acquire_retrying(
-            self.guard.inner().clone(),
+        let request = open::LockRequest {
             me,
             mode,
-            LockTiming::from_env(),
             retry_for,
-        )?;
+        };
+        let lock = request.take(self.guard.inner().clone())?;
         self.guard.watch(lock.health().clone());
         Ok(lock)
     }
