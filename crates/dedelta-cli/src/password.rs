@@ -62,6 +62,16 @@ impl PasswordArgs {
         Ok(None)
     }
 
+    /// Whether [`Self::password`] may wait for a user: no password is given (by file,
+    /// command or environment) and standard input is a terminal. (A command is taken as not
+    /// waiting, although it may ask on its own; what it gives is not known until it runs.)
+    pub fn may_prompt(&self) -> bool {
+        self.password_file.is_none()
+            && self.password_command.is_none()
+            && std::env::var_os("DEDELTA_PASSWORD").is_none()
+            && std::io::stdin().is_terminal()
+    }
+
     /// The password of an existing repository: given, else asked on the terminal.
     pub fn password(&self) -> dedelta_store::Result<Zeroizing<String>> {
         match self.given() {

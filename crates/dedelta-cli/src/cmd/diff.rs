@@ -5,7 +5,7 @@
 //! Exit codes: 0 compared; 1 no such snapshot or a tree could not be read; 10 no repository.
 
 use super::select::SnapshotFilterArgs;
-use super::{open_reader, RepoArg};
+use super::{open_reader_then, RepoArg};
 use crate::render::{mb, outln, print_json};
 use anyhow::Result;
 use clap::Args;
@@ -35,7 +35,8 @@ pub struct DiffArgs {
 /// Compares the snapshots and prints the changes and the statistics.
 pub fn run(args: DiffArgs) -> Result<u8> {
     let filter = args.filter.filter()?;
-    let (r, _lock) = open_reader(&args.repo, "diff")?;
+    // The snapshots are listed beside the index's catch-up, and the snapshot found there.
+    let (r, _lock) = open_reader_then(&args.repo, "diff", |r| r.listing_snapshots_at_open())?;
     let a = r.find_snapshot_filtered(&args.a, &filter)?;
     let b = r.find_snapshot_filtered(&args.b, &filter)?;
     let rep = diff(&r, &a, &b)?;

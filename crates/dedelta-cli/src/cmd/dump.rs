@@ -8,7 +8,7 @@
 //! Exit codes: 0 written; 1 no such snapshot, the path is not a regular file of it, or a
 //! chunk could not be read (the output may then be cut short); 10 no repository.
 
-use super::{open_reader, IoModelArgs, RepoArg};
+use super::{open_reader_then, IoModelArgs, RepoArg};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::ls;
@@ -46,7 +46,8 @@ pub struct DumpArgs {
 /// Finds the file in the snapshot and streams its chunks to standard output.
 pub fn run(args: DumpArgs) -> Result<u8> {
     args.io_models.models()?;
-    let (r, _lock) = open_reader(&args.repo, "dump")?;
+    // The snapshots are listed beside the index's catch-up, and the snapshot found there.
+    let (r, _lock) = open_reader_then(&args.repo, "dump", |r| r.listing_snapshots_at_open())?;
     let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());

@@ -3,7 +3,7 @@
 //!
 //! Exit codes: 0 listed; 1 no such snapshot or a tree could not be read; 10 no repository.
 
-use super::{open_reader, RepoArg};
+use super::{open_reader_then, RepoArg};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::format::tree::{Node, NodeKind};
@@ -28,7 +28,8 @@ pub struct LsArgs {
 /// Walks the snapshot's tree and prints each node (with `--json`, after a line describing the
 /// snapshot, as restic's `ls --json`).
 pub fn run(args: LsArgs) -> Result<u8> {
-    let (r, _lock) = open_reader(&args.repo, "ls")?;
+    // The snapshots are listed beside the index's catch-up, and the snapshot found there.
+    let (r, _lock) = open_reader_then(&args.repo, "ls", |r| r.listing_snapshots_at_open())?;
     let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

@@ -116,17 +116,29 @@ impl RepoArg {
     }
 
     /// Opens the repository (config only, metered) and takes a lock of `mode` on it for
-    /// `command`, with `--retry-lock`: the lock is taken while an encrypted repository's key
-    /// is derived (see `dedelta_store::repository::open`).
+    /// `command`, with `--retry-lock`: the lock's record is written beside the config's
+    /// read, and the lock taken while an encrypted repository's key is derived (see
+    /// `dedelta_store::repository::open`).
     pub fn open_repository_locked(
         &self,
         command: &str,
         mode: LockMode,
     ) -> Result<(Repository, RepoLock)> {
+        let (r, lock) = self.open_repository_trying_lock(command, mode)?;
+        Ok((r, lock?))
+    }
+
+    /// [`Self::open_repository_locked`] for a reader: the open's errors, else the repository
+    /// and the lock's outcome (a reader goes on without a lock where it cannot write one).
+    pub fn open_repository_trying_lock(
+        &self,
+        command: &str,
+        mode: LockMode,
+    ) -> Result<(Repository, Result<RepoLock>)> {
         let path = self.path()?;
         let Some(loc) = path.to_str() else {
             let r = self.open_repository()?;
-            let lock = self.lock(&r, command, mode)?;
+            let lock = self.lock(&r, command, mode);
             return Ok((r, lock));
         };
         let me = lock_info(command);
@@ -134,16 +146,17 @@ impl RepoArg {
             me: &me,
             mode,
             retry_for: self.retry_lock()?,
+            prompt_may_wait: self.password.may_prompt(),
         };
         let mut password = || self.password.password();
-        let (r, lock) = Repository::open_location_locked(
+        let (r, lock) = Repository::open_location_trying_lock(
             loc,
             &self.cache_root(),
             self.connections,
             &mut password,
             &request,
         )?;
-        Ok((r.metered(), lock))
+        Ok((r.metered(), lock.map_err(Into::into)))
     }
 
     /// Takes a lock of `mode` on `r` for `command`, with `--retry-lock`.
@@ -425,15 +438,25 @@ pub fn lock_info(command: &str) -> LockInfo {
 /// (read-only media, another user's) is read without a lock, with a notice. The lock is
 /// released when dropped.
 pub fn open_reader(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, Option<RepoLock>)> {
-    let r = repo.open_repository()?;
-    let lock = reader_lock(repo, &r, command)?;
-    Ok((with_index(r)?, lock))
+    open_reader_then(repo, command, |r| r)
 }
 
-/// A reader's shared lock on `r`, or none (with a notice) where the repository cannot be
-/// written.
-pub fn reader_lock(repo: &RepoArg, r: &Repository, command: &str) -> Result<Option<RepoLock>> {
-    match repo.lock(r, command, LockMode::Shared) {
+/// [`open_reader`], `prepare` choosing how the index is opened (restore, dump and ls list
+/// the snapshots beside its catch-up: [`Repository::listing_snapshots_at_open`]). The lock's
+/// record is written beside the config's read, as a writer's is ([`open_then`]).
+pub fn open_reader_then(
+    repo: &RepoArg,
+    command: &str,
+    prepare: impl FnOnce(Repository) -> Repository,
+) -> Result<(IndexedRepository, Option<RepoLock>)> {
+    let (r, lock) = repo.open_repository_trying_lock(command, LockMode::Shared)?;
+    let lock = without_lock_if_read_only(lock, command)?;
+    Ok((with_index(prepare(r))?, lock))
+}
+
+/// A reader's lock, or none (with a notice) where the repository cannot be written.
+fn without_lock_if_read_only(lock: Result<RepoLock>, command: &str) -> Result<Option<RepoLock>> {
+    match lock {
         Err(e) if is_read_only(&e) => {
             print_notices(&[format!(
                 "no shared lock could be written ({e:#}): reading without one; a prune running now could remove data this {command} reads"
@@ -442,6 +465,12 @@ pub fn reader_lock(repo: &RepoArg, r: &Repository, command: &str) -> Result<Opti
         }
         other => Ok(Some(other?)),
     }
+}
+
+/// A reader's shared lock on `r`, or none (with a notice) where the repository cannot be
+/// written.
+pub fn reader_lock(repo: &RepoArg, r: &Repository, command: &str) -> Result<Option<RepoLock>> {
+    without_lock_if_read_only(repo.lock(r, command, LockMode::Shared), command)
 }
 
 /// Whether taking a lock failed because the repository cannot be written here.

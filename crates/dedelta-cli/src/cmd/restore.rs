@@ -5,7 +5,7 @@
 //! Exit codes: 0 everything restored; 3 restored, but some files could not be; 1 the
 //! restore stopped (no such snapshot, a target that cannot be used); 10 no repository.
 
-use super::{open_reader, progress_stream, IoModelArgs, RepoArg};
+use super::{open_reader_then, progress_stream, IoModelArgs, RepoArg};
 use crate::render::{io_line, mb, outln, print_json};
 use crate::EXIT_PARTIAL;
 use anyhow::Result;
@@ -125,7 +125,8 @@ impl CacheArgs {
 /// Restores the snapshot and prints what was restored, with the time taken.
 pub fn run(args: RestoreArgs) -> Result<u8> {
     args.io_models.models()?;
-    let (r, _lock) = open_reader(&args.repo, "restore")?;
+    // The snapshots are listed beside the index's catch-up, and the snapshot found there.
+    let (r, _lock) = open_reader_then(&args.repo, "restore", |r| r.listing_snapshots_at_open())?;
     let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
     let progress = progress_stream(args.json, "restore");
     let (cache, cache_bytes) = args.cache.choice()?;

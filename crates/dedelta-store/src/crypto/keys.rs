@@ -222,11 +222,29 @@ fn try_key(name: &str, f: &KeyFileJson, password: &[u8]) -> Result<Option<Master
 /// # Errors
 /// [`Error::WrongPassword`] if it opens none; [`Error::Corrupt`] if there is no key file.
 pub fn unlock(backend: &dyn Backend, password: &[u8]) -> Result<(MasterKey, String)> {
-    let mut names: Vec<String> = backend
+    let names = backend
         .list(FileKind::Key)?
         .into_iter()
         .map(|(n, _)| n)
         .collect();
+    unlock_listed(backend, names, password)
+}
+
+/// Key files read at once by [`unlock_listed`] (each a round trip on an object store).
+const KEYS_READ_AT_ONCE: usize = 8;
+
+/// [`unlock`] given the key files' names, listed already (an open lists them beside the
+/// config's read). The files are read at once, then tried in the order of their names (a
+/// key derivation each, until one opens): a repository rarely has more than a few, and one
+/// after another each read was a round trip before its derivation.
+///
+/// # Errors
+/// As [`unlock`].
+pub fn unlock_listed(
+    backend: &dyn Backend,
+    mut names: Vec<String>,
+    password: &[u8],
+) -> Result<(MasterKey, String)> {
     if names.is_empty() {
         return Err(Error::corrupt(
             "repository",
@@ -235,17 +253,30 @@ pub fn unlock(backend: &dyn Backend, password: &[u8]) -> Result<(MasterKey, Stri
     }
     names.sort();
     let mut damaged = None;
-    for name in names {
-        let bytes = backend.get(FileKind::Key, &name)?;
-        let f = match parse(&name, &bytes) {
-            Ok(f) => f,
-            Err(e) => {
-                damaged = Some(e);
-                continue;
+    for group in names.chunks(KEYS_READ_AT_ONCE) {
+        let read: Vec<_> = std::thread::scope(|s| {
+            let others: Vec<_> = group[1..]
+                .iter()
+                .map(|n| s.spawn(move || backend.get(FileKind::Key, n)))
+                .collect();
+            let mut read = vec![backend.get(FileKind::Key, &group[0])];
+            read.extend(others.into_iter().map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            }));
+            read
+        });
+        for (name, bytes) in group.iter().zip(read) {
+            let f = match parse(name, &bytes?) {
+                Ok(f) => f,
+                Err(e) => {
+                    damaged = Some(e);
+                    continue;
+                }
+            };
+            if let Some(k) = try_key(name, &f, password)? {
+                return Ok((k, name.clone()));
             }
-        };
-        if let Some(k) = try_key(&name, &f, password)? {
-            return Ok((k, name));
         }
     }
     Err(damaged.unwrap_or(Error::WrongPassword))

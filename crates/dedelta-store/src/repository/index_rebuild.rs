@@ -9,6 +9,10 @@
 //! [`crate::format::config::MAX_DELTA_DEPTH`] links); else none (the chunk is then absent, and
 //! the next backup that meets it stores it again). Copies `check` recorded as damaged are
 //! never picked.
+//!
+//! Its first round lists the containers, the damage records and the index files at once (on
+//! an object store a client with an empty cache waited for the index files' listing after
+//! the other two: a round trip more on its first command).
 
 use super::index_files::{for_each_meta, Consult, MetaSources};
 use super::{read_container_meta, IndexedRepository};
@@ -63,8 +67,20 @@ fn rebuild_in_batches(
 ) -> Result<RepairStats> {
     let mut stats = RepairStats::default();
     let backend = repo.backend_for(Purpose::Index);
-    let (damage, listed) =
-        super::index_sync::damage_beside(backend.as_ref(), || backend.list(FileKind::Container));
+    // The index files are listed in the same round as the containers and damage records
+    // (a rebuild consults them all whenever there is a container; on an object store each
+    // listing is a round trip, and a client with an empty cache waited for three in a row).
+    let (damage, (listed, index_files)) =
+        super::index_sync::damage_beside(backend.as_ref(), || {
+            std::thread::scope(|s| {
+                let index_files = s.spawn(|| backend.list_names(FileKind::Index));
+                let listed = backend.list(FileKind::Container);
+                let index_files = index_files
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (listed, index_files.map_err(Into::into))
+            })
+        });
     let (damage, notices) = damage?;
     for n in notices {
         warn(&n);
@@ -98,6 +114,7 @@ fn rebuild_in_batches(
             repo,
             &wanted,
             Consult::All,
+            Some(index_files),
             &mut notes,
             &mut |id, meta, n| {
                 for msg in n {

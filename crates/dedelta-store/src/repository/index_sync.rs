@@ -133,6 +133,7 @@ pub fn sync_index(repo: &IndexedRepository) -> Result<SyncStats> {
             repo,
             &wanted,
             Consult::Unseen,
+            None,
             &mut notes,
             &mut |id, meta, n| {
                 read_notes.extend(n);

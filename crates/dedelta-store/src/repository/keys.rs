@@ -41,40 +41,39 @@ pub(crate) fn read_config(
     raw: Arc<dyn Backend>,
     password: PasswordPrompt<'_>,
 ) -> Result<(RepoConfig, Option<Unlocked>)> {
-    read_config_beside(raw, password, None::<fn()>).0
+    let (bytes, key_names, ()) = read_config_and_key_names(raw.as_ref(), || ());
+    let bytes = bytes?;
+    if !is_sealed(&bytes) {
+        return plain_config(&bytes, key_names).map(|c| (c, None));
+    }
+    let pw = password()?;
+    unlock_config(raw, key_names, pw.as_bytes(), bytes).map(|(c, u)| (c, Some(u)))
 }
 
-/// [`read_config`], running `beside` on another thread meanwhile, once the config has been
-/// read and the password given: work that needs neither the key nor the config (taking the
-/// repository's lock, whose objects are plain) overlaps the key's derivation (Argon2id,
-/// 64 MiB and 3 passes by default: about 0.1 s of CPU, a quarter of an incremental backup's)
-/// and the key file's reads. `beside` does not run (`None`) when the config cannot be read
-/// or the password prompt fails.
-pub(crate) fn read_config_beside<T: Send>(
-    raw: Arc<dyn Backend>,
-    password: PasswordPrompt<'_>,
-    beside: Option<impl FnOnce() -> T + Send>,
-) -> (Result<(RepoConfig, Option<Unlocked>)>, Option<T>) {
-    let bytes = match raw.get(FileKind::Config, "config") {
-        Ok(b) => b,
-        Err(e) => return (Err(e.into()), None),
-    };
-    if bytes.starts_with(CONFIG_MAGIC) || !sealed::looks_sealed(&bytes) {
-        let (cfg, other) = std::thread::scope(|s| {
-            let other = beside.map(|f| s.spawn(f));
-            (plain_config(raw.as_ref(), &bytes), other.map(join))
-        });
-        return (cfg.map(|c| (c, None)), other);
-    }
-    let pw = match password() {
-        Ok(pw) => pw,
-        Err(e) => return (Err(e), None),
-    };
-    let (unlocked, other) = std::thread::scope(|s| {
-        let other = beside.map(|f| s.spawn(f));
-        (unlock_config(raw, pw.as_bytes(), bytes), other.map(join))
-    });
-    (unlocked.map(|(c, u)| (c, Some(u))), other)
+/// The config's bytes and the key files' names, requested at once, and `beside` run on this
+/// thread meanwhile (an open writes its lock's record there): on an object store each
+/// request is a round trip (40-60 ms on a 3-node Garage cluster), and every open needs both,
+/// whatever the config turns out to be (a plain one is refused in a repository with key
+/// files, see [`read_config`]).
+pub(crate) fn read_config_and_key_names<T>(
+    raw: &dyn Backend,
+    beside: impl FnOnce() -> T,
+) -> (Result<Vec<u8>>, Result<Vec<String>>, T) {
+    std::thread::scope(|s| {
+        let config = s.spawn(|| raw.get(FileKind::Config, "config"));
+        let names = s.spawn(|| raw.list_names(FileKind::Key));
+        let other = beside();
+        (
+            join(config).map_err(Into::into),
+            join(names).map_err(Into::into),
+            other,
+        )
+    })
+}
+
+/// Whether the config `bytes` are sealed (an encrypted repository's).
+pub(crate) fn is_sealed(bytes: &[u8]) -> bool {
+    !bytes.starts_with(CONFIG_MAGIC) && sealed::looks_sealed(bytes)
 }
 
 /// The result of a scoped thread, its panic passed on.
@@ -83,8 +82,9 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
-/// A plain config (`bytes`), refused if it names a cipher or the repository has key files.
-fn plain_config(raw: &dyn Backend, bytes: &[u8]) -> Result<RepoConfig> {
+/// A plain config (`bytes`), refused if it names a cipher or the repository has key files
+/// (`key_names`, as listed).
+pub(crate) fn plain_config(bytes: &[u8], key_names: Result<Vec<String>>) -> Result<RepoConfig> {
     let cfg = RepoConfig::from_bytes(bytes)?;
     if cfg.is_encrypted() {
         return Err(Error::corrupt(
@@ -92,7 +92,7 @@ fn plain_config(raw: &dyn Backend, bytes: &[u8]) -> Result<RepoConfig> {
             "it names a cipher but is not sealed (tampered with?)",
         ));
     }
-    if !raw.list_names(FileKind::Key)?.is_empty() {
+    if !key_names?.is_empty() {
         return Err(Error::corrupt(
             "config",
             "it is not encrypted but the repository has key files: refusing to write \
@@ -102,14 +102,15 @@ fn plain_config(raw: &dyn Backend, bytes: &[u8]) -> Result<RepoConfig> {
     Ok(cfg)
 }
 
-/// Unlocks a key file with `password` and opens the sealed config `bytes` (as read, not
-/// read again) with its master key.
-fn unlock_config(
+/// Unlocks one of the key files `key_names` (as listed) with `password` and opens the sealed
+/// config `bytes` (as read, not read again) with its master key.
+pub(crate) fn unlock_config(
     raw: Arc<dyn Backend>,
+    key_names: Result<Vec<String>>,
     password: &[u8],
     bytes: Vec<u8>,
 ) -> Result<(RepoConfig, Unlocked)> {
-    let (key, key_id) = keys::unlock(raw.as_ref(), password)?;
+    let (key, key_id) = keys::unlock_listed(raw.as_ref(), key_names?, password)?;
     let seal = Arc::new(SealedBackend::new(raw, &key));
     let cfg = RepoConfig::from_bytes(&seal.open_object(FileKind::Config, "config", bytes)?)?;
     if !cfg.is_encrypted() {

@@ -215,36 +215,29 @@ impl RepoLock {
 
     /// Takes a lock in `mode` for `me`, or fails with [`Error::Locked`] naming a conflicting
     /// live lock (see the module documentation for the protocol: the write of its record,
-    /// then one listing). Stale locks met on the way are removed. The lock is refreshed by a thread until released.
+    /// then one listing). Stale locks met on the way are removed. The lock is refreshed by a
+    /// thread until released.
     pub fn acquire_with(
         backend: Arc<dyn Backend>,
         me: &LockInfo,
         mode: LockMode,
         timing: LockTiming,
     ) -> Result<Self> {
-        let conflict = |found: &[FoundLock], mine: Option<&str>| -> Result<Option<Error>> {
-            let now = SystemTime::now();
-            for l in found {
-                if Some(l.name.as_str()) == mine {
-                    continue;
-                }
-                let live = match &l.record {
-                    Some(r) => r.stale_reason(now, &me.host).is_none().then_some(r),
-                    None => None,
-                };
-                match live {
-                    Some(r) if r.exclusive || mode == LockMode::Exclusive => {
-                        return Ok(Some(r.locked_error(&l.name, backend.as_ref())))
-                    }
-                    Some(_) => {}
-                    // Stale or garbage: its holder stopped writing; clear it away.
-                    None => backend.delete(FileKind::Lock, &l.name)?,
-                }
-            }
-            Ok(None)
-        };
-        // No listing before the write: the listing after it decides alone (see the module
-        // doc), and on an object store each listing is a round trip on every command's way.
+        Self::write(backend, me, mode, timing)?.confirm()
+    }
+
+    /// The first step of [`Self::acquire_with`]: writes the lock's record (no listing before
+    /// the write: the listing after it decides alone, see the module doc, and on an object
+    /// store each listing is a round trip on every command's way). The lock is not held
+    /// until [`WrittenLock::confirm`] has listed the others; a [`WrittenLock`] dropped
+    /// unconfirmed deletes its record. The write needs nothing but the backend, so an open
+    /// issues it beside the config's read ([`super::open`]).
+    pub fn write(
+        backend: Arc<dyn Backend>,
+        me: &LockInfo,
+        mode: LockMode,
+        timing: LockTiming,
+    ) -> Result<WrittenLock> {
         let name = random_name();
         let record = LockRecord {
             info: me.clone(),
@@ -254,23 +247,15 @@ impl RepoLock {
             refresh_secs: timing.refresh.as_secs(),
             stale_secs: timing.stale_after.as_secs(),
         };
-        let health = Arc::new(LockHealth::new(timing));
         refresh::write_record(backend.as_ref(), &name, &record)?;
-        let mut lock = RepoLock {
-            backend: backend.clone(),
-            name: name.clone(),
+        Ok(WrittenLock {
+            backend,
+            name,
+            record,
             mode,
-            health: health.clone(),
-            refresher: None,
-            released: false,
-        };
-        // A lock written meanwhile by another process: the later writer backs off.
-        if let Some(e) = conflict(&list_locks_but(backend.as_ref(), Some(&name))?, Some(&name))? {
-            lock.release()?;
-            return Err(e);
-        }
-        lock.refresher = Some(refresh::Refresher::start(backend, name, record, health));
-        Ok(lock)
+            timing,
+            done: false,
+        })
     }
 
     /// Like [`Self::acquire_with`], retrying while the repository is locked, for up to
@@ -282,10 +267,27 @@ impl RepoLock {
         timing: LockTiming,
         retry_for: Duration,
     ) -> Result<Self> {
+        Self::confirm_retrying(None, backend, me, mode, timing, retry_for)
+    }
+
+    /// [`Self::acquire_retrying`] whose first attempt is `first`, a record written already
+    /// ([`Self::write`]) with the same `me`, `mode` and `timing`; `None` to write one.
+    pub fn confirm_retrying(
+        mut first: Option<WrittenLock>,
+        backend: Arc<dyn Backend>,
+        me: &LockInfo,
+        mode: LockMode,
+        timing: LockTiming,
+        retry_for: Duration,
+    ) -> Result<Self> {
         let deadline = std::time::Instant::now() + retry_for;
         let mut wait = Duration::from_secs(1);
         loop {
-            match Self::acquire_with(backend.clone(), me, mode, timing) {
+            let attempt = match first.take() {
+                Some(written) => written.confirm(),
+                None => Self::acquire_with(backend.clone(), me, mode, timing),
+            };
+            match attempt {
                 Err(Error::Locked { .. }) if std::time::Instant::now() + wait <= deadline => {
                     std::thread::sleep(wait);
                     wait = (wait * 2).min(Duration::from_secs(10));
@@ -334,6 +336,83 @@ impl Drop for RepoLock {
     fn drop(&mut self) {
         if !self.released {
             self.stop();
+            let _ = self.backend.delete(FileKind::Lock, &self.name);
+        }
+    }
+}
+
+/// A lock whose record is written ([`RepoLock::write`]) but not yet checked against the
+/// others: not held. [`Self::confirm`] makes it a [`RepoLock`] or fails; dropped, it deletes
+/// its record.
+#[derive(Debug)]
+pub struct WrittenLock {
+    backend: Arc<dyn Backend>,
+    name: String,
+    record: LockRecord,
+    mode: LockMode,
+    timing: LockTiming,
+    /// Confirmed or withdrawn: nothing left to delete on drop.
+    done: bool,
+}
+
+impl WrittenLock {
+    /// The second step of taking a lock: lists the locks and, finding a conflicting live one
+    /// (written meanwhile by another process: the later writer backs off), deletes this one
+    /// and fails with [`Error::Locked`]; stale locks met are removed. Else the lock is held
+    /// and refreshed by a thread from now on.
+    ///
+    /// # Errors
+    /// [`Error::Locked`]; the listing's or a deletion's errors.
+    pub fn confirm(mut self) -> Result<RepoLock> {
+        self.done = true;
+        let backend = self.backend.clone();
+        let name = std::mem::take(&mut self.name);
+        let health = Arc::new(LockHealth::new(self.timing));
+        let mut lock = RepoLock {
+            backend: backend.clone(),
+            name: name.clone(),
+            mode: self.mode,
+            health: health.clone(),
+            refresher: None,
+            released: false,
+        };
+        let found = list_locks_but(backend.as_ref(), Some(&name))?;
+        let now = SystemTime::now();
+        for l in &found {
+            let live = match &l.record {
+                Some(r) => r
+                    .stale_reason(now, &self.record.info.host)
+                    .is_none()
+                    .then_some(r),
+                None => None,
+            };
+            match live {
+                Some(r) if r.exclusive || self.mode == LockMode::Exclusive => {
+                    let e = r.locked_error(&l.name, backend.as_ref());
+                    lock.release()?;
+                    return Err(e);
+                }
+                Some(_) => {}
+                // Stale or garbage: its holder stopped writing; clear it away.
+                None => backend.delete(FileKind::Lock, &l.name)?,
+            }
+        }
+        let record = self.record.clone();
+        lock.refresher = Some(refresh::Refresher::start(backend, name, record, health));
+        Ok(lock)
+    }
+
+    /// Deletes the record: the lock is not wanted after all (the open it was written for
+    /// failed).
+    pub fn withdraw(mut self) -> Result<()> {
+        self.done = true;
+        Ok(self.backend.delete(FileKind::Lock, &self.name)?)
+    }
+}
+
+impl Drop for WrittenLock {
+    fn drop(&mut self) {
+        if !self.done {
             let _ = self.backend.delete(FileKind::Lock, &self.name);
         }
     }

@@ -7,15 +7,20 @@
 //! purpose (see [`crate::backend::wrap::metered`]), and readers that read for one purpose take
 //! a handle tagged with it from [`Repository::backend_for`].
 //!
-//! The open, in order, and what runs beside what (a backup's fixed cost, issue 20):
-//! 1. the config is read; for an encrypted one the password is asked for, then the key file
-//!    is read and its key derived (Argon2id) while the lock is taken on another thread
-//!    ([`open`]: lock objects are plain, so the lock needs neither key nor config), and the
+//! The open, in order, and what runs beside what (a backup's fixed cost, issue 20; on an
+//! object store each step is a round trip, issue 19):
+//! 1. the config is read, the key files listed and, for a locking open, the lock's record
+//!    written, at once ([`open`]: lock objects are plain, so the lock needs neither key nor
+//!    config); for an encrypted config the password is asked for, then the key files are
+//!    read and the key derived (Argon2id) while the lock's listing confirms it, and the
 //!    config bytes already read are opened with the key (not read again);
 //! 2. the client's chunk index is opened from the cache directory the config names;
 //! 3. the index catches up with the repository ([`index_sync`]: the container and damage
-//!    listings at once), beside the snapshot listing when the command asked for it
-//!    ([`Repository::listing_snapshots_at_open`], backup for its parent);
+//!    listings at once, and a rebuild's listing of index files with them), beside the
+//!    snapshot listing when the command asked for it
+//!    ([`Repository::listing_snapshots_at_open`]: backup for its parent, restore, dump and ls
+//!    for the snapshot they name, found in that listing without a request:
+//!    [`IndexedRepository::find_snapshot_filtered`]);
 //! 4. the damage records the catch-up read serve the whole command
 //!    ([`IndexedRepository::damage_records`]): a backup listed them three times before.
 
@@ -308,11 +313,38 @@ impl Repository {
         };
         let backend = backend?;
         config.validate()?;
-        if backend.exists(FileKind::Config, "config")? {
+        // Whether a config exists and whether key files do, asked at once (on an object
+        // store each is a round trip): key files without a config are an encrypted
+        // repository that lost its config, no place for a plain one (whose every open would
+        // be refused, see keys::plain_config).
+        let (exists, keys) = std::thread::scope(|s| {
+            let keys = s.spawn(|| backend.list_names(FileKind::Key));
+            let exists = backend.exists(FileKind::Config, "config");
+            (
+                exists,
+                keys.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            )
+        });
+        if exists? {
             return Err(Error::RepoExists(location.into()));
         }
+        if !keys?.is_empty() {
+            return Err(Error::InvalidOption(format!(
+                "{location} holds key files but no config: not a place for a new repository"
+            )));
+        }
         backend.put(FileKind::Config, "config", &config.to_bytes())?;
-        Self::open_in_cache(backend, cache_root)
+        // Opened from the config just written, not read back (two round trips fewer).
+        let dir = crate::client::cache::repo_dir(cache_root, &config.id)?;
+        let mut repo = Self::assemble(
+            backend,
+            config,
+            None,
+            dir.join(crate::client::cache::INDEX_FILE),
+        );
+        repo.cache_dir = Some(dir);
+        Ok(repo)
     }
 
     /// The same open repository (backend, key, config) with its chunk index at `index_path`.
@@ -456,6 +488,7 @@ impl Repository {
             me,
             mode,
             retry_for,
+            prompt_may_wait: false,
         };
         let lock = request.take(self.guard.inner().clone())?;
         self.guard.watch(lock.health().clone());
@@ -610,6 +643,42 @@ impl IndexedRepository {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
+    }
+
+    /// [`Repository::find_snapshot_filtered`] in the listing the open made beside its
+    /// catch-up, when it made one ([`Repository::listing_snapshots_at_open`]): `latest`, or
+    /// an id, found without a request (see [`snapshots::find_in`]). Else, or when that
+    /// listing failed, as [`Repository::find_snapshot_filtered`].
+    pub fn find_snapshot_filtered(
+        &self,
+        spec: &str,
+        filter: &snapshot_filter::SnapshotFilter,
+    ) -> Result<(
+        crate::format::snapshot::SnapshotId,
+        crate::format::snapshot::Snapshot,
+    )> {
+        let listed = self
+            .listed_at_open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match listed.as_ref() {
+            Some(Ok(l)) => snapshots::find_in(self.backend().as_ref(), l, spec, filter),
+            _ => {
+                drop(listed);
+                self.repo.find_snapshot_filtered(spec, filter)
+            }
+        }
+    }
+
+    /// [`Self::find_snapshot_filtered`] without a filter.
+    pub fn find_snapshot(
+        &self,
+        spec: &str,
+    ) -> Result<(
+        crate::format::snapshot::SnapshotId,
+        crate::format::snapshot::Snapshot,
+    )> {
+        self.find_snapshot_filtered(spec, &snapshot_filter::SnapshotFilter::default())
     }
 
     /// Catches the index up with containers and damage records other clients wrote or

@@ -1,20 +1,39 @@
 //! Opening a repository and taking its lock in one step ([`Repository::open_location_locked`]).
 //!
-//! An encrypted repository's open is dominated by the key's derivation (Argon2id, 64 MiB and
-//! 3 passes by default: about 0.1 s of CPU, 27 % of an incremental SQLAlchemy backup's),
-//! which needs the password and the key file and nothing else. Taking the lock needs
-//! neither the key nor the config (lock objects are plain, see [`super::lock`]): a listing,
-//! a durable write and a second listing, each a round trip on an object store and a write
-//! and `fsync` on a disk. So the lock is taken on a thread of its own while the key is
-//! derived, once the config has been read and the password given (never while a prompt
-//! waits for the user). A password that opens no key releases the lock again; a repository
-//! that is locked fails as it did when the lock came after the open.
+//! On an object store every request is a round trip (40-60 ms for a small object on a 3-node
+//! Garage cluster, its write quorum), so what an open costs is the number of requests that
+//! must wait for another. Taking the lock needs neither the key nor the config (lock objects
+//! are plain, see [`super::lock`]): the write of its record, then a listing of the locks. An
+//! encrypted repository's open is dominated by the key's derivation (Argon2id, 64 MiB and 3
+//! passes by default: about 0.1 s of CPU), which needs the password and the key file. So:
+//!
+//! | round | plain config | sealed config |
+//! |---|---|---|
+//! | 1 | config GET ‖ `keys/` listing ‖ lock record PUT | the same |
+//! | 2 | lock listing | key files' GETs, then Argon2id ‖ lock listing |
+//!
+//! then the index's catch-up (in [`super`]). Before 2026-11-28 an open took the config
+//! alone, then the `keys/` listing (a plain repository checks that it has none) beside the
+//! lock's record, then its listing: one round more for a sealed config and two for a plain
+//! one; a reader's open (`restore`) took its lock after the open, four rounds in a row.
+//!
+//! The lock's record is written before anyone knows what the location holds: when the
+//! config cannot be read (no repository there) or is refused, the record is deleted again
+//! and the open's error reported, so a mistyped location sees a lock object written and
+//! deleted. When the repository is encrypted and the password prompt may wait for a user
+//! ([`LockRequest::prompt_may_wait`]), the record is deleted before the prompt and the lock
+//! taken whole once the password is given: no lock is held while a prompt waits. A password
+//! that opens no key releases the lock again; a repository that is locked fails as it did
+//! when the lock came after the open. Nothing about the lock protocol changes: its listing
+//! still follows its record's write, and every listing of the repository's contents (the
+//! catch-up's) follows the listing that confirmed the lock.
 
-use super::lock::{LockInfo, LockMode, LockTiming, RepoLock};
+use super::lock::{LockInfo, LockMode, LockTiming, RepoLock, WrittenLock};
 use super::{keys, PasswordPrompt, Repository};
 use crate::backend::local::LocalBackend;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::format::config::RepoConfig;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,13 +47,33 @@ pub struct LockRequest<'a> {
     pub mode: LockMode,
     /// How long to retry while the repository is locked (zero: fail at once).
     pub retry_for: Duration,
+    /// Whether asking for the password may wait for a user (a prompt on a terminal). The
+    /// lock's record is written beside the config's read, before anyone knows whether the
+    /// repository is encrypted; when it is and the prompt may wait, the record is deleted
+    /// again before the prompt and written anew once the password is given, so that no lock
+    /// is held while a prompt waits. False when the password comes from a file, a command
+    /// or the environment (or nothing could ask for one).
+    pub prompt_may_wait: bool,
 }
 
 impl LockRequest<'_> {
     /// Takes the lock on `raw`, the backend under the repository's seal and write guard (as
     /// [`Repository::lock_with`] does).
     pub(super) fn take(&self, raw: Arc<dyn Backend>) -> Result<RepoLock> {
-        RepoLock::acquire_retrying(
+        self.confirm(None, raw)
+    }
+
+    /// Writes the lock's record on `raw` (the first step of taking it, see
+    /// [`RepoLock::write`]).
+    fn write(&self, raw: Arc<dyn Backend>) -> Result<WrittenLock> {
+        RepoLock::write(raw, self.me, self.mode, LockTiming::from_env())
+    }
+
+    /// Takes the lock on `raw` whose record `written` wrote (`None`: writes one first),
+    /// retrying for [`Self::retry_for`] while the repository is locked.
+    fn confirm(&self, written: Option<WrittenLock>, raw: Arc<dyn Backend>) -> Result<RepoLock> {
+        RepoLock::confirm_retrying(
+            written,
             raw,
             self.me,
             self.mode,
@@ -44,27 +83,93 @@ impl LockRequest<'_> {
     }
 }
 
+/// What [`read_config_locking`] gives: the config (and what unlocked it), and the lock when
+/// one was asked for and the config could be read and the password given.
+type ConfigAndLock = (
+    Result<(RepoConfig, Option<keys::Unlocked>)>,
+    Option<Result<RepoLock>>,
+);
+
+/// Reads and opens the config of the repository on `raw` and takes `lock` beside it, each
+/// request as early as what it needs allows (see the module doc):
+/// 1. the config's read, the key files' listing and the lock's record, at once;
+/// 2. a plain config: the lock's listing (its second step);
+///    a sealed one: the password, then the key files' reads and the key's derivation
+///    beside the lock's listing (or, when the prompt may wait for a user, beside the whole
+///    lock: its early record was deleted before the prompt).
+///
+/// The lock is `None` when the config cannot be read, is refused, or the password prompt
+/// fails (its record is deleted again); a lock taken beside an unlock that fails is the
+/// caller's to release ([`settle`]).
+fn read_config_locking(
+    raw: Arc<dyn Backend>,
+    password: PasswordPrompt<'_>,
+    lock: Option<&LockRequest<'_>>,
+) -> ConfigAndLock {
+    let (bytes, key_names, written) =
+        keys::read_config_and_key_names(raw.as_ref(), || lock.map(|l| l.write(raw.clone())));
+    // A written record not wanted after all is deleted when dropped (WrittenLock's Drop).
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(e) => return (Err(e), None),
+    };
+    if !keys::is_sealed(&bytes) {
+        let cfg = match keys::plain_config(&bytes, key_names) {
+            Ok(c) => c,
+            Err(e) => return (Err(e), None),
+        };
+        let taken = lock
+            .zip(written)
+            .map(|(l, w)| w.and_then(|w| l.confirm(Some(w), raw.clone())));
+        return (Ok((cfg, None)), taken);
+    }
+    let written = match (lock, written) {
+        // Deleted now (its Drop): no lock is held while the prompt waits.
+        (Some(l), Some(_)) if l.prompt_may_wait => None,
+        (_, w) => w,
+    };
+    let pw = match password() {
+        Ok(pw) => pw,
+        Err(e) => return (Err(e), None),
+    };
+    std::thread::scope(|s| {
+        let taking = lock.map(|l| {
+            let raw = raw.clone();
+            s.spawn(move || match written {
+                Some(w) => w.and_then(|w| l.confirm(Some(w), raw)),
+                None => l.take(raw),
+            })
+        });
+        let unlocked = keys::unlock_config(raw.clone(), key_names, pw.as_bytes(), bytes);
+        let taken = taking.map(|h| {
+            h.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        (unlocked.map(|(c, u)| (c, Some(u))), taken)
+    })
+}
+
 /// The lock taken beside a config's read, once the read's outcome is known: released if the
 /// read failed (`read_failed`, whose error the caller returns), else the lock or the error
 /// taking it.
 pub(super) fn settle(
     read_failed: Option<&Error>,
     lock: Option<Result<RepoLock>>,
-) -> Result<Option<RepoLock>> {
+) -> Option<Result<RepoLock>> {
     match (read_failed, lock) {
         (Some(_), Some(Ok(l))) => {
             // The open's own error is the one to report; a lock left behind goes stale.
             let _ = l.release();
-            Ok(None)
+            None
         }
-        (Some(_), _) | (None, None) => Ok(None),
-        (None, Some(l)) => l.map(Some),
+        (Some(_), _) => None,
+        (None, l) => l,
     }
 }
 
 /// `e`, after releasing `lock` (an open that fails after taking it).
-pub(super) fn released(e: Error, lock: Option<RepoLock>) -> Error {
-    if let Some(l) = lock {
+pub(super) fn released(e: Error, lock: Option<Result<RepoLock>>) -> Error {
+    if let Some(Ok(l)) = lock {
         let _ = l.release();
     }
     e
@@ -77,7 +182,7 @@ impl Repository {
         cache_root: &Path,
         password: PasswordPrompt<'_>,
         lock: Option<&LockRequest<'_>>,
-    ) -> Result<(Self, Option<RepoLock>)> {
+    ) -> Result<(Self, Option<Result<RepoLock>>)> {
         let cfg = path.join("config");
         match std::fs::metadata(&cfg) {
             Ok(_) => {}
@@ -92,20 +197,17 @@ impl Repository {
         Ok((repo, lock))
     }
 
-    /// [`Self::open_in_cache_unlocking`], taking `lock` too, beside the key's derivation
-    /// (see [`LockRequest`]).
+    /// [`Self::open_in_cache_unlocking`], taking `lock` too, beside the config's read and the
+    /// key's derivation (see [`LockRequest`]): the open's errors first, then the lock's
+    /// outcome (`None` when none was asked for).
     pub(super) fn open_in_cache_with(
         backend: Arc<dyn Backend>,
         cache_root: &Path,
         password: PasswordPrompt<'_>,
         lock: Option<&LockRequest<'_>>,
-    ) -> Result<(Self, Option<RepoLock>)> {
-        let (read, lock) = keys::read_config_beside(
-            backend.clone(),
-            password,
-            lock.map(|l| || l.take(backend.clone())),
-        );
-        let lock = settle(read.as_ref().err(), lock)?;
+    ) -> Result<(Self, Option<Result<RepoLock>>)> {
+        let (read, lock) = read_config_locking(backend.clone(), password, lock);
+        let lock = settle(read.as_ref().err(), lock);
         let (config, unlocked) = read?;
         let dir = crate::client::cache::repo_dir(cache_root, &config.id);
         let dir = match dir {
@@ -119,7 +221,7 @@ impl Repository {
             dir.join(crate::client::cache::INDEX_FILE),
         );
         repo.cache_dir = Some(dir);
-        if let Some(l) = &lock {
+        if let Some(Ok(l)) = &lock {
             repo.guard.watch(l.health().clone());
         }
         Ok((repo, lock))
@@ -132,7 +234,7 @@ impl Repository {
         connections: Option<usize>,
         password: PasswordPrompt<'_>,
         lock: Option<&LockRequest<'_>>,
-    ) -> Result<(Self, Option<RepoLock>)> {
+    ) -> Result<(Self, Option<Result<RepoLock>>)> {
         let Some(backend) = crate::backend::open_url(location, connections) else {
             return Self::open_local_with(Path::new(location), cache_root, password, lock);
         };
@@ -151,8 +253,8 @@ impl Repository {
     }
 
     /// [`Self::open_location_unlocking`] then [`Self::lock_with`], in one step: the lock is
-    /// taken while the key is derived (see the module doc), and guards the repository's
-    /// writes as [`Self::lock_with`]'s does.
+    /// taken beside the config's read and the key's derivation (see the module doc), and
+    /// guards the repository's writes as [`Self::lock_with`]'s does.
     ///
     /// # Errors
     /// Those of the open (first: a wrong password is reported as such even when the
@@ -165,13 +267,53 @@ impl Repository {
         lock: &LockRequest<'_>,
     ) -> Result<(Self, RepoLock)> {
         let (repo, taken) =
+            Self::open_location_trying_lock(location, cache_root, connections, password, lock)?;
+        Ok((repo, taken?))
+    }
+
+    /// [`Self::open_location_locked`] for a reader that may go on without its lock (a
+    /// repository it cannot write): the open's errors, else the repository and the lock's
+    /// outcome, whose error is the caller's to judge. A repository opened without its lock
+    /// has no write guard watching one.
+    ///
+    /// # Errors
+    /// Those of the open.
+    pub fn open_location_trying_lock(
+        location: &str,
+        cache_root: &Path,
+        connections: Option<usize>,
+        password: PasswordPrompt<'_>,
+        lock: &LockRequest<'_>,
+    ) -> Result<(Self, Result<RepoLock>)> {
+        let (repo, taken) =
             Self::open_location_with(location, cache_root, connections, password, Some(lock))?;
-        match taken {
-            Some(l) => Ok((repo, l)),
-            // The lock closure runs whenever the config was read and the password given.
-            None => Err(Error::InvalidOption(
+        // The lock is asked for whenever the config was read and the password given.
+        let taken = taken.unwrap_or_else(|| {
+            Err(Error::InvalidOption(
                 "the repository was opened without its lock".into(),
-            )),
-        }
+            ))
+        });
+        Ok((repo, taken))
+    }
+
+    /// [`Self::open_in_cache_unlocking`] and [`Self::lock_with`] in one step, as
+    /// [`Self::open_location_locked`] (for a backend made by the caller: tests count and
+    /// delay its requests).
+    ///
+    /// # Errors
+    /// Those of the open, then those of the lock.
+    pub fn open_in_cache_locked(
+        backend: Arc<dyn Backend>,
+        cache_root: &Path,
+        password: PasswordPrompt<'_>,
+        lock: &LockRequest<'_>,
+    ) -> Result<(Self, RepoLock)> {
+        let (repo, taken) = Self::open_in_cache_with(backend, cache_root, password, Some(lock))?;
+        let taken = taken.unwrap_or_else(|| {
+            Err(Error::InvalidOption(
+                "the repository was opened without its lock".into(),
+            ))
+        });
+        Ok((repo, taken?))
     }
 }

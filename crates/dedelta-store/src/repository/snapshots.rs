@@ -217,19 +217,65 @@ fn load_files(backend: &dyn Backend, files: &[(SnapshotId, String)]) -> Vec<Load
 /// exact name), whether or not they can be read: what `forget` needs to remove a damaged one.
 pub fn resolve_name(backend: &dyn Backend, spec: &str) -> Result<String> {
     let names = backend.list_names(FileKind::Snapshot)?;
-    if names.iter().any(|n| n == spec) {
+    resolve_among(names.iter().map(String::as_str), spec)
+}
+
+/// [`resolve_name`] among `names`, listed already.
+fn resolve_among<'a>(names: impl Iterator<Item = &'a str> + Clone, spec: &str) -> Result<String> {
+    if names.clone().any(|n| n == spec) {
         return Ok(spec.to_string());
     }
     let spec_lc = spec.to_ascii_lowercase();
     if spec.is_empty() || !spec.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::SnapshotNotFound(spec.to_string()));
     }
-    let matches: Vec<&String> = names.iter().filter(|n| n.starts_with(&spec_lc)).collect();
+    let matches: Vec<&str> = names.filter(|n| n.starts_with(&spec_lc)).collect();
     match matches.len() {
         0 => Err(Error::SnapshotNotFound(spec.to_string())),
-        1 => Ok(matches[0].clone()),
+        1 => Ok(matches[0].to_string()),
         n => Err(Error::AmbiguousSnapshot(spec.to_string(), n)),
     }
+}
+
+/// [`find_filtered`] in `listed`, a listing made already (the one an open made beside its
+/// catch-up, [`super::Repository::listing_snapshots_at_open`]): no request for `latest` nor
+/// for an id naming a readable snapshot, where [`find_filtered`] listed the names again and
+/// read the snapshot (two round trips on an object store, one after the other). Only an id
+/// naming a file the listing could not read is read again from `backend`, for its error.
+pub fn find_in(
+    backend: &dyn Backend,
+    listed: &SnapshotList,
+    spec: &str,
+    filter: &SnapshotFilter,
+) -> Result<(SnapshotId, Snapshot)> {
+    if spec == "latest" {
+        return latest_of(listed.snapshots.clone(), spec, filter);
+    }
+    let hex: Vec<String> = listed.snapshots.iter().map(|(id, _)| id.to_hex()).collect();
+    let names = hex
+        .iter()
+        .map(String::as_str)
+        .chain(listed.unreadable.iter().map(|u| u.name.as_str()));
+    let name = resolve_among(names, spec)?;
+    match hex.iter().position(|h| *h == name) {
+        Some(i) => Ok(listed.snapshots[i].clone()),
+        None => load(backend, &name),
+    }
+}
+
+/// The newest of `snapshots` (oldest first) that `filter` selects, for `latest` (`spec`).
+fn latest_of(
+    snapshots: Vec<(SnapshotId, Snapshot)>,
+    spec: &str,
+    filter: &SnapshotFilter,
+) -> Result<(SnapshotId, Snapshot)> {
+    filter.apply(snapshots).pop().ok_or_else(|| {
+        Error::SnapshotNotFound(if filter.is_empty() {
+            spec.to_string()
+        } else {
+            format!("{spec} (with the --host/--tag/--path given)")
+        })
+    })
 }
 
 /// Finds a snapshot by unique id prefix, or `latest` (the newest readable one).
@@ -247,16 +293,7 @@ pub fn find_filtered(
     filter: &SnapshotFilter,
 ) -> Result<(SnapshotId, Snapshot)> {
     if spec == "latest" {
-        return filter
-            .apply(list_cached(backend, cache_dir)?.snapshots)
-            .pop()
-            .ok_or_else(|| {
-                Error::SnapshotNotFound(if filter.is_empty() {
-                    spec.to_string()
-                } else {
-                    format!("{spec} (with the --host/--tag/--path given)")
-                })
-            });
+        return latest_of(list_cached(backend, cache_dir)?.snapshots, spec, filter);
     }
     let name = resolve_name(backend, spec)?;
     load(backend, &name)

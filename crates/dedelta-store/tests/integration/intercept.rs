@@ -40,6 +40,16 @@ pub(crate) trait Hooks: Send + Sync {
         write()
     }
 
+    /// Before every request, whatever it is (`op`: `get`, `get_range`, `get_tail`, `put`,
+    /// `create_new`, `list`, `delete`, `size`, `exists`), for probes that follow them all:
+    /// the token given is passed to [`Self::ended`] when the request returns.
+    fn started(&self, _op: &'static str, _kind: FileKind, _name: &str) -> usize {
+        0
+    }
+
+    /// After every request [`Self::started`] saw, once it has returned.
+    fn ended(&self, _token: usize) {}
+
     /// Around a listing (`list`, and `list_names`, which is answered from it). `list` does it.
     fn listing(
         &self,
@@ -65,10 +75,22 @@ impl<B, H> Deref for Intercept<B, H> {
     }
 }
 
+impl<B, H: Hooks> Intercept<B, H> {
+    /// `f`, between [`Hooks::started`] and [`Hooks::ended`].
+    fn seen<T>(&self, op: &'static str, kind: FileKind, name: &str, f: impl FnOnce() -> T) -> T {
+        let token = self.hooks.started(op, kind, name);
+        let out = f();
+        self.hooks.ended(token);
+        out
+    }
+}
+
 impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Intercept<B, H> {
     fn get(&self, kind: FileKind, name: &str) -> BackendResult<Vec<u8>> {
-        self.hooks
-            .whole_read(kind, name, &mut || self.inner.get(kind, name))
+        self.seen("get", kind, name, || {
+            self.hooks
+                .whole_read(kind, name, &mut || self.inner.get(kind, name))
+        })
     }
     fn get_range(
         &self,
@@ -77,10 +99,14 @@ impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Interce
         off: i64,
         len: usize,
     ) -> BackendResult<Vec<u8>> {
-        self.inner.get_range(kind, name, off, len)
+        self.seen("get_range", kind, name, || {
+            self.inner.get_range(kind, name, off, len)
+        })
     }
     fn get_tail(&self, kind: FileKind, name: &str, max_len: usize) -> BackendResult<Vec<u8>> {
-        self.inner.get_tail(kind, name, max_len)
+        self.seen("get_tail", kind, name, || {
+            self.inner.get_tail(kind, name, max_len)
+        })
     }
     fn get_range_into(
         &self,
@@ -90,32 +116,42 @@ impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Interce
         len: usize,
         buf: &mut Vec<u8>,
     ) -> BackendResult<()> {
-        if kind != FileKind::Container {
-            return self.inner.get_range_into(kind, name, off, len, buf);
-        }
-        self.hooks.container_data_read(name, len, &mut || {
-            self.inner.get_range_into(kind, name, off, len, buf)
+        self.seen("get_range", kind, name, || {
+            if kind != FileKind::Container {
+                return self.inner.get_range_into(kind, name, off, len, buf);
+            }
+            self.hooks.container_data_read(name, len, &mut || {
+                self.inner.get_range_into(kind, name, off, len, buf)
+            })
         })
     }
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<()> {
-        self.hooks
-            .write(kind, name, &mut || self.inner.put(kind, name, data))
+        self.seen("put", kind, name, || {
+            self.hooks
+                .write(kind, name, &mut || self.inner.put(kind, name, data))
+        })
     }
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> BackendResult<bool> {
-        self.inner.create_new(kind, name, data)
+        self.seen("create_new", kind, name, || {
+            self.inner.create_new(kind, name, data)
+        })
     }
     fn list(&self, kind: FileKind) -> BackendResult<Vec<(String, u64)>> {
-        self.hooks.listing(kind, &mut || self.inner.list(kind))
+        self.seen("list", kind, "", || {
+            self.hooks.listing(kind, &mut || self.inner.list(kind))
+        })
     }
     fn delete(&self, kind: FileKind, name: &str) -> BackendResult<()> {
-        self.hooks
-            .write(kind, name, &mut || self.inner.delete(kind, name))
+        self.seen("delete", kind, name, || {
+            self.hooks
+                .write(kind, name, &mut || self.inner.delete(kind, name))
+        })
     }
     fn size(&self, kind: FileKind, name: &str) -> BackendResult<u64> {
-        self.inner.size(kind, name)
+        self.seen("size", kind, name, || self.inner.size(kind, name))
     }
     fn exists(&self, kind: FileKind, name: &str) -> BackendResult<bool> {
-        self.inner.exists(kind, name)
+        self.seen("exists", kind, name, || self.inner.exists(kind, name))
     }
     fn location(&self) -> String {
         self.inner.location()

@@ -1,6 +1,9 @@
 //! A backup's fixed costs (issue 20): the damage records are listed once per command, and
 //! the locking open takes the lock beside the key's derivation, releasing it again when the
-//! password opens no key.
+//! password opens no key. And the requests of an open in as few sequential rounds as their
+//! dependencies allow (issue 19: on an object store each round is a round trip, 40-60 ms on
+//! a Garage cluster): seen through [`Rounds`], which makes requests issued together overlap
+//! however loaded the machine is.
 
 use crate::intercept::{Hooks, Intercept};
 use crate::support::{backup_files, config, files, me, text};
@@ -12,8 +15,8 @@ use dedelta_store::repository::lock::LockMode;
 use dedelta_store::repository::open::LockRequest;
 use dedelta_store::{Error, Repository};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Counts the listings of damage records.
 #[derive(Default)]
@@ -92,6 +95,7 @@ fn the_locking_open_takes_the_lock_and_gives_it_back_on_a_wrong_password() {
         me: &who,
         mode: LockMode::Exclusive,
         retry_for: Duration::ZERO,
+        prompt_may_wait: false,
     };
     let pw = |p: &'static str| move || Ok::<_, Error>(zeroize::Zeroizing::new(p.to_string()));
     let wrong = Repository::open_location_locked(loc, &cache, None, &mut pw("nope"), &exclusive);
@@ -118,4 +122,312 @@ fn the_locking_open_takes_the_lock_and_gives_it_back_on_a_wrong_password() {
     assert!(res.summary.files == 1, "{:?}", res.summary);
     lock.release().unwrap();
     assert_eq!(locks(&path), 0);
+}
+
+/// A request as [`Rounds`] saw it.
+struct Seen {
+    op: &'static str,
+    kind: FileKind,
+    start: Instant,
+    end: Option<Instant>,
+}
+
+/// Every request and when it ran. Each lingers, once done, until a later one has started
+/// (or [`Rounds::LINGER`] has passed): requests issued together are then seen overlapping
+/// however late a loaded machine starts the second, and requests issued one after another
+/// never are. A test's requests grouped as [`Self::rounds`] are its sequential rounds.
+#[derive(Default)]
+struct Rounds {
+    seen: Mutex<Vec<Seen>>,
+    changed: Condvar,
+}
+
+/// A request as a test names it: the backend method and the kind of object.
+type Request = (&'static str, FileKind);
+
+impl Rounds {
+    const LINGER: Duration = Duration::from_millis(500);
+
+    /// The requests so far, in groups that overlap (in order of their starts): each group
+    /// is one round trip on an object store.
+    fn rounds(&self) -> Vec<Vec<Request>> {
+        let seen = self.seen.lock().unwrap();
+        let mut order: Vec<&Seen> = seen.iter().collect();
+        order.sort_by_key(|s| s.start);
+        let mut out: Vec<Vec<Request>> = Vec::new();
+        let mut end: Option<Instant> = None;
+        for s in order {
+            let s_end = s.end.unwrap_or_else(Instant::now);
+            match end {
+                Some(e) if s.start < e => {
+                    out.last_mut().unwrap().push((s.op, s.kind));
+                    end = Some(e.max(s_end));
+                }
+                _ => {
+                    out.push(vec![(s.op, s.kind)]);
+                    end = Some(s_end);
+                }
+            }
+        }
+        out
+    }
+
+    /// How many requests so far.
+    fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+impl Hooks for Rounds {
+    fn started(&self, op: &'static str, kind: FileKind, _name: &str) -> usize {
+        let mut seen = self.seen.lock().unwrap();
+        seen.push(Seen {
+            op,
+            kind,
+            start: Instant::now(),
+            end: None,
+        });
+        self.changed.notify_all();
+        seen.len() - 1
+    }
+
+    fn ended(&self, token: usize) {
+        let deadline = Instant::now() + Self::LINGER;
+        let mut seen = self.seen.lock().unwrap();
+        while seen.len() == token + 1 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            seen = self.changed.wait_timeout(seen, left).unwrap().0;
+        }
+        seen[token].end = Some(Instant::now());
+    }
+}
+
+/// `round` holds exactly `want` (in any order).
+fn exactly(round: &[Request], want: &[Request]) -> bool {
+    let mut a = round.to_vec();
+    let mut b = want.to_vec();
+    a.sort_by_key(|r| format!("{r:?}"));
+    b.sort_by_key(|r| format!("{r:?}"));
+    a == b
+}
+
+/// `round` holds each of `want` (and maybe more).
+fn holds(round: &[Request], want: &[Request]) -> bool {
+    want.iter().all(|w| round.contains(w))
+}
+
+/// The repository at `path` through a fresh [`Rounds`].
+fn probed(path: &std::path::Path) -> Arc<Intercept<Arc<dyn Backend>, Rounds>> {
+    Arc::new(Intercept {
+        inner: Arc::new(LocalBackend::new(path)) as Arc<dyn Backend>,
+        hooks: Rounds::default(),
+    })
+}
+
+/// A shared lock for [`me`], `prompt_may_wait` as given.
+fn shared(
+    who: &dedelta_store::repository::lock::LockInfo,
+    prompt_may_wait: bool,
+) -> LockRequest<'_> {
+    LockRequest {
+        me: who,
+        mode: LockMode::Shared,
+        retry_for: Duration::ZERO,
+        prompt_may_wait,
+    }
+}
+
+const CONFIG_GET: Request = ("get", FileKind::Config);
+const KEYS_LISTED: Request = ("list", FileKind::Key);
+const LOCK_PUT: Request = ("put", FileKind::Lock);
+const LOCKS_LISTED: Request = ("list", FileKind::Lock);
+
+/// The locking open of a plain repository, then its index's open listing the snapshots (a
+/// backup's, a restore's): the config, the key files' listing and the lock's record in one
+/// round, the lock's listing in the second, and every listing of the catch-up with the
+/// snapshots' in the third; nothing else. (Before: config; keys ‖ lock record; lock
+/// listing; catch-up: four rounds, and a reader's open five.)
+#[test]
+fn a_plain_open_lists_the_catch_up_in_its_third_round() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
+    drop(
+        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
+            .unwrap(),
+    );
+    let who = me();
+    for (n, fresh) in [(0, false), (1, true)] {
+        // The second open has an empty cache: its index is rebuilt, index files consulted.
+        let cache = if fresh {
+            tmp.path().join("empty")
+        } else {
+            cache.clone()
+        };
+        let probe = probed(&path);
+        let (repo, lock) = Repository::open_in_cache_locked(
+            probe.clone(),
+            &cache,
+            &mut || Err(Error::PasswordNeeded),
+            &shared(&who, false),
+        )
+        .unwrap();
+        let repo = repo.listing_snapshots_at_open().open_index().unwrap();
+        let rounds = probe.rounds();
+        assert!(
+            exactly(&rounds[0], &[CONFIG_GET, KEYS_LISTED, LOCK_PUT]),
+            "open {n}: {rounds:?}"
+        );
+        assert!(exactly(&rounds[1], &[LOCKS_LISTED]), "open {n}: {rounds:?}");
+        let mut catch_up = vec![
+            ("list", FileKind::Container),
+            ("list", FileKind::Damage),
+            ("list", FileKind::Snapshot),
+        ];
+        if fresh {
+            catch_up.push(("list", FileKind::Index));
+        }
+        assert!(holds(&rounds[2], &catch_up), "open {n}: {rounds:?}");
+        assert_eq!(rounds.len(), 3, "open {n}: {rounds:?}");
+        drop(repo);
+        lock.release().unwrap();
+    }
+}
+
+/// An encrypted repository whose password is given (file, environment): the key file is
+/// read in the round after the config's, beside the lock's listing, the lock's record
+/// having gone with the config; a wrong password leaves no lock behind.
+#[test]
+fn an_encrypted_open_reads_its_key_beside_the_locks_listing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
+    encrypted(&path, &cache);
+    let who = me();
+    let pw = |p: &'static str| move || Ok::<_, Error>(zeroize::Zeroizing::new(p.to_string()));
+    let probe = probed(&path);
+    let (repo, lock) = Repository::open_in_cache_locked(
+        probe.clone(),
+        &cache,
+        &mut pw("pw"),
+        &shared(&who, false),
+    )
+    .unwrap();
+    assert!(repo.config().is_encrypted());
+    let rounds = probe.rounds();
+    assert!(
+        exactly(&rounds[0], &[CONFIG_GET, KEYS_LISTED, LOCK_PUT]),
+        "{rounds:?}"
+    );
+    assert!(
+        exactly(&rounds[1], &[("get", FileKind::Key), LOCKS_LISTED]),
+        "{rounds:?}"
+    );
+    assert_eq!(rounds.len(), 2, "{rounds:?}");
+    lock.release().unwrap();
+    let wrong = Repository::open_in_cache_locked(
+        probed(&path),
+        &cache,
+        &mut pw("nope"),
+        &shared(&who, false),
+    );
+    assert!(matches!(wrong, Err(Error::WrongPassword)), "{wrong:?}");
+    assert_eq!(locks(&path), 0, "the wrong password's lock was left behind");
+}
+
+/// When the password prompt may wait for a user, no lock is held while it waits: the
+/// record written beside the config's read is deleted before the prompt, and the lock
+/// taken once the password is given.
+#[test]
+fn no_lock_is_held_while_a_prompt_waits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
+    encrypted(&path, &cache);
+    let who = me();
+    let probe = probed(&path);
+    let mut held_at_prompt = None;
+    let mut prompt = || {
+        held_at_prompt = Some(locks(&path));
+        Ok(zeroize::Zeroizing::new("pw".to_string()))
+    };
+    let (_repo, lock) =
+        Repository::open_in_cache_locked(probe.clone(), &cache, &mut prompt, &shared(&who, true))
+            .unwrap();
+    assert_eq!(
+        held_at_prompt,
+        Some(0),
+        "a lock was held while the prompt waited"
+    );
+    assert_eq!(locks(&path), 1);
+    let rounds = probe.rounds();
+    assert!(
+        exactly(&rounds[0], &[CONFIG_GET, KEYS_LISTED, LOCK_PUT]),
+        "{rounds:?}"
+    );
+    assert!(
+        exactly(&rounds[1], &[("delete", FileKind::Lock)]),
+        "{rounds:?}"
+    );
+    lock.release().unwrap();
+}
+
+/// A reader's open that listed the snapshots beside its catch-up (restore, dump, ls) finds
+/// `latest`, and a snapshot by id prefix, in that listing: no request after the open, where
+/// it listed the snapshots again and read the one it found (two rounds after the open).
+#[test]
+fn a_reader_finds_its_snapshot_in_the_listing_made_at_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
+    drop(
+        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
+            .unwrap(),
+    );
+    let src = tmp.path().join("src");
+    let mut ids = Vec::new();
+    for n in 0..2 {
+        let repo = Repository::open_in_cache(Arc::new(LocalBackend::new(&path)), &cache)
+            .unwrap()
+            .open_index()
+            .unwrap();
+        let res = backup_files(&repo, &src, &files([("f", text(5_000, n))]), n, &me()).unwrap();
+        ids.push(res.snapshot_id);
+    }
+    for empty_cache in [false, true] {
+        let cache = if empty_cache {
+            tmp.path().join("empty")
+        } else {
+            cache.clone()
+        };
+        let probe = probed(&path);
+        let repo = Repository::open_in_cache(probe.clone(), &cache)
+            .unwrap()
+            .listing_snapshots_at_open()
+            .open_index()
+            .unwrap();
+        let after_open = probe.count();
+        let filter = dedelta_store::repository::snapshot_filter::SnapshotFilter::default();
+        let (latest, _) = repo.find_snapshot_filtered("latest", &filter).unwrap();
+        assert_eq!(latest, ids[1]);
+        let hex = ids[0].to_hex();
+        let (first, snap) = repo.find_snapshot(&hex[..8]).unwrap();
+        assert_eq!(first, ids[0]);
+        assert_eq!(snap.summary.files, 1);
+        assert!(
+            matches!(
+                repo.find_snapshot("ffffffffffff"),
+                Err(Error::SnapshotNotFound(_))
+            ) || ids.iter().any(|i| i.to_hex().starts_with("ffffffffffff"))
+        );
+        assert_eq!(
+            probe.count(),
+            after_open,
+            "requests after the open (empty cache: {empty_cache}): {:?}",
+            probe.rounds()
+        );
+    }
 }
