@@ -33,7 +33,7 @@ fi
 prefix=rounds$(date +%s)
 tars=$(ls "$data"/*.tar | sort -V)
 if [ -n "${PASSWORD:-}" ]; then export DEDELTA_PASSWORD=$PASSWORD; pw=(); else pw=(--insecure-no-password); fi
-rounds() { python3 "$here/scripts/s3-trace-rounds.py" "$1" | awk "NR==1" | sed 's/requests \([0-9]*\), sequential rounds \([0-9]*\)/\1 \/ \2/'; }
+rounds() { python3 "$here/scripts/s3-trace-rounds.py" "$1" | awk 'NR==1 {gsub(",", ""); print $2 " / " $5 " / " $8}'; }
 # run SIDE BIN NAME ARGS...: runs a command with its trace in traces-SIDE/NAME.trace.
 run() {
   local side=$1 bin=$2 name=$3; shift 3
@@ -62,7 +62,7 @@ for s in "${sides[@]}"; do
   DEDELTA_CACHE_DIR=$work/cache-restore-$s run "$s" "$(bin "$s")" restore-empty-cache restore -r "s3:$ENDPOINT/$BUCKET/$prefix-$s" latest --target "$work/out-$s"
 done
 [ -n "$O" ] && { diff -r out-old out-new >/dev/null || { echo "the restores differ"; exit 1; }; }
-printf '| command |%s\n' "$(for s in "${sides[@]}"; do printf ' %s: requests / rounds |' "$s"; done)"
+printf '| command |%s\n' "$(for s in "${sides[@]}"; do printf ' %s: requests / rounds / chain |' "$s"; done)"
 printf '|---|%s\n' "$(for _ in "${sides[@]}"; do printf -- '---:|'; done)"
 for c in init backup-1 backup-2 backup-empty-cache restore-empty-cache; do
   printf '| %s |%s\n' "$c" "$(for s in "${sides[@]}"; do printf ' %s |' "$(rounds "traces-$s/$c.trace")"; done)"

@@ -1,6 +1,11 @@
 # Reads a DEDELTA_S3_TRACE file (START_MS END_MS OP KIND BYTES THREAD NAME) and prints the
-# request count per op/kind and the number of sequential rounds (maximal groups of
-# overlapping requests, in start order): the round trips on the critical path.
+# request count per op/kind, the number of sequential rounds (maximal groups of
+# overlapping requests, in start order) and the longest chain (the most requests that ran
+# one after another, each starting after the one before it ended). The rounds undercount a
+# chain that ran beside a long request (config; keys listing || lock PUT, then lock listing
+# is two rounds but three requests in a row); the chain counts it, and with every request
+# taking about the same time (scripts/latency-proxy.py, or a Garage cluster) it is the
+# number of round trips on the critical path.
 import sys, collections
 rows = []
 for line in open(sys.argv[1]):
@@ -18,7 +23,10 @@ for r in rows:
     else:
         rounds[-1].append(r)
         end = max(end, r[1])
-print(f"requests {len(rows)}, sequential rounds {len(rounds)}")
+chain = []
+for i, r in enumerate(rows):
+    chain.append(1 + max((chain[j] for j in range(i) if rows[j][1] <= r[0]), default=0))
+print(f"requests {len(rows)}, sequential rounds {len(rounds)}, longest chain {max(chain, default=0)}")
 print("  " + ", ".join(f"{op} {k}: {n}" for (op, k), n in sorted(c.items())))
 if len(sys.argv) > 2:
     for g in rounds:

@@ -3,6 +3,10 @@
 //! The parent snapshot: which one a backup compares with (`--parent`, else the newest of the
 //! same host and paths), and what it learns from the parent's tree (DupAdj's recipe, the tree
 //! chunks' delta bases, the files that may be unchanged).
+//!
+//! On an object store the tree's containers' metadata is read in one round with that of
+//! the parent's other containers (up to the reads in flight: [`read_metas_ahead`]), which
+//! the delta stage then finds cached where it read each alone as it met it.
 
 use super::resemble::dupadj::ParentRecipe;
 use super::{tree_writer, unchanged, BackupOptions};
@@ -118,8 +122,13 @@ fn read_parent<'a>(
     let mut reader = None;
     let walked = match tree_chunks.and_then(|t| t(&snap.tree.chunks)) {
         Some(chunks) => crate::read::walk_tree_chunks(&chunks, visit),
-        None => super::bases::base_reader(repo)
-            .and_then(|r| crate::read::walk_tree_reading(reader.insert(r), repo, &snap, visit)),
+        None => super::bases::base_reader(repo).and_then(|r| {
+            let r = reader.insert(r);
+            if repo.reads_are_round_trips() {
+                read_metas_ahead(r, repo, &snap);
+            }
+            crate::read::walk_tree_reading(r, repo, &snap, visit)
+        }),
     };
     match walked {
         Ok(lens) => Some(Parent {
@@ -136,4 +145,40 @@ fn read_parent<'a>(
             None
         }
     }
+}
+
+/// Reads the metadata of the parent tree's containers and of the parent's other containers
+/// (those its snapshot names), up to [`IndexedRepository::reads_in_flight`] of them in all,
+/// in one round on an object store (each a round trip of 40-60 ms on a Garage cluster).
+/// The tree's are needed first; the others hold the chunks the delta stage reads as bases
+/// (the parent's chunks are the new ones' DupAdj candidates), whose metadata was read one
+/// round after another as the pipeline met them (backup 2 of the SQLAlchemy trace: the
+/// tree's container, then two more, each alone). A parent of more containers has the rest
+/// read as before, when needed: a parent whose files are all unchanged needs none of them,
+/// so the bound keeps what such a backup reads in vain to one round's worth.
+fn read_metas_ahead(
+    reader: &mut crate::read::ChunkReader<'_>,
+    repo: &IndexedRepository,
+    snap: &Snapshot,
+) {
+    let bound = repo.reads_in_flight().max(2);
+    let mut want = Vec::new();
+    // As far as the tree walk reads ahead.
+    for id in snap.tree.chunks.iter().take(4096) {
+        if let Ok(Some(c)) = reader.container_of(id) {
+            if !want.contains(&c) {
+                want.push(c);
+            }
+        }
+    }
+    for c in &snap.containers {
+        if want.len() >= bound {
+            break;
+        }
+        if !want.contains(c) {
+            want.push(*c);
+        }
+    }
+    let mut threads = crate::request_threads::RequestThreads::new(bound.saturating_sub(1));
+    reader.read_container_metas_ahead(&want, &mut threads);
 }

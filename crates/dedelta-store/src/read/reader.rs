@@ -67,6 +67,16 @@ impl<'a> ChunkReader<'a> {
         self.locator.read_metas_ahead(ids, threads)
     }
 
+    /// Reads ahead the metadata of `containers` (see
+    /// [`ChunkLocator::read_container_metas_ahead`]).
+    pub(crate) fn read_container_metas_ahead(
+        &mut self,
+        containers: &[crate::format::container::ContainerId],
+        threads: &mut crate::request_threads::RequestThreads,
+    ) {
+        self.locator.read_container_metas_ahead(containers, threads)
+    }
+
     /// Reads ahead the regions of `ids` (see [`ChunkLocator::read_regions_ahead`]).
     pub(crate) fn read_regions_ahead(
         &mut self,

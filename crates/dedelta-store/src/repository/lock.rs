@@ -14,7 +14,9 @@
 //! one's listing comes after its own write, so the later writer of the two sees the earlier's
 //! lock. (A listing before the write, to fail without writing, was dropped: it was a round
 //! trip on every command's way, 40-60 ms on a Garage cluster, to spare a write and a delete
-//! only when the repository is locked.)
+//! only when the repository is locked.) The two steps are apart in the API
+//! ([`RepoLock::write`], [`WrittenLock::confirm`]) so that an open writes the record in the
+//! same round trip as it reads the config ([`super::open`]).
 //!
 //! A lock is stale, and ignored and removed by the next process taking a lock, when it has
 //! not been refreshed for its timeout (any host; hosts' clocks must agree to within a
@@ -351,7 +353,7 @@ pub struct WrittenLock {
     record: LockRecord,
     mode: LockMode,
     timing: LockTiming,
-    /// Confirmed or withdrawn: nothing left to delete on drop.
+    /// Confirmed: nothing left to delete on drop.
     done: bool,
 }
 
@@ -400,13 +402,6 @@ impl WrittenLock {
         let record = self.record.clone();
         lock.refresher = Some(refresh::Refresher::start(backend, name, record, health));
         Ok(lock)
-    }
-
-    /// Deletes the record: the lock is not wanted after all (the open it was written for
-    /// failed).
-    pub fn withdraw(mut self) -> Result<()> {
-        self.done = true;
-        Ok(self.backend.delete(FileKind::Lock, &self.name)?)
     }
 }
 

@@ -431,3 +431,65 @@ fn a_reader_finds_its_snapshot_in_the_listing_made_at_open() {
         );
     }
 }
+
+/// A backup on an object store reads the metadata of its parent's containers (the tree's,
+/// and the others its snapshot names, up to the reads in flight) in one round, before its
+/// tree walk: the delta stage then finds them cached, where it read each alone as it met its
+/// bases (backup 2 of the SQLAlchemy trace: three metadata reads, one after another).
+#[test]
+fn a_backup_reads_its_parents_container_metadata_in_one_round() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
+    drop(
+        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
+            .unwrap(),
+    );
+    let src = tmp.path().join("src");
+    let texts = [("a", 120_000), ("b", 120_000), ("c", 120_000)];
+    let open = |backend: Arc<dyn Backend>| {
+        Repository::open_in_cache(backend, &cache)
+            .unwrap()
+            .with_round_trips(true)
+            .with_reads_in_flight(16)
+            .open_index()
+            .unwrap()
+    };
+    let repo = open(Arc::new(LocalBackend::new(&path)));
+    backup_files(
+        &repo,
+        &src,
+        &crate::support::edited_texts(0, 0, &texts),
+        0,
+        &me(),
+    )
+    .unwrap();
+    drop(repo);
+    let parent_containers = LocalBackend::new(&path)
+        .list(FileKind::Container)
+        .unwrap()
+        .len();
+    assert!(parent_containers >= 3, "{parent_containers} containers");
+    let probe = probed(&path);
+    let repo = open(probe.clone());
+    let res = backup_files(
+        &repo,
+        &src,
+        &crate::support::edited_texts(1, 40, &texts),
+        1,
+        &me(),
+    )
+    .unwrap();
+    assert!(res.metrics.bases.read_back > 0, "{:?}", res.metrics.bases);
+    let rounds = probe.rounds();
+    let with_meta: Vec<&Vec<Request>> = rounds
+        .iter()
+        .filter(|r| r.contains(&("get_tail", FileKind::Container)))
+        .collect();
+    assert_eq!(with_meta.len(), 1, "{rounds:?}");
+    let metas = with_meta[0]
+        .iter()
+        .filter(|r| **r == ("get_tail", FileKind::Container))
+        .count();
+    assert_eq!(metas, parent_containers, "{rounds:?}");
+}

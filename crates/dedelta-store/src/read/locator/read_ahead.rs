@@ -167,6 +167,22 @@ impl ChunkLocator<'_> {
         self.read_metas(missing, threads);
     }
 
+    /// Reads the metadata of `containers` that the metadata cache lacks, on `threads`, into
+    /// the cache (as [`Self::read_metas_ahead`], given the containers rather than chunks).
+    pub(crate) fn read_container_metas_ahead(
+        &mut self,
+        containers: &[ContainerId],
+        threads: &mut RequestThreads,
+    ) {
+        let mut missing: Vec<ContainerId> = Vec::new();
+        for c in containers {
+            if !self.metas.contains(c) && !missing.contains(c) {
+                missing.push(*c);
+            }
+        }
+        self.read_metas(missing, threads);
+    }
+
     /// The containers (each once) that `ids`, located by `rule`, lie in and whose metadata
     /// the cache lacks; ids that cannot be located are left out.
     pub(super) fn metas_missing(
