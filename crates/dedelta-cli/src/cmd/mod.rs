@@ -288,7 +288,7 @@ pub struct DeltaArgs {
     prefetch_cache_containers: Option<usize>,
     /// With `--sketch-index prefetch`: how far deduplication (and with it the dense
     /// containers' loads) runs ahead of resemblance detection, in KiB of file data (default
-    /// 8192; 0: a 1 MiB block at a time).
+    /// 2048; 0: a 1 MiB block at a time).
     #[arg(long, value_name = "KIB")]
     prefetch_lookahead_kib: Option<u64>,
 }

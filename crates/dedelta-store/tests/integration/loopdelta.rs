@@ -588,7 +588,8 @@ fn assert_no_reads_outside_prefetch(io: &IoCounts) {
 /// similar to the dense container's), then 1.2 MB of new noise, then version 0's text again
 /// (the container's first duplicates, in the stream's second 1 MiB block). With decisions in
 /// stream order and no window (a dense container entered the cache at its first duplicate's
-/// block) the edited chunks found no base; deduplication running 8 MiB ahead finds them.
+/// block) the edited chunks found no base; deduplication running 2 MiB ahead (the default)
+/// finds them.
 #[test]
 fn dense_container_reached_after_similar_chunks_offers_them_bases() {
     let text = crate::support::text(24_000, 3);
