@@ -17,8 +17,8 @@ use super::caf::{CacheAwareFilter, CafCounts};
 use super::delta::{DeltaStage, Stored};
 use super::dense::ReuseMonitor;
 use super::fingerprint::{Fingerprinted, IndexLookup};
-use super::lookahead::{Ahead, Judged, LookAhead};
 use super::fingerprint_index::FingerprintIndex;
+use super::lookahead::{Ahead, Judged, LookAhead};
 use super::metrics::StageTimes;
 use super::pack::RegionPacker;
 use super::rewrite::Rewriting;
@@ -422,8 +422,7 @@ impl<'a> DedupStage<'a> {
         self.index.lookup.reached(&container);
         // A chunk judged base-fragmented before is stored again by then: this copy is a
         // duplicate of that one (as `add` skips the chunks already pending).
-        if self.caf.is_none() || self.pending.contains(&c.id) || self.caf_stored.contains(&c.id)
-        {
+        if self.caf.is_none() || self.pending.contains(&c.id) || self.caf_stored.contains(&c.id) {
             return false;
         }
         let fragmented = self.base_fragmented(&c.id, &HashSet::new());

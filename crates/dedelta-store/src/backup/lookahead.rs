@@ -126,10 +126,7 @@ impl LookAhead {
     ///
     /// # Errors
     /// The pool dropped a block's result (the pipeline is stopping).
-    pub fn next(
-        &mut self,
-        enter: &mut dyn FnMut(&Fingerprinted) -> bool,
-    ) -> Result<Option<Ahead>> {
+    pub fn next(&mut self, enter: &mut dyn FnMut(&Fingerprinted) -> bool) -> Result<Option<Ahead>> {
         if self.queue.is_empty() && !self.pull(enter)? {
             return Ok(None);
         }

@@ -593,7 +593,11 @@ fn assert_no_reads_outside_prefetch(io: &IoCounts) {
 #[test]
 fn dense_container_reached_after_similar_chunks_offers_them_bases() {
     let text = crate::support::text(24_000, 3);
-    let v0 = Files::from([("a".to_string(), text.clone())]);
+    // Noise behind the text, so that the tree (read before the stream, with its dense
+    // container) lies in a later container than the text's.
+    let mut old = text.clone();
+    old.extend(crate::support::noise(200_000, 9));
+    let v0 = Files::from([("a".to_string(), old)]);
     let mut edited = text.clone();
     for pos in (500..edited.len()).step_by(1000) {
         edited[pos] = b'#';
@@ -619,15 +623,27 @@ fn dense_container_reached_after_similar_chunks_offers_them_bases() {
         let p = second.metrics.prefetch.unwrap();
         assert_eq!(second.metrics.bases.read_back, 0);
         let got = (second.summary.delta_chunks, p.bases_served, p.dense_loaded);
-        assert_restores(&repo, tmp.path(), &[(first, v0.clone()), (second, v1.clone())]);
+        assert_restores(
+            &repo,
+            tmp.path(),
+            &[(first, v0.clone()), (second, v1.clone())],
+        );
         got
     };
     let (deltas, served, loaded) = run(None);
     assert!(loaded >= 1, "the dense container is loaded");
-    assert!(deltas >= 6 && served >= 6, "{deltas} deltas, {served} bases served");
-    // A block at a time: the edited chunks were delta-checked before the container came in.
+    assert!(
+        deltas >= 6 && served >= 6,
+        "{deltas} deltas, {served} bases served"
+    );
+    // A block at a time: the edited chunks were delta-checked before the container came in
+    // (only the chunk where the noise meets the text again, in the duplicates' block, finds
+    // its base).
     let (deltas0, served0, _) = run(Some(0));
-    assert_eq!((deltas0, served0), (0, 0));
+    assert!(
+        deltas0 + 5 <= deltas && served0 + 5 <= served,
+        "window 0: {deltas0} deltas, {served0} bases served; 2 MiB: {deltas}, {served}"
+    );
     // The same bytes stored in every run.
     assert_eq!(run(None).0, deltas);
 }
