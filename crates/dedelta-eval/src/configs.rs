@@ -104,7 +104,9 @@ fn parse_capped(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
 /// `greedy-cap-inv`); both may follow in either order (`greedy-cap-caf-inv`). CAF needs
 /// `--fingerprint-index locality`. `-local` keeps the dense containers on the client's disk
 /// between backups (`loopdelta-local`: a dedelta deviation from §4.3, `backup
-/// --keep-dense-local`; only the `prefetch` sketch index has dense containers).
+/// --keep-dense-local`; only the `prefetch` sketch index has dense containers). `-laSIZE`
+/// sets the `prefetch` index's look-ahead (`loopdelta-la4m`: deduplication 4 MiB ahead of
+/// resemblance detection, `-la0` a block; `delta.prefetch_lookahead_bytes`).
 fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
     let (base, modifier) = name.rsplit_once('-')?;
     let mut c = presets
@@ -127,7 +129,17 @@ fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
             "dense containers kept on the client's disk between backups (a deviation from \
              LoopDelta §4.3)"
         }
-        _ => return None,
+        m => {
+            let bytes = parse_size(m.strip_prefix("la")?)?;
+            c.delta.prefetch_lookahead_bytes = bytes as u64;
+            c.name = name.into();
+            c.description = format!(
+                "{}, deduplication {} ahead of resemblance detection",
+                c.description,
+                size_label(bytes)
+            );
+            return Some(c);
+        }
     };
     c.name = name.into();
     c.description = format!("{} + {what}", c.description);

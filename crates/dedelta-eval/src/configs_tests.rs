@@ -99,6 +99,20 @@ fn paper_presets_are_what_they_say() {
     );
     let ld_cap5 = parse("loopdelta-cap5").unwrap().remove(0);
     assert_eq!(ld_cap5.delta.dense_threshold, DEFAULT_DENSE_THRESHOLD);
+    // `-laSIZE`: the look-ahead of deduplication over resemblance detection, and nothing else.
+    let la = parse("loopdelta-la0,loopdelta-nocaf-la4m").unwrap();
+    assert_eq!(la[0].name, "loopdelta-la0");
+    assert_eq!(
+        la[0].delta,
+        DeltaConfig {
+            prefetch_lookahead_bytes: 0,
+            ..ld.clone()
+        }
+    );
+    assert!(la[0].loopdelta.cache_aware_filter);
+    assert_eq!(la[1].delta.prefetch_lookahead_bytes, 4 << 20);
+    assert!(!la[1].loopdelta.cache_aware_filter);
+    assert!(parse("loopdelta-lax").is_err());
     // The techniques of §4.4-§4.5: CAF in loopdelta, inversed deltas where Capping is.
     let full = parse("loopdelta,loopdelta-nocaf").unwrap();
     assert!(full[0].loopdelta.cache_aware_filter && !full[0].loopdelta.inversed_delta);

@@ -299,6 +299,11 @@ pub struct DeltaArgs {
     /// cache holds (default 150, or 20 for a backup with Capping).
     #[arg(long, value_name = "N")]
     prefetch_cache_containers: Option<usize>,
+    /// With `--sketch-index prefetch`: how far deduplication (and with it the dense
+    /// containers' loads) runs ahead of resemblance detection, in KiB of file data (default
+    /// 2048; 0: a 1 MiB block at a time).
+    #[arg(long, value_name = "KIB")]
+    prefetch_lookahead_kib: Option<u64>,
 }
 
 impl DeltaArgs {
@@ -384,6 +389,9 @@ impl DeltaArgs {
         }
         if let Some(n) = self.prefetch_cache_containers {
             cfg.prefetch_cache_containers = Some(n);
+        }
+        if let Some(k) = self.prefetch_lookahead_kib {
+            cfg.prefetch_lookahead_bytes = k.saturating_mul(1024);
         }
         cfg.validate()?;
         Ok(())

@@ -27,7 +27,10 @@
 //! The fingerprint cache judged is the one the dedup thread's stream fills
 //! ([`super::fingerprint_index::LocalityIndex::judging_in_stream_order`]): the pool's
 //! lookups run ahead of the stream, on several threads, and judging by their cache made the
-//! judgments depend on thread timing.
+//! judgments depend on thread timing. With LoopDelta's prefetching a duplicate is judged as
+//! it enters the dedup thread's look-ahead window ([`super::lookahead`]), right after its
+//! container was taken into that view and the potential base chunk cache: the view is the
+//! one deduplication has at that position, as at the paper's fingerprint indexing stage.
 //!
 //! Choices made:
 //! - The filter needs the fingerprint cache: it is refused with the exact index, which has

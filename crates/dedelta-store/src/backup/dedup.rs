@@ -18,11 +18,12 @@ use super::delta::{DeltaStage, Stored};
 use super::dense::ReuseMonitor;
 use super::fingerprint::{Fingerprinted, IndexLookup};
 use super::fingerprint_index::FingerprintIndex;
+use super::lookahead::{Ahead, Judged, LookAhead};
 use super::metrics::StageTimes;
 use super::pack::RegionPacker;
 use super::rewrite::Rewriting;
 use super::tree_writer::TreeWriter;
-use super::{closed, Item};
+use super::Item;
 use crate::error::Result;
 use crate::format::container::{ContainerId, EntryKind};
 use crate::format::snapshot::{BackupSummary, TreeRef};
@@ -119,6 +120,11 @@ pub(super) struct DedupStage<'a> {
     monitor: Option<ReuseMonitor>,
     /// The cache-aware filter, when on.
     caf: Option<CacheAwareFilter>,
+    /// The duplicates it judged base-fragmented as they entered the look-ahead window.
+    caf_stored: HashSet<ChunkId>,
+    /// Bytes of file data deduplication runs ahead of resemblance detection (see
+    /// [`super::lookahead`]).
+    lookahead_bytes: u64,
 }
 
 impl<'a> DedupStage<'a> {
@@ -143,7 +149,16 @@ impl<'a> DedupStage<'a> {
             referenced: HashSet::new(),
             monitor: None,
             caf: None,
+            caf_stored: HashSet::new(),
+            lookahead_bytes: 0,
         }
+    }
+
+    /// Deduplicates `bytes` of file data ahead of resemblance detection (see
+    /// [`super::lookahead`]; 0 by default: a block at a time).
+    pub fn looking_ahead(mut self, bytes: u64) -> Self {
+        self.lookahead_bytes = bytes;
+        self
     }
 
     /// Counts the containers this backup references in `monitor` (see [`super::dense`]).
@@ -168,14 +183,27 @@ impl<'a> DedupStage<'a> {
         self
     }
 
-    /// Consumes the walker's items until the walker closes the channel.
+    /// Consumes the walker's items until the walker closes the channel, through a window of
+    /// [`Self::looking_ahead`]'s bytes (see [`super::lookahead`]).
     pub fn run(mut self, items: Receiver<Item>, mut tree: TreeWriter<'_>) -> Result<DedupOutput> {
-        for item in items {
+        // With Capping a segment is decided whole: its duplicates are all reached before any
+        // of its chunks is delta-checked (see `end_segment`).
+        let window = if self.segment.is_some() {
+            0
+        } else {
+            self.lookahead_bytes
+        };
+        let mut ahead = LookAhead::new(items, window);
+        while let Some(item) = ahead.next(&mut |c| self.enter(c))? {
             match item {
-                Item::Node(n) => tree.node(&n),
-                Item::FileStart(n) => tree.file_start(n),
-                Item::FileData(rx) => {
-                    for c in rx.recv().map_err(closed)? {
+                Ahead::Node(n) => tree.node(&n),
+                Ahead::FileStart(n) => tree.file_start(n),
+                Ahead::Block(chunks) => {
+                    for Judged {
+                        chunk: c,
+                        base_fragmented,
+                    } in chunks
+                    {
                         let chunk = ChunkRef {
                             id: c.id,
                             len: c.data.len() as u32,
@@ -189,20 +217,17 @@ impl<'a> DedupStage<'a> {
                                 }
                             }
                             None => {
-                                if let IndexLookup::Stored(container) = c.lookup {
-                                    self.index.lookup.reached(&container);
-                                }
-                                self.add(c.id, c.data, c.sfs, c.lookup)?
+                                self.add_judged(c.id, c.data, c.sfs, c.lookup, base_fragmented)?
                             }
                         }
                         tree.file_chunk(chunk)?;
                     }
                     self.end_block(true)?;
                 }
-                Item::FileEnd => tree.file_end()?,
+                Ahead::FileEnd => tree.file_end()?,
                 // Duplicates of the parent's chunks, shown to the candidate search as a read
                 // would have shown them.
-                Item::Unchanged(n, chunks) => {
+                Ahead::Unchanged(n, chunks) => {
                     tree.file_start(n);
                     for (c, container) in chunks {
                         self.is_new(&c.id, IndexLookup::Stored(container), false)?;
@@ -381,7 +406,33 @@ impl<'a> DedupStage<'a> {
         }
     }
 
-    /// One chunk of file data.
+    /// A chunk of file data entered the look-ahead window ([`super::lookahead`]), in stream
+    /// order: the container of a duplicate is reached (a dense container enters the
+    /// potential base chunk cache, the cache-aware filter's view takes it), and the duplicate
+    /// judged by the cache-aware filter, as LoopDelta's fingerprint indexing stage does
+    /// (§4.4 step 1). Returns whether it is base-fragmented. With Capping nothing is done
+    /// here: a segment is reached and judged whole when it is decided.
+    fn enter(&mut self, c: &Fingerprinted) -> bool {
+        let IndexLookup::Stored(container) = c.lookup else {
+            return false;
+        };
+        if self.segment.is_some() {
+            return false;
+        }
+        self.index.lookup.reached(&container);
+        // A chunk judged base-fragmented before is stored again by then: this copy is a
+        // duplicate of that one (as `add` skips the chunks already pending).
+        if self.caf.is_none() || self.pending.contains(&c.id) || self.caf_stored.contains(&c.id) {
+            return false;
+        }
+        let fragmented = self.base_fragmented(&c.id, &HashSet::new());
+        if fragmented {
+            self.caf_stored.insert(c.id);
+        }
+        fragmented
+    }
+
+    /// One chunk of file data, judged by the cache-aware filter now.
     fn add(
         &mut self,
         id: ChunkId,
@@ -389,10 +440,22 @@ impl<'a> DedupStage<'a> {
         sfs: Option<SuperFeatures>,
         lookup: IndexLookup,
     ) -> Result<()> {
-        if matches!(lookup, IndexLookup::Stored(_))
+        let fragmented = matches!(lookup, IndexLookup::Stored(_))
             && !self.pending.contains(&id)
-            && self.base_fragmented(&id, &HashSet::new())
-        {
+            && self.base_fragmented(&id, &HashSet::new());
+        self.add_judged(id, data, sfs, lookup, fragmented)
+    }
+
+    /// One chunk of file data, `base_fragmented` as the cache-aware filter judged it.
+    fn add_judged(
+        &mut self,
+        id: ChunkId,
+        data: Bytes,
+        sfs: Option<SuperFeatures>,
+        lookup: IndexLookup,
+        base_fragmented: bool,
+    ) -> Result<()> {
+        if base_fragmented && !self.pending.contains(&id) {
             return self.rewrite_base_fragmented(id, data, sfs);
         }
         if self.is_new(&id, lookup, false)? {

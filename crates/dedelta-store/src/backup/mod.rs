@@ -12,7 +12,8 @@
 //!                                          super-features
 //!                                          |  results in stream order (one-shot receivers)
 //!                                          v
-//! dedup thread     dedup.rs              duplicate or new, in order
+//! dedup thread     lookahead.rs          LoopDelta: duplicates reached a window ahead
+//!                  dedup.rs              duplicate or new, in order
 //!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
 //!                  caf.rs                cache-aware filter: base-fragmented duplicates again
 //!                  inverse.rs            inversed deltas: old chunks re-stored behind new ones
@@ -55,6 +56,7 @@ pub mod dense;
 mod fingerprint;
 pub mod fingerprint_index;
 pub mod inverse;
+pub mod lookahead;
 mod meta;
 pub mod metrics;
 mod pack;
@@ -312,6 +314,7 @@ pub fn backup(
     } else {
         None
     };
+    let lookahead_bytes = delta_cfg.prefetch_lookahead_bytes;
     let prefetched = prefetch::for_backup(
         repo.backend().as_ref(),
         &delta_cfg,
@@ -512,6 +515,9 @@ pub fn backup(
         }
         if opts.loopdelta.cache_aware_filter {
             dedup = dedup.cache_aware_filter();
+        }
+        if prefetched.is_some() {
+            dedup = dedup.looking_ahead(lookahead_bytes);
         }
         let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
             .hashing_with(repo.chunk_hasher());

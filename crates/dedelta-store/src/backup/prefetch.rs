@@ -25,6 +25,11 @@
 //! (metadata, regions, the bases' containers; the backups of 20 SQLAlchemy sdists: 237 of
 //! their 657 reads and writes), which dedup, reading no parent tree, does not pay.
 //!
+//! A container enters the cache when the dedup thread's stream reaches its first duplicate,
+//! which runs a fixed number of bytes ahead of resemblance detection
+//! ([`super::lookahead`]): so it offers bases to new chunks before that duplicate too, and
+//! what the cache holds at each chunk does not depend on thread timing.
+//!
 //! Resemblance detection then looks only there and at this backup's own new full chunks
 //! ([`PrefetchSketchIndex`]), and the delta stage takes bases only from there and from
 //! memory ([`super::bases::BaseFetcher::only_cached`]): no base is read on its own, so the
@@ -195,7 +200,8 @@ impl PrefetchedBases {
         }
     }
 
-    /// The dedup thread met, in stream order, a duplicate stored in container `id`: a dense
+    /// The dedup thread met, in stream order (as the duplicate entered its look-ahead window,
+    /// [`crate::backup::lookahead`]), a duplicate stored in container `id`: a dense
     /// container's chunks enter the cache now (as the most recently used, evicting the least
     /// recently used container if full) if they landed, and a cached one is refreshed.
     /// Returns whether its chunks are cached now; `false` for a dense container that has not

@@ -29,7 +29,7 @@ const TREE_BASE_READ_BYTES: usize = 4 << 20;
 /// on several threads: chunks entering the cache when the pool read them made the bases a
 /// delta was encoded against (and which containers were evicted) depend on thread timing.
 /// The reads still overlap the dedup thread's work; only their taking effect waits for the
-/// stream.
+/// stream, at a fixed distance ahead of resemblance detection ([`crate::backup::lookahead`]).
 pub struct DensePrefetcher {
     /// The cache it fills.
     pub bases: Arc<PrefetchedBases>,
