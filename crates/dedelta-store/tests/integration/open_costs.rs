@@ -61,19 +61,24 @@ fn a_backup_lists_damage_records_once() {
     }
 }
 
-/// An encrypted repository at `path` with password "pw".
-fn encrypted(path: &std::path::Path, cache: &std::path::Path) {
+/// A temporary directory holding an encrypted repository (`repo`, password "pw") and a
+/// client cache (`cache`).
+fn encrypted() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
     drop(
         Repository::init_local_encrypted(
-            path,
+            &path,
             config(1, DeltaConfig::recommended()),
-            cache,
+            &cache,
             "pw",
             KdfParams::insecure_for_tests(),
             &KeyOrigin::default(),
         )
         .unwrap(),
     );
+    (tmp, path, cache)
 }
 
 /// Lock objects in the repository at `path`.
@@ -85,10 +90,7 @@ fn locks(path: &std::path::Path) -> usize {
 /// a wrong password leaves no lock behind.
 #[test]
 fn the_locking_open_takes_the_lock_and_gives_it_back_on_a_wrong_password() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    encrypted(&path, &cache);
+    let (tmp, path, cache) = encrypted();
     let loc = path.to_str().unwrap();
     let who = me();
     let exclusive = LockRequest {
@@ -302,10 +304,7 @@ fn a_plain_open_lists_the_catch_up_in_its_third_round() {
 /// having gone with the config; a wrong password leaves no lock behind.
 #[test]
 fn an_encrypted_open_reads_its_key_beside_the_locks_listing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    encrypted(&path, &cache);
+    let (_tmp, path, cache) = encrypted();
     let who = me();
     let pw = |p: &'static str| move || Ok::<_, Error>(zeroize::Zeroizing::new(p.to_string()));
     let probe = probed(&path);
@@ -343,10 +342,7 @@ fn an_encrypted_open_reads_its_key_beside_the_locks_listing() {
 /// taken once the password is given.
 #[test]
 fn no_lock_is_held_while_a_prompt_waits() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    encrypted(&path, &cache);
+    let (_tmp, path, cache) = encrypted();
     let who = me();
     let probe = probed(&path);
     let mut held_at_prompt = None;
