@@ -1,5 +1,6 @@
 //! Container files from disk: the footer and metadata decoders (versions 1 and 2) and region
-//! opening must reject any damage with an error, never panic or read out of bounds.
+//! opening (whole, or only its front, as restore opens it) must reject any damage with an error, never
+//! panic or read out of bounds.
 //!
 //! The input is tried twice: as a whole container file, and as the parts of a container whose
 //! framing (header, footer, metadata length and checksum) is made right, so that the fuzzer
@@ -10,8 +11,10 @@
 //! a back-reference to a full entry must be refused.
 #![no_main]
 
+use dedelta_core::compress::RegionDecompressor;
 use dedelta_store::format::container::{
-    decode_container_meta, open_region, EntryKind, CONTAINER_MAGIC, CONTAINER_V1, CONTAINER_V2, HEADER_LEN,
+    decode_container_meta, open_region, open_region_prefix_into, EntryKind, CONTAINER_MAGIC, CONTAINER_V1,
+    CONTAINER_V2, HEADER_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -57,8 +60,21 @@ fn read_all(file: &[u8]) {
             for e in meta.entries.iter().filter(|e| e.region as usize == i) {
                 assert!(u64::from(e.offset) + u64::from(e.stored_len) <= u64::from(r.raw_len));
             }
-            if let Ok(raw) = open_region(stored, r, "fuzz") {
+            let whole = open_region(stored, r, "fuzz");
+            if let Ok(raw) = &whole {
                 assert_eq!(raw.len(), r.raw_len as usize);
+            }
+            // Opened only as far as its first entry, or a third of it (restore and dump): at
+            // least that much, and the front of the whole region when that opens.
+            let first = meta.entries.iter().find(|e| e.region as usize == i);
+            let upto = first.map_or(r.raw_len as usize / 3, |e| (e.offset + e.stored_len) as usize);
+            let mut part = Vec::new();
+            let mut dec = RegionDecompressor::default();
+            if open_region_prefix_into(&mut dec, stored, r, upto, "fuzz", &mut part).is_ok() {
+                assert!(part.len() >= upto.min(r.raw_len as usize));
+                if let Ok(raw) = &whole {
+                    assert!(part.len() <= raw.len() && part[..] == raw[..part.len()]);
+                }
             }
         }
     }

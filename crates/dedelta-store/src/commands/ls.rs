@@ -6,8 +6,7 @@ use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::read::walk_tree;
 use crate::read::{
-    receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice,
-    RestoreCacheStats,
+    FetchedChunk, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice, RestoreCacheStats,
 };
 use crate::repository::IndexedRepository;
 use std::io::Write;
@@ -99,16 +98,22 @@ pub fn dump_found(
             String::from_utf8_lossy(&node.path)
         )));
     }
-    let (tx, rx) = crossbeam_channel::bounded::<FetchedChunk>(256);
+    // Chunks go over in batches: sent one by one, each woke the decoding thread, which keeps
+    // up and waits on the channel (a futex wake per chunk, 5 % of the locating thread's time,
+    // the thread that bounds a dump's).
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<FetchedChunk>>(8);
     std::thread::scope(|s| {
-        let producer = s.spawn(move || -> Result<RestoreCacheStats> {
+        let locating = std::thread::Builder::new().name("dedelta-locate".into());
+        let producer = locating.spawn_scoped(s, move || -> Result<RestoreCacheStats> {
             let mut locator = PipelinedLocator::new(repo, cache, cache_bytes)?
                 .reading_own_copies(&snapshot.containers);
-            // On an object store the file's regions are read ahead of its fetches.
+            // On an object store the file's regions are read ahead of its fetches; on a
+            // disk, regions are decompressed only as far as the file's chunks need.
             locator.announce(chunks.iter().map(|c| c.id));
             // Forward assembly: areas of the recipe, each assembled before it is fetched.
             let area = locator.area_bytes().unwrap_or(u64::MAX);
             let mut rest: &[ChunkRef] = &chunks;
+            let mut batch = SendBatch::default();
             while !rest.is_empty() {
                 let (mut n, mut bytes) = (0, 0u64);
                 while n < rest.len() && (n == 0 || bytes + u64::from(rest[n].len) <= area) {
@@ -122,19 +127,20 @@ pub fn dump_found(
                 }
                 for c in now {
                     let fetched = locator.fetch(&c.id)?;
-                    if tx.send(fetched).is_err() {
+                    if batch.push(fetched, &tx).is_err() {
                         // The writing side failed and reports why.
                         return Ok(locator.cache_stats());
                     }
                 }
             }
+            // A closed channel: the writing side failed and reports why.
+            let _ = batch.flush(&tx);
             Ok(locator.cache_stats())
         });
         let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
         let written = (|| -> Result<u64> {
             let mut written = 0u64;
-            let mut batch = Vec::new();
-            while receive_batch(&rx, &mut batch, FetchedChunk::len) {
+            for batch in rx.iter() {
                 let chunks: Vec<&FetchedChunk> = batch.iter().collect();
                 for data in decoder.decode_batch(&chunks) {
                     let data = data?;
@@ -149,12 +155,55 @@ pub fn dump_found(
         })();
         drop(rx);
         let read = producer
+            .map_err(|e| Error::io("starting the dump's reading thread", e))?
             .join()
             .unwrap_or_else(|_| Err(Error::ThreadPanicked("dump reader".into())));
         // A read error ends the stream early: it is the cause, not the short output.
         let cache = read?;
         written.map(|n| (n, cache))
     })
+}
+
+/// Chunks a dump's locating thread sends at once, at most...
+const SEND_ITEMS: usize = 128;
+/// ...or at least this many bytes of them (a batch the decoding thread shares with its
+/// helper, see `PipelinedDecoder::decode_batch`).
+const SEND_BYTES: usize = 256 << 10;
+
+/// Located chunks gathered for one send to the decoding thread.
+#[derive(Default)]
+struct SendBatch {
+    chunks: Vec<FetchedChunk>,
+    bytes: usize,
+}
+
+impl SendBatch {
+    /// Adds `fetched`, and sends the batch once it is full; an error if the decoding side is
+    /// gone.
+    fn push(
+        &mut self,
+        fetched: FetchedChunk,
+        tx: &crossbeam_channel::Sender<Vec<FetchedChunk>>,
+    ) -> std::result::Result<(), ()> {
+        self.bytes += fetched.len();
+        self.chunks.push(fetched);
+        if self.chunks.len() >= SEND_ITEMS || self.bytes >= SEND_BYTES {
+            return self.flush(tx);
+        }
+        Ok(())
+    }
+
+    /// Sends what is gathered, if anything.
+    fn flush(
+        &mut self,
+        tx: &crossbeam_channel::Sender<Vec<FetchedChunk>>,
+    ) -> std::result::Result<(), ()> {
+        self.bytes = 0;
+        if self.chunks.is_empty() {
+            return Ok(());
+        }
+        tx.send(std::mem::take(&mut self.chunks)).map_err(|_| ())
+    }
 }
 
 #[cfg(test)]

@@ -633,13 +633,27 @@ pub fn open_region_into(
     what: &str,
     out: &mut Vec<u8>,
 ) -> Result<()> {
+    open_region_prefix_into(dec, stored, region, usize::MAX, what, out)
+}
+
+/// [`open_region_into`], decompressing only the region's first `upto` bytes (all of them if
+/// `upto` is at least its raw length): see
+/// [`compress::RegionDecompressor::decompress_prefix_into`].
+pub fn open_region_prefix_into(
+    dec: &mut compress::RegionDecompressor,
+    stored: &[u8],
+    region: &RegionMeta,
+    upto: usize,
+    what: &str,
+    out: &mut Vec<u8>,
+) -> Result<()> {
     if crc32c::crc32c(stored) != region.crc {
         return Err(Error::corrupt(
             what,
             format!("region at offset {} fails its checksum", region.offset),
         ));
     }
-    dec.decompress_into(region.codec, stored, region.raw_len as usize, out)
+    dec.decompress_prefix_into(region.codec, stored, region.raw_len as usize, upto, out)
         .map_err(|e| Error::corrupt(what, format!("region at offset {}: {e}", region.offset)))
 }
 

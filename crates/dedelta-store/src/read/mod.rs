@@ -79,6 +79,9 @@ pub struct ReadStats {
     pub regions_read: u64,
     /// Stored bytes read from the backend.
     pub bytes_read: u64,
+    /// Bytes the regions read were decompressed to (all of each, or as far as a restore
+    /// needs: `regions_decoded_again`).
+    pub bytes_decompressed: u64,
     /// Region cache hits.
     pub region_cache_hits: u64,
     /// Delta chunks decoded.
@@ -92,6 +95,9 @@ pub struct ReadStats {
     /// Chunks found beside one located just before, without asking the index (restore and
     /// dump; see `locator/neighbour.rs`).
     pub index_lookups_spared: u64,
+    /// Regions decompressed only partway (dump: as far as the chunks it expects) and
+    /// decompressed again, whole, for a chunk past that point.
+    pub regions_decoded_again: u64,
 }
 
 impl ReadStats {
@@ -101,12 +107,14 @@ impl ReadStats {
             container_metas_read: self.container_metas_read + o.container_metas_read,
             regions_read: self.regions_read + o.regions_read,
             bytes_read: self.bytes_read + o.bytes_read,
+            bytes_decompressed: self.bytes_decompressed + o.bytes_decompressed,
             region_cache_hits: self.region_cache_hits + o.region_cache_hits,
             deltas_decoded: self.deltas_decoded + o.deltas_decoded,
             base_cache_hits: self.base_cache_hits + o.base_cache_hits,
             base_cache_misses: self.base_cache_misses + o.base_cache_misses,
             index_lookups: self.index_lookups + o.index_lookups,
             index_lookups_spared: self.index_lookups_spared + o.index_lookups_spared,
+            regions_decoded_again: self.regions_decoded_again + o.regions_decoded_again,
         }
     }
 }

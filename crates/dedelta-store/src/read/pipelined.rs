@@ -91,11 +91,15 @@ impl<'a> PipelinedLocator<'a> {
     }
 
     /// Chunks `ids` will be fetched next, in this order, after those announced before: their
-    /// regions are read ahead (nothing without [`Self::read_ahead_bytes`]). A chunk
-    /// announced and never fetched (its file failed) costs only its read.
+    /// regions are read ahead (with [`Self::read_ahead_bytes`]), or else decompressed only as
+    /// far as the announced chunks in them need. A chunk announced and never fetched (its
+    /// file failed) costs only its read.
     pub fn announce(&mut self, ids: impl IntoIterator<Item = ChunkId>) {
-        if let Some(plan) = self.plan.as_mut() {
-            plan.announce(&mut self.locator, ids);
+        match self.plan.as_mut() {
+            Some(plan) => plan.announce(&mut self.locator, ids),
+            // Without reading ahead: regions are decompressed only as far as these chunks
+            // need (see ChunkLocator::expect_chunks).
+            None => self.locator.expect_chunks(ids),
         }
     }
 

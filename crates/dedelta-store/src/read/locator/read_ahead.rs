@@ -276,6 +276,7 @@ impl ChunkLocator<'_> {
             self.stats.bytes_read += read.bytes_read;
             for (index, raw) in read.opened {
                 self.stats.regions_read += 1;
+                self.stats.bytes_decompressed += raw.len() as u64;
                 self.cache_region(read.container, index, Arc::new(raw));
             }
         }

@@ -214,6 +214,7 @@ impl ChunkLocator<'_> {
             match &meta {
                 Some(meta) if !held => {
                     self.stats.regions_read += 1;
+                    self.stats.bytes_decompressed += raw.len() as u64;
                     self.keep(read.container, meta, index, Arc::new(raw));
                 }
                 _ => self.recycle(Arc::new(raw)),
