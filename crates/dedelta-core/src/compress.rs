@@ -201,18 +201,21 @@ fn zstd_compress_into(raw: &[u8], level: i32, out: &mut Vec<u8>) -> std::io::Res
     })
 }
 
+/// The bytes of a region stored raw (codec 0), which must be `raw_len` long.
+fn stored_raw(stored: &[u8], raw_len: usize) -> Result<&[u8], CompressError> {
+    if stored.len() != raw_len {
+        return Err(CompressError::Corrupt(format!(
+            "raw region is {} bytes, expected {raw_len}",
+            stored.len()
+        )));
+    }
+    Ok(stored)
+}
+
 /// Decompresses a region stored with `codec` whose raw length is `raw_len`.
 pub fn decompress(codec: u8, stored: &[u8], raw_len: usize) -> Result<Vec<u8>, CompressError> {
     match codec {
-        CODEC_NONE => {
-            if stored.len() != raw_len {
-                return Err(CompressError::Corrupt(format!(
-                    "raw region is {} bytes, expected {raw_len}",
-                    stored.len()
-                )));
-            }
-            Ok(stored.to_vec())
-        }
+        CODEC_NONE => Ok(stored_raw(stored, raw_len)?.to_vec()),
         CODEC_ZSTD => {
             let out = zstd::bulk::decompress(stored, raw_len)
                 .map_err(|e| CompressError::Corrupt(e.to_string()))?;
@@ -323,13 +326,7 @@ impl RegionDecompressor {
         out.clear();
         match codec {
             CODEC_NONE => {
-                if stored.len() != raw_len {
-                    return Err(CompressError::Corrupt(format!(
-                        "raw region is {} bytes, expected {raw_len}",
-                        stored.len()
-                    )));
-                }
-                out.extend_from_slice(&stored[..upto]);
+                out.extend_from_slice(&stored_raw(stored, raw_len)?[..upto]);
                 Ok(())
             }
             CODEC_ZSTD => {
