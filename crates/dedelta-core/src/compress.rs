@@ -16,6 +16,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod block_decoder;
+use block_decoder::BlockDecoder;
+
 /// How a region's bytes are stored; recorded per region as a one-byte code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "codec", rename_all = "lowercase")]
@@ -357,87 +360,6 @@ impl RegionDecompressor {
 /// [`RegionDecompressor::decompress_prefix_into`] may decompress: a zstd block's largest
 /// size (`ZSTD_BLOCKSIZE_MAX`).
 pub const PREFIX_SLACK: usize = 128 << 10;
-
-/// A zstd context for buffer-less streaming decompression (`ZSTD_decompressContinue`), which
-/// the safe bindings do not offer.
-struct BlockDecoder(std::ptr::NonNull<zstd_sys::ZSTD_DCtx>);
-
-use zstd::zstd_safe::zstd_sys;
-
-// SAFETY: a zstd context has no affinity to a thread; it is used by one at a time (`&mut`).
-unsafe impl Send for BlockDecoder {}
-
-impl Drop for BlockDecoder {
-    fn drop(&mut self) {
-        // SAFETY: the context was made by ZSTD_createDCtx and is freed once.
-        unsafe {
-            zstd_sys::ZSTD_freeDCtx(self.0.as_ptr());
-        }
-    }
-}
-
-impl BlockDecoder {
-    fn new() -> Option<Self> {
-        // SAFETY: plain constructor; null on allocation failure.
-        std::ptr::NonNull::new(unsafe { zstd_sys::ZSTD_createDCtx() }).map(BlockDecoder)
-    }
-
-    /// Decodes the frame `stored` into `out` (empty, with at least `room` bytes of
-    /// capacity), block after block, until it holds `upto` bytes or the frame ends.
-    fn decode_prefix(
-        &mut self,
-        stored: &[u8],
-        upto: usize,
-        room: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), CompressError> {
-        debug_assert!(out.is_empty() && out.capacity() >= room);
-        let room = room.min(out.capacity());
-        let dctx = self.0.as_ptr();
-        let check = |code: usize| -> Result<usize, CompressError> {
-            // SAFETY: ZSTD_isError and ZSTD_getErrorName take any value; the name is a
-            // static C string.
-            unsafe {
-                if zstd_sys::ZSTD_isError(code) == 0 {
-                    return Ok(code);
-                }
-                let name = std::ffi::CStr::from_ptr(zstd_sys::ZSTD_getErrorName(code));
-                Err(CompressError::Corrupt(name.to_string_lossy().into_owned()))
-            }
-        };
-        // SAFETY: `dctx` is a live context owned by `self`.
-        check(unsafe { zstd_sys::ZSTD_decompressBegin(dctx) })?;
-        let (mut read, mut written) = (0usize, 0usize);
-        while written < upto {
-            // SAFETY: as above.
-            let next = unsafe { zstd_sys::ZSTD_nextSrcSizeToDecompress(dctx) };
-            if next == 0 {
-                break; // the frame ended
-            }
-            let Some(src) = stored.get(read..read.saturating_add(next)) else {
-                return Err(CompressError::Corrupt("truncated zstd frame".into()));
-            };
-            // SAFETY: `src` is `next` readable bytes; the destination is the vector's spare
-            // capacity after the `written` bytes decoded so far (`room - written` bytes, all
-            // within its allocation), contiguous with them as zstd's back-references need;
-            // zstd writes at most that many bytes and returns how many, or an error.
-            let n = check(unsafe {
-                zstd_sys::ZSTD_decompressContinue(
-                    dctx,
-                    out.as_mut_ptr().add(written).cast(),
-                    room - written,
-                    src.as_ptr().cast(),
-                    src.len(),
-                )
-            })?;
-            read += next;
-            written += n.min(room - written);
-        }
-        // SAFETY: the first `written` bytes were initialized by zstd, within the capacity.
-        unsafe { out.set_len(written) };
-        Ok(())
-    }
-}
 
 #[cfg(test)]
 mod tests {
