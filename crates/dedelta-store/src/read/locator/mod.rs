@@ -20,6 +20,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
+mod expected;
 mod memo;
 mod neighbour;
 mod read_ahead;
@@ -108,41 +109,9 @@ pub struct ChunkLocator<'a> {
     neighbours: Option<neighbour::Neighbours>,
     /// Metadata in one suffix read, as restore reads it ([`Self::reading_metas_whole`]).
     metas_whole: bool,
-    /// The chunks the read expects to fetch ([`Self::expect_chunks`]), with the delta bases
-    /// their containers' metadata names: a region is decompressed only as far as the last
-    /// of them in it.
-    expected: Option<IdSet>,
-    /// More chunks were announced than [`EXPECTED_MAX`]: regions are decompressed whole.
-    expected_too_many: bool,
-    /// Per container, where the expected chunks of each region end (one pass over its
-    /// entries, on its first region read).
-    expected_ends: LruCache<ContainerId, Vec<usize>>,
+    /// The chunks the read expects to fetch ([`Self::expect_chunks`]).
+    expected: expected::ExpectedChunks,
 }
-
-/// A set of chunk ids hashed by their first bytes: they are already uniform (BLAKE3, or its
-/// keyed form), and SipHash over all 32 bytes was 7 % of a dump's samples.
-type IdSet = HashSet<ChunkId, std::hash::BuildHasherDefault<IdHasher>>;
-
-/// The hasher of [`IdSet`]: the first 8 bytes written (an id's), folded.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut word = [0u8; 8];
-        let n = bytes.len().min(8);
-        word[..n].copy_from_slice(&bytes[..n]);
-        self.0 = self.0.rotate_left(17) ^ u64::from_le_bytes(word);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// The most chunks [`ChunkLocator::expect_chunks`] keeps (about 12 MiB): a file of up to a
-/// few GB. A larger one has its regions decompressed whole, as without an announcement.
-const EXPECTED_MAX: usize = 256 << 10;
 
 /// The copies of its chunks a snapshot's own backup referenced ([`ChunkLocator::reading_own_copies`]).
 ///
@@ -201,9 +170,7 @@ impl<'a> ChunkLocator<'a> {
             ahead_answers: None,
             neighbours: None,
             metas_whole: false,
-            expected: None,
-            expected_too_many: false,
-            expected_ends: lru(META_CACHE_ENTRIES),
+            expected: expected::ExpectedChunks::default(),
         })
     }
 
@@ -453,83 +420,18 @@ impl<'a> ChunkLocator<'a> {
             self.repo.read_container_meta(&id)?
         });
         self.stats.container_metas_read += 1;
-        self.expect_bases_of(&m);
+        self.expected.add_bases_of(&m);
         self.metas.put(id, m.clone());
         Ok(m)
     }
 
     /// Chunks `ids` will be fetched through the restore cache: each region is then
-    /// decompressed only up to the last of them in it (or the chunk asked for), not whole.
-    /// A chunk met later past that point (a delta base the metadata read so far did not
-    /// name) has its region decompressed again, whole. Not with regions read ahead (an
-    /// object store), which are opened whole where they arrive.
-    ///
-    /// Why: a dump of the last of 10 prettier versions (8.4 MB) read 41 regions of 512 KiB,
-    /// 21 MB decompressed into fresh pages, on the thread that bounds the dump's time.
+    /// decompressed only up to the last of them in it (or the chunk asked for), not whole
+    /// (see [`expected`]). Not with regions read ahead (an object store), which are opened
+    /// whole where they arrive.
     pub(crate) fn expect_chunks(&mut self, ids: impl IntoIterator<Item = ChunkId>) {
-        if self.expected_too_many || self.restore_cache.is_none() {
-            return;
-        }
-        let expected = self.expected.get_or_insert_with(IdSet::default);
-        for id in ids {
-            if expected.len() >= EXPECTED_MAX {
-                (self.expected, self.expected_too_many) = (None, true);
-                return;
-            }
-            expected.insert(id);
-        }
-    }
-
-    /// Adds the delta bases of the expected chunks in `meta` to the expected chunks (they
-    /// are fetched with them).
-    fn expect_bases_of(&mut self, meta: &ContainerMeta) {
-        let Some(expected) = self.expected.as_mut() else {
-            return;
-        };
-        for e in &meta.entries {
-            if let EntryKind::Delta { base, .. } = e.kind {
-                if expected.len() < EXPECTED_MAX && expected.contains(&e.id) {
-                    expected.insert(base);
-                }
-            }
-        }
-    }
-
-    /// How far to decompress region `index` of container `cid` for a chunk whose stored
-    /// bytes end at `need`: to the end of the last expected chunk in it
-    /// ([`Self::expect_chunks`]), or `usize::MAX` (whole) when nothing is expected, regions
-    /// are read ahead, or the region is mostly needed anyway.
-    fn decompress_upto(
-        &mut self,
-        cid: ContainerId,
-        meta: &ContainerMeta,
-        index: u32,
-        need: usize,
-    ) -> usize {
-        let Some(expected) = self.expected.as_ref().filter(|_| self.ahead.is_none()) else {
-            return usize::MAX;
-        };
-        let ends = self.expected_ends.get_or_insert(cid, || {
-            let mut ends = vec![0usize; meta.regions.len()];
-            for e in &meta.entries {
-                if let Some(end) = ends.get_mut(e.region as usize) {
-                    if expected.contains(&e.id) {
-                        *end = (*end).max(e.offset as usize + e.stored_len as usize);
-                    }
-                }
-            }
-            ends
-        });
-        let end = ends.get(index as usize).copied().unwrap_or(0).max(need);
-        let raw = meta
-            .regions
-            .get(index as usize)
-            .map_or(0, |r| r.raw_len as usize);
-        // The last eighth decoded too rather than risk decoding the region twice.
-        if end >= raw - raw / 8 {
-            usize::MAX
-        } else {
-            end
+        if self.restore_cache.is_some() {
+            self.expected.expect(ids);
         }
     }
 
@@ -542,7 +444,8 @@ impl<'a> ChunkLocator<'a> {
         need: usize,
     ) -> Result<Arc<Vec<u8>>> {
         if self.restore_cache.is_some() {
-            let mut upto = self.decompress_upto(cid, meta, index, need);
+            // How far to decompress is worked out on a miss only (most chunks hit).
+            let mut whole = false;
             if let Some(r) = self.restore_cache.as_mut().and_then(|c| c.get(&cid, index)) {
                 if r.len() >= need {
                     self.stats.region_cache_hits += 1;
@@ -550,13 +453,18 @@ impl<'a> ChunkLocator<'a> {
                 }
                 // Decompressed partway (expect_chunks), and this chunk lies past it.
                 self.stats.regions_decoded_again += 1;
-                upto = usize::MAX;
+                whole = true;
             } else if self.await_region(cid, index) {
                 if let Some(r) = self.restore_cache.as_mut().and_then(|c| c.get(&cid, index)) {
                     self.stats.region_cache_hits += 1;
                     return Ok(r);
                 }
             }
+            let upto = if whole || self.ahead.is_some() {
+                usize::MAX
+            } else {
+                self.expected.upto(cid, meta, index, need)
+            };
             let r = self.read_region(cid, meta, index, upto)?;
             self.keep(cid, meta, index, r.clone());
             return Ok(r);
