@@ -571,22 +571,15 @@ pub fn backup(
     // Jobs still queued when a stage failed hold the index's read view: the repository must be
     // quiet again when this returns, whatever the result.
     jobs_in_flight.wait();
-    let writer_stats = writer_result?;
+    let mut writer_stats = writer_result?;
     let dedup_out = dedup_result?;
-    // Every container is indexed, and with it added to a loaded filter: keep the filter for
-    // the next backup (a filter not written is rebuilt then; the backup stands).
-    if let Err(e) = repo.index().save_filter() {
-        notices.push(format!("fingerprint filter not saved: {e}"));
-    }
-    if lookup_kind == FingerprintIndexKind::Locality {
-        let hints = recent_containers::hints_for_next(
+    let unindexed = std::mem::take(&mut writer_stats.unindexed);
+    let hints = (lookup_kind == FingerprintIndexKind::Locality).then(|| {
+        recent_containers::hints_for_next(
             &writer_stats.containers,
             &dedup_index.lookup.used_containers(),
-        );
-        if let Err(e) = repo.index().set_recent_containers(&hints) {
-            notices.push(format!("locality hints not saved: {e}"));
-        }
-    }
+        )
+    });
 
     notices.extend(dedup_out.notices);
     let cache_save = dedup_out.cache_save;
@@ -604,7 +597,40 @@ pub fn backup(
     summary.containers_written = writer_stats.containers.len() as u64;
     summary.warnings = warnings.len() as u64;
     summary.seconds = started.elapsed().as_secs_f64();
-    let metrics = BackupMetrics {
+
+    let snapshot = Snapshot {
+        time: opts.time,
+        host: opts.host,
+        paths: snapshot_paths,
+        tags: opts.tags,
+        tree: dedup_out.tree,
+        summary: summary.clone(),
+        containers: {
+            let mut c: Vec<ContainerId> = dedup_out.referenced.iter().copied().collect();
+            c.extend(&writer_stats.containers);
+            c.sort_unstable();
+            c.dedup();
+            c
+        },
+        ..Default::default()
+    };
+    // The client's index work runs beside the snapshot's write (a round trip on an object
+    // store; both wait on fsyncs on a disk): the last batch of containers taken in, the
+    // filter and hints saved, then the index's compaction (a merge of its runs, which the
+    // command's end would do after the snapshot). The snapshot needs the containers durable
+    // and listed in index files, which they are; the client's index is a cache of those,
+    // which the next open catches up with if a crash comes first.
+    let (saved, client_index) = std::thread::scope(|s| {
+        let client_index = s.spawn(|| update_client_index(repo, unindexed, hints.as_deref()));
+        let saved = repo.save_snapshot(&snapshot);
+        (saved, client_index.join())
+    });
+    match client_index {
+        Ok(n) => notices.extend(n),
+        Err(_) => notices.push("the chunk index's update panicked".into()),
+    }
+    let snapshot_id = saved?;
+    let mut metrics = BackupMetrics {
         stage_seconds: times.seconds(),
         bases: dedup_out.base_counts,
         sketched_chunks: times
@@ -622,40 +648,8 @@ pub fn backup(
         rewritten: dedup_out.rewritten,
         prefetch: prefetched.as_ref().map(|(p, _)| p.counts()),
     };
-    let snapshot = Snapshot {
-        time: opts.time,
-        host: opts.host,
-        paths: snapshot_paths,
-        tags: opts.tags,
-        tree: dedup_out.tree,
-        summary: summary.clone(),
-        containers: {
-            let mut c: Vec<ContainerId> = dedup_out.referenced.iter().copied().collect();
-            c.extend(&writer_stats.containers);
-            c.sort_unstable();
-            c.dedup();
-            c
-        },
-        ..Default::default()
-    };
-    // The chunk index's compaction (a merge of its runs, which the command's end would do
-    // after the snapshot) runs beside the snapshot's write: both wait on fsyncs, and the
-    // index already holds every chunk the snapshot names, so the order of the two does not
-    // matter for a crash.
-    let (saved, compacted) = std::thread::scope(|s| {
-        let compaction = s.spawn(|| repo.index().compact_if_worthwhile());
-        let saved = repo.save_snapshot(&snapshot);
-        (saved, compaction.join())
-    });
-    match compacted {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => notices.push(format!("the chunk index could not be compacted: {e}")),
-        Err(_) => notices.push("the chunk index's compaction panicked".into()),
-    }
-    let snapshot_id = saved?;
     // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
     // killed before it leaves a snapshot without one (see crate::format::dense).
-    let mut metrics = metrics;
     if let (Some(m), Some(p)) = (&dedup_out.monitor, metrics.prefetch.as_mut()) {
         let list = crate::format::dense::DenseList {
             snapshot: snapshot_id,
@@ -677,4 +671,35 @@ pub fn backup(
         notices,
         metrics,
     })
+}
+
+/// A backup's last work on the client's index, run beside the snapshot's write: takes in the
+/// last batch of containers, saves the filter (every container is in it now; a filter not
+/// written is rebuilt by the next backup) and the locality hints, then compacts the index if
+/// worthwhile. Returns notices: none of it decides the backup, whose containers are durable.
+fn update_client_index(
+    repo: &IndexedRepository,
+    unindexed: crate::repository::UnindexedContainers,
+    hints: Option<&[ContainerId]>,
+) -> Vec<String> {
+    let mut notices = Vec::new();
+    if let Err(e) = unindexed.index(repo) {
+        notices.push(format!(
+            "the chunk index could not take in this backup's last containers ({e}); the next \
+             command catches up"
+        ));
+        return notices;
+    }
+    if let Err(e) = repo.index().save_filter() {
+        notices.push(format!("fingerprint filter not saved: {e}"));
+    }
+    if let Some(hints) = hints {
+        if let Err(e) = repo.index().set_recent_containers(hints) {
+            notices.push(format!("locality hints not saved: {e}"));
+        }
+    }
+    if let Err(e) = repo.index().compact_if_worthwhile() {
+        notices.push(format!("the chunk index could not be compacted: {e}"));
+    }
+    notices
 }

@@ -36,6 +36,25 @@ pub struct ContainerWriter<'a> {
     in_flight: Option<InFlight>,
 }
 
+/// Durable containers not indexed yet (see [`ContainerWriter::finish_unindexed`]).
+#[derive(Debug, Default)]
+#[must_use = "the containers are durable but not indexed"]
+pub struct UnindexedContainers(Vec<(ContainerId, ContainerMeta)>);
+
+impl UnindexedContainers {
+    /// Takes the containers into the client's index.
+    ///
+    /// # Errors
+    /// The index cannot be written (the next open's catch-up takes them in).
+    pub fn index(self, repo: &IndexedRepository) -> Result<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        repo.index()
+            .insert_containers(self.0.iter().map(|(id, meta)| (*id, meta)))
+    }
+}
+
 /// A sealed container whose PUT runs on its own thread.
 struct InFlight {
     id: ContainerId,
@@ -120,6 +139,28 @@ impl<'a> ContainerWriter<'a> {
     /// round; what matters is that both are durable before the snapshot, which the caller
     /// writes after this returns. One round trip fewer on the backup's critical path.
     pub fn finish(&mut self) -> Result<()> {
+        self.store_last()?;
+        self.index_pending()
+    }
+
+    /// [`Self::finish`] but for the last batch's indexing, which it hands back: a backup
+    /// indexes it beside the snapshot's PUT instead of before it. Every container is durable
+    /// and covered by an index file when this returns, and those are what the snapshot needs
+    /// (the client's index is a cache of them: a crash before the batch is indexed leaves
+    /// durable containers that the next open's catch-up takes in, as after a crash between
+    /// two batches).
+    pub fn finish_unindexed(&mut self) -> Result<UnindexedContainers> {
+        self.store_last()?;
+        Ok(UnindexedContainers(
+            self.pending
+                .as_mut()
+                .map(std::mem::take)
+                .unwrap_or_default(),
+        ))
+    }
+
+    /// Stores the open container and waits for every PUT (see [`Self::finish`]).
+    fn store_last(&mut self) -> Result<()> {
         self.flush_region()?;
         self.seal_behind()?;
         let publish_beside = self.repo.writes_index_files();
@@ -135,8 +176,7 @@ impl<'a> ContainerWriter<'a> {
         };
         let stored = self.wait_stored();
         published?;
-        stored?;
-        self.index_pending()
+        stored
     }
 
     /// Makes the writer clear the damage records of a container it writes again. Names are

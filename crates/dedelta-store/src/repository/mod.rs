@@ -45,7 +45,9 @@ use crate::format::config::RepoConfig;
 use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMeta, FOOTER_LEN};
 use crate::repository::lock::{LockInfo, LockMode, RepoLock};
 use crate::repository::lock_guard::WriteGuard;
-pub use containers::{read_container_meta, read_container_meta_tail, ContainerWriter};
+pub use containers::{
+    read_container_meta, read_container_meta_tail, ContainerWriter, UnindexedContainers,
+};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -119,3 +119,45 @@ fn a_manifest_lost_torn_or_emptied_by_a_crash_never_gives_a_wrong_answer() {
         );
     }
 }
+
+/// A backup writes its snapshot beside the client index's last batch, not after it: a crash
+/// in between leaves durable containers the index has not taken in. The next open catches
+/// up with them, and a batch indexed late lands as well.
+#[test]
+fn containers_finished_unindexed_are_taken_in_by_the_next_open() {
+    use dedelta_core::ChunkId;
+    use dedelta_store::format::container::{EntryKind, RegionBuilder};
+    use dedelta_store::repository::ContainerWriter;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let repo = init_repo(&path, config(1, DeltaConfig::default()));
+    let write = |repo: &IndexedRepository, text: &[u8]| {
+        let id = ChunkId::of(text);
+        let mut region = RegionBuilder::default();
+        region.push(id, EntryKind::Full, text, text.len(), Vec::new());
+        let mut writer = ContainerWriter::new(repo).indexing_in_batches();
+        writer
+            .add_region(region.compress(repo.config().compression))
+            .unwrap();
+        (id, writer.finish_unindexed().unwrap())
+    };
+    // Indexed late, as a backup does beside its snapshot.
+    let (late, unindexed) = write(&repo, b"indexed beside the snapshot");
+    assert!(repo.index().get(&late).unwrap().is_none());
+    unindexed.index(&repo).unwrap();
+    assert!(repo.index().get(&late).unwrap().is_some());
+    // Never indexed: the process died after the snapshot.
+    let (lost, unindexed) = write(&repo, b"the process died before indexing it");
+    drop(unindexed);
+    assert!(repo.index().get(&lost).unwrap().is_none());
+    drop(repo);
+    let repo = open_repo(&path).unwrap().open_index().unwrap();
+    assert!(
+        repo.index().get(&lost).unwrap().is_some(),
+        "taken in at the open"
+    );
+    assert!(repo.index().get(&late).unwrap().is_some());
+    let mut locator = dedelta_store::read::ChunkLocator::new(&repo, 1 << 20).unwrap();
+    let chunk = locator.locate(&lost).unwrap();
+    assert_eq!(chunk.stored(), b"the process died before indexing it");
+}
