@@ -43,8 +43,10 @@
 //! flight, a few per worker thread), never by file size.
 //!
 //! Crash safety: a container is durable (`Backend::put`) before its chunks are indexed, and
-//! every container is indexed before the snapshot is written. A backup killed anywhere leaves
-//! at worst unreferenced containers, which `check` accepts and a later prune removes.
+//! every container is durable, and in an index file on an object store, before the snapshot
+//! is written; the last batch enters the client's index (a cache) beside the snapshot's
+//! write. A backup killed anywhere leaves at worst unreferenced containers, which `check`
+//! accepts and a later prune removes, or containers the next open takes into the index.
 
 mod base_cache;
 pub mod bases;
