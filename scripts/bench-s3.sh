@@ -43,8 +43,19 @@ mb() { du -sb src | awk '{printf "%.1f", $1/1e6}'; }
 # Each command starts with no dirty pages (`sync`, untimed): otherwise a restore pays for
 # writing back the 1.2 GB the one before it left in the page cache (measured: the second of
 # two restores took 1.5-2.5x as long, whichever went second).
+# Before each timed command, memory is written and freed (untimed, WARM_MB, default 2048, 0
+# for none): this machine's kernel reports freed memory to the hypervisor after about 2 s
+# (page_reporting), and the next first touch of each such page is a fault the hypervisor
+# serves, which made one command's system time range over 0.6-3.7 s, by where its pages
+# came from. Memory freed just before is reused instead (measured: 0.44-0.84 s).
+warm() {
+  local f="${RESTORE_DIR:-/dev/shm}/dedelta-bench-warm"
+  [ "${WARM_MB:-2048}" -gt 0 ] || return 0
+  head -c "${WARM_MB:-2048}M" /dev/zero > "$f"; rm -f "$f"
+}
 tb() {
   sync
+  warm
   /usr/bin/time -o "$work/time" -f '%e %U %S' "$@" --json > "$work/out.json"
   python3 - "$work/time" "$work/out.json" <<'PY'
 import json, sys
@@ -80,17 +91,28 @@ done
 rdir=$(mktemp -d "${RESTORE_DIR:-/dev/shm}/dedelta-bench-restore.XXXXXX")
 # (s3-endpoint.sh's trap stops moto: kept.)
 trap 'rm -rf "$rdir"; ${moto:+kill $moto}' EXIT
+# Each restore writes into memory the one before it freed: on a virtual machine the first
+# touch of memory the guest never used costs several times a reuse (scripts/fresh-memory.sh),
+# and when the local restore's tree stayed while the S3 restore wrote its own, the S3 restore
+# alone paid that (restore 1: 4.75 s against 1.85-2.26 for restore 2, 3.7 s of it system
+# time). So one untimed restore first, and every restore's tree is checked against the
+# first's digests and removed before the next restore.
+sums() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+DEDELTA_CACHE_DIR=$work/cache-rw $D restore -r local latest --target "$rdir/w" >/dev/null
+sums "$rdir/w" > "$work/restore.sums"
+rm -rf "${rdir:?}/w" cache-rw
+same() { (cd "$1" && sha256sum --quiet -c "$work/restore.sums") >/dev/null && rm -rf "${1:?}"; }
 for k in 1 2; do
   rm -rf "${rdir:?}"/* cache-rl cache-rs cache-ro
   read -r lt lc lr _ lm _ < <(DEDELTA_CACHE_DIR=$work/cache-rl tb $D restore -r local latest --target "$rdir/l")
+  same "$rdir/l" || { echo "local restore differs"; exit 1; }
   read -r st sc sr _ sm _ < <(DEDELTA_S3_TRACE=$(trace "restore-$k") DEDELTA_CACHE_DIR=$work/cache-rs tb $D restore -r "$s3" "${conn[@]}" latest --target "$rdir/s")
-  diff -r "$rdir/l" "$rdir/s" >/dev/null || { echo "restores differ"; exit 1; }
+  same "$rdir/s" || { echo "restores differ"; exit 1; }
   echo "restore $k ($(mb) MB, empty cache, to $rdir): local ${lt}s s3 ${st}s; cpu local ${lc}s s3 ${sc}s;" \
     "requests local $lr (metadata $lm) s3 $sr (metadata $sm)"
   if [ -n "$O" ]; then
-    rm -rf "${rdir:?}/s"
     read -r ot oc or _ om _ < <(DEDELTA_CACHE_DIR=$work/cache-ro tb $O restore -r "$s3old" "${conn[@]}" latest --target "$rdir/o")
-    diff -r "$rdir/l" "$rdir/o" >/dev/null || { echo "old binary's restore differs"; exit 1; }
+    same "$rdir/o" || { echo "old binary's restore differs"; exit 1; }
     echo "restore $k old binary: s3 ${ot}s; cpu ${oc}s; requests $or (metadata $om)"
   fi
 done

@@ -13,7 +13,7 @@
 # Usage: scripts/garage-cluster.sh [--build] [WORKDIR]   (env: DEDELTA_BIN, GARAGE_BIN; BENCH=N
 # runs scripts/bench-s3.sh with N backups against the cluster instead of the tests, OLD_BIN passed on,
 # and prints the CPU seconds the Garage nodes used; GARAGE_COMPRESSION sets the nodes'
-# compression_level, default "none": see below)
+# compression_level, default "none": see below; QUICKACK=1: see quickack_routes)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 D=${DEDELTA_BIN:-$here/target/release/dedelta}
@@ -42,7 +42,24 @@ start_node() {
   pids[$1]=$!
 }
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap stop_all EXIT
+# QUICKACK=1 (root): loopback TCP acknowledges at once for the cluster's lifetime (`quickack`
+# on the loopback routes, put back on exit). Garage sets no TCP_NODELAY on its sockets, so
+# between its nodes a message's last short segment waits for the acknowledgement of the
+# one before, which Linux delays by up to 40 ms: a third of the cluster's requests took
+# 44-46 ms instead of 1-6 ms, inside the cluster, whatever the client does (the client's
+# own side acknowledges at once already: dedelta-backend's s3/connect.rs). Measured both
+# ways in docs/benchmarks.md.
+quickack_routes() { # on|off
+  local q=(); [ "$1" = on ] && q=(quickack 1)
+  ip route change table local local 127.0.0.0/8 dev lo proto kernel scope host src 127.0.0.1 "${q[@]}" &&
+    ip route change table local local 127.0.0.1 dev lo proto kernel scope host src 127.0.0.1 "${q[@]}"
+}
+if [ "${QUICKACK:-0}" = 1 ]; then
+  quickack_routes on || { echo "error: QUICKACK=1 needs root and iproute2" >&2; exit 1; }
+  trap 'stop_all; quickack_routes off' EXIT
+else
+  trap stop_all EXIT
+fi
 for i in 1 2 3; do
   mkdir -p "n$i/meta" "n$i/data"
   cat > "$(conf $i)" <<TOML

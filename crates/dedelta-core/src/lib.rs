@@ -18,4 +18,4 @@ pub mod fingerprint;
 pub mod sketch;
 pub mod varint;
 
-pub use fingerprint::{ChunkHasher, ChunkId};
+pub use fingerprint::{BuildChunkIdHasher, ChunkHasher, ChunkId, ChunkIdHasher};

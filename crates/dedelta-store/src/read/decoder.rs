@@ -1,16 +1,15 @@
 //! Rebuilding a located chunk: a delta is decoded against its base (bases are verified once
 //! and kept in an LRU cache), and every chunk is checked against its fingerprint.
 
-use super::{lru, LocatedChunk, ReadStats, BASE_CACHE_ENTRIES};
+use super::{LocatedChunk, ReadStats, BASE_CACHE_ENTRIES};
 use crate::error::{Error, Result};
 use dedelta_core::delta::{new_codec, DeltaCodec, DeltaKind};
 use dedelta_core::{ChunkHasher, ChunkId};
-use lru::LruCache;
 use std::sync::Arc;
 
 /// Rebuilds and verifies located chunks.
 pub struct ChunkDecoder {
-    bases: LruCache<ChunkId, Arc<Vec<u8>>>,
+    bases: super::IdLru<Arc<Vec<u8>>>,
     codec: Box<dyn DeltaCodec>,
     stats: ReadStats,
     /// How chunk ids are computed (keyed in an encrypted repository).
@@ -27,7 +26,7 @@ impl ChunkDecoder {
     pub(crate) fn with_bases(entries: usize, hasher: ChunkHasher) -> Self {
         ChunkDecoder {
             hasher,
-            bases: lru(entries),
+            bases: super::id_lru(entries),
             // Every codec writes the same instruction format, which any codec decodes.
             codec: new_codec(DeltaKind::Ddelta),
             stats: ReadStats::default(),

@@ -70,6 +70,16 @@ pub(crate) fn lru<K: std::hash::Hash + Eq, V>(entries: usize) -> LruCache<K, V> 
     LruCache::new(NonZeroUsize::new(entries.max(1)).expect("at least 1"))
 }
 
+/// An LRU keyed by chunk id, hashed by the id's first bytes ([`dedelta_core::ChunkIdHasher`]).
+pub(crate) type IdLru<V> = LruCache<ChunkId, V, dedelta_core::BuildChunkIdHasher>;
+
+pub(crate) fn id_lru<V>(entries: usize) -> IdLru<V> {
+    LruCache::with_hasher(
+        NonZeroUsize::new(entries.max(1)).expect("at least 1"),
+        Default::default(),
+    )
+}
+
 /// Counters of a read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ReadStats {

@@ -7,7 +7,7 @@ use super::locator::CopyRule;
 use super::reader::chain_too_long;
 use super::restore_plan::AheadPlan;
 use super::{
-    lru, ChunkDecoder, ChunkLocator, LocatedChunk, ReadStats, RestoreCacheChoice,
+    id_lru, ChunkDecoder, ChunkLocator, IdLru, LocatedChunk, ReadStats, RestoreCacheChoice,
     RestoreCacheStats, RESTORE_BASE_CACHE_ENTRIES,
 };
 use crate::error::Result;
@@ -15,7 +15,6 @@ use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::ContainerId;
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
-use lru::LruCache;
 use std::collections::HashMap;
 
 /// What the locating thread hands over for one chunk: the chunk, and for a delta whose base
@@ -48,7 +47,7 @@ impl FetchedChunk {
 /// decoder does not hold it.
 pub struct PipelinedLocator<'a> {
     locator: ChunkLocator<'a>,
-    held: LruCache<ChunkId, ()>,
+    held: IdLru<()>,
     /// Where reads are round trips (an object store) and the cache is an LRU: the chunks
     /// announced ahead and their regions requested (see [`super::restore_plan`]).
     plan: Option<AheadPlan>,
@@ -69,7 +68,7 @@ impl<'a> PipelinedLocator<'a> {
         cache_bytes: usize,
     ) -> Result<Self> {
         let mut locator = ChunkLocator::with_restore_cache(repo, cache.build(cache_bytes))?;
-        let held = lru(RESTORE_BASE_CACHE_ENTRIES);
+        let held = id_lru(RESTORE_BASE_CACHE_ENTRIES);
         let lru = matches!(cache, RestoreCacheChoice::Lru { .. });
         if repo.reads_are_round_trips() {
             locator.read_regions_ahead_of_restore();
@@ -239,7 +238,7 @@ impl<'a> PipelinedLocator<'a> {
 pub(super) fn chain_regions(
     locator: &mut ChunkLocator<'_>,
     id: &ChunkId,
-    held: &mut LruCache<ChunkId, ()>,
+    held: &mut IdLru<()>,
     wanted: &mut Vec<(ContainerId, u32)>,
 ) {
     let Some((cid, region, mut next)) = locator.place(id, CopyRule::Own) else {

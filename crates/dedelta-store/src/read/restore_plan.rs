@@ -17,7 +17,6 @@
 use super::pipelined::chain_regions;
 use super::ChunkLocator;
 use dedelta_core::ChunkId;
-use lru::LruCache;
 use std::collections::VecDeque;
 
 /// Chunks planned at once: their metadata is read in one batch of requests.
@@ -33,13 +32,13 @@ pub(super) struct AheadPlan {
     charged: u64,
     budget: u64,
     /// The decoder's base cache as it will be once the planned chunks are fetched.
-    projected: LruCache<ChunkId, ()>,
+    projected: super::IdLru<()>,
 }
 
 impl AheadPlan {
     /// A plan keeping at most `budget` decompressed bytes requested ahead, the decoder
     /// holding the bases of `held` now.
-    pub(super) fn new(budget: u64, held: &LruCache<ChunkId, ()>) -> Self {
+    pub(super) fn new(budget: u64, held: &super::IdLru<()>) -> Self {
         AheadPlan {
             upcoming: VecDeque::new(),
             planned: VecDeque::new(),

@@ -20,26 +20,8 @@ use std::collections::HashSet;
 /// one has its regions decompressed whole, as without an announcement.
 const EXPECTED_MAX: usize = 256 << 10;
 
-/// A set of chunk ids hashed by their first bytes: they are already uniform (BLAKE3, or its
-/// keyed form), and SipHash over all 32 bytes was 7 % of a dump's samples.
-type IdSet = HashSet<ChunkId, std::hash::BuildHasherDefault<IdHasher>>;
-
-/// The hasher of [`IdSet`]: the first 8 bytes written (an id's), folded.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut word = [0u8; 8];
-        let n = bytes.len().min(8);
-        word[..n].copy_from_slice(&bytes[..n]);
-        self.0 = self.0.rotate_left(17) ^ u64::from_le_bytes(word);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// A set of chunk ids hashed by their first bytes ([`dedelta_core::ChunkIdHasher`]).
+type IdSet = HashSet<ChunkId, dedelta_core::BuildChunkIdHasher>;
 
 /// What a read expects to fetch.
 enum Expected {

@@ -103,7 +103,7 @@ pub struct ChunkLocator<'a> {
     ahead: Option<restore_ahead::RegionsAhead>,
     /// With `ahead`: the index's answers for the chunks planned ahead, which the fetches
     /// ask again (see [`restore_ahead::AHEAD_ANSWERS`]).
-    ahead_answers: Option<LruCache<ChunkId, Option<ChunkLocation>>>,
+    ahead_answers: Option<crate::read::IdLru<Option<ChunkLocation>>>,
     /// Restore's last positions, where the next chunk is looked for before the index is
     /// asked ([`neighbour`]).
     neighbours: Option<neighbour::Neighbours>,
@@ -128,7 +128,7 @@ struct OwnCopies {
     /// Own containers whose metadata has not been searched yet.
     unsearched: BTreeSet<ContainerId>,
     /// Chunks of the searched containers.
-    found: HashMap<ChunkId, ChunkLocation>,
+    found: HashMap<ChunkId, ChunkLocation, dedelta_core::BuildChunkIdHasher>,
 }
 
 /// Which copies of a chunk a lookup may read, with [`ChunkLocator::reading_own_copies`]
@@ -213,7 +213,7 @@ impl<'a> ChunkLocator<'a> {
         self.own = (!containers.is_empty()).then(|| OwnCopies {
             containers: containers.iter().copied().collect(),
             unsearched: containers.iter().copied().collect(),
-            found: HashMap::new(),
+            found: HashMap::default(),
         });
         let undamaged = self.repo.index().damage_digest().is_ok_and(|d| d == 0);
         self.neighbours = (self.own.is_some() && self.restore_cache.is_some() && undamaged)

@@ -18,7 +18,6 @@ use crate::format::container::ContainerId;
 use crate::request_threads::RequestThreads;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use dedelta_core::ChunkId;
-use lru::LruCache;
 use std::collections::{BTreeMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,9 +61,7 @@ impl ChunkLocator<'_> {
             cancelled: Arc::new(AtomicBool::new(false)),
             requests: 0,
         });
-        self.ahead_answers = Some(LruCache::new(
-            std::num::NonZeroUsize::new(AHEAD_ANSWERS).expect("not zero"),
-        ));
+        self.ahead_answers = Some(crate::read::id_lru(AHEAD_ANSWERS));
     }
 
     /// Whether regions are read ahead.
@@ -80,12 +77,12 @@ impl ChunkLocator<'_> {
     /// Reads the metadata of the containers that `ids` and the delta bases down their
     /// chains lie in, several at a time, level by level of the chains; bases in `held` (the
     /// decoder will hold them) are not followed.
-    pub(crate) fn read_chain_metas(&mut self, ids: &[ChunkId], held: &LruCache<ChunkId, ()>) {
+    pub(crate) fn read_chain_metas(&mut self, ids: &[ChunkId], held: &crate::read::IdLru<()>) {
         let Some(mut ahead) = self.ahead.take() else {
             return;
         };
         let mut level: Vec<ChunkId> = ids.to_vec();
-        let mut seen: HashSet<ChunkId> = HashSet::new();
+        let mut seen: HashSet<ChunkId, dedelta_core::BuildChunkIdHasher> = HashSet::default();
         let mut rule = CopyRule::Own;
         for _ in 0..=MAX_DELTA_DEPTH {
             if level.is_empty() {
