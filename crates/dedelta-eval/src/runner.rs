@@ -259,6 +259,13 @@ pub fn run_config(
             lookup_index_lookups: m.lookups.index_lookups,
             lookup_bucket_reads: m.lookups.bucket_reads,
             lookup_prefetches: m.lookups.prefetches,
+            lookup_view_rereads: m.lookups.view_rereads,
+            dense_listed: m.prefetch.map_or(0, |p| p.dense_listed),
+            dense_loaded: m.prefetch.map_or(0, |p| p.dense_loaded),
+            dense_loaded_at_stream: m.prefetch.map_or(0, |p| p.loaded_at_stream),
+            caf_old_deltas: m.rewritten.caf.old_deltas,
+            caf_base_fragmented: m.rewritten.caf.base_not_cached + m.rewritten.caf.base_given_up,
+            caf_bytes: m.rewritten.caf.bytes,
             containers_written: s.containers_written,
             ..VersionRow::default()
         };

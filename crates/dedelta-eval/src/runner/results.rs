@@ -159,6 +159,21 @@ pub struct VersionRow {
     pub lookup_bucket_reads: u64,
     /// Container metadata sections prefetched (random reads).
     pub lookup_prefetches: u64,
+    /// Of those, the cache-aware filter's view of the fingerprint cache reading again a
+    /// container's metadata that the pool's cache had evicted before the stream reached it.
+    pub lookup_view_rereads: u64,
+    /// LoopDelta: containers on the dense list the backup started with.
+    pub dense_listed: u64,
+    /// LoopDelta: dense containers read whole into the potential base chunk cache.
+    pub dense_loaded: u64,
+    /// Of those, read whole when the stream reached them (the pool had not read them).
+    pub dense_loaded_at_stream: u64,
+    /// The cache-aware filter: duplicates of old deltas it judged.
+    pub caf_old_deltas: u64,
+    /// Of those, base-fragmented (stored again).
+    pub caf_base_fragmented: u64,
+    /// Their raw bytes.
+    pub caf_bytes: u64,
     /// Containers the backup wrote (its new data, in containers).
     pub containers_written: u64,
     /// Seconds its restore took (when restored).

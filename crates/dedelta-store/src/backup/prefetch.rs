@@ -76,6 +76,9 @@ pub struct PrefetchCounts {
     pub dense_listed: u64,
     /// Dense containers loaded whole (one request each, with their metadata).
     pub dense_loaded: u64,
+    /// Of those, the ones read whole when the stream reached them because the pool had not
+    /// (or its read had been dropped from the landed ones: [`DensePrefetcher::reached`]).
+    pub loaded_at_stream: u64,
     /// Full chunks those brought into the cache.
     pub chunks_loaded: u64,
     /// Their raw bytes.

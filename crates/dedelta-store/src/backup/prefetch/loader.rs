@@ -234,6 +234,7 @@ impl DensePrefetcher {
     /// read is still under way) is read whole now, as the stream position needs it.
     pub fn reached(&self, backend: &dyn Backend, id: &ContainerId) {
         if self.bases.is_dense(id) && !self.bases.reached(id) {
+            self.bases.lock().counts.loaded_at_stream += 1;
             // Unreadable: no bases from it (the duplicate stands).
             let _ = self.load_whole(backend, id, &HashSet::new(), true);
         }
