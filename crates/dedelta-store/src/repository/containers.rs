@@ -47,12 +47,18 @@ impl UnindexedContainers {
     /// # Errors
     /// The index cannot be written (the next open's catch-up takes them in).
     pub fn index(self, repo: &IndexedRepository) -> Result<()> {
-        if self.0.is_empty() {
-            return Ok(());
-        }
-        repo.index()
-            .insert_containers(self.0.iter().map(|(id, meta)| (*id, meta)))
+        index_batch(repo, &self.0)
     }
+}
+
+/// Takes a batch of durable containers into the client's index, in one commit (none for an
+/// empty batch).
+fn index_batch(repo: &IndexedRepository, batch: &[(ContainerId, ContainerMeta)]) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    repo.index()
+        .insert_containers(batch.iter().map(|(id, meta)| (*id, meta)))
 }
 
 /// A sealed container whose PUT runs on its own thread.
@@ -113,12 +119,8 @@ impl<'a> ContainerWriter<'a> {
     /// Indexes every container written and not indexed yet.
     pub fn index_pending(&mut self) -> Result<()> {
         if let Some(pending) = self.pending.as_mut() {
-            if !pending.is_empty() {
-                self.repo
-                    .index()
-                    .insert_containers(pending.iter().map(|(id, meta)| (*id, meta)))?;
-                pending.clear();
-            }
+            index_batch(self.repo, pending)?;
+            pending.clear();
         }
         Ok(())
     }
