@@ -7,6 +7,7 @@ use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::read::walk_tree;
 use crate::read::{
     FetchedChunk, PipelinedDecoder, PipelinedLocator, RestoreCacheChoice, RestoreCacheStats,
+    SendBatch,
 };
 use crate::repository::IndexedRepository;
 use std::io::Write;
@@ -98,9 +99,7 @@ pub fn dump_found(
             String::from_utf8_lossy(&node.path)
         )));
     }
-    // Chunks go over in batches: sent one by one, each woke the decoding thread, which keeps
-    // up and waits on the channel (a futex wake per chunk, 5 % of the locating thread's time,
-    // the thread that bounds a dump's).
+    // Chunks go over in batches (see SendBatch).
     let (tx, rx) = crossbeam_channel::bounded::<Vec<FetchedChunk>>(8);
     std::thread::scope(|s| {
         let locating = std::thread::Builder::new().name("dedelta-locate".into());
@@ -162,48 +161,6 @@ pub fn dump_found(
         let cache = read?;
         written.map(|n| (n, cache))
     })
-}
-
-/// Chunks a dump's locating thread sends at once, at most...
-const SEND_ITEMS: usize = 128;
-/// ...or at least this many bytes of them (a batch the decoding thread shares with its
-/// helper, see `PipelinedDecoder::decode_batch`).
-const SEND_BYTES: usize = 256 << 10;
-
-/// Located chunks gathered for one send to the decoding thread.
-#[derive(Default)]
-struct SendBatch {
-    chunks: Vec<FetchedChunk>,
-    bytes: usize,
-}
-
-impl SendBatch {
-    /// Adds `fetched`, and sends the batch once it is full; an error if the decoding side is
-    /// gone.
-    fn push(
-        &mut self,
-        fetched: FetchedChunk,
-        tx: &crossbeam_channel::Sender<Vec<FetchedChunk>>,
-    ) -> std::result::Result<(), ()> {
-        self.bytes += fetched.len();
-        self.chunks.push(fetched);
-        if self.chunks.len() >= SEND_ITEMS || self.bytes >= SEND_BYTES {
-            return self.flush(tx);
-        }
-        Ok(())
-    }
-
-    /// Sends what is gathered, if anything.
-    fn flush(
-        &mut self,
-        tx: &crossbeam_channel::Sender<Vec<FetchedChunk>>,
-    ) -> std::result::Result<(), ()> {
-        self.bytes = 0;
-        if self.chunks.is_empty() {
-            return Ok(());
-        }
-        tx.send(std::mem::take(&mut self.chunks)).map_err(|_| ())
-    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod tree;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
+pub(crate) use pipelined::SendBatch;
 pub use pipelined::{
     receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator, READ_AHEAD_BYTES,
 };
