@@ -210,6 +210,12 @@ pub trait Backend: Send + Sync {
     fn exists(&self, kind: FileKind, name: &str) -> Result<bool>;
     /// A human-readable location for messages.
     fn location(&self) -> String;
+    /// Whether each request is a round trip that waits on a network (an object store), so
+    /// that independent requests are worth sending at once from several threads; on a local
+    /// disk (this default) a request takes microseconds, less than starting a thread.
+    fn requests_are_round_trips(&self) -> bool {
+        false
+    }
 }
 
 impl std::fmt::Debug for dyn Backend {

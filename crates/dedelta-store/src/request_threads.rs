@@ -18,6 +18,32 @@
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+/// Runs `other` and `this` and returns both results: at once, `other` on a scoped thread, when
+/// `round_trips` (each waits on a network, see [`crate::backend::Backend::requests_are_round_trips`]);
+/// else `other` then `this` on the calling thread. Why: the open's independent requests (the
+/// config beside the key files' listing, the damage records beside the containers') save a
+/// round trip each on an object store, but on a local disk each takes microseconds, less than
+/// starting a thread and its allocator arena (issue 14: every command's fixed cost). A panic
+/// in `other` is passed on.
+pub(crate) fn beside<A, B: Send>(
+    round_trips: bool,
+    other: impl FnOnce() -> B + Send,
+    this: impl FnOnce() -> A,
+) -> (A, B) {
+    if !round_trips {
+        let b = other();
+        return (this(), b);
+    }
+    std::thread::scope(|s| {
+        let other = s.spawn(other);
+        let a = this();
+        let b = other
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (a, b)
+    })
+}
+
 /// A job of a batch, run on whichever thread takes it.
 pub type Job<T> = Box<dyn FnOnce() -> T + Send>;
 
@@ -165,6 +191,67 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
+
+    /// On a local disk both halves run on the calling thread, `other` first; with round
+    /// trips `other` runs on a thread of its own, at the same time, and its panic is passed on.
+    #[test]
+    fn beside_runs_on_this_thread_unless_requests_are_round_trips() {
+        let me = std::thread::current().id();
+        let order = std::sync::Mutex::new(Vec::new());
+        let (a, b) = beside(
+            false,
+            || {
+                order.lock().unwrap().push("other");
+                std::thread::current().id()
+            },
+            || {
+                order.lock().unwrap().push("this");
+                std::thread::current().id()
+            },
+        );
+        assert_eq!((a, b), (me, me));
+        assert_eq!(*order.lock().unwrap(), ["other", "this"]);
+        // Each half waits for the other: only threads running at once get past the barrier.
+        let both = std::sync::Barrier::new(2);
+        let (a, b) = beside(
+            true,
+            || {
+                both.wait();
+                std::thread::current().id()
+            },
+            || {
+                both.wait();
+                std::thread::current().id()
+            },
+        );
+        assert_eq!(a, me);
+        assert_ne!(b, me);
+        let panicked = std::panic::catch_unwind(|| beside(true, || panic!("other"), || 1));
+        assert!(panicked.is_err());
+    }
+
+    /// An object store's requests are round trips, through every wrapper the store stacks on
+    /// it (sealing, the write guard, metering, retries, faults); a local directory's are not.
+    #[test]
+    fn object_stores_and_their_wrappers_say_requests_are_round_trips() {
+        use crate::backend::wrap::{fault::FaultBackend, metered::MeteredBackend};
+        use crate::backend::{local::LocalBackend, Backend};
+        let s3 = crate::backend::open_url("s3:http://127.0.0.1:9/bucket/prefix", None)
+            .expect("an S3 URL")
+            .expect("no request made yet");
+        let key = crate::crypto::MasterKey::random().unwrap();
+        let wrap = |b: Arc<dyn Backend>| -> Arc<dyn Backend> {
+            let b: Arc<dyn Backend> = Arc::new(MeteredBackend::new(b));
+            let b: Arc<dyn Backend> = Arc::new(FaultBackend::new(b));
+            let b: Arc<dyn Backend> = Arc::new(crate::crypto::backend::SealedBackend::new(b, &key));
+            Arc::new(crate::repository::lock_guard::WriteGuard::new(b))
+        };
+        assert!(s3.requests_are_round_trips());
+        assert!(wrap(s3).requests_are_round_trips());
+        let tmp = tempfile::tempdir().unwrap();
+        let local: Arc<dyn Backend> = Arc::new(LocalBackend::new(tmp.path()));
+        assert!(!wrap(local).requests_are_round_trips());
+    }
 
     /// Jobs run at most `threads + 1` at a time, each once, results in order; a job that
     /// panics gives `None` and the others still come back.

@@ -542,4 +542,8 @@ impl Backend for S3Backend {
     fn location(&self) -> String {
         self.config.url()
     }
+
+    fn requests_are_round_trips(&self) -> bool {
+        true
+    }
 }

@@ -572,6 +572,10 @@ impl Backend for FaultBackend {
         // Unchanged: callers build paths from it (the lock error names the lock file).
         self.inner.location()
     }
+
+    fn requests_are_round_trips(&self) -> bool {
+        self.inner.requests_are_round_trips()
+    }
 }
 
 #[cfg(test)]

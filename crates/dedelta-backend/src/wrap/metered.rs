@@ -474,6 +474,10 @@ impl Backend for MeteredBackend {
     fn location(&self) -> String {
         self.inner.location()
     }
+
+    fn requests_are_round_trips(&self) -> bool {
+        self.inner.requests_are_round_trips()
+    }
 }
 
 #[cfg(test)]

@@ -197,6 +197,10 @@ impl Backend for RetryBackend {
     fn location(&self) -> String {
         self.inner.location()
     }
+
+    fn requests_are_round_trips(&self) -> bool {
+        self.inner.requests_are_round_trips()
+    }
 }
 
 #[cfg(test)]

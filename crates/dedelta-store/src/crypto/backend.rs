@@ -346,6 +346,10 @@ impl Backend for SealedBackend {
     fn location(&self) -> String {
         self.inner.location()
     }
+
+    fn requests_are_round_trips(&self) -> bool {
+        self.inner.requests_are_round_trips()
+    }
 }
 
 #[cfg(test)]

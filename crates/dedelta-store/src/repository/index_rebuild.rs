@@ -72,14 +72,12 @@ fn rebuild_in_batches(
     // listing is a round trip, and a client with an empty cache waited for three in a row).
     let (damage, (listed, index_files)) =
         super::index_sync::damage_beside(backend.as_ref(), || {
-            std::thread::scope(|s| {
-                let index_files = s.spawn(|| backend.list_names(FileKind::Index));
-                let listed = backend.list(FileKind::Container);
-                let index_files = index_files
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (listed, index_files.map_err(Into::into))
-            })
+            let (listed, index_files) = crate::request_threads::beside(
+                backend.requests_are_round_trips(),
+                || backend.list_names(FileKind::Index),
+                || backend.list(FileKind::Container),
+            );
+            (listed, index_files.map_err(Into::into))
         });
     let (damage, notices) = damage?;
     for n in notices {

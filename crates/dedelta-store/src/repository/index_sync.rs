@@ -32,14 +32,12 @@ pub(super) fn damage_beside<T: Send>(
     backend: &dyn Backend,
     listing: impl FnOnce() -> T + Send,
 ) -> (Result<(DamageSet, Vec<String>)>, T) {
-    std::thread::scope(|s| {
-        let damage = s.spawn(|| DamageSet::load(backend));
-        let listed = listing();
-        let damage = damage
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (damage, listed)
-    })
+    let (listed, damage) = crate::request_threads::beside(
+        backend.requests_are_round_trips(),
+        || DamageSet::load(backend),
+        listing,
+    );
+    (damage, listed)
 }
 
 /// What a catch-up did.

@@ -59,27 +59,24 @@ pub(crate) fn read_config_and_key_names<T>(
     raw: &dyn Backend,
     beside: impl FnOnce() -> T,
 ) -> (Result<Vec<u8>>, Result<Vec<String>>, T) {
-    std::thread::scope(|s| {
-        let config = s.spawn(|| raw.get(FileKind::Config, "config"));
-        let names = s.spawn(|| raw.list_names(FileKind::Key));
-        let other = beside();
-        (
-            join(config).map_err(Into::into),
-            join(names).map_err(Into::into),
-            other,
-        )
-    })
+    let round_trips = raw.requests_are_round_trips();
+    let ((other, config), names) = crate::request_threads::beside(
+        round_trips,
+        || raw.list_names(FileKind::Key),
+        || {
+            crate::request_threads::beside(
+                round_trips,
+                || raw.get(FileKind::Config, "config"),
+                beside,
+            )
+        },
+    );
+    (config.map_err(Into::into), names.map_err(Into::into), other)
 }
 
 /// Whether the config `bytes` are sealed (an encrypted repository's).
 pub(crate) fn is_sealed(bytes: &[u8]) -> bool {
     !bytes.starts_with(CONFIG_MAGIC) && sealed::looks_sealed(bytes)
-}
-
-/// The result of a scoped thread, its panic passed on.
-fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// A plain config (`bytes`), refused if it names a cipher or the repository has key files

@@ -103,4 +103,8 @@ impl Backend for WriteGuard {
     fn location(&self) -> String {
         self.inner.location()
     }
+
+    fn requests_are_round_trips(&self) -> bool {
+        self.inner.requests_are_round_trips()
+    }
 }

@@ -563,15 +563,16 @@ impl Repository {
             damage: std::sync::Mutex::new(None),
             listed_at_open: std::sync::Mutex::new(None),
         };
-        let (caught_up, listed) = std::thread::scope(|s| {
-            let listing = repo.snapshots_at_open.then(|| s.spawn(|| repo.snapshots()));
-            let caught_up = repo.catch_up();
-            let listed = listing.map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            });
-            (caught_up, listed)
-        });
+        let (caught_up, listed) = if repo.snapshots_at_open {
+            let (caught_up, listed) = crate::request_threads::beside(
+                repo.backend().requests_are_round_trips(),
+                || repo.snapshots(),
+                || repo.catch_up(),
+            );
+            (caught_up, Some(listed))
+        } else {
+            (repo.catch_up(), None)
+        };
         caught_up?;
         *repo
             .listed_at_open

@@ -132,21 +132,18 @@ fn read_config_locking(
         Ok(pw) => pw,
         Err(e) => return (Err(e), None),
     };
-    std::thread::scope(|s| {
-        let taking = lock.map(|l| {
-            let raw = raw.clone();
-            s.spawn(move || match written {
-                Some(w) => w.and_then(|w| l.confirm(Some(w), raw)),
-                None => l.take(raw),
+    let taking_raw = raw.clone();
+    let (unlocked, taken) = crate::request_threads::beside(
+        raw.requests_are_round_trips(),
+        move || {
+            lock.map(|l| match written {
+                Some(w) => w.and_then(|w| l.confirm(Some(w), taking_raw)),
+                None => l.take(taking_raw),
             })
-        });
-        let unlocked = keys::unlock_config(raw.clone(), key_names, pw.as_bytes(), bytes);
-        let taken = taking.map(|h| {
-            h.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        });
-        (unlocked.map(|(c, u)| (c, Some(u))), taken)
-    })
+        },
+        || keys::unlock_config(raw.clone(), key_names, pw.as_bytes(), bytes),
+    );
+    (unlocked.map(|(c, u)| (c, Some(u))), taken)
 }
 
 /// The lock taken beside a config's read, once the read's outcome is known: released if the

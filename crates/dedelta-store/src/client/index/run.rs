@@ -22,7 +22,8 @@
 //! filters are read again when a lookup first needs them ([`LazyBloom`]).
 //!
 //! A run whose entries take at most [`RESIDENT_MAX`] bytes is read whole, and every bucket's
-//! CRC verified, the first time a lookup needs one of its buckets ([`Run::resident`]): an
+//! CRC verified, once [`RESIDENT_AFTER_READS`] lookups read their bucket alone
+//! ([`Run::resident`]): an
 //! incremental backup of 60 MB into a 1.3 MB index made 8,943 `pread`s of its runs (15.8 MB,
 //! each bucket's CRC computed again at every read), a few percent of its CPU. A run that
 //! cannot be read whole, or has a bad bucket, is read a bucket at a time as before, which
@@ -36,7 +37,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 mod buckets;
@@ -88,6 +89,12 @@ const READ_AHEAD: usize = 256 << 10;
 /// `COMPACT_ALL_BYTES` (8 MiB), and the runs below a large one add up to about as much
 /// again, so this holds at most about 16 MiB however large the index.
 const RESIDENT_MAX: u64 = 8 << 20;
+/// Buckets a run reads one at a time before it reads its entry areas whole: a command that
+/// looks up a few chunks (`ls`, a restore that finds most chunks beside the last one) reads
+/// a few buckets, not the whole run (44 page faults and the CRC of every bucket of a 190 KB
+/// run, for the tree's handful of lookups); a backup's thousands of lookups make it
+/// resident after these few.
+const RESIDENT_AFTER_READS: u32 = 32;
 
 fn damaged(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::IndexDamaged(format!("{}: {what}", path.display()))
@@ -216,6 +223,8 @@ pub struct Run {
     /// The entry areas (from the end of the header), every bucket verified, once a lookup
     /// needed them; `None` when the run is too large or could not be read whole.
     resident: OnceLock<Option<Box<[u8]>>>,
+    /// Buckets read one at a time so far (see [`RESIDENT_AFTER_READS`]).
+    bucket_reads: AtomicU32,
 }
 
 impl Run {
@@ -307,13 +316,20 @@ impl Run {
             sketch_bloom,
             tail_offset,
             resident: OnceLock::new(),
+            bucket_reads: AtomicU32::new(0),
         })
     }
 
-    /// The entry areas in memory, every bucket's CRC verified, read at the first call (see
-    /// the module doc); `None` for a run larger than [`RESIDENT_MAX`] or one that cannot be
-    /// read whole or has a bad bucket (its lookups then read and check their bucket alone).
+    /// The entry areas in memory, every bucket's CRC verified, read at the first call after
+    /// [`RESIDENT_AFTER_READS`] buckets were read alone (see the module doc); `None` before,
+    /// for a run larger than [`RESIDENT_MAX`], or one that cannot be read whole or has a
+    /// bad bucket (its lookups then read and check their bucket alone).
     fn resident(&self) -> Option<&[u8]> {
+        if self.resident.get().is_none()
+            && self.bucket_reads.fetch_add(1, Ordering::Relaxed) < RESIDENT_AFTER_READS
+        {
+            return None;
+        }
         self.resident
             .get_or_init(|| {
                 let len = self.tail_offset.checked_sub(HEADER.len() as u64)?;

@@ -371,11 +371,12 @@ fn a_filter_damaged_after_open_costs_reads_not_answers() {
     );
 }
 
-/// A small run is read whole at its first lookup and answers from memory from then on: a
-/// lookup costs no read (issue 20: 8,943 `pread`s per incremental backup), with the same
-/// answers.
+/// A small run reads its first lookups' buckets alone (a command that looks up a few chunks
+/// does not read the whole run: issue 14), then is read whole and answers from memory from
+/// then on: a lookup costs no read (issue 20: 8,943 `pread`s per incremental backup), with
+/// the same answers.
 #[test]
-fn a_small_run_answers_from_memory_after_its_first_lookup() {
+fn a_small_run_answers_from_memory_after_its_first_lookups() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("r.run");
     let chunks: Vec<_> = (0..3_000u64).map(|c| (id(c), c)).collect();
@@ -385,6 +386,10 @@ fn a_small_run_answers_from_memory_after_its_first_lookup() {
         .unwrap();
     let run = Run::open(&path, 1).unwrap();
     assert_eq!(run.resident_bytes(), 0);
+    for c in 0..u64::from(RESIDENT_AFTER_READS) {
+        assert_eq!(run.get(&ChunkId(id(c))).unwrap(), Some(c));
+        assert_eq!(run.resident_bytes(), 0, "lookup {c} read its bucket alone");
+    }
     assert_eq!(run.get(&ChunkId(id(17))).unwrap(), Some(17));
     let areas = (run.tail_offset - HEADER.len() as u64) as usize;
     assert_eq!(run.resident_bytes(), areas);

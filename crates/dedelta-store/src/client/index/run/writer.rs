@@ -212,6 +212,7 @@ impl RunWriter {
             sketch_bloom,
             tail_offset,
             resident: OnceLock::new(),
+            bucket_reads: std::sync::atomic::AtomicU32::new(0),
         })
     }
 }
