@@ -404,6 +404,10 @@ struct SlowListings {
 }
 
 impl Hooks for SlowListings {
+    fn round_trips(&self) -> bool {
+        true
+    }
+
     fn listing(
         &self,
         _kind: FileKind,

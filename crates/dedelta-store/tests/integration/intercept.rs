@@ -50,6 +50,13 @@ pub(crate) trait Hooks: Send + Sync {
     /// After every request [`Self::started`] saw, once it has returned.
     fn ended(&self, _token: usize) {}
 
+    /// Whether the requests stand for an object store's round trips
+    /// (`Backend::requests_are_round_trips`, which the open's concurrency follows): probes
+    /// that count what goes out at once say so; others answer as the inner backend does.
+    fn round_trips(&self) -> bool {
+        false
+    }
+
     /// Around a listing (`list`, and `list_names`, which is answered from it). `list` does it.
     fn listing(
         &self,
@@ -155,5 +162,9 @@ impl<B: Deref<Target = dyn Backend> + Send + Sync, H: Hooks> Backend for Interce
     }
     fn location(&self) -> String {
         self.inner.location()
+    }
+
+    fn requests_are_round_trips(&self) -> bool {
+        self.hooks.round_trips() || self.inner.requests_are_round_trips()
     }
 }

@@ -142,6 +142,10 @@ struct Seen {
 struct Rounds {
     seen: Mutex<Vec<Seen>>,
     changed: Condvar,
+    /// Stands for a local disk (requests not round trips): no lingering either.
+    local: bool,
+    /// The threads the requests came from.
+    threads: Mutex<Vec<std::thread::ThreadId>>,
 }
 
 /// A request as a test names it: the backend method and the kind of object.
@@ -181,7 +185,15 @@ impl Rounds {
 }
 
 impl Hooks for Rounds {
+    fn round_trips(&self) -> bool {
+        !self.local
+    }
+
     fn started(&self, op: &'static str, kind: FileKind, _name: &str) -> usize {
+        self.threads
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
         let mut seen = self.seen.lock().unwrap();
         seen.push(Seen {
             op,
@@ -194,7 +206,12 @@ impl Hooks for Rounds {
     }
 
     fn ended(&self, token: usize) {
-        let deadline = Instant::now() + Self::LINGER;
+        let linger = if self.local {
+            Duration::ZERO
+        } else {
+            Self::LINGER
+        };
+        let deadline = Instant::now() + linger;
         let mut seen = self.seen.lock().unwrap();
         while seen.len() == token + 1 {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -297,6 +314,60 @@ fn a_plain_open_lists_the_catch_up_in_its_third_round() {
         drop(repo);
         lock.release().unwrap();
     }
+}
+
+/// On a local disk the same open sends its requests one after another, on the caller's
+/// thread: a request takes microseconds there, less than starting a thread (issue 14).
+#[test]
+fn a_local_open_sends_one_request_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
+    drop(
+        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
+            .unwrap(),
+    );
+    let who = me();
+    let probe = Arc::new(Intercept {
+        inner: Arc::new(LocalBackend::new(&path)) as Arc<dyn Backend>,
+        hooks: Rounds {
+            local: true,
+            ..Rounds::default()
+        },
+    });
+    let (repo, lock) = Repository::open_in_cache_locked(
+        probe.clone(),
+        &cache,
+        &mut || Err(Error::PasswordNeeded),
+        &shared(&who, false),
+    )
+    .unwrap();
+    let repo = repo.listing_snapshots_at_open().open_index().unwrap();
+    let rounds = probe.rounds();
+    assert!(rounds.iter().all(|r| r.len() == 1), "{rounds:?}");
+    let me = std::thread::current().id();
+    assert!(
+        probe.threads.lock().unwrap().iter().all(|t| *t == me),
+        "every request from the caller's thread"
+    );
+    let all: Vec<Request> = rounds.concat();
+    assert!(
+        holds(
+            &all,
+            &[
+                CONFIG_GET,
+                KEYS_LISTED,
+                LOCK_PUT,
+                LOCKS_LISTED,
+                ("list", FileKind::Container),
+                ("list", FileKind::Damage),
+                ("list", FileKind::Snapshot),
+            ]
+        ),
+        "{rounds:?}"
+    );
+    drop(repo);
+    lock.release().unwrap();
 }
 
 /// An encrypted repository whose password is given (file, environment): the key file is
