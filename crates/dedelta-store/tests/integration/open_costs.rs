@@ -39,13 +39,7 @@ impl Hooks for DamageListings {
 /// listed them three times: the catch-up, the backup's lookups, and its writer.
 #[test]
 fn a_backup_lists_damage_records_once() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    drop(
-        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
-            .unwrap(),
-    );
+    let (tmp, path, cache) = plain();
     let src = tmp.path().join("src");
     for n in 0..2 {
         let probe = Arc::new(Intercept {
@@ -79,6 +73,38 @@ fn encrypted() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
         .unwrap(),
     );
     (tmp, path, cache)
+}
+
+/// A plain repository (the temporary directory, the repository's path, the client cache's).
+fn plain() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("repo");
+    let cache = tmp.path().join("cache");
+    drop(
+        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
+            .unwrap(),
+    );
+    (tmp, path, cache)
+}
+
+/// A reader's open of a plain repository through `probe`: the locking open (a shared lock
+/// for `who`), then its index's open listing the snapshots (a backup's, a restore's).
+fn open_listing<H: Hooks + 'static>(
+    probe: &Arc<Intercept<Arc<dyn Backend>, H>>,
+    cache: &std::path::Path,
+    who: &dedelta_store::repository::lock::LockInfo,
+) -> (
+    dedelta_store::IndexedRepository,
+    dedelta_store::repository::lock::RepoLock,
+) {
+    let (repo, lock) = Repository::open_in_cache_locked(
+        probe.clone(),
+        cache,
+        &mut || Err(Error::PasswordNeeded),
+        &shared(who, false),
+    )
+    .unwrap();
+    (repo.listing_snapshots_at_open().open_index().unwrap(), lock)
 }
 
 /// Lock objects in the repository at `path`.
@@ -271,13 +297,7 @@ const LOCKS_LISTED: Request = ("list", FileKind::Lock);
 /// listing; catch-up: four rounds, and a reader's open five.)
 #[test]
 fn a_plain_open_lists_the_catch_up_in_its_third_round() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    drop(
-        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
-            .unwrap(),
-    );
+    let (tmp, path, cache) = plain();
     let who = me();
     for (n, fresh) in [(0, false), (1, true)] {
         // The second open has an empty cache: its index is rebuilt, index files consulted.
@@ -287,14 +307,7 @@ fn a_plain_open_lists_the_catch_up_in_its_third_round() {
             cache.clone()
         };
         let probe = probed(&path);
-        let (repo, lock) = Repository::open_in_cache_locked(
-            probe.clone(),
-            &cache,
-            &mut || Err(Error::PasswordNeeded),
-            &shared(&who, false),
-        )
-        .unwrap();
-        let repo = repo.listing_snapshots_at_open().open_index().unwrap();
+        let (repo, lock) = open_listing(&probe, &cache, &who);
         let rounds = probe.rounds();
         assert!(
             exactly(&rounds[0], &[CONFIG_GET, KEYS_LISTED, LOCK_PUT]),
@@ -320,13 +333,7 @@ fn a_plain_open_lists_the_catch_up_in_its_third_round() {
 /// thread: a request takes microseconds there, less than starting a thread (issue 14).
 #[test]
 fn a_local_open_sends_one_request_at_a_time() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    drop(
-        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
-            .unwrap(),
-    );
+    let (_tmp, path, cache) = plain();
     let who = me();
     let probe = Arc::new(Intercept {
         inner: Arc::new(LocalBackend::new(&path)) as Arc<dyn Backend>,
@@ -335,14 +342,7 @@ fn a_local_open_sends_one_request_at_a_time() {
             ..Rounds::default()
         },
     });
-    let (repo, lock) = Repository::open_in_cache_locked(
-        probe.clone(),
-        &cache,
-        &mut || Err(Error::PasswordNeeded),
-        &shared(&who, false),
-    )
-    .unwrap();
-    let repo = repo.listing_snapshots_at_open().open_index().unwrap();
+    let (repo, lock) = open_listing(&probe, &cache, &who);
     let rounds = probe.rounds();
     assert!(rounds.iter().all(|r| r.len() == 1), "{rounds:?}");
     let me = std::thread::current().id();
@@ -447,13 +447,7 @@ fn no_lock_is_held_while_a_prompt_waits() {
 /// it listed the snapshots again and read the one it found (two rounds after the open).
 #[test]
 fn a_reader_finds_its_snapshot_in_the_listing_made_at_open() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    drop(
-        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
-            .unwrap(),
-    );
+    let (tmp, path, cache) = plain();
     let src = tmp.path().join("src");
     let mut ids = Vec::new();
     for n in 0..2 {
@@ -505,13 +499,7 @@ fn a_reader_finds_its_snapshot_in_the_listing_made_at_open() {
 /// bases (backup 2 of the SQLAlchemy trace: three metadata reads, one after another).
 #[test]
 fn a_backup_reads_its_parents_container_metadata_in_one_round() {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("repo");
-    let cache = tmp.path().join("cache");
-    drop(
-        Repository::init_local_with_cache(&path, config(1, DeltaConfig::recommended()), &cache)
-            .unwrap(),
-    );
+    let (tmp, path, cache) = plain();
     let src = tmp.path().join("src");
     let texts = [("a", 120_000), ("b", 120_000), ("c", 120_000)];
     let open = |backend: Arc<dyn Backend>| {
