@@ -9,7 +9,7 @@
 //! chunk could not be read (the output may then be cut short); 10 no repository.
 
 use super::{open_reader_then, IoModelArgs, RepoArg};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use dedelta_store::commands::ls;
 use dedelta_store::read::speed_factor;
@@ -49,8 +49,6 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     // The snapshots are listed beside the index's catch-up, and the snapshot found there.
     let (r, _lock) = open_reader_then(&args.repo, "dump", |r| r.listing_snapshots_at_open())?;
     let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
     let (cache, cache_bytes) = args.cache.choice()?;
     let want = ls::normalize_path(args.path.as_bytes());
     // The tree is walked once: the node found says what to write.
@@ -62,9 +60,23 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     let (node, chunks) = match found {
         Some((n, c)) if n.kind != dedelta_store::format::tree::NodeKind::Dir => (n, c),
         _ => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
             super::dump_tar::write_tar(&r, &snap, want, &mut out)?;
             return Ok(0);
         }
+    };
+    // The file is written from a thread of its own in buffers of 1 MiB (see
+    // `ls::dump_found`): to standard output's descriptor directly, without the line
+    // buffering of `Stdout`, which split each buffer's writes at its last newline.
+    let mut out = {
+        use std::os::fd::AsFd;
+        std::fs::File::from(
+            std::io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .context("duplicating standard output")?,
+        )
     };
     let (bytes_written, restore_cache) =
         ls::dump_found(&r, &snap, &node, chunks, cache, cache_bytes, &mut out)?;

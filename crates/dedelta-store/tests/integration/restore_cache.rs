@@ -347,3 +347,58 @@ fn announced_chunks_decompress_their_regions_only_as_far_as_needed() {
     ls::dump(&repo, &id, &snap, &path, &mut out).unwrap();
     assert!(out == big);
 }
+
+/// A dump's output goes out in buffers of 1 MiB from a thread of its own (issue 20): a file
+/// of several buffers arrives whole and in order, and an output that fails partway ends the
+/// dump with the output's error, without hanging.
+#[test]
+fn a_dump_of_several_output_buffers_arrives_in_order_and_reports_a_failing_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = init_repo(
+        &tmp.path().join("repo"),
+        config(16, DeltaConfig::recommended()),
+    );
+    let src = tmp.path().join("src");
+    let big = text(5_000_000, 7);
+    write_files(&src, &files([("big.txt", big.clone())]));
+    run_backup(&repo, &src, 0);
+    let (id, snap) = repo.snapshots().unwrap().snapshots.pop().unwrap();
+    let mut path = Vec::new();
+    walk_tree(&repo, &snap, |node, _| {
+        if node.path.ends_with(b"big.txt") {
+            path = node.path;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let mut out = Vec::new();
+    assert_eq!(
+        ls::dump(&repo, &id, &snap, &path, &mut out).unwrap(),
+        big.len() as u64
+    );
+    assert!(out == big);
+
+    /// Takes that many more bytes, then fails.
+    struct FailsAfter(usize);
+    impl std::io::Write for FailsAfter {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if b.len() > self.0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "the reader went away",
+                ));
+            }
+            self.0 -= b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let err = ls::dump(&repo, &id, &snap, &path, &mut FailsAfter(1_500_000)).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("writing to standard output") && msg.contains("went away"),
+        "{msg}"
+    );
+}
