@@ -12,6 +12,9 @@
 //!   prune, repair, tag, find, diff, mount).
 //! - [`crypto`]: encryption at rest (master key, key files, the sealing backend wrapper).
 //! - [`io_report`]: a command's metered I/O by purpose, with its modelled seconds.
+//! - `write_behind`, `request_threads`, `share`, `buffers`: threads and buffers the pipelines
+//!   share (output written behind restore's and dump's decoding, requests sent at once on an
+//!   object store, a batch shared with free threads, reused buffers).
 //! - [`backend`]: the `dedelta-backend` crate (named write-once objects; local directory,
 //!   memory, fault injection, metering, the I/O cost models), re-exported.
 
@@ -29,6 +32,7 @@ pub mod read;
 pub mod repository;
 pub(crate) mod request_threads;
 pub(crate) mod share;
+pub(crate) mod write_behind;
 
 pub use error::{Error, Result};
 pub use repository::{IndexedRepository, Repository};

@@ -10,16 +10,11 @@ use crate::read::{
     SendBatch,
 };
 use crate::repository::IndexedRepository;
+use crate::write_behind::WriteBehind;
 use std::io::Write;
 
 /// Region cache for `dump`.
 const DUMP_CACHE_BYTES: usize = 32 << 20;
-/// Bytes of verified output the decoding thread gathers before handing them to the writing
-/// thread (see [`dump_found`]).
-const OUTPUT_BUFFER_BYTES: usize = 1 << 20;
-/// Output buffers on their way to the writing thread at most: the decoder runs this far
-/// ahead of the writes, and as many buffers go round.
-const OUTPUT_BUFFERS_AHEAD: usize = 2;
 
 /// Normalises a user-given path to the stored form (no leading or trailing `/`).
 ///
@@ -142,22 +137,25 @@ pub fn dump_found(
             let _ = batch.flush(&tx);
             Ok(locator.cache_stats())
         });
-        let mut output = OutputThread::start(s, out);
+        // The output is written behind the decoding, from a thread of its own (see
+        // crate::write_behind).
+        let mut output = WriteBehind::new(s, out, 0);
+        let writing = |e| Error::io("writing to standard output", e);
         let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
+        let mut written = 0u64;
         let decoded = (|| -> Result<()> {
             for batch in rx.iter() {
                 let chunks: Vec<&FetchedChunk> = batch.iter().collect();
                 for data in decoder.decode_batch(&chunks) {
-                    if !output.write(data?) {
-                        // The writing thread failed: it reports why.
-                        return Ok(());
-                    }
+                    let data = data?;
+                    output.write(data).map_err(writing)?;
+                    written += data.len() as u64;
                 }
             }
             Ok(())
         })();
         drop(rx);
-        let written = output.finish();
+        let (_, finished) = output.finish();
         let read = producer
             .map_err(|e| Error::io("starting the dump's reading thread", e))?
             .join()
@@ -165,110 +163,9 @@ pub fn dump_found(
         // A read error ends the stream early: it is the cause, not the short output.
         let cache = read?;
         decoded?;
-        written.map(|n| (n, cache))
+        finished.map_err(writing)?;
+        Ok((written, cache))
     })
-}
-
-/// The writing end of a dump: verified bytes gathered into buffers of
-/// [`OUTPUT_BUFFER_BYTES`], written out on a thread of their own.
-///
-/// Why: writing a dump's output (into the page cache, a pipe, tmpfs) cost the decoding thread
-/// as much system time as all its decoding: restoring a 1.24 GB file to tmpfs, that thread
-/// held 73 % of the CPU time and bounded the dump, 0.7 s of it in `write`. The bytes are
-/// copied into the buffer as a `BufWriter` copied them; the writes now run beside the next
-/// batch's decoding and verification. A dump that fits in one buffer starts no thread.
-struct OutputThread<'scope> {
-    /// The buffer being filled.
-    buf: Vec<u8>,
-    /// Full buffers for the writing thread; `None` before it starts (and after it failed).
-    full: Option<crossbeam_channel::Sender<Vec<u8>>>,
-    /// Buffers written, back for reuse.
-    free: crossbeam_channel::Receiver<Vec<u8>>,
-    /// Starts the writing thread, on the first full buffer.
-    start: Option<Box<dyn FnOnce() -> WriterHandle<'scope> + 'scope>>,
-    writer: Option<WriterHandle<'scope>>,
-    /// Bytes taken so far.
-    written: u64,
-}
-
-/// The writing thread, giving the outcome of its writes.
-type WriterHandle<'scope> = std::thread::ScopedJoinHandle<'scope, std::io::Result<()>>;
-
-impl<'scope> OutputThread<'scope> {
-    fn start<'env>(
-        s: &'scope std::thread::Scope<'scope, 'env>,
-        out: &'scope mut (dyn Write + Send),
-    ) -> Self {
-        let (full, to_write) = crossbeam_channel::bounded::<Vec<u8>>(OUTPUT_BUFFERS_AHEAD);
-        let (give_back, free) = crossbeam_channel::unbounded::<Vec<u8>>();
-        let start = move || {
-            s.spawn(move || -> std::io::Result<()> {
-                for buf in to_write {
-                    out.write_all(&buf)?;
-                    let _ = give_back.send(buf);
-                }
-                out.flush()
-            })
-        };
-        OutputThread {
-            buf: Vec::with_capacity(OUTPUT_BUFFER_BYTES),
-            full: Some(full),
-            free,
-            start: Some(Box::new(start)),
-            writer: None,
-            written: 0,
-        }
-    }
-
-    /// Appends `data`; `false` once the writing thread has failed (nothing more is taken).
-    fn write(&mut self, data: &[u8]) -> bool {
-        self.buf.extend_from_slice(data);
-        self.written += data.len() as u64;
-        if self.buf.len() < OUTPUT_BUFFER_BYTES {
-            return true;
-        }
-        self.send()
-    }
-
-    /// Hands the buffer to the writing thread (starting it), takes a free one back.
-    fn send(&mut self) -> bool {
-        if let Some(start) = self.start.take() {
-            self.writer = Some(start());
-        }
-        let Some(full) = &self.full else {
-            return false;
-        };
-        let next = match self.free.try_recv() {
-            Ok(mut b) => {
-                b.clear();
-                b
-            }
-            Err(_) => Vec::with_capacity(OUTPUT_BUFFER_BYTES),
-        };
-        if full.send(std::mem::replace(&mut self.buf, next)).is_err() {
-            self.full = None;
-            return false;
-        }
-        true
-    }
-
-    /// Writes what is left, waits for the writing thread and gives the bytes written, or
-    /// why the output failed.
-    fn finish(mut self) -> Result<u64> {
-        if !self.buf.is_empty() || self.writer.is_none() {
-            self.send();
-        }
-        drop(self.full.take());
-        let outcome = match self.writer.take() {
-            Some(w) => w
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("the writing thread panicked"))),
-            None => Ok(()),
-        };
-        outcome
-            .map(|()| self.written)
-            .map_err(|e| Error::io("writing to standard output", e))
-    }
 }
 
 #[cfg(test)]

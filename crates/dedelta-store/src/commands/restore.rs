@@ -292,7 +292,7 @@ fn restore_selected(
                 read_events(repo, snapshot, selector, opts, cache_bytes, &tx)
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
-        let mut stats = write_events(&rx, target, repo.chunk_hasher(), progress);
+        let mut stats = write_events(&rx, target, repo.chunk_hasher(), progress, s);
         drop(rx);
         let (reads, restore_cache) = producer
             .join()

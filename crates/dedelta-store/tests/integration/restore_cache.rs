@@ -348,9 +348,10 @@ fn announced_chunks_decompress_their_regions_only_as_far_as_needed() {
     assert!(out == big);
 }
 
-/// A dump's output goes out in buffers of 1 MiB from a thread of its own (issue 20): a file
-/// of several buffers arrives whole and in order, and an output that fails partway ends the
-/// dump with the output's error, without hanging.
+/// A dump's output goes out in buffers of 1 MiB from a thread of its own, and a restored
+/// file's past its first 4 MiB (issue 20): a file of several buffers arrives whole and in
+/// order either way, and an output that fails partway ends the dump with the output's error,
+/// without hanging.
 #[test]
 fn a_dump_of_several_output_buffers_arrives_in_order_and_reports_a_failing_output() {
     let tmp = tempfile::tempdir().unwrap();
@@ -359,7 +360,7 @@ fn a_dump_of_several_output_buffers_arrives_in_order_and_reports_a_failing_outpu
         config(16, DeltaConfig::recommended()),
     );
     let src = tmp.path().join("src");
-    let big = text(5_000_000, 7);
+    let big = text(9_000_000, 7);
     write_files(&src, &files([("big.txt", big.clone())]));
     run_backup(&repo, &src, 0);
     let (id, snap) = repo.snapshots().unwrap().snapshots.pop().unwrap();
@@ -377,6 +378,15 @@ fn a_dump_of_several_output_buffers_arrives_in_order_and_reports_a_failing_outpu
         big.len() as u64
     );
     assert!(out == big);
+    let target = tmp.path().join("restored");
+    let opts = restore::RestoreOptions {
+        target: target.clone(),
+        ..Default::default()
+    };
+    let st = restore::restore(&repo, &snap, &opts, &NoProgress).unwrap();
+    assert!(st.errors.is_empty(), "{:?}", st.errors);
+    let restored = std::fs::read(target.join(String::from_utf8(path.clone()).unwrap())).unwrap();
+    assert!(restored == big, "restored bit-exact");
 
     /// Takes that many more bytes, then fails.
     struct FailsAfter(usize);

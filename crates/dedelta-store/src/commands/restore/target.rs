@@ -25,9 +25,9 @@
 
 use super::attrs::{is_zero, Handle, MetaApplier, Times, HOLE_BLOCK};
 use crate::format::tree::{Node, NodeKind};
+use crate::write_behind::WriteBehind;
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use rustix::io::Errno;
-use std::io::{Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
@@ -38,8 +38,11 @@ pub(super) const KEEP_OPEN: usize = 64;
 /// Prefix of temporary names; the pid and a counter follow.
 pub(super) const TMP_PREFIX: &str = ".dedelta-tmp-";
 
-/// Size of the write buffer of a file being restored.
-const WRITE_BUFFER_BYTES: usize = 1 << 20;
+/// Bytes of a file written on the restore's decoding thread before the rest goes behind it
+/// on a thread of its own ([`crate::write_behind`]): a thread per file is worth its start
+/// only for large files. Sparse files are written on the decoding thread whole (a hole
+/// between two data blocks would be a hand-over each).
+const WRITE_DIRECT_BYTES: u64 = 4 << 20;
 
 /// Attempts at a fresh temporary name before giving up (another process's leftovers).
 const TMP_ATTEMPTS: u32 = 100;
@@ -92,8 +95,8 @@ struct Level {
 
 /// A file being written under a temporary name in its parent directory (the deepest level of
 /// the chain, which does not move until the file is committed or discarded).
-pub(super) struct PendingFile {
-    out: std::io::BufWriter<std::fs::File>,
+pub(super) struct PendingFile<'scope, 'env> {
+    out: WriteBehind<'scope, 'env, std::fs::File>,
     tmp: String,
     name: Vec<u8>,
     depth: usize,
@@ -103,7 +106,7 @@ pub(super) struct PendingFile {
     pos: u64,
 }
 
-impl PendingFile {
+impl PendingFile<'_, '_> {
     /// Appends bytes; for a sparse file, whole zero blocks ([`HOLE_BLOCK`], aligned in the
     /// file) become holes.
     pub fn write(&mut self, data: &[u8]) -> Result<(), TargetError> {
@@ -113,18 +116,16 @@ impl PendingFile {
         };
         if !self.sparse {
             self.pos += data.len() as u64;
-            return self.out.write_all(data).map_err(failed);
+            return self.out.write(data).map_err(failed);
         }
         let mut rest = data;
         while !rest.is_empty() {
             let to_boundary = HOLE_BLOCK - (self.pos % HOLE_BLOCK as u64) as usize;
             let (piece, tail) = rest.split_at(to_boundary.min(rest.len()));
             if piece.len() == HOLE_BLOCK && is_zero(piece) {
-                self.out
-                    .seek(SeekFrom::Current(HOLE_BLOCK as i64))
-                    .map_err(failed)?;
+                self.out.skip(HOLE_BLOCK as u64).map_err(failed)?;
             } else {
-                self.out.write_all(piece).map_err(failed)?;
+                self.out.write(piece).map_err(failed)?;
             }
             self.pos += piece.len() as u64;
             rest = tail;
@@ -458,16 +459,23 @@ impl Target {
     }
 
     /// Starts file `node`: an empty temporary file (mode 0600) in its directory.
-    pub fn create_file(&mut self, node: &Node) -> Result<PendingFile, TargetError> {
+    /// Its writes past [`WRITE_DIRECT_BYTES`] run on a thread of `scope`.
+    pub fn create_file<'scope, 'env>(
+        &mut self,
+        node: &Node,
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+    ) -> Result<PendingFile<'scope, 'env>, TargetError> {
         let (parent, name) = split(&node.path)?;
         self.enter(parent, true)?;
         let (fd, tmp) = self.create_tmp_file()?;
+        let sparse = node.meta.sparse();
+        let direct = if sparse { u64::MAX } else { WRITE_DIRECT_BYTES };
         Ok(PendingFile {
-            out: std::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, std::fs::File::from(fd)),
+            out: WriteBehind::new(scope, std::fs::File::from(fd), direct),
             tmp,
             name: name.to_vec(),
             depth: self.chain.len(),
-            sparse: node.meta.sparse(),
+            sparse,
             pos: 0,
         })
     }
@@ -475,7 +483,7 @@ impl Target {
     /// Finishes file `node`: flushes it (a sparse file's trailing hole made by its length),
     /// sets its owner, attributes, mode and times, and renames it over its final name. On any
     /// failure the temporary file is removed.
-    pub fn commit_file(&mut self, f: PendingFile, node: &Node) -> Result<(), TargetError> {
+    pub fn commit_file(&mut self, f: PendingFile<'_, '_>, node: &Node) -> Result<(), TargetError> {
         debug_assert_eq!(
             f.depth,
             self.chain.len(),
@@ -484,12 +492,12 @@ impl Target {
         let dir = top_of(&self.root, &self.chain);
         let meta = &mut self.meta;
         let (sparse, len) = (f.sparse, f.pos);
-        let done = f
-            .out
-            .into_inner()
-            .map_err(|e| TargetError::Io {
+        let (file, written) = f.out.finish();
+        let done = written
+            .and_then(|()| file.ok_or_else(|| std::io::Error::other("the file was lost")))
+            .map_err(|cause| TargetError::Io {
                 what: "writing",
-                cause: e.into_error(),
+                cause,
             })
             .and_then(|file| {
                 if sparse {
@@ -511,13 +519,14 @@ impl Target {
     }
 
     /// Abandons a file: its temporary file is removed, its final name never touched.
-    pub fn discard_file(&mut self, f: PendingFile) {
+    pub fn discard_file(&mut self, f: PendingFile<'_, '_>) {
         debug_assert_eq!(
             f.depth,
             self.chain.len(),
             "the chain moved under a pending file"
         );
-        drop(f.out);
+        // Its writes behind end before the name goes.
+        drop(f.out.finish());
         let _ = rfs::unlinkat(self.top(), f.tmp.as_str(), AtFlags::empty());
     }
 

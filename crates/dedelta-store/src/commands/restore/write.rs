@@ -4,11 +4,11 @@
 use super::*;
 
 /// The file being written, if any.
-enum Current {
+enum Current<'scope, 'env> {
     /// Between files.
     Idle,
     /// Writing this file under a temporary name.
-    Writing(PendingFile, Box<Node>, u64),
+    Writing(Box<PendingFile<'scope, 'env>>, Box<Node>, u64),
     /// The current file failed on this side and is already reported; its events are dropped.
     Skipping,
 }
@@ -18,11 +18,12 @@ enum Current {
 /// Events come in batches ([`receive_batch`]): the batch's chunks are decoded and verified
 /// together ([`PipelinedDecoder::decode_batch`], hashing shared with a helper thread), then
 /// its events are handled in order.
-pub(super) fn write_events(
+pub(super) fn write_events<'scope, 'env>(
     rx: &crossbeam_channel::Receiver<Event>,
     target: Target,
     hasher: dedelta_core::ChunkHasher,
     progress: &dyn Progress,
+    scope: &'scope std::thread::Scope<'scope, 'env>,
 ) -> RestoreStats {
     let mut decoder = PipelinedDecoder::new(hasher);
     let mut w = Writer {
@@ -31,6 +32,7 @@ pub(super) fn write_events(
         dirs: Vec::new(),
         current: Current::Idle,
         progress,
+        scope,
     };
     let (mut batch, mut events, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
     let data_bytes = |ev: &Event| match ev {
@@ -84,16 +86,18 @@ pub(super) fn write_events(
 }
 
 /// The writing side's state.
-struct Writer<'p> {
+struct Writer<'p, 'scope, 'env> {
     stats: RestoreStats,
     target: Target,
     /// Directories made, whose modes and times are set last.
     dirs: Vec<Node>,
-    current: Current,
+    current: Current<'scope, 'env>,
     progress: &'p dyn Progress,
+    /// Where large files' writes behind run (see [`Target::create_file`]).
+    scope: &'scope std::thread::Scope<'scope, 'env>,
 }
 
-impl Writer<'_> {
+impl Writer<'_, '_, '_> {
     /// Handles an event other than a chunk's data.
     fn event(&mut self, ev: Event) {
         let (stats, target) = (&mut self.stats, &mut self.target);
@@ -117,8 +121,8 @@ impl Writer<'_> {
                 Err(e) => fail(stats, &node.path, e.to_string()),
             },
             Event::FileStart(node) => {
-                self.current = match target.create_file(&node) {
-                    Ok(f) => Current::Writing(f, Box::new(node), 0),
+                self.current = match target.create_file(&node, self.scope) {
+                    Ok(f) => Current::Writing(Box::new(f), Box::new(node), 0),
                     Err(e) => {
                         fail(stats, &node.path, e.to_string());
                         Current::Skipping
@@ -131,7 +135,7 @@ impl Writer<'_> {
                 if let Current::Writing(f, node, written) =
                     std::mem::replace(&mut self.current, Current::Idle)
                 {
-                    match target.commit_file(f, &node) {
+                    match target.commit_file(*f, &node) {
                         Ok(()) => {
                             stats.files += 1;
                             stats.bytes_written += written;
@@ -192,13 +196,13 @@ fn fail(stats: &mut RestoreStats, path: &[u8], message: String) {
 }
 
 /// Removes the current file's temporary file; with `skip`, drops the rest of its events.
-fn abandon(target: &mut Target, current: &mut Current, skip: bool) {
+fn abandon(target: &mut Target, current: &mut Current<'_, '_>, skip: bool) {
     let next = if skip {
         Current::Skipping
     } else {
         Current::Idle
     };
     if let Current::Writing(f, _, _) = std::mem::replace(current, next) {
-        target.discard_file(f);
+        target.discard_file(*f);
     }
 }
