@@ -66,6 +66,8 @@ pub(crate) struct WriteBehind<'scope, 'env, W: Sink + 'scope> {
     out: Option<W>,
     /// Bytes to write on the caller's thread before a thread takes over.
     direct_until: u64,
+    /// The first buffer's capacity: the output's expected length, up to [`BUFFER_BYTES`].
+    first: usize,
     /// Bytes written on the caller's thread.
     direct: u64,
     behind: Option<Behind<'scope, W>>,
@@ -75,13 +77,21 @@ pub(crate) struct WriteBehind<'scope, 'env, W: Sink + 'scope> {
 
 impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
     /// Writes to `out`, behind the caller once `direct_until` bytes went out on its thread
-    /// (`u64::MAX`: never), from a thread of `scope`.
-    pub(crate) fn new(scope: &'scope Scope<'scope, 'env>, out: W, direct_until: u64) -> Self {
+    /// (`u64::MAX`: never), from a thread of `scope`. `expected` bytes are expected in all:
+    /// a small file's buffer is no larger than the file (restoring a tree of small files,
+    /// a buffer of 1 MiB each was a `mmap` and a `munmap` per file).
+    pub(crate) fn new(
+        scope: &'scope Scope<'scope, 'env>,
+        out: W,
+        direct_until: u64,
+        expected: u64,
+    ) -> Self {
         WriteBehind {
             scope,
             buf: Vec::new(),
             out: Some(out),
             direct_until,
+            first: usize::try_from(expected).map_or(BUFFER_BYTES, |e| e.min(BUFFER_BYTES)),
             direct: 0,
             behind: None,
             failed: None,
@@ -92,7 +102,7 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
     pub(crate) fn write(&mut self, data: &[u8]) -> io::Result<()> {
         self.check()?;
         if self.buf.capacity() == 0 {
-            self.buf.reserve_exact(BUFFER_BYTES);
+            self.buf.reserve_exact(self.first);
         }
         self.buf.extend_from_slice(data);
         if self.buf.len() >= BUFFER_BYTES {
@@ -265,7 +275,8 @@ mod tests {
         let data = bytes(5 * BUFFER_BYTES + 12_345);
         for direct_until in [0, 2 * BUFFER_BYTES as u64, u64::MAX] {
             let (out, outcome) = std::thread::scope(|s| {
-                let mut w = WriteBehind::new(s, FailsAfter(usize::MAX, Vec::new()), direct_until);
+                let mut w =
+                    WriteBehind::new(s, FailsAfter(usize::MAX, Vec::new()), direct_until, 1000);
                 for (i, piece) in data.chunks(100_000).enumerate() {
                     w.write(piece).unwrap();
                     if i % 7 == 3 {
@@ -286,12 +297,28 @@ mod tests {
         }
     }
 
+    /// A short output's buffer is no larger than the output: no buffer of 1 MiB (a `mmap`
+    /// and a `munmap`) per small file of a tree restored.
+    #[test]
+    fn a_short_output_gets_a_short_buffer() {
+        std::thread::scope(|s| {
+            let mut w = WriteBehind::new(s, FailsAfter(usize::MAX, Vec::new()), 0, 5_000);
+            w.write(&bytes(3_000)).unwrap();
+            assert!(w.buf.capacity() < 8_192, "{}", w.buf.capacity());
+            w.write(&bytes(3_000)).unwrap();
+            let (out, outcome) = w.finish();
+            outcome.unwrap();
+            assert_eq!(out.unwrap().1.len(), 6_000);
+        });
+    }
+
     /// A write that fails behind the caller is the error of a later write or of `finish`,
     /// and nothing hangs.
     #[test]
     fn a_failed_write_behind_is_reported() {
         std::thread::scope(|s| {
-            let mut w = WriteBehind::new(s, FailsAfter(3 * BUFFER_BYTES / 2, Vec::new()), 0);
+            let mut w =
+                WriteBehind::new(s, FailsAfter(3 * BUFFER_BYTES / 2, Vec::new()), 0, u64::MAX);
             let data = bytes(BUFFER_BYTES / 4);
             let failed = (0..64).find_map(|_| w.write(&data).err());
             let e = failed.unwrap_or_else(|| w.finish().1.unwrap_err());

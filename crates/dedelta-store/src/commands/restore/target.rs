@@ -471,7 +471,7 @@ impl Target {
         let sparse = node.meta.sparse();
         let direct = if sparse { u64::MAX } else { WRITE_DIRECT_BYTES };
         Ok(PendingFile {
-            out: WriteBehind::new(scope, std::fs::File::from(fd), direct),
+            out: WriteBehind::new(scope, std::fs::File::from(fd), direct, node.size),
             tmp,
             name: name.to_vec(),
             depth: self.chain.len(),
