@@ -147,29 +147,35 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
             let out = self.out.take().ok_or_else(gone)?;
             self.behind = Some(start(self.scope, out));
         }
-        let behind = self.behind.as_ref().expect("started above");
-        let mut pieces = Vec::with_capacity(2);
         if !self.buf.is_empty() {
-            let next = match behind.free.try_recv() {
+            let free = &self.behind.as_ref().expect("started above").free;
+            let next = match free.try_recv() {
                 Ok(mut b) => {
                     b.clear();
                     b
                 }
                 Err(_) => Vec::with_capacity(BUFFER_BYTES),
             };
-            pieces.push(Piece::Bytes(std::mem::replace(&mut self.buf, next)));
+            let full = std::mem::replace(&mut self.buf, next);
+            self.hand_over(Piece::Bytes(full))?;
         }
-        pieces.extend(skip.map(Piece::Skip));
-        for p in pieces {
-            if behind.pieces.send(p).is_err() {
-                // The thread stopped at a failed write: its error.
-                let (out, outcome) = self.join();
-                self.out = out;
-                let e = outcome.err().unwrap_or_else(gone);
-                return Err(self.fail(e));
-            }
+        match skip {
+            Some(n) => self.hand_over(Piece::Skip(n)),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Gives `piece` to the writing thread; if the thread stopped at a failed write, its
+    /// error.
+    fn hand_over(&mut self, piece: Piece) -> io::Result<()> {
+        let behind = self.behind.as_ref().expect("started before");
+        if behind.pieces.send(piece).is_ok() {
+            return Ok(());
+        }
+        let (out, outcome) = self.join();
+        self.out = out;
+        let e = outcome.err().unwrap_or_else(gone);
+        Err(self.fail(e))
     }
 
     /// Waits for the writing thread; its output back and the outcome of its writes.
@@ -187,11 +193,13 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
     /// Writes what is left and waits for it: the output back (unless a panic lost it) and
     /// the outcome of every write.
     pub(crate) fn finish(mut self) -> (Option<W>, io::Result<()>) {
-        let sent = if self.buf.is_empty() {
-            self.check()
-        } else {
-            self.check().and_then(|()| self.send(None))
-        };
+        let sent = self.check().and_then(|()| {
+            if self.buf.is_empty() {
+                Ok(())
+            } else {
+                self.send(None)
+            }
+        });
         let (mut out, outcome) = self.join();
         let flushed = match out.as_mut() {
             Some(o) => o.flush(),

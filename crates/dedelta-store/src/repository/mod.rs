@@ -73,7 +73,8 @@ pub struct Repository {
     cache_dir: Option<PathBuf>,
     /// Reads one reader may have in flight at once (see [`Self::reads_in_flight`]).
     reads_in_flight: usize,
-    /// Whether every read is a round trip (see [`Self::reads_are_round_trips`]).
+    /// Reads taken as round trips whatever the backend says (tests, see
+    /// [`Self::with_round_trips`]).
     round_trips: bool,
     /// Whether backups publish index files (see [`Self::writes_index_files`]).
     index_files: bool,
@@ -236,12 +237,15 @@ impl Repository {
 
     /// Whether each read costs a round trip (an object store), so that a reader should read
     /// a little more than it needs now rather than come back for it (backup's delta bases:
-    /// the next regions of a container it reads).
+    /// the next regions of a container it reads), and independent requests go out at once:
+    /// the backend's answer ([`Backend::requests_are_round_trips`]), or what
+    /// [`Self::with_round_trips`] set.
     pub fn reads_are_round_trips(&self) -> bool {
-        self.round_trips
+        self.round_trips || self.backend.requests_are_round_trips()
     }
 
-    /// Sets [`Self::reads_are_round_trips`].
+    /// Takes reads as round trips (`true`) even on a backend that does not say so: tests
+    /// of the object-store paths on a local directory.
     pub fn with_round_trips(mut self, round_trips: bool) -> Self {
         self.round_trips = round_trips;
         self
@@ -565,7 +569,7 @@ impl Repository {
         };
         let (caught_up, listed) = if repo.snapshots_at_open {
             let (caught_up, listed) = crate::request_threads::beside(
-                repo.backend().requests_are_round_trips(),
+                repo.reads_are_round_trips(),
                 || repo.snapshots(),
                 || repo.catch_up(),
             );

@@ -240,10 +240,7 @@ impl Repository {
         match Self::open_in_cache_with(backend, cache_root, password, lock) {
             Err(Error::ObjectMissing { .. }) => Err(Error::RepoNotFound(location.into())),
             other => other.map(|(r, lock)| {
-                let r = r
-                    .with_reads_in_flight(in_flight)
-                    .with_round_trips(true)
-                    .with_index_files(true);
+                let r = r.with_reads_in_flight(in_flight).with_index_files(true);
                 (r, lock)
             }),
         }
