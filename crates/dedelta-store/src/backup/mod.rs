@@ -8,7 +8,7 @@
 //! caller's thread  walk.rs, chunk.rs     walk sources, read 1 MiB blocks, cut chunks
 //!                                          |  one job per block
 //!                                          v
-//! worker pool      fingerprint.rs        BLAKE3, index lookup (fingerprint_index.rs),
+//! worker pool      fingerprint.rs        BLAKE3, index lookup (fingerprint_index/),
 //!                                          super-features
 //!                                          |  results in stream order (one-shot receivers)
 //!                                          v

@@ -1,9 +1,11 @@
-//! Tests of [`super`] (fingerprint_index.rs).
+//! Tests of [`super`] (the fingerprint index strategies).
 
 use super::*;
 use crate::backend::local::LocalBackend;
-use crate::client::index::ChunkIndex;
-use crate::format::container::EntryMeta;
+use crate::backend::Backend;
+use crate::backup::recent_containers::TRIES_PER_MISS;
+use crate::client::index::{ChunkIndex, FingerprintFilter};
+use crate::format::container::{ContainerMeta, EntryKind, EntryMeta};
 
 fn container(seed: u8, ids: std::ops::Range<u64>) -> (ContainerId, ContainerMeta) {
     let entries = ids
