@@ -1,5 +1,6 @@
-//! Runs on: a scoped thread of its own, beside the decoding thread of a dump or a restore
-//! (the caller, which hands it the verified bytes).
+//! Runs on: a scoped thread of its own, beside a dump's decoding thread (the caller, which
+//! hands it the verified bytes); restore's target thread, itself behind the decoding, uses it
+//! without a thread ([`WriteBehind::on_this_thread`]), for its buffering and holes.
 //!
 //! Output written behind the thread that produces it: bytes gathered into buffers of
 //! [`BUFFER_BYTES`], which a thread writes while the caller decodes and verifies the next
@@ -11,6 +12,9 @@
 //! behind: 0.88-0.97 s). The bytes are copied into the buffer as a `BufWriter` copied them.
 //! Short outputs start no thread: until [`WriteBehind::new`]'s `direct_until` bytes have
 //! gone out, full buffers are written on the caller's thread.
+//!
+//! A restore writes files on a thread of its own (`commands/restore/write.rs`), so there the
+//! writes are already behind the decoding.
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use std::io::{self, Seek, SeekFrom, Write};
@@ -59,7 +63,8 @@ struct Behind<'scope, W> {
 
 /// An output written behind its caller (see the module doc).
 pub(crate) struct WriteBehind<'scope, 'env, W: Sink + 'scope> {
-    scope: &'scope Scope<'scope, 'env>,
+    /// Where the writing thread starts; `None`: every write on the caller's thread.
+    scope: Option<&'scope Scope<'scope, 'env>>,
     /// The buffer being filled.
     buf: Vec<u8>,
     /// The output, while no thread writes it.
@@ -75,6 +80,18 @@ pub(crate) struct WriteBehind<'scope, 'env, W: Sink + 'scope> {
     failed: Option<(io::ErrorKind, String)>,
 }
 
+impl<W: Sink + 'static> WriteBehind<'static, 'static, W> {
+    /// Writes to `out` on the caller's thread only, gathering `expected` bytes (up to
+    /// [`BUFFER_BYTES`]) a write: for a caller that is itself behind the decoding (restore's
+    /// target thread).
+    pub(crate) fn on_this_thread(out: W, expected: u64) -> Self {
+        WriteBehind {
+            scope: None,
+            ..Self::unstarted(out, u64::MAX, expected)
+        }
+    }
+}
+
 impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
     /// Writes to `out`, behind the caller once `direct_until` bytes went out on its thread
     /// (`u64::MAX`: never), from a thread of `scope`. `expected` bytes are expected in all:
@@ -87,7 +104,15 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
         expected: u64,
     ) -> Self {
         WriteBehind {
-            scope,
+            scope: Some(scope),
+            ..Self::unstarted(out, direct_until, expected)
+        }
+    }
+
+    /// The fields of a writer that has written nothing, with no scope.
+    fn unstarted(out: W, direct_until: u64, expected: u64) -> Self {
+        WriteBehind {
+            scope: None,
             buf: Vec::new(),
             out: Some(out),
             direct_until,
@@ -134,18 +159,13 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
     /// Hands the buffer (and then a hole of `skip` bytes) on: to the output on this thread
     /// while under `direct_until`, else to the writing thread (started if need be).
     fn send(&mut self, skip: Option<u64>) -> io::Result<()> {
-        if self.behind.is_none() && self.direct < self.direct_until {
-            let out = self.out.as_mut().ok_or_else(gone)?;
-            let done = out
-                .write_all(&self.buf)
-                .and_then(|()| skip.map_or(Ok(()), |n| out.skip(n)));
-            self.direct += self.buf.len() as u64;
-            self.buf.clear();
-            return done.map_err(|e| self.fail(e));
-        }
+        let scope = match self.scope {
+            Some(scope) if self.direct >= self.direct_until => scope,
+            _ => return self.write_here(skip),
+        };
         if self.behind.is_none() {
             let out = self.out.take().ok_or_else(gone)?;
-            self.behind = Some(start(self.scope, out));
+            self.behind = Some(start(scope, out));
         }
         if !self.buf.is_empty() {
             let free = &self.behind.as_ref().expect("started above").free;
@@ -163,6 +183,21 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
             Some(n) => self.hand_over(Piece::Skip(n)),
             None => Ok(()),
         }
+    }
+
+    /// Writes the buffer (and then a hole of `skip` bytes) on this thread.
+    fn write_here(&mut self, skip: Option<u64>) -> io::Result<()> {
+        if self.behind.is_some() {
+            // Never: a started thread writes every later piece.
+            return Err(gone());
+        }
+        let out = self.out.as_mut().ok_or_else(gone)?;
+        let done = out
+            .write_all(&self.buf)
+            .and_then(|()| skip.map_or(Ok(()), |n| out.skip(n)));
+        self.direct += self.buf.len() as u64;
+        self.buf.clear();
+        done.map_err(|e| self.fail(e))
     }
 
     /// Gives `piece` to the writing thread; if the thread stopped at a failed write, its
@@ -303,6 +338,27 @@ mod tests {
             }
             assert!(out.unwrap().1 == want, "direct until {direct_until}");
         }
+    }
+
+    /// Without a scope (restore's target thread) every buffer is written on the caller's
+    /// thread, bytes and holes in order, and no thread starts.
+    #[test]
+    fn on_this_thread_no_thread_starts() {
+        let data = bytes(3 * BUFFER_BYTES + 777);
+        let mut w = WriteBehind::on_this_thread(FailsAfter(usize::MAX, Vec::new()), u64::MAX);
+        let mut want = Vec::new();
+        for (i, piece) in data.chunks(100_000).enumerate() {
+            w.write(piece).unwrap();
+            want.extend_from_slice(piece);
+            if i == 5 {
+                w.skip(4_096).unwrap();
+                want.resize(want.len() + 4_096, 0);
+            }
+            assert!(w.behind.is_none(), "a thread started");
+        }
+        let (out, outcome) = w.finish();
+        outcome.unwrap();
+        assert!(out.unwrap().1 == want);
     }
 
     /// A short output's buffer is no larger than the output: no buffer of 1 MiB (a `mmap`

@@ -348,9 +348,9 @@ fn announced_chunks_decompress_their_regions_only_as_far_as_needed() {
     assert!(out == big);
 }
 
-/// A dump's output goes out in buffers of 1 MiB from a thread of its own, and a restored
-/// file's past its first 4 MiB (issue 20): a file of several buffers arrives whole and in
-/// order either way, and an output that fails partway ends the dump with the output's error,
+/// A dump's output goes out in buffers of 1 MiB from a thread of its own, and a restore's
+/// files are written on its target thread (issue 20): a file of several buffers arrives
+/// whole and in order either way, and an output that fails partway ends the dump with the output's error,
 /// without hanging.
 #[test]
 fn a_dump_of_several_output_buffers_arrives_in_order_and_reports_a_failing_output() {

@@ -38,12 +38,6 @@ pub(super) const KEEP_OPEN: usize = 64;
 /// Prefix of temporary names; the pid and a counter follow.
 pub(super) const TMP_PREFIX: &str = ".dedelta-tmp-";
 
-/// Bytes of a file written on the restore's decoding thread before the rest goes behind it
-/// on a thread of its own ([`crate::write_behind`]): a thread per file is worth its start
-/// only for large files. Sparse files are written on the decoding thread whole (a hole
-/// between two data blocks would be a hand-over each).
-const WRITE_DIRECT_BYTES: u64 = 4 << 20;
-
 /// Attempts at a fresh temporary name before giving up (another process's leftovers).
 const TMP_ATTEMPTS: u32 = 100;
 
@@ -95,8 +89,9 @@ struct Level {
 
 /// A file being written under a temporary name in its parent directory (the deepest level of
 /// the chain, which does not move until the file is committed or discarded).
-pub(super) struct PendingFile<'scope, 'env> {
-    out: WriteBehind<'scope, 'env, std::fs::File>,
+pub(super) struct PendingFile {
+    /// Written on the target's thread, which is itself behind the decoding one.
+    out: WriteBehind<'static, 'static, std::fs::File>,
     tmp: String,
     name: Vec<u8>,
     depth: usize,
@@ -106,7 +101,7 @@ pub(super) struct PendingFile<'scope, 'env> {
     pos: u64,
 }
 
-impl PendingFile<'_, '_> {
+impl PendingFile {
     /// Appends bytes; for a sparse file, whole zero blocks ([`HOLE_BLOCK`], aligned in the
     /// file) become holes.
     pub fn write(&mut self, data: &[u8]) -> Result<(), TargetError> {
@@ -459,19 +454,13 @@ impl Target {
     }
 
     /// Starts file `node`: an empty temporary file (mode 0600) in its directory.
-    /// Its writes past [`WRITE_DIRECT_BYTES`] run on a thread of `scope`.
-    pub fn create_file<'scope, 'env>(
-        &mut self,
-        node: &Node,
-        scope: &'scope std::thread::Scope<'scope, 'env>,
-    ) -> Result<PendingFile<'scope, 'env>, TargetError> {
+    pub fn create_file(&mut self, node: &Node) -> Result<PendingFile, TargetError> {
         let (parent, name) = split(&node.path)?;
         self.enter(parent, true)?;
         let (fd, tmp) = self.create_tmp_file()?;
         let sparse = node.meta.sparse();
-        let direct = if sparse { u64::MAX } else { WRITE_DIRECT_BYTES };
         Ok(PendingFile {
-            out: WriteBehind::new(scope, std::fs::File::from(fd), direct, node.size),
+            out: WriteBehind::on_this_thread(std::fs::File::from(fd), node.size),
             tmp,
             name: name.to_vec(),
             depth: self.chain.len(),
@@ -483,7 +472,7 @@ impl Target {
     /// Finishes file `node`: flushes it (a sparse file's trailing hole made by its length),
     /// sets its owner, attributes, mode and times, and renames it over its final name. On any
     /// failure the temporary file is removed.
-    pub fn commit_file(&mut self, f: PendingFile<'_, '_>, node: &Node) -> Result<(), TargetError> {
+    pub fn commit_file(&mut self, f: PendingFile, node: &Node) -> Result<(), TargetError> {
         debug_assert_eq!(
             f.depth,
             self.chain.len(),
@@ -519,13 +508,12 @@ impl Target {
     }
 
     /// Abandons a file: its temporary file is removed, its final name never touched.
-    pub fn discard_file(&mut self, f: PendingFile<'_, '_>) {
+    pub fn discard_file(&mut self, f: PendingFile) {
         debug_assert_eq!(
             f.depth,
             self.chain.len(),
             "the chain moved under a pending file"
         );
-        // Its writes behind end before the name goes.
         drop(f.out.finish());
         let _ = rfs::unlinkat(self.top(), f.tmp.as_str(), AtFlags::empty());
     }
