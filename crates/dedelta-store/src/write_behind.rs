@@ -22,6 +22,11 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 /// Bytes gathered before a write.
 pub(crate) const BUFFER_BYTES: usize = 1 << 20;
+/// Without a writing thread ([`WriteBehind::on_this_thread`]), a piece at least this long
+/// that finds the buffer empty is written as it is, not copied: restore's target thread hands
+/// over a file's bytes of a whole batch at once (a buffer of 1 MiB per file was a `mmap`, its
+/// page faults and a `munmap`).
+const WRITE_THROUGH_BYTES: usize = 32 << 10;
 /// Buffers on their way to the writing thread at most: the caller runs this far ahead.
 const BUFFERS_AHEAD: usize = 2;
 
@@ -126,6 +131,13 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
     /// Appends `data`. An error is the output's (a write behind that failed).
     pub(crate) fn write(&mut self, data: &[u8]) -> io::Result<()> {
         self.check()?;
+        if self.scope.is_none() && self.buf.is_empty() && data.len() >= WRITE_THROUGH_BYTES {
+            // Written as it is: a copy into the buffer would gain no fewer writes.
+            let out = self.out.as_mut().ok_or_else(gone)?;
+            let done = out.write_all(data);
+            self.direct += data.len() as u64;
+            return done.map_err(|e| self.fail(e));
+        }
         if self.buf.capacity() == 0 {
             self.buf.reserve_exact(self.first);
         }
@@ -359,6 +371,22 @@ mod tests {
         let (out, outcome) = w.finish();
         outcome.unwrap();
         assert!(out.unwrap().1 == want);
+    }
+
+    /// Without a thread, a long piece that finds the buffer empty is written as it is (no
+    /// buffer is allocated for it), and short ones around it keep their order.
+    #[test]
+    fn a_long_piece_is_written_through() {
+        let data = bytes(3 * WRITE_THROUGH_BYTES);
+        let mut w = WriteBehind::on_this_thread(FailsAfter(usize::MAX, Vec::new()), u64::MAX);
+        w.write(&data[..2 * WRITE_THROUGH_BYTES]).unwrap();
+        assert_eq!(w.buf.capacity(), 0, "copied into a buffer");
+        w.write(&data[2 * WRITE_THROUGH_BYTES..2 * WRITE_THROUGH_BYTES + 10])
+            .unwrap();
+        w.write(&data[2 * WRITE_THROUGH_BYTES + 10..]).unwrap();
+        let (out, outcome) = w.finish();
+        outcome.unwrap();
+        assert!(out.unwrap().1 == data);
     }
 
     /// A short output's buffer is no larger than the output: no buffer of 1 MiB (a `mmap`

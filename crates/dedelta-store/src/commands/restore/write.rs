@@ -151,12 +151,26 @@ fn write_ops(
     };
     for batch in ops.iter() {
         let OpBatch { ops, bytes } = batch;
+        // Neighbouring chunks of a file lie side by side in `bytes`: written in one piece.
+        let mut data: Option<std::ops::Range<usize>> = None;
         for op in ops {
+            if let (Op::Data(next), Some(d)) = (&op, data.as_mut()) {
+                if d.end == next.start {
+                    d.end = next.end;
+                    continue;
+                }
+            }
+            if let Some(d) = data.take() {
+                w.data(Ok(&bytes[d]));
+            }
             match op {
+                Op::Data(range) => data = Some(range),
                 Op::Event(ev) => w.event(*ev),
-                Op::Data(range) => w.data(Ok(&bytes[range])),
                 Op::Failed(e) => w.data(Err(e)),
             }
+        }
+        if let Some(d) = data {
+            w.data(Ok(&bytes[d]));
         }
         buffers.give(bytes);
     }
