@@ -59,8 +59,13 @@ const ENTRY_LEN: usize = CHUNK_ID_LEN + 20;
 /// previous versions' chunks, which a cache holding little more than the last backup's new
 /// chunks misses: 20 SQLAlchemy sdists (about 22 MB of new chunks each) read 6,786 bases back
 /// from the repository with 32 MiB, 4,379 with 64 MiB and 2,486 with 128 MiB, for 4.50, 4.46
-/// and 4.26 s of backup CPU (docs/benchmarks.md §6, "Meeting the size targets").
-pub const DEFAULT_BYTES: usize = 64 << 20;
+/// and 4.26 s of backup CPU (docs/benchmarks.md §6, "Meeting the size targets"). Measured
+/// again on 2026-11-28, when the rest of a backup had become faster, 128 MiB against 64: the
+/// 20 sdists' backups 641-646 MB/s against 561-566 (CPU 3.5 s against 3.94), 10 Redis dumps'
+/// 2.94 s inside the commands against 3.32-3.68 (bases spread over every earlier dump), for a
+/// data file of up to 256 MiB on the client's disk (docs/benchmarks.md, "The local base
+/// cache doubled").
+pub const DEFAULT_BYTES: usize = 128 << 20;
 /// The index file's name.
 const INDEX_FILE: &str = "bases.idx";
 
