@@ -213,9 +213,10 @@ struct Stopped;
 
 /// Restores `snapshot` into `opts.target`.
 ///
-/// Two threads: one walks the tree, looks chunks up and decompresses their regions; the
-/// caller's thread decodes deltas, verifies every chunk and writes the files. A bounded
-/// channel keeps memory small.
+/// Three threads: one walks the tree, looks chunks up and decompresses their regions; the
+/// caller's thread decodes deltas and verifies every chunk (with the verify helper); a target
+/// thread makes the nodes and writes the files (`restore/write.rs`). Bounded channels keep
+/// memory small.
 ///
 /// # Errors
 /// Only what stops the whole restore: the target cannot be created or written, or the
