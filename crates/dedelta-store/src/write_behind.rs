@@ -10,8 +10,8 @@
 //! as much as decoding it. Restoring a 1.24 GB file to tmpfs, the decoding thread held 73 % of
 //! the dump's CPU time, 0.7 s of it in `write`, and bounded the dump (1.29-1.32 s; written
 //! behind: 0.88-0.97 s). The bytes are copied into the buffer as a `BufWriter` copied them.
-//! Short outputs start no thread: until [`WriteBehind::new`]'s `direct_until` bytes have
-//! gone out, full buffers are written on the caller's thread.
+//! The thread starts at the first full buffer: an output shorter than one buffer is written
+//! by `finish` on the caller's thread, and starts none.
 //!
 //! A restore writes files on a thread of its own (`commands/restore/write.rs`), so there the
 //! writes are already behind the decoding.
@@ -74,12 +74,8 @@ pub(crate) struct WriteBehind<'scope, 'env, W: Sink + 'scope> {
     buf: Vec<u8>,
     /// The output, while no thread writes it.
     out: Option<W>,
-    /// Bytes to write on the caller's thread before a thread takes over.
-    direct_until: u64,
     /// The first buffer's capacity: the output's expected length, up to [`BUFFER_BYTES`].
     first: usize,
-    /// Bytes written on the caller's thread.
-    direct: u64,
     behind: Option<Behind<'scope, W>>,
     /// The first failed write, given again to every later call.
     failed: Option<(io::ErrorKind, String)>,
@@ -90,39 +86,26 @@ impl<W: Sink + 'static> WriteBehind<'static, 'static, W> {
     /// [`BUFFER_BYTES`]) a write: for a caller that is itself behind the decoding (restore's
     /// target thread).
     pub(crate) fn on_this_thread(out: W, expected: u64) -> Self {
-        WriteBehind {
-            scope: None,
-            ..Self::unstarted(out, u64::MAX, expected)
-        }
+        Self::unstarted(None, out, expected)
     }
 }
 
 impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
-    /// Writes to `out`, behind the caller once `direct_until` bytes went out on its thread
-    /// (`u64::MAX`: never), from a thread of `scope`. `expected` bytes are expected in all:
-    /// a small file's buffer is no larger than the file (restoring a tree of small files,
-    /// a buffer of 1 MiB each was a `mmap` and a `munmap` per file).
-    pub(crate) fn new(
-        scope: &'scope Scope<'scope, 'env>,
-        out: W,
-        direct_until: u64,
-        expected: u64,
-    ) -> Self {
-        WriteBehind {
-            scope: Some(scope),
-            ..Self::unstarted(out, direct_until, expected)
-        }
+    /// Writes to `out` behind the caller, from a thread of `scope` started at the first full
+    /// buffer. `expected` bytes are expected in all: a short output's buffer is no larger than
+    /// the output (restoring a tree of small files, a buffer of 1 MiB each was a `mmap` and a
+    /// `munmap` per file).
+    pub(crate) fn new(scope: &'scope Scope<'scope, 'env>, out: W, expected: u64) -> Self {
+        Self::unstarted(Some(scope), out, expected)
     }
 
-    /// The fields of a writer that has written nothing, with no scope.
-    fn unstarted(out: W, direct_until: u64, expected: u64) -> Self {
+    /// A writer that has written nothing.
+    fn unstarted(scope: Option<&'scope Scope<'scope, 'env>>, out: W, expected: u64) -> Self {
         WriteBehind {
-            scope: None,
+            scope,
             buf: Vec::new(),
             out: Some(out),
-            direct_until,
             first: usize::try_from(expected).map_or(BUFFER_BYTES, |e| e.min(BUFFER_BYTES)),
-            direct: 0,
             behind: None,
             failed: None,
         }
@@ -135,7 +118,6 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
             // Written as it is: a copy into the buffer would gain no fewer writes.
             let out = self.out.as_mut().ok_or_else(gone)?;
             let done = out.write_all(data);
-            self.direct += data.len() as u64;
             return done.map_err(|e| self.fail(e));
         }
         if self.buf.capacity() == 0 {
@@ -168,12 +150,11 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
         e
     }
 
-    /// Hands the buffer (and then a hole of `skip` bytes) on: to the output on this thread
-    /// while under `direct_until`, else to the writing thread (started if need be).
+    /// Hands the buffer (and then a hole of `skip` bytes) on: to the writing thread (started
+    /// if need be), or without a scope to the output on this thread.
     fn send(&mut self, skip: Option<u64>) -> io::Result<()> {
-        let scope = match self.scope {
-            Some(scope) if self.direct >= self.direct_until => scope,
-            _ => return self.write_here(skip),
+        let Some(scope) = self.scope else {
+            return self.write_here(skip);
         };
         if self.behind.is_none() {
             let out = self.out.take().ok_or_else(gone)?;
@@ -197,17 +178,13 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
         }
     }
 
-    /// Writes the buffer (and then a hole of `skip` bytes) on this thread.
+    /// Writes the buffer (and then a hole of `skip` bytes) on this thread, where no writing
+    /// thread was started (`out` is here).
     fn write_here(&mut self, skip: Option<u64>) -> io::Result<()> {
-        if self.behind.is_some() {
-            // Never: a started thread writes every later piece.
-            return Err(gone());
-        }
         let out = self.out.as_mut().ok_or_else(gone)?;
         let done = out
             .write_all(&self.buf)
             .and_then(|()| skip.map_or(Ok(()), |n| out.skip(n)));
-        self.direct += self.buf.len() as u64;
         self.buf.clear();
         done.map_err(|e| self.fail(e))
     }
@@ -243,6 +220,9 @@ impl<'scope, 'env, W: Sink + 'scope> WriteBehind<'scope, 'env, W> {
         let sent = self.check().and_then(|()| {
             if self.buf.is_empty() {
                 Ok(())
+            } else if self.behind.is_none() {
+                // Nothing left to write beside: no thread for the last (or only) buffer.
+                self.write_here(None)
             } else {
                 self.send(None)
             }
@@ -323,15 +303,18 @@ mod tests {
         (0..n).map(|i| (i * 7 + i / 4096) as u8).collect()
     }
 
-    /// Bytes and holes come out in order, on this thread up to `direct_until` and behind it
-    /// after, through any number of buffers.
+    /// Bytes and holes come out in order, behind the caller or on its thread, through any
+    /// number of buffers.
     #[test]
     fn bytes_and_holes_come_out_in_order() {
         let data = bytes(5 * BUFFER_BYTES + 12_345);
-        for direct_until in [0, 2 * BUFFER_BYTES as u64, u64::MAX] {
+        for behind in [true, false] {
             let (out, outcome) = std::thread::scope(|s| {
-                let mut w =
-                    WriteBehind::new(s, FailsAfter(usize::MAX, Vec::new()), direct_until, 1000);
+                let out = FailsAfter(usize::MAX, Vec::new());
+                let mut w = match behind {
+                    true => WriteBehind::new(s, out, 1000),
+                    false => WriteBehind::unstarted(None, out, 1000),
+                };
                 for (i, piece) in data.chunks(100_000).enumerate() {
                     w.write(piece).unwrap();
                     if i % 7 == 3 {
@@ -348,7 +331,7 @@ mod tests {
                     want.resize(want.len() + 5_000, 0);
                 }
             }
-            assert!(out.unwrap().1 == want, "direct until {direct_until}");
+            assert!(out.unwrap().1 == want, "behind: {behind}");
         }
     }
 
@@ -389,12 +372,47 @@ mod tests {
         assert!(out.unwrap().1 == data);
     }
 
+    /// An output shorter than a buffer (a small dump) starts no thread: its only buffer is
+    /// written on the caller's thread when it finishes, not handed to a thread started for
+    /// it. Longer ones are written behind.
+    #[test]
+    fn a_short_output_starts_no_thread() {
+        /// Records which threads wrote.
+        struct Writers(Vec<std::thread::ThreadId>);
+        impl Write for Writers {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.push(std::thread::current().id());
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Sink for Writers {
+            fn skip(&mut self, _n: u64) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let caller = std::thread::current().id();
+        for (len, here) in [(5_000, true), (BUFFER_BYTES + 1, false)] {
+            let (out, outcome) = std::thread::scope(|s| {
+                let mut w = WriteBehind::new(s, Writers(Vec::new()), len as u64);
+                w.write(&bytes(len)).unwrap();
+                w.finish()
+            });
+            outcome.unwrap();
+            let writers = out.unwrap().0;
+            assert!(!writers.is_empty());
+            assert_eq!(writers.iter().all(|t| *t == caller), here, "{len} bytes");
+        }
+    }
+
     /// A short output's buffer is no larger than the output: no buffer of 1 MiB (a `mmap`
     /// and a `munmap`) per small file of a tree restored.
     #[test]
     fn a_short_output_gets_a_short_buffer() {
         std::thread::scope(|s| {
-            let mut w = WriteBehind::new(s, FailsAfter(usize::MAX, Vec::new()), 0, 5_000);
+            let mut w = WriteBehind::new(s, FailsAfter(usize::MAX, Vec::new()), 5_000);
             w.write(&bytes(3_000)).unwrap();
             assert!(w.buf.capacity() < 8_192, "{}", w.buf.capacity());
             w.write(&bytes(3_000)).unwrap();
@@ -409,8 +427,7 @@ mod tests {
     #[test]
     fn a_failed_write_behind_is_reported() {
         std::thread::scope(|s| {
-            let mut w =
-                WriteBehind::new(s, FailsAfter(3 * BUFFER_BYTES / 2, Vec::new()), 0, u64::MAX);
+            let mut w = WriteBehind::new(s, FailsAfter(3 * BUFFER_BYTES / 2, Vec::new()), u64::MAX);
             let data = bytes(BUFFER_BYTES / 4);
             let failed = (0..64).find_map(|_| w.write(&data).err());
             let e = failed.unwrap_or_else(|| w.finish().1.unwrap_err());

@@ -139,7 +139,7 @@ pub fn dump_found(
         });
         // The output is written behind the decoding, from a thread of its own (see
         // crate::write_behind).
-        let mut output = WriteBehind::new(s, out, 0, node.size);
+        let mut output = WriteBehind::new(s, out, node.size);
         let writing = |e| Error::io("writing to standard output", e);
         let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
         let mut written = 0u64;
