@@ -458,13 +458,12 @@ impl Target {
         let (parent, name) = split(&node.path)?;
         self.enter(parent, true)?;
         let (fd, tmp) = self.create_tmp_file()?;
-        let sparse = node.meta.sparse();
         Ok(PendingFile {
             out: WriteBehind::on_this_thread(std::fs::File::from(fd), node.size),
             tmp,
             name: name.to_vec(),
             depth: self.chain.len(),
-            sparse,
+            sparse: node.meta.sparse(),
             pos: 0,
         })
     }
