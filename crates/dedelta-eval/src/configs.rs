@@ -106,7 +106,9 @@ fn parse_capped(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
 /// between backups (`loopdelta-local`: a dedelta deviation from §4.3, `backup
 /// --keep-dense-local`; only the `prefetch` sketch index has dense containers). `-laSIZE`
 /// sets the `prefetch` index's look-ahead (`loopdelta-la4m`: deduplication 4 MiB ahead of
-/// resemblance detection, `-la0` a block; `delta.prefetch_lookahead_bytes`).
+/// resemblance detection, `-la0` a block; `delta.prefetch_lookahead_bytes`). `-pcN` bounds
+/// the `prefetch` index's potential base chunk cache at N containers (`loopdelta-pc8`;
+/// `delta.prefetch_cache_containers`, else §5's 150, or 20 with Capping).
 fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
     let (base, modifier) = name.rsplit_once('-')?;
     let mut c = presets
@@ -128,6 +130,16 @@ fn parse_modified(presets: &[EvalConfig], name: &str) -> Option<EvalConfig> {
             c.loopdelta.keep_dense_local = true;
             "dense containers kept on the client's disk between backups (a deviation from \
              LoopDelta §4.3)"
+        }
+        m if m.starts_with("pc") => {
+            let n = m[2..].parse::<usize>().ok().filter(|&n| n > 0)?;
+            c.delta.prefetch_cache_containers = Some(n);
+            c.name = name.into();
+            c.description = format!(
+                "{}, a potential base chunk cache of {n} containers",
+                c.description
+            );
+            return Some(c);
         }
         m => {
             let bytes = parse_size(m.strip_prefix("la")?)?;

@@ -113,6 +113,16 @@ fn paper_presets_are_what_they_say() {
     assert_eq!(la[1].delta.prefetch_lookahead_bytes, 4 << 20);
     assert!(!la[1].loopdelta.cache_aware_filter);
     assert!(parse("loopdelta-lax").is_err());
+    // `-pcN`: the potential base chunk cache's bound, and nothing else.
+    let pc = parse("loopdelta-pc8").unwrap().remove(0);
+    assert_eq!(
+        pc.delta,
+        DeltaConfig {
+            prefetch_cache_containers: Some(8),
+            ..ld.clone()
+        }
+    );
+    assert!(parse("loopdelta-pc0").is_err() && parse("loopdelta-pcx").is_err());
     // The techniques of §4.4-§4.5: CAF in loopdelta, inversed deltas where Capping is.
     let full = parse("loopdelta,loopdelta-nocaf").unwrap();
     assert!(full[0].loopdelta.cache_aware_filter && !full[0].loopdelta.inversed_delta);
