@@ -392,6 +392,26 @@ mod tests {
 
     /// A reused buffer (too small, or holding an earlier region) gives the bytes a fresh one
     /// gives, for compressible and incompressible input.
+    /// The delta stage's saving test relies on it: a raw delta within the bound is kept
+    /// without compressing it, since compressed it can only be as long or shorter.
+    #[test]
+    fn output_is_never_longer_than_the_input() {
+        for raw in [
+            noise(20_000, 7),
+            noise(1, 3),
+            Vec::new(),
+            b"ab".repeat(5000),
+        ] {
+            for c in [
+                Compression::None,
+                Compression::zstd(1),
+                Compression::zstd(19),
+            ] {
+                assert!(c.compress(&raw).1.len() <= raw.len());
+            }
+        }
+    }
+
     #[test]
     fn compress_into_a_used_buffer_is_compress() {
         let text: Vec<u8> = b"abcabcabd".repeat(3000);

@@ -384,12 +384,12 @@ impl<'a> DeltaStage<'a> {
                     let cost = *c
                         .full_cost
                         .get_or_insert_with(|| Compression::zstd(1).compress(&c.data).1.len());
-                    let delta_cost = if compare_compressed {
-                        Compression::zstd(1).compress(&delta).1.len()
-                    } else {
-                        delta.len()
-                    };
-                    delta_cost as f64 <= cost as f64 * keep
+                    let bound = cost as f64 * keep;
+                    // `compress` never returns more than its input, so a raw delta within the
+                    // bound is within it compressed too: compressed only when that decides.
+                    delta.len() as f64 <= bound
+                        || (compare_compressed
+                            && Compression::zstd(1).compress(&delta).1.len() as f64 <= bound)
                 });
             if c.smallest.is_none_or(|(len, _)| delta.len() < len) {
                 let why = match (keep_it, in_bound, c.tree) {
