@@ -12,8 +12,8 @@
 //!    ([`super::bases`]) and the chunk is encoded against it ([`DeltaCodec`]); a chunk's second
 //!    candidate is fetched only if its first did not give a delta worth keeping;
 //! 3. a delta is kept only when it saves space (see [`DeltaConfig::min_saving`]; both sides
-//!    compressed with zstd level 1) and is not above the re-anchoring bound ([`TREE_MAX_DELTA`] for tree chunks,
-//!    [`DeltaConfig::reanchor`] for file data);
+//!    compressed with zstd level 1) and is not above the re-anchoring bound
+//!    ([`TREE_MAX_DELTA`] for tree chunks, [`DeltaConfig::reanchor`] for file data);
 //! 4. full chunks (and deltas less deep than [`DeltaConfig::max_depth`]) become candidates and
 //!    bases for later batches.
 //!

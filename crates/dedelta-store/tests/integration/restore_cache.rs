@@ -350,8 +350,8 @@ fn announced_chunks_decompress_their_regions_only_as_far_as_needed() {
 
 /// A dump's output goes out in buffers of 1 MiB from a thread of its own, and a restore's
 /// files are written on its target thread (issue 20): a file of several buffers arrives
-/// whole and in order either way, and an output that fails partway ends the dump with the output's error,
-/// without hanging.
+/// whole and in order either way, and an output that fails partway ends the dump with the
+/// output's error, without hanging.
 #[test]
 fn a_dump_of_several_output_buffers_arrives_in_order_and_reports_a_failing_output() {
     let tmp = tempfile::tempdir().unwrap();

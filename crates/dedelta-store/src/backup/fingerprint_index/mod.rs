@@ -18,8 +18,9 @@
 //!   filter's false positives (about 0.4-1 %), which the runs' own filters then turn away
 //!   in memory (counted in `index_lookups`, not in `disk_lookups`). Before the on-disk index
 //!   reads a bucket, a miss that the runs' filters let through too tries the last backup's
-//!   containers in the order it used them ([`super::recent_containers`]): the cache starts empty in every process, and without
-//!   these hints each old container a backup references cost an on-disk lookup again.
+//!   containers in the order it used them ([`super::recent_containers`]): the cache starts
+//!   empty in every process, and without these hints each old container a backup references
+//!   cost an on-disk lookup again.
 //!
 //! A cache hit must not deduplicate against a chunk the index would not name: a prune
 //! removes dead chunks from the index but keeps containers that are mostly live, dead

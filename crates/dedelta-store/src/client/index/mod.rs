@@ -15,8 +15,9 @@
 //! A chunk's location is stored as its global entry number (5 bytes: the container's first
 //! number plus the entry number), a super-feature as a 40-bit key (4 bytes in a run of more
 //! than 16,384 keys, see [`run`]) naming a chunk entry of its run. A key is a truncated hash:
-//! two super-features may share one, so a sketch hit is only a candidate base; the delta stage encodes against it and keeps the delta only if it
-//! saves enough, so a false hit costs a worse delta attempt, never wrong data.
+//! two super-features may share one, so a sketch hit is only a candidate base; the delta
+//! stage encodes against it and keeps the delta only if it saves enough, so a false hit costs
+//! a worse delta attempt, never wrong data.
 //!
 //! The index is a cache: containers are the source of truth. Entries are recorded only after
 //! their container is durable (and a run file is durable before the manifest names it). A
