@@ -86,6 +86,40 @@ impl<'a> ChunkReader<'a> {
         self.locator.read_regions_ahead(ids, threads)
     }
 
+    /// Reads ahead what reading `ids` will read: their containers' metadata, then their delta
+    /// bases' down each chain (a level per round of requests), then the regions of all of
+    /// them. A tree's chunks are deltas on its parent's (backup picks them as bases): read
+    /// ahead without their bases, a restore's tree walk on the Garage benchmark then read
+    /// six base regions one after another, three of them stalled 45 ms in the cluster.
+    pub(crate) fn read_chains_ahead(
+        &mut self,
+        ids: &[ChunkId],
+        threads: &mut crate::request_threads::RequestThreads,
+    ) {
+        let mut all = ids.to_vec();
+        let mut seen: std::collections::HashSet<ChunkId, dedelta_core::BuildChunkIdHasher> =
+            ids.iter().copied().collect();
+        let mut level = ids.to_vec();
+        for _ in 0..=MAX_DELTA_DEPTH {
+            if level.is_empty() {
+                break;
+            }
+            self.locator.read_metas_ahead(&level, threads);
+            let mut next = Vec::new();
+            for id in &level {
+                // Errors are left to the read itself, which reports them.
+                if let Ok(Some(EntryKind::Delta { base, .. })) = self.locator.kind_of(id) {
+                    if seen.insert(base) {
+                        next.push(base);
+                    }
+                }
+            }
+            all.extend_from_slice(&next);
+            level = next;
+        }
+        self.locator.read_regions_ahead(&all, threads);
+    }
+
     /// The container of the copy of `id` the index names, `None` if it is not indexed.
     pub fn container_of(&mut self, id: &ChunkId) -> Result<Option<ContainerId>> {
         self.locator.container_of(id)

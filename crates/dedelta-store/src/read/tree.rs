@@ -50,8 +50,7 @@ pub fn walk_tree_reading(
     if repo.reads_are_round_trips() && ids.len() > 1 {
         let mut threads = RequestThreads::new(repo.reads_in_flight().saturating_sub(1));
         let first = &ids[..ids.len().min(TREE_AHEAD_CHUNKS)];
-        reader.read_metas_ahead(first, &mut threads);
-        reader.read_regions_ahead(first, &mut threads);
+        reader.read_chains_ahead(first, &mut threads);
     }
     let mut dec = TreeDecoder::new(BufReader::with_capacity(
         64 * 1024,

@@ -181,6 +181,7 @@ pub(super) fn for_each_meta(
                 for (rec, meta) in records {
                     if left.remove(&rec.id) {
                         out.from_index_files += 1;
+                        repo.metas_at_open.keep(rec.id, &meta);
                         take(rec.id, Ok(meta), Vec::new())?;
                     }
                 }
@@ -197,6 +198,9 @@ pub(super) fn for_each_meta(
         let names: Vec<String> = group.iter().map(ContainerId::to_hex).collect();
         let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
         for (id, (meta, n)) in group.iter().zip(read_metas_parallel(repo, &wanted)) {
+            if let Ok(m) = &meta {
+                repo.metas_at_open.keep(*id, m);
+            }
             take(*id, meta, n)?;
         }
     }

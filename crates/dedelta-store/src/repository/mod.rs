@@ -32,6 +32,7 @@ pub mod index_sync;
 pub mod keys;
 pub mod lock;
 pub mod lock_guard;
+mod metas_at_open;
 pub mod open;
 pub mod snapshot_filter;
 pub mod snapshots;
@@ -566,6 +567,7 @@ impl Repository {
             notices: std::sync::Mutex::new(notices),
             damage: std::sync::Mutex::new(None),
             listed_at_open: std::sync::Mutex::new(None),
+            metas_at_open: metas_at_open::MetasAtOpen::default(),
         };
         let (caught_up, listed) = if repo.snapshots_at_open {
             let (caught_up, listed) = crate::request_threads::beside(
@@ -600,6 +602,8 @@ pub struct IndexedRepository {
     damage: std::sync::Mutex<Option<Arc<damage::DamageSet>>>,
     /// See [`Self::snapshots_listed_at_open`].
     listed_at_open: std::sync::Mutex<Option<Result<snapshots::SnapshotList>>>,
+    /// See [`Self::meta_read_at_open`].
+    metas_at_open: metas_at_open::MetasAtOpen,
 }
 
 impl std::ops::Deref for IndexedRepository {
@@ -650,6 +654,13 @@ impl IndexedRepository {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
+    }
+
+    /// The metadata of container `id` if the open's catch-up or rebuild took it in (from an
+    /// index file, or read from the container; see [`metas_at_open`]): a reader need not
+    /// read it again.
+    pub(crate) fn meta_read_at_open(&self, id: &ContainerId) -> Option<Arc<ContainerMeta>> {
+        self.metas_at_open.get(id)
     }
 
     /// [`Repository::find_snapshot_filtered`] in the listing the open made beside its

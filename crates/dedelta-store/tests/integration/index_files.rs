@@ -8,7 +8,7 @@ use crate::support::{
     restore_to, restored_root, run_check, text, Files,
 };
 use dedelta_store::backend::local::LocalBackend;
-use dedelta_store::backend::wrap::metered::MeteredBackend;
+use dedelta_store::backend::wrap::metered::{MeteredBackend, Purpose};
 use dedelta_store::backend::{Backend, FileKind};
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::ContainerId;
@@ -176,6 +176,44 @@ fn a_fresh_client_reads_index_files_not_containers() {
     drop(slow);
     s.restores("fresh", &a, &version(1));
     s.restores("fresh", &b, &version(2));
+}
+
+/// A client with an empty cache restores without reading any container's metadata: the
+/// index files its open read hold every container's (issue 19: on an object store a
+/// restore read each of them again, a suffix and a range request per container, some on
+/// its locating thread one after another). The same where reads are round trips (regions
+/// read ahead) and where they are not.
+#[test]
+fn a_fresh_client_restores_without_reading_container_metadata() {
+    let s = Setup::new();
+    s.backup("a", &version(1), 1);
+    let b = s.backup("a", &version(2), 2);
+    for round_trips in [false, true] {
+        let who = format!("fresh-{round_trips}");
+        let repo = Repository::open_local_with_cache(&s.repo, &s.cache(&who))
+            .unwrap()
+            .with_index_files(true)
+            .with_round_trips(round_trips)
+            .metered()
+            .open_index()
+            .unwrap();
+        let before = repo.io_counts().unwrap();
+        let target = s.root.join(format!("out-{who}"));
+        let (_, snap) = repo.find_snapshot(&b).unwrap();
+        let st = restore_to(&repo, &snap, &target).unwrap();
+        assert!(st.errors.is_empty(), "{:?}", st.errors);
+        assert_eq!(
+            read_files(&restored_root(&target, &s.root.join("src"))),
+            version(2)
+        );
+        let io = repo.io_counts().unwrap().since(&before);
+        assert!(io.purpose(Purpose::ChunkData).requests > 0, "{io:?}");
+        assert_eq!(
+            io.purpose(Purpose::ContainerMeta).requests,
+            0,
+            "round trips {round_trips}: {io:?}"
+        );
+    }
 }
 
 /// A client catching up reads only the index files written since it last looked, and no

@@ -24,7 +24,7 @@ use std::path::Path;
 /// with a few scattered bytes changed per version, so that about one reference in ten
 /// changes, scattered; many small files; and from version 1 on, a new file named to come
 /// first, so that everything after it in the tree moves.
-fn version(v: u64) -> Files {
+pub(crate) fn version(v: u64) -> Files {
     let mut big = noise(1_500_000, 7);
     for k in 0..v * 40 {
         let at = ((k * 7919 + v * 104_729) * 37) as usize % big.len();
@@ -42,7 +42,11 @@ fn version(v: u64) -> Files {
 }
 
 /// Backs up version `v` of `src` as backup number `v`; returns the snapshot.
-fn backup_version(repo: &IndexedRepository, src: &Path, v: u64) -> (SnapshotId, Snapshot) {
+pub(crate) fn backup_version(
+    repo: &IndexedRepository,
+    src: &Path,
+    v: u64,
+) -> (SnapshotId, Snapshot) {
     // Only the changed files are written: a rewritten file's record changes (inode, ctime,
     // mtime) even when its content does not.
     update_files(src, &version(v));

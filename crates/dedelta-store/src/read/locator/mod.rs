@@ -408,8 +408,10 @@ impl<'a> ChunkLocator<'a> {
     }
 
     fn meta(&mut self, id: ContainerId) -> Result<Arc<ContainerMeta>> {
-        if let Some(m) = self.metas.get(&id) {
-            return Ok(m.clone());
+        if self.meta_at_hand(&id) {
+            if let Some(m) = self.metas.get(&id) {
+                return Ok(m.clone());
+            }
         }
         // Restore, dump and backup's base reader read the metadata in one request; the
         // others (check among them, which reports every damaged byte it reads) read only the
@@ -423,6 +425,20 @@ impl<'a> ChunkLocator<'a> {
         self.expected.add_bases_of(&m);
         self.metas.put(id, m.clone());
         Ok(m)
+    }
+
+    /// Whether the metadata of `id` is in the metadata cache, taking it in first when the
+    /// open read it ([`IndexedRepository::meta_read_at_open`]): then no request is needed.
+    pub(super) fn meta_at_hand(&mut self, id: &ContainerId) -> bool {
+        if self.metas.contains(id) {
+            return true;
+        }
+        let Some(m) = self.repo.meta_read_at_open(id) else {
+            return false;
+        };
+        self.expected.add_bases_of(&m);
+        self.metas.put(*id, m);
+        true
     }
 
     /// Chunks `ids` will be fetched through the restore cache: each region is then

@@ -176,7 +176,7 @@ impl ChunkLocator<'_> {
     ) {
         let mut missing: Vec<ContainerId> = Vec::new();
         for c in containers {
-            if !self.metas.contains(c) && !missing.contains(c) {
+            if !self.meta_at_hand(c) && !missing.contains(c) {
                 missing.push(*c);
             }
         }
@@ -195,7 +195,7 @@ impl ChunkLocator<'_> {
             let Ok(Some(loc)) = self.location(id, rule) else {
                 continue;
             };
-            if !self.metas.contains(&loc.container) && !missing.contains(&loc.container) {
+            if !missing.contains(&loc.container) && !self.meta_at_hand(&loc.container) {
                 missing.push(loc.container);
             }
         }
