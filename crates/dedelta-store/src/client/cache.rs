@@ -1,7 +1,8 @@
 //! Where a client keeps its caches: one directory per repository, named by the repository id,
 //! under a cache root (`$DEDELTA_CACHE_DIR`, else `$XDG_CACHE_HOME/dedelta`, else
 //! `~/.cache/dedelta`). It holds the chunk index ([`INDEX_FILE`] and its run files), the
-//! local base cache and the snapshot cache ([`super::snapshot_cache`]).
+//! local base cache, the snapshot cache ([`super::snapshot_cache`]) and, on an object store,
+//! the container metadata cache ([`super::meta_cache`]).
 //! Everything in it can be rebuilt from the repository, so deleting it loses nothing.
 //!
 //! Each command that opens the index rewrites [`LOCATION_FILE`] there (the repository's

@@ -6,8 +6,10 @@
 //! - [`local_cache`]: the local base cache of the last backups' delta bases.
 //! - [`snapshot_cache`]: the repository's snapshot files, for listing them without reading
 //!   every one.
+//! - [`meta_cache`]: container metadata sections, where every read is a round trip.
 
 pub mod cache;
 pub mod index;
 pub mod local_cache;
+pub mod meta_cache;
 pub mod snapshot_cache;

@@ -7,6 +7,7 @@
 //! and its record gathered for the index file, only once the PUT has returned.
 
 use super::*;
+use crate::format::index_file::IndexedContainer;
 
 /// Appends compressed regions to containers and stores each full container durably, then
 /// indexes it (data before index: the crash-safety order). Shared by backup and prune.
@@ -371,7 +372,18 @@ const MAX_META_TAIL: usize = 4 << 20;
 /// `check`, prune and the repairs, which must report every damaged byte they read, read
 /// exactly the footer and the section with [`read_container_meta`].
 pub fn read_container_meta_tail(backend: &dyn Backend, name: &str) -> Result<ContainerMeta> {
+    read_container_record_tail(backend, name).map(|(meta, _)| meta)
+}
+
+/// [`read_container_meta_tail`], with the footer and metadata section it read as an index
+/// file records them (for the local metadata cache, [`crate::client::meta_cache`]).
+pub fn read_container_record_tail(
+    backend: &dyn Backend,
+    name: &str,
+) -> Result<(ContainerMeta, IndexedContainer)> {
     let what = format!("container {name}");
+    let id =
+        ContainerId::from_hex(name).ok_or_else(|| Error::corrupt(&what, "not a container name"))?;
     let guess = META_TAIL_BYTES.load(Ordering::Relaxed);
     let tail = backend.get_tail(FileKind::Container, name, guess)?;
     if tail.len() < container::HEADER_LEN + FOOTER_LEN {
@@ -390,20 +402,28 @@ pub fn read_container_meta_tail(backend: &dyn Backend, name: &str) -> Result<Con
     let footer = container::decode_footer(footer_bytes, len, &what)?;
     let meta_len = footer.meta_len as usize;
     let end = tail.len() - FOOTER_LEN;
-    if let Some(start) = end.checked_sub(meta_len) {
-        return container::decode_meta(&tail[start..end], &footer, &what);
-    }
-    let want = (meta_len + FOOTER_LEN)
-        .next_multiple_of(4096)
-        .min(MAX_META_TAIL);
-    META_TAIL_BYTES.fetch_max(want, Ordering::Relaxed);
-    let meta = backend.get_range(
-        FileKind::Container,
-        name,
-        footer.meta_offset as i64,
-        meta_len,
-    )?;
-    container::decode_meta(&meta, &footer, &what)
+    let section = match end.checked_sub(meta_len) {
+        Some(start) => tail[start..end].to_vec(),
+        None => {
+            let want = (meta_len + FOOTER_LEN)
+                .next_multiple_of(4096)
+                .min(MAX_META_TAIL);
+            META_TAIL_BYTES.fetch_max(want, Ordering::Relaxed);
+            backend.get_range(
+                FileKind::Container,
+                name,
+                footer.meta_offset as i64,
+                meta_len,
+            )?
+        }
+    };
+    let meta = container::decode_meta(&section, &footer, &what)?;
+    let record = IndexedContainer {
+        id,
+        footer: footer_bytes.try_into().expect("FOOTER_LEN bytes"),
+        section,
+    };
+    Ok((meta, record))
 }
 
 /// Reads and checks the metadata of the container named `name`: its length, its footer and

@@ -69,6 +69,14 @@ impl IndexFilePublisher {
         if self.records.is_empty() {
             return Ok(());
         }
+        // The metadata this client wrote is what its next backup reads first (its parent's
+        // tree and bases): kept locally where each read is a round trip.
+        if let Some(cache) = repo.meta_cache() {
+            for rec in &self.records {
+                cache.put(rec);
+            }
+            cache.trim(crate::client::meta_cache::META_CACHE_BYTES);
+        }
         let bytes = index_file::encode(&mut self.records);
         let name = ChunkId::of(&bytes).to_hex();
         repo.backend().put(FileKind::Index, &name, &bytes)?;

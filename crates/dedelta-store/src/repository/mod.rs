@@ -47,7 +47,8 @@ use crate::format::container::{self, ContainerBuilder, ContainerId, ContainerMet
 use crate::repository::lock::{LockInfo, LockMode, RepoLock};
 use crate::repository::lock_guard::WriteGuard;
 pub use containers::{
-    read_container_meta, read_container_meta_tail, ContainerWriter, UnindexedContainers,
+    read_container_meta, read_container_meta_tail, read_container_record_tail, ContainerWriter,
+    UnindexedContainers,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -243,6 +244,14 @@ impl Repository {
     /// [`Self::with_round_trips`] set.
     pub fn reads_are_round_trips(&self) -> bool {
         self.round_trips || self.backend.requests_are_round_trips()
+    }
+
+    /// The local container metadata cache ([`crate::client::meta_cache`]): where reads are
+    /// round trips, index files are written and the repository has a cache directory.
+    pub fn meta_cache(&self) -> Option<crate::client::meta_cache::MetaCache> {
+        let dir = self.cache_dir.as_deref()?;
+        (self.index_files && self.reads_are_round_trips())
+            .then(|| crate::client::meta_cache::MetaCache::new(dir))
     }
 
     /// Takes reads as round trips (`true`) even on a backend that does not say so: tests
@@ -656,11 +665,13 @@ impl IndexedRepository {
             .take()
     }
 
-    /// The metadata of container `id` if the open's catch-up or rebuild took it in (from an
-    /// index file, or read from the container; see [`metas_at_open`]): a reader need not
-    /// read it again.
-    pub(crate) fn meta_read_at_open(&self, id: &ContainerId) -> Option<Arc<ContainerMeta>> {
-        self.metas_at_open.get(id)
+    /// The metadata of container `id` if known without a request: the open's catch-up or
+    /// rebuild took it in (from an index file, or read from the container; see
+    /// [`metas_at_open`]), or the local metadata cache holds it ([`Repository::meta_cache`]).
+    pub(crate) fn known_meta(&self, id: &ContainerId) -> Option<Arc<ContainerMeta>> {
+        self.metas_at_open
+            .get(id)
+            .or_else(|| Some(Arc::new(self.meta_cache()?.get(id)?)))
     }
 
     /// [`Repository::find_snapshot_filtered`] in the listing the open made beside its
@@ -777,11 +788,20 @@ impl IndexedRepository {
     }
 
     /// [`Self::read_container_meta`] in one suffix read (two when the section is larger than
-    /// it: [`read_container_meta_tail`]), for restore and dump.
+    /// it: [`read_container_meta_tail`]), for restore and dump; kept in the local metadata
+    /// cache where there is one ([`Repository::meta_cache`]).
     pub fn read_container_meta_tail(&self, id: &ContainerId) -> Result<ContainerMeta> {
-        read_container_meta_tail(
-            self.backend_for(Purpose::ContainerMeta).as_ref(),
-            &id.to_hex(),
-        )
+        let backend = self.backend_for(Purpose::ContainerMeta);
+        let (meta, record) = read_container_record_tail(backend.as_ref(), &id.to_hex())?;
+        self.remember_meta(&record);
+        Ok(meta)
+    }
+
+    /// Keeps `record`, a container's footer and metadata section just read and checked, in
+    /// the local metadata cache if there is one.
+    pub(crate) fn remember_meta(&self, record: &crate::format::index_file::IndexedContainer) {
+        if let Some(cache) = self.meta_cache() {
+            cache.put(record);
+        }
     }
 }

@@ -548,3 +548,97 @@ fn a_backup_reads_its_parents_container_metadata_in_one_round() {
         .count();
     assert_eq!(metas, parent_containers, "{rounds:?}");
 }
+
+/// Where reads are round trips and index files are written (an object store), a client
+/// keeps the metadata of the containers it writes in its cache directory: its next backup
+/// reads its parent's tree and delta bases without a single request for container metadata
+/// (on the Garage benchmark, two rounds before the tree's first region). A damaged cache file
+/// is read from the container instead.
+#[test]
+fn a_backup_reads_no_container_metadata_its_client_wrote() {
+    let (tmp, path, cache) = plain();
+    let src = tmp.path().join("src");
+    let texts = [("a", 120_000), ("b", 120_000), ("c", 120_000)];
+    let open = |backend: Arc<dyn Backend>| {
+        Repository::open_in_cache(backend, &cache)
+            .unwrap()
+            .with_round_trips(true)
+            .with_index_files(true)
+            .with_reads_in_flight(16)
+            .open_index()
+            .unwrap()
+    };
+    let repo = open(Arc::new(LocalBackend::new(&path)));
+    backup_files(
+        &repo,
+        &src,
+        &crate::support::edited_texts(0, 0, &texts),
+        0,
+        &me(),
+    )
+    .unwrap();
+    let cached = repo.meta_cache().expect("a metadata cache");
+    drop(repo);
+    let containers: Vec<String> = LocalBackend::new(&path)
+        .list(FileKind::Container)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert!(containers.len() >= 3, "{containers:?}");
+    for v in 1..3u64 {
+        if v == 2 {
+            // A damaged file costs its container's metadata read, nothing else.
+            let id =
+                dedelta_store::format::container::ContainerId::from_hex(&containers[0]).unwrap();
+            let file = cache_file(&cache, &containers[0]);
+            let mut bytes = std::fs::read(&file).unwrap();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 1;
+            std::fs::write(&file, &bytes).unwrap();
+            assert!(cached.get(&id).is_none());
+        }
+        let probe = probed(&path);
+        let repo = open(probe.clone());
+        let res = backup_files(
+            &repo,
+            &src,
+            &crate::support::edited_texts(v, 40, &texts),
+            v,
+            &me(),
+        )
+        .unwrap();
+        assert!(res.metrics.bases.read_back > 0, "{:?}", res.metrics.bases);
+        let metas: usize = probe
+            .rounds()
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .filter(|q| **q == ("get_tail", FileKind::Container))
+                    .count()
+            })
+            .sum();
+        let want = usize::from(v == 2);
+        assert!(
+            metas <= want,
+            "backup {v}: {metas} metadata reads: {:?}",
+            probe.rounds()
+        );
+    }
+}
+
+/// The metadata cache file of container `name` under cache root `root`.
+fn cache_file(root: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let repo_dir = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.join(dedelta_store::client::meta_cache::META_CACHE_DIR)
+                .is_dir()
+        })
+        .expect("a repository cache directory with metadata");
+    repo_dir
+        .join(dedelta_store::client::meta_cache::META_CACHE_DIR)
+        .join(name)
+}

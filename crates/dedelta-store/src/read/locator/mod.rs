@@ -427,13 +427,13 @@ impl<'a> ChunkLocator<'a> {
         Ok(m)
     }
 
-    /// Whether the metadata of `id` is in the metadata cache, taking it in first when the
-    /// open read it ([`IndexedRepository::meta_read_at_open`]): then no request is needed.
+    /// Whether the metadata of `id` is in the metadata cache, taking it in first when it is
+    /// known without a request ([`IndexedRepository::known_meta`]).
     pub(super) fn meta_at_hand(&mut self, id: &ContainerId) -> bool {
         if self.metas.contains(id) {
             return true;
         }
-        let Some(m) = self.repo.meta_read_at_open(id) else {
+        let Some(m) = self.repo.known_meta(id) else {
             return false;
         };
         self.expected.add_bases_of(&m);

@@ -11,7 +11,8 @@ use crate::backend::wrap::metered::Purpose;
 use crate::backend::{Backend, FileKind};
 use crate::error::Result;
 use crate::format::container::{self, ContainerId, ContainerMeta, RegionMeta};
-use crate::repository::read_container_meta_tail;
+use crate::format::index_file::IndexedContainer;
+use crate::repository::read_container_record_tail;
 use crate::request_threads::{Job, RequestThreads};
 use dedelta_core::compress::RegionDecompressor;
 use dedelta_core::ChunkId;
@@ -209,16 +210,17 @@ impl ChunkLocator<'_> {
             return;
         }
         let backend = self.repo.backend_for(Purpose::ContainerMeta);
-        let jobs: Vec<Job<Result<ContainerMeta>>> = missing
+        let jobs: Vec<Job<Result<(ContainerMeta, IndexedContainer)>>> = missing
             .iter()
             .map(|cid| {
                 let (backend, name) = (backend.clone(), cid.to_hex());
-                Box::new(move || read_container_meta_tail(backend.as_ref(), &name)) as Job<_>
+                Box::new(move || read_container_record_tail(backend.as_ref(), &name)) as Job<_>
             })
             .collect();
-        for (cid, meta) in missing.into_iter().zip(threads.run(jobs)) {
-            if let Some(Ok(meta)) = meta {
+        for (cid, read) in missing.into_iter().zip(threads.run(jobs)) {
+            if let Some(Ok((meta, record))) = read {
                 self.stats.container_metas_read += 1;
+                self.repo.remember_meta(&record);
                 self.metas.put(cid, Arc::new(meta));
             }
         }
