@@ -52,7 +52,7 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
-use crate::read::walk_tree;
+use crate::read::walk_tree_restoring;
 use crate::read::{
     receive_batch, speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats,
     RestoreCacheChoice, RestoreCacheStats,
@@ -334,7 +334,7 @@ fn read_events(
     // Directories not selected themselves, above the node: created only if something below
     // them is selected (with include patterns).
     let mut above: Vec<Node> = Vec::new();
-    let walked = walk_tree(repo, snapshot, |node, chunks| {
+    let walked = walk_tree_restoring(repo, snapshot, |node, chunks| {
         if stopped {
             return Ok(());
         }

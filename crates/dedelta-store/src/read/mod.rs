@@ -41,7 +41,9 @@ pub use restore_cache::{
     RestoreCacheStats, DEFAULT_ASSEMBLY_BYTES, PAPER_CACHE_CONTAINERS,
 };
 pub use stream::ChunkStreamReader;
-pub use tree::{walk_tree, walk_tree_chunks, walk_tree_measured, walk_tree_reading};
+pub use tree::{
+    walk_tree, walk_tree_chunks, walk_tree_measured, walk_tree_reading, walk_tree_restoring,
+};
 
 use crate::error::Error;
 use crate::format::container::ContainerId;

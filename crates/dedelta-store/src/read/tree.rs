@@ -26,6 +26,20 @@ pub fn walk_tree(
     walk_tree_measured(repo, snapshot, f).map(|_| ())
 }
 
+/// [`walk_tree`] for a restore: its reader reads a container's metadata in one suffix read
+/// and takes metadata known without a request (read by the open, or in the local metadata
+/// cache: [`crate::read::ChunkLocator::reading_metas_whole`]). Every tree chunk is still
+/// verified against its id. Check, prune and the repairs walk with [`walk_tree`], which reads
+/// every byte of metadata it judges by.
+pub fn walk_tree_restoring(
+    repo: &IndexedRepository,
+    snapshot: &Snapshot,
+    f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+) -> Result<()> {
+    let mut reader = ChunkReader::new(repo, TREE_CACHE_BYTES)?.reading_metas_whole();
+    walk_tree_reading(&mut reader, repo, snapshot, f).map(|_| ())
+}
+
 /// [`walk_tree`], returning the lengths of the tree's chunks (where each lies in the stream,
 /// for backup's choice of delta bases for the next tree).
 pub fn walk_tree_measured(

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::NodeKind;
 use crate::progress::Progress;
-use crate::read::walk_tree;
+use crate::read::walk_tree_restoring;
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use std::collections::HashSet;
@@ -34,7 +34,7 @@ pub(super) fn plan(
 ) -> Result<RestoreStats> {
     let mut hit = selector.no_hits();
     let mut st = RestoreStats::default();
-    walk_tree(repo, snapshot, |node, _| {
+    walk_tree_restoring(repo, snapshot, |node, _| {
         selector.mark_hits(&node.path, &mut hit);
         if !selector.selects(&node.path) {
             return Ok(());
@@ -72,7 +72,7 @@ pub(super) fn verify(
     let mut verified = 0u64;
     let mut problems = Vec::new();
     let mut buf = Vec::new();
-    walk_tree(repo, snapshot, |node, chunks| {
+    walk_tree_restoring(repo, snapshot, |node, chunks| {
         if node.kind != NodeKind::File
             || !selector.selects(&node.path)
             || failed.contains(&node.path)
@@ -131,7 +131,7 @@ pub(super) fn delete(
     progress: &dyn Progress,
 ) -> Result<()> {
     let mut keep: HashSet<Vec<u8>> = HashSet::new();
-    walk_tree(repo, snapshot, |node, _| {
+    walk_tree_restoring(repo, snapshot, |node, _| {
         // The directories above the sources are in the target but not in the tree.
         for (i, b) in node.path.iter().enumerate() {
             if *b == b'/' && !keep.contains(&node.path[..i]) {

@@ -416,7 +416,7 @@ impl<'a> ChunkLocator<'a> {
         // Restore, dump and backup's base reader read the metadata in one request; the
         // others (check among them, which reports every damaged byte it reads) read only the
         // bytes they check.
-        let m = Arc::new(if self.restore_cache.is_some() || self.metas_whole {
+        let m = Arc::new(if self.reads_for_speed() {
             self.repo.read_container_meta_tail(&id)?
         } else {
             self.repo.read_container_meta(&id)?
@@ -428,10 +428,18 @@ impl<'a> ChunkLocator<'a> {
     }
 
     /// Whether the metadata of `id` is in the metadata cache, taking it in first when it is
-    /// known without a request ([`IndexedRepository::known_meta`]).
+    /// known without a request ([`IndexedRepository::known_meta`]) and this locator reads for
+    /// a restore, a dump or a backup's bases. Check and the repairs read every byte they
+    /// judge: metadata known from the open or the local cache would hide damage done to the
+    /// container since (found by the campaign, seed 25482355075: a delta verified against a
+    /// base whose container's metadata was damaged, so its record differed from a check
+    /// that read it).
     pub(super) fn meta_at_hand(&mut self, id: &ContainerId) -> bool {
         if self.metas.contains(id) {
             return true;
+        }
+        if !self.reads_for_speed() {
+            return false;
         }
         let Some(m) = self.repo.known_meta(id) else {
             return false;
@@ -439,6 +447,13 @@ impl<'a> ChunkLocator<'a> {
         self.expected.add_bases_of(&m);
         self.metas.put(*id, m);
         true
+    }
+
+    /// Whether this locator reads for a restore, a dump or a backup's bases (a restore cache,
+    /// or [`Self::reading_metas_whole`]): it reads a container's metadata in one suffix read,
+    /// and takes metadata known without a request.
+    fn reads_for_speed(&self) -> bool {
+        self.restore_cache.is_some() || self.metas_whole
     }
 
     /// Chunks `ids` will be fetched through the restore cache: each region is then
