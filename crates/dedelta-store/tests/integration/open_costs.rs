@@ -493,6 +493,39 @@ fn a_reader_finds_its_snapshot_in_the_listing_made_at_open() {
     }
 }
 
+/// The texts of the backups below (three of 120,000 bytes, edited by version).
+const THREE_TEXTS: [(&str, usize); 3] = [("a", 120_000), ("b", 120_000), ("c", 120_000)];
+
+/// Opens a client with cache `cache` as on an object store: reads as round trips, 16 in
+/// flight, index files written if `index_files`.
+fn object_store_client(
+    cache: &std::path::Path,
+    index_files: bool,
+) -> impl Fn(Arc<dyn Backend>) -> dedelta_store::IndexedRepository + '_ {
+    move |backend| {
+        Repository::open_in_cache(backend, cache)
+            .unwrap()
+            .with_round_trips(true)
+            .with_index_files(index_files)
+            .with_reads_in_flight(16)
+            .open_index()
+            .unwrap()
+    }
+}
+
+/// The first backup of [`THREE_TEXTS`] from `src` into the repository at `path`, through a
+/// client `open` makes; returns that client.
+fn first_backup(
+    open: &impl Fn(Arc<dyn Backend>) -> dedelta_store::IndexedRepository,
+    path: &std::path::Path,
+    src: &std::path::Path,
+) -> dedelta_store::IndexedRepository {
+    let repo = open(Arc::new(LocalBackend::new(path)));
+    let first = crate::support::edited_texts(0, 0, &THREE_TEXTS);
+    backup_files(&repo, src, &first, 0, &me()).unwrap();
+    repo
+}
+
 /// A backup on an object store reads the metadata of its parent's containers (the tree's,
 /// and the others its snapshot names, up to the reads in flight) in one round, before its
 /// tree walk: the delta stage then finds them cached, where it read each alone as it met its
@@ -501,25 +534,9 @@ fn a_reader_finds_its_snapshot_in_the_listing_made_at_open() {
 fn a_backup_reads_its_parents_container_metadata_in_one_round() {
     let (tmp, path, cache) = plain();
     let src = tmp.path().join("src");
-    let texts = [("a", 120_000), ("b", 120_000), ("c", 120_000)];
-    let open = |backend: Arc<dyn Backend>| {
-        Repository::open_in_cache(backend, &cache)
-            .unwrap()
-            .with_round_trips(true)
-            .with_reads_in_flight(16)
-            .open_index()
-            .unwrap()
-    };
-    let repo = open(Arc::new(LocalBackend::new(&path)));
-    backup_files(
-        &repo,
-        &src,
-        &crate::support::edited_texts(0, 0, &texts),
-        0,
-        &me(),
-    )
-    .unwrap();
-    drop(repo);
+    let texts = THREE_TEXTS;
+    let open = object_store_client(&cache, false);
+    drop(first_backup(&open, &path, &src));
     let parent_containers = LocalBackend::new(&path)
         .list(FileKind::Container)
         .unwrap()
@@ -558,25 +575,9 @@ fn a_backup_reads_its_parents_container_metadata_in_one_round() {
 fn a_backup_reads_no_container_metadata_its_client_wrote() {
     let (tmp, path, cache) = plain();
     let src = tmp.path().join("src");
-    let texts = [("a", 120_000), ("b", 120_000), ("c", 120_000)];
-    let open = |backend: Arc<dyn Backend>| {
-        Repository::open_in_cache(backend, &cache)
-            .unwrap()
-            .with_round_trips(true)
-            .with_index_files(true)
-            .with_reads_in_flight(16)
-            .open_index()
-            .unwrap()
-    };
-    let repo = open(Arc::new(LocalBackend::new(&path)));
-    backup_files(
-        &repo,
-        &src,
-        &crate::support::edited_texts(0, 0, &texts),
-        0,
-        &me(),
-    )
-    .unwrap();
+    let texts = THREE_TEXTS;
+    let open = object_store_client(&cache, true);
+    let repo = first_backup(&open, &path, &src);
     let cached = repo.meta_cache().expect("a metadata cache");
     drop(repo);
     let containers: Vec<String> = LocalBackend::new(&path)
