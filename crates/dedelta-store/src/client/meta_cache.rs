@@ -11,13 +11,15 @@
 //! Like the other client caches it is never trusted beyond its checksums: a file is used
 //! only if it decodes and its section matches its footer's CRC32C (the checks a reader of
 //! the container makes), else it is ignored and the metadata read from the container. It is
-//! bounded ([`META_CACHE_BYTES`]): past it, the least recently written files go. Nothing is
+//! bounded ([`META_CACHE_BYTES`]): past it, the least recently written files go, and a
+//! process keeps at most that much of the metadata it reads. Nothing is
 //! fsynced: a file lost in a crash costs a request. Format: see docs/format.md, "Local
 //! container metadata cache".
 
 use crate::format::container::{ContainerId, ContainerMeta, FOOTER_LEN};
 use crate::format::index_file::IndexedContainer;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The cache's directory in a repository's cache directory.
 pub const META_CACHE_DIR: &str = "metas";
@@ -52,9 +54,42 @@ impl MetaCache {
         decode(*id, &std::fs::read(self.path(id)).ok()?)
     }
 
-    /// Keeps `rec` (a container's footer and metadata section, checked by whoever read or
-    /// wrote it). Best effort: a failure only costs a later request.
-    pub fn put(&self, rec: &IndexedContainer) {
+    /// Keeps `rec`, the footer and metadata section of a container this client just wrote
+    /// (the next backup reads its parent's tree and bases there first). Best effort: a
+    /// failure only costs a later request. The caller trims the cache after a batch.
+    pub fn put_written(&self, rec: &IndexedContainer) {
+        self.write(rec);
+    }
+
+    /// Keeps `rec`, a container's footer and metadata section just read and checked, while
+    /// this process has kept fewer than [`META_CACHE_BYTES`] of them: a restore of a large
+    /// repository reads far more metadata than the cache holds, and must not write it all
+    /// to disk. The first call of the process trims the cache to its budget, so that the
+    /// directory stays within twice it even for clients that only restore.
+    pub fn put_read(&self, rec: &IndexedContainer) {
+        static TRIMMED: AtomicBool = AtomicBool::new(false);
+        static KEPT: AtomicU64 = AtomicU64::new(0);
+        self.put_read_within(rec, (&TRIMMED, &KEPT), META_CACHE_BYTES);
+    }
+
+    /// [`Self::put_read`] with the process's state `(trimmed, kept)` and budget given.
+    fn put_read_within(
+        &self,
+        rec: &IndexedContainer,
+        (trimmed, kept): (&AtomicBool, &AtomicU64),
+        budget: u64,
+    ) {
+        if !trimmed.swap(true, Ordering::Relaxed) {
+            self.trim(budget);
+        }
+        let len = (HEAD_LEN + FOOTER_LEN + rec.section.len()) as u64;
+        if kept.fetch_add(len, Ordering::Relaxed) + len > budget {
+            return;
+        }
+        self.write(rec);
+    }
+
+    fn write(&self, rec: &IndexedContainer) {
         let path = self.path(&rec.id);
         if path.exists() {
             return;
@@ -148,7 +183,7 @@ mod tests {
         let cache = MetaCache::new(tmp.path());
         let (id, rec, meta) = container(1);
         assert!(cache.get(&id).is_none());
-        cache.put(&rec);
+        cache.put_written(&rec);
         assert_eq!(cache.get(&id), Some(meta));
         // Any byte changed, or the file cut short: not used.
         let path = cache.path(&id);
@@ -165,9 +200,32 @@ mod tests {
         }
         // Another container's file under this name: its footer does not match.
         let (_, other, _) = container(2);
-        cache.put(&other);
+        cache.put_written(&other);
         std::fs::copy(cache.path(&other.id), &path).unwrap();
         assert_ne!(cache.get(&id), Some(container(1).2));
+    }
+
+    /// What a process reads is kept up to the budget only (a restore of a large repository
+    /// reads far more metadata than the cache holds), and its first read trims the cache.
+    #[test]
+    fn metadata_read_is_kept_within_a_budget_per_process() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = MetaCache::new(tmp.path());
+        let recs: Vec<_> = (0..6).map(container).collect();
+        cache.put_written(&recs[0].1);
+        cache.put_written(&recs[1].1);
+        let one = std::fs::metadata(cache.path(&recs[0].0)).unwrap().len();
+        let (trimmed, kept) = (AtomicBool::new(false), AtomicU64::new(0));
+        for (_, rec, _) in &recs[2..] {
+            cache.put_read_within(rec, (&trimmed, &kept), 2 * one);
+        }
+        let held: Vec<bool> = recs
+            .iter()
+            .map(|(id, _, _)| cache.get(id).is_some())
+            .collect();
+        // Two files fit: the written ones stay (the first trim found the cache within the
+        // budget), the first two read are kept, the others not.
+        assert_eq!(held, vec![true, true, true, true, false, false]);
     }
 
     #[test]
@@ -176,7 +234,7 @@ mod tests {
         let cache = MetaCache::new(tmp.path());
         let recs: Vec<_> = (0..4).map(container).collect();
         for (i, (_, rec, _)) in recs.iter().enumerate() {
-            cache.put(rec);
+            cache.put_written(rec);
             let t = std::time::SystemTime::UNIX_EPOCH
                 + std::time::Duration::from_secs(1000 * (i as u64 + 1));
             let f = std::fs::File::options()

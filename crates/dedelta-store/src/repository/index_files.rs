@@ -73,7 +73,7 @@ impl IndexFilePublisher {
         // tree and bases): kept locally where each read is a round trip.
         if let Some(cache) = repo.meta_cache() {
             for rec in &self.records {
-                cache.put(rec);
+                cache.put_written(rec);
             }
             cache.trim(crate::client::meta_cache::META_CACHE_BYTES);
         }

@@ -801,7 +801,7 @@ impl IndexedRepository {
     /// the local metadata cache if there is one.
     pub(crate) fn remember_meta(&self, record: &crate::format::index_file::IndexedContainer) {
         if let Some(cache) = self.meta_cache() {
-            cache.put(record);
+            cache.put_read(record);
         }
     }
 }
