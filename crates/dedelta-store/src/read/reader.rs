@@ -96,27 +96,8 @@ impl<'a> ChunkReader<'a> {
         ids: &[ChunkId],
         threads: &mut crate::request_threads::RequestThreads,
     ) {
-        let mut all = ids.to_vec();
-        let mut seen: std::collections::HashSet<ChunkId, dedelta_core::BuildChunkIdHasher> =
-            ids.iter().copied().collect();
-        let mut level = ids.to_vec();
-        for _ in 0..=MAX_DELTA_DEPTH {
-            if level.is_empty() {
-                break;
-            }
-            self.locator.read_metas_ahead(&level, threads);
-            let mut next = Vec::new();
-            for id in &level {
-                // Errors are left to the read itself, which reports them.
-                if let Ok(Some(EntryKind::Delta { base, .. })) = self.locator.kind_of(id) {
-                    if seen.insert(base) {
-                        next.push(base);
-                    }
-                }
-            }
-            all.extend_from_slice(&next);
-            level = next;
-        }
+        let bases = self.locator.read_chain_metas_on(ids, threads, |_| true);
+        let all = [ids, &bases].concat();
         self.locator.read_regions_ahead(&all, threads);
     }
 

@@ -7,8 +7,16 @@
 //! metadata never changes (a container is written once and named by its contents), so what
 //! the open decoded answers those reads. Bounded: past [`METAS_AT_OPEN_BYTES`] the rest are
 //! read from their containers, as before.
+//!
+//! Here too the repository's side of the local metadata cache ([`crate::client::meta_cache`]),
+//! which keeps such metadata between commands: [`IndexedRepository::known_meta`] answers
+//! from either. Only the readers of a restore, a dump and a backup's bases ask it (see
+//! `ChunkLocator::meta_at_hand`).
 
+use super::{IndexedRepository, Repository};
+use crate::client::meta_cache::MetaCache;
 use crate::format::container::{ContainerId, ContainerMeta, EntryMeta, RegionMeta};
+use crate::format::index_file::IndexedContainer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -43,6 +51,34 @@ impl MetasAtOpen {
     pub(crate) fn get(&self, id: &ContainerId) -> Option<Arc<ContainerMeta>> {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.metas.get(id).cloned()
+    }
+}
+
+impl Repository {
+    /// The local container metadata cache ([`crate::client::meta_cache`]): where reads are
+    /// round trips, index files are written and the repository has a cache directory.
+    pub fn meta_cache(&self) -> Option<MetaCache> {
+        let dir = self.cache_dir.as_deref()?;
+        (self.index_files && self.reads_are_round_trips()).then(|| MetaCache::new(dir))
+    }
+}
+
+impl IndexedRepository {
+    /// The metadata of container `id` if known without a request: the open's catch-up or
+    /// rebuild took it in (from an index file, or read from the container), or the local
+    /// metadata cache holds it ([`Repository::meta_cache`]).
+    pub(crate) fn known_meta(&self, id: &ContainerId) -> Option<Arc<ContainerMeta>> {
+        self.metas_at_open
+            .get(id)
+            .or_else(|| Some(Arc::new(self.meta_cache()?.get(id)?)))
+    }
+
+    /// Keeps `record`, a container's footer and metadata section just read and checked, in
+    /// the local metadata cache if there is one.
+    pub(crate) fn remember_meta(&self, record: &IndexedContainer) {
+        if let Some(cache) = self.meta_cache() {
+            cache.put_read(record);
+        }
     }
 }
 

@@ -246,14 +246,6 @@ impl Repository {
         self.round_trips || self.backend.requests_are_round_trips()
     }
 
-    /// The local container metadata cache ([`crate::client::meta_cache`]): where reads are
-    /// round trips, index files are written and the repository has a cache directory.
-    pub fn meta_cache(&self) -> Option<crate::client::meta_cache::MetaCache> {
-        let dir = self.cache_dir.as_deref()?;
-        (self.index_files && self.reads_are_round_trips())
-            .then(|| crate::client::meta_cache::MetaCache::new(dir))
-    }
-
     /// Takes reads as round trips (`true`) even on a backend that does not say so: tests
     /// of the object-store paths on a local directory.
     pub fn with_round_trips(mut self, round_trips: bool) -> Self {
@@ -665,15 +657,6 @@ impl IndexedRepository {
             .take()
     }
 
-    /// The metadata of container `id` if known without a request: the open's catch-up or
-    /// rebuild took it in (from an index file, or read from the container; see
-    /// [`metas_at_open`]), or the local metadata cache holds it ([`Repository::meta_cache`]).
-    pub(crate) fn known_meta(&self, id: &ContainerId) -> Option<Arc<ContainerMeta>> {
-        self.metas_at_open
-            .get(id)
-            .or_else(|| Some(Arc::new(self.meta_cache()?.get(id)?)))
-    }
-
     /// [`Repository::find_snapshot_filtered`] in the listing the open made beside its
     /// catch-up, when it made one ([`Repository::listing_snapshots_at_open`]): `latest`, or
     /// an id, found without a request (see [`snapshots::find_in`]). Else, or when that
@@ -795,13 +778,5 @@ impl IndexedRepository {
         let (meta, record) = read_container_record_tail(backend.as_ref(), &id.to_hex())?;
         self.remember_meta(&record);
         Ok(meta)
-    }
-
-    /// Keeps `record`, a container's footer and metadata section just read and checked, in
-    /// the local metadata cache if there is one.
-    pub(crate) fn remember_meta(&self, record: &crate::format::index_file::IndexedContainer) {
-        if let Some(cache) = self.meta_cache() {
-            cache.put_read(record);
-        }
     }
 }

@@ -10,6 +10,7 @@ use super::ChunkLocator;
 use crate::backend::wrap::metered::Purpose;
 use crate::backend::{Backend, FileKind};
 use crate::error::Result;
+use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{self, ContainerId, ContainerMeta, RegionMeta};
 use crate::format::index_file::IndexedContainer;
 use crate::repository::read_container_record_tail;
@@ -177,7 +178,7 @@ impl ChunkLocator<'_> {
     ) {
         let mut missing: Vec<ContainerId> = Vec::new();
         for c in containers {
-            if !self.meta_at_hand(c) && !missing.contains(c) {
+            if !missing.contains(c) && !self.meta_at_hand(c) {
                 missing.push(*c);
             }
         }
@@ -201,6 +202,41 @@ impl ChunkLocator<'_> {
             }
         }
         missing
+    }
+
+    /// Reads the metadata of the containers that `ids` and the delta bases down their
+    /// chains lie in, on `threads`, a round of requests per level of the chains (each chunk
+    /// located as its read will: its own copy, a base's full copy); bases `follow` refuses
+    /// are not followed. Returns the bases met, each once, level by level.
+    pub(crate) fn read_chain_metas_on(
+        &mut self,
+        ids: &[ChunkId],
+        threads: &mut RequestThreads,
+        follow: impl Fn(&ChunkId) -> bool,
+    ) -> Vec<ChunkId> {
+        let mut bases = Vec::new();
+        let mut level: Vec<ChunkId> = ids.to_vec();
+        let mut seen: HashSet<ChunkId, dedelta_core::BuildChunkIdHasher> = HashSet::default();
+        let mut rule = super::CopyRule::Own;
+        for _ in 0..=MAX_DELTA_DEPTH {
+            if level.is_empty() {
+                break;
+            }
+            let missing = self.metas_missing(&level, rule);
+            self.read_metas(missing, threads);
+            let mut next = Vec::new();
+            for id in &level {
+                if let Some((_, _, Some(b))) = self.place(id, rule) {
+                    if follow(&b) && seen.insert(b) {
+                        next.push(b);
+                    }
+                }
+            }
+            bases.extend_from_slice(&next);
+            level = next;
+            rule = super::CopyRule::OwnFull;
+        }
+        bases
     }
 
     /// Reads the metadata of containers `missing` (none in the metadata cache) on `threads`

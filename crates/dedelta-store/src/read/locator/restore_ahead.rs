@@ -12,8 +12,7 @@
 //! read-ahead there cost 20 % more CPU for no gain in time (the page cache answers at once).
 
 use super::read_ahead::{spans_of, SpanRead, Wanted};
-use super::{ChunkLocator, CopyRule};
-use crate::format::config::MAX_DELTA_DEPTH;
+use super::ChunkLocator;
 use crate::format::container::ContainerId;
 use crate::request_threads::RequestThreads;
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -81,26 +80,7 @@ impl ChunkLocator<'_> {
         let Some(mut ahead) = self.ahead.take() else {
             return;
         };
-        let mut level: Vec<ChunkId> = ids.to_vec();
-        let mut seen: HashSet<ChunkId, dedelta_core::BuildChunkIdHasher> = HashSet::default();
-        let mut rule = CopyRule::Own;
-        for _ in 0..=MAX_DELTA_DEPTH {
-            if level.is_empty() {
-                break;
-            }
-            let missing = self.metas_missing(&level, rule);
-            self.read_metas(missing, &mut ahead.threads);
-            let mut next = Vec::new();
-            for id in &level {
-                if let Some((_, _, Some(b))) = self.place(id, rule) {
-                    if !held.contains(&b) && seen.insert(b) {
-                        next.push(b);
-                    }
-                }
-            }
-            level = next;
-            rule = CopyRule::OwnFull;
-        }
+        self.read_chain_metas_on(ids, &mut ahead.threads, |b| !held.contains(b));
         self.ahead = Some(ahead);
     }
 
