@@ -6,7 +6,9 @@
 //! (milliseconds since the backend was built; OP `get`, `range`, `tail`, `put`, `list`,
 //! `head`, `delete`; BYTES moved). Which requests overlap, and what waited on what, reads off
 //! the start and end times (issue 19: restore's read-ahead, a backup's fixed requests).
-//! Unset, the trace costs one branch per request.
+//! With `DEDELTA_S3_TRACE_STACKS=1` too, each line is followed by the dedelta frames of the
+//! request's call stack, indented (which code waited on it). Unset, the trace costs one
+//! branch per request.
 
 use std::fs::File;
 use std::io::Write;
@@ -17,6 +19,8 @@ use std::time::Instant;
 pub(super) struct Trace {
     file: Mutex<File>,
     epoch: Instant,
+    /// `DEDELTA_S3_TRACE_STACKS=1`: each request's call stack follows its line.
+    stacks: bool,
 }
 
 /// One request under way; [`Trace::end`] writes its line.
@@ -34,6 +38,7 @@ impl Trace {
         Some(Trace {
             file: Mutex::new(file),
             epoch: Instant::now(),
+            stacks: std::env::var_os("DEDELTA_S3_TRACE_STACKS").is_some_and(|v| v == "1"),
         })
     }
 
@@ -54,12 +59,26 @@ impl Trace {
         let (kind, name) = (or_dash(kind), or_dash(name));
         let ms = |t: Instant| t.duration_since(self.epoch).as_secs_f64() * 1e3;
         let thread = std::thread::current();
-        let line = format!(
+        let mut line = format!(
             "{:.2} {:.2} {op} {kind} {bytes} {} {name}\n",
             ms(started.0),
             ms(Instant::now()),
             thread.name().unwrap_or("?"),
         );
+        if self.stacks {
+            let stack = std::backtrace::Backtrace::force_capture().to_string();
+            let frames = stack
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.contains("dedelta_") && !l.starts_with("at "))
+                .filter(|l| !l.contains("dedelta_backend::"))
+                .take(12);
+            for f in frames {
+                line.push_str("    ");
+                line.push_str(f);
+                line.push('\n');
+            }
+        }
         if let Ok(mut f) = self.file.lock() {
             let _ = f.write_all(line.as_bytes());
         }

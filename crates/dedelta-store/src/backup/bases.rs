@@ -134,6 +134,9 @@ pub struct BaseFetcher<'a> {
     planned: HashMap<ChunkId, Option<Plan>>,
     /// LoopDelta: bases only from this cache and from memory, never read back.
     prefetched: Option<Arc<PrefetchedBases>>,
+    /// The parent's tree chunks, when the backup had them without reading them (the local
+    /// tree cache): the new tree's chunks are deltas of them.
+    held: HashMap<ChunkId, Bytes>,
 }
 
 /// The base for a candidate, its depth and the delta links down to it (see
@@ -169,7 +172,20 @@ impl<'a> BaseFetcher<'a> {
             threads: RequestThreads::new(repo.reads_in_flight().saturating_sub(1)),
             planned: HashMap::new(),
             prefetched: None,
+            held: HashMap::new(),
         })
+    }
+
+    /// Holds `chunks` (the parent's tree, had without a read) as bases for the whole backup:
+    /// the new tree's chunks are written last and are deltas of these, which were otherwise
+    /// read back then, on the backup's critical path.
+    pub fn hold(&mut self, chunks: Vec<(ChunkId, Bytes)>) {
+        self.held.extend(chunks);
+    }
+
+    /// Whether [`Self::hold`] was given a tree.
+    pub fn holds_a_tree(&self) -> bool {
+        !self.held.is_empty()
     }
 
     /// Reads ahead for the candidates `ids` that [`Self::fetch`] is about to be asked for, in
@@ -229,7 +245,9 @@ impl<'a> BaseFetcher<'a> {
 
     /// Whether the bytes of `id` are at hand: in memory or in the local base cache.
     fn held(&self, id: &ChunkId) -> bool {
-        self.cache.peek(id).is_some() || self.local.as_ref().is_some_and(|l| l.contains(id))
+        self.cache.peek(id).is_some()
+            || self.held.contains_key(id)
+            || self.local.as_ref().is_some_and(|l| l.contains(id))
     }
 
     /// Adds to `chunks` the chunks whose regions fetching `base` (reached by `links`) reads
@@ -387,7 +405,11 @@ impl<'a> BaseFetcher<'a> {
             self.counts.read_back += 1;
             return Ok(None);
         };
-        if let Some(bytes) = self.cache.get(&base) {
+        if let Some(bytes) = self
+            .cache
+            .get(&base)
+            .or_else(|| self.held.get(&base).cloned())
+        {
             self.counts.memory += 1;
             return Ok(Some(Base {
                 id: base,
@@ -458,7 +480,11 @@ impl<'a> BaseFetcher<'a> {
         for (k, (_, base)) in links.iter().enumerate() {
             let held = match self.cache.peek(base) {
                 Some((b, _)) => Some(b.clone()),
-                None => self.local.as_mut().and_then(|l| l.get(base)),
+                None => self
+                    .held
+                    .get(base)
+                    .cloned()
+                    .or_else(|| self.local.as_mut().and_then(|l| l.get(base))),
             };
             if let Some(mut bytes) = held {
                 for (link, base) in links[..=k].iter().rev() {

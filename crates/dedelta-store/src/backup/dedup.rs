@@ -60,6 +60,8 @@ pub(super) struct DedupOutput {
     pub summary: BackupSummary,
     /// The stored tree stream.
     pub tree: TreeRef,
+    /// Its chunks, when kept for the local tree cache.
+    pub tree_chunks: Option<Vec<bytes::Bytes>>,
     /// Notices of the delta stage (unreadable bases, an unusable local cache).
     pub notices: Vec<String>,
     /// The local base cache being written; waited for once the snapshot is saved.
@@ -246,12 +248,14 @@ impl<'a> DedupStage<'a> {
             notices.extend(d.take_notices());
             cache_save = d.save_local_cache();
         }
-        let tree = tree.finish(&mut self)?;
+        let finished = tree.finish(&mut self)?;
+        let tree = finished.tree;
         self.summary.tree_bytes = tree.len;
         self.packer.flush()?;
         Ok(DedupOutput {
             summary: self.summary,
             tree,
+            tree_chunks: finished.chunks,
             notices,
             cache_save,
             base_counts: self

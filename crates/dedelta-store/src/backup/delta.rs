@@ -428,6 +428,18 @@ impl<'a> DeltaStage<'a> {
     }
 
     /// The candidate chunk `c` tries in round `round`, if it tries one.
+    /// Whether `c`'s candidate from `source` is taken only from memory, never read back:
+    /// a chunk of LoopDelta's cache-aware filter, or a tree chunk's sketch candidate when the
+    /// backup holds its parent's tree without having read it (the local tree cache): the
+    /// parent's tree chunks at its place are its bases then, and an older tree's chunk
+    /// that shares a super-feature would be read back at the end of the backup, on its
+    /// critical path (the read of the parent's tree that the cache saved brought such
+    /// chunks along, as the bases of the parent's).
+    fn in_memory_only(&self, c: &NewChunk, source: CandidateSource) -> bool {
+        c.cached_only
+            || (c.tree && source != CandidateSource::ParentTree && self.bases.holds_a_tree())
+    }
+
     fn round_candidate(&self, c: &NewChunk, round: usize) -> Option<(ChunkId, CandidateSource)> {
         // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
         if self.cfg.candidates == 1 && !c.tree && matches!(c.stored, Stored::Delta { .. }) {
@@ -514,14 +526,17 @@ impl<'a> DeltaStage<'a> {
             let mut any = false;
             let wanted: Vec<ChunkId> = batch
                 .iter()
-                .filter_map(|c| self.round_candidate(c, round).map(|(id, _)| id))
+                .filter_map(|c| {
+                    let (id, source) = self.round_candidate(c, round)?;
+                    (!self.in_memory_only(c, source)).then_some(id)
+                })
                 .collect();
             self.bases.prefetch(&wanted)?;
             for c in batch.iter_mut() {
                 let Some((candidate, source)) = self.round_candidate(c, round) else {
                     continue;
                 };
-                let fetched = if c.cached_only {
+                let fetched = if self.in_memory_only(c, source) {
                     self.bases.fetch_in_memory(candidate)
                 } else {
                     self.bases.fetch(candidate)?

@@ -335,6 +335,12 @@ pub fn backup(
         .as_ref()
         .map(|(p, _)| Arc::new(prefetch::DensePrefetcher { bases: p.clone() }));
     let prefetch_backend = repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch);
+    // The trees this client wrote last (the parent's, most often): no read of the parent's
+    // tree, see crate::client::tree_cache.
+    let tree_cache = opts.cache_dir.as_deref().and_then(|root| {
+        let dir = crate::client::cache::repo_dir(root, &config.id).ok()?;
+        Some(crate::client::tree_cache::TreeCache::new(&dir))
+    });
     let tree_chunks = |ids: &[dedelta_core::ChunkId]| {
         let loader = dense_loader.as_ref()?;
         loader.tree_chunks(repo, prefetch_backend.as_ref(), ids)
@@ -345,6 +351,7 @@ pub fn backup(
         let want = parent::ParentWants {
             recipe: delta_cfg.enabled() && delta_cfg.dupadj,
             files: want_files.then_some(&opts.sources),
+            tree_cache: tree_cache.as_ref(),
         };
         parent::find(
             repo,
@@ -365,6 +372,10 @@ pub fn backup(
         .as_mut()
         .and_then(|p| p.files.take())
         .or_else(|| want_files.then(|| unchanged::ParentFiles::new(&opts.sources)));
+    let parent_tree_chunks = parent
+        .as_mut()
+        .map(|p| std::mem::take(&mut p.tree_chunks))
+        .unwrap_or_default();
     // The reader that read the parent's tree reads the bases (see parent::Parent); without
     // deltas it goes now, with its view of the index.
     let parent_reader = parent
@@ -410,6 +421,7 @@ pub fn backup(
         if let Some((p, _)) = &prefetched {
             bases = bases.only_cached(p.clone());
         }
+        bases.hold(parent_tree_chunks);
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),
@@ -521,8 +533,11 @@ pub fn backup(
         if prefetched.is_some() {
             dedup = dedup.looking_ahead(lookahead_bytes);
         }
-        let tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
+        let mut tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
             .hashing_with(repo.chunk_hasher());
+        if tree_cache.is_some() {
+            tree = tree.keeping_chunks();
+        }
         let dedup = spawn("dedup")
             .spawn_scoped(s, move || dedup.run(item_rx, tree))
             .map_err(|e| Error::io("starting a thread", e))?;
@@ -623,7 +638,14 @@ pub fn backup(
     // and listed in index files, which they are; the client's index is a cache of those,
     // which the next open catches up with if a crash comes first.
     let (saved, client_index) = std::thread::scope(|s| {
-        let client_index = s.spawn(|| update_client_index(repo, unindexed, hints.as_deref()));
+        let client_index = s.spawn(|| {
+            let notices = update_client_index(repo, unindexed, hints.as_deref());
+            // The next backup's parent tree (best effort, a cache keyed by the tree itself).
+            if let (Some(cache), Some(chunks)) = (&tree_cache, &dedup_out.tree_chunks) {
+                cache.put(&snapshot.tree.chunks, chunks);
+            }
+            notices
+        });
         let saved = repo.save_snapshot(&snapshot);
         (saved, client_index.join())
     });

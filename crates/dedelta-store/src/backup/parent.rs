@@ -29,6 +29,9 @@ pub(super) struct Parent<'a> {
     /// (the parent tree's chunks) need again. Shared, each container's metadata is read once
     /// per backup (on 20 SQLAlchemy sdists, backup 20 read it 88 times for ~30 containers).
     pub(super) reader: Option<crate::read::ChunkReader<'a>>,
+    /// Its tree's chunks, when they came from the local tree cache instead of a read: the
+    /// new tree's delta bases (see [`super::bases::BaseFetcher::hold`]).
+    pub(super) tree_chunks: Vec<(dedelta_core::ChunkId, bytes::Bytes)>,
 }
 
 /// What to learn from the parent.
@@ -36,6 +39,8 @@ pub(super) struct ParentWants<'a> {
     pub(super) recipe: bool,
     /// Its files, compared by these rules.
     pub(super) files: Option<&'a unchanged::SourceOptions>,
+    /// Where its tree may be had without a read: the trees this client wrote last.
+    pub(super) tree_cache: Option<&'a crate::client::tree_cache::TreeCache>,
 }
 
 /// The parent's tree chunks from memory, given their ids in order (`None`: read the tree from
@@ -78,8 +83,7 @@ pub(super) fn find<'a>(
                 return Ok(read_parent(
                     repo,
                     chosen,
-                    want.recipe,
-                    None,
+                    (want.recipe, None, want.tree_cache),
                     tree_chunks,
                     notices,
                 ));
@@ -90,8 +94,7 @@ pub(super) fn find<'a>(
     Ok(read_parent(
         repo,
         chosen,
-        want.recipe,
-        want.files,
+        (want.recipe, want.files, want.tree_cache),
         tree_chunks,
         notices,
     ))
@@ -101,8 +104,11 @@ pub(super) fn find<'a>(
 fn read_parent<'a>(
     repo: &'a IndexedRepository,
     (id, snap): (SnapshotId, Snapshot),
-    want_recipe: bool,
-    files: Option<&unchanged::SourceOptions>,
+    (want_recipe, files, tree_cache): (
+        bool,
+        Option<&unchanged::SourceOptions>,
+        Option<&crate::client::tree_cache::TreeCache>,
+    ),
     tree_chunks: Option<&TreeChunks<'_>>,
     notices: &mut Vec<String>,
 ) -> Option<Parent<'a>> {
@@ -120,8 +126,28 @@ fn read_parent<'a>(
         Ok(())
     };
     let mut reader = None;
-    let walked = match tree_chunks.and_then(|t| t(&snap.tree.chunks)) {
-        Some(chunks) => crate::read::walk_tree_chunks(&chunks, visit),
+    let mut held = Vec::new();
+    let dense = tree_chunks.and_then(|t| t(&snap.tree.chunks));
+    let cached = match (&dense, tree_cache) {
+        (None, Some(cache)) => cache.get(&snap.tree.chunks, &repo.chunk_hasher()),
+        _ => None,
+    };
+    if cached.is_some() && repo.reads_are_round_trips() {
+        // The bases' metadata ahead, as a tree read takes it (none is requested for the
+        // containers this client's metadata cache holds).
+        if let Ok(r) = super::bases::base_reader(repo) {
+            read_metas_ahead(reader.insert(r), repo, &snap);
+        }
+    }
+    let from_cache = cached.is_some();
+    let walked = match dense.or(cached) {
+        Some(chunks) => {
+            let walked = crate::read::walk_tree_chunks(&chunks, visit);
+            if from_cache {
+                held = snap.tree.chunks.iter().copied().zip(chunks).collect();
+            }
+            walked
+        }
         None => super::bases::base_reader(repo).and_then(|r| {
             let r = reader.insert(r);
             if repo.reads_are_round_trips() {
@@ -136,6 +162,7 @@ fn read_parent<'a>(
             tree: tree.finish(&snap.tree.chunks, &lens),
             files: parent_files,
             reader,
+            tree_chunks: held,
         }),
         Err(e) => {
             notices.push(format!(

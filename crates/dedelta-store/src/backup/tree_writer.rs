@@ -16,6 +16,7 @@
 //! about 0.4% of the file's size), as restore holds it too.
 
 use super::dedup::DedupStage;
+use crate::client::tree_cache::TREE_CACHE_MAX_BYTES;
 use crate::error::{Error, Result};
 use crate::format::snapshot::TreeRef;
 use crate::format::tree::{ChunkRef, Node, NodeKind, TreeEncoder};
@@ -132,12 +133,28 @@ pub(super) struct TreeWriter<'c> {
     anchors: VecDeque<(u64, u64)>,
     /// How chunk ids are computed (keyed in an encrypted repository).
     hasher: dedelta_core::ChunkHasher,
+    /// The stream's chunks, for the local tree cache (`None` once past
+    /// [`TREE_CACHE_MAX_BYTES`], or when not asked for: [`Self::keeping_chunks`]).
+    kept: Option<(Vec<Bytes>, usize)>,
+}
+
+/// A finished tree: the snapshot's reference to it and, when kept, its chunks.
+pub(super) struct FinishedTree {
+    pub tree: TreeRef,
+    pub chunks: Option<Vec<Bytes>>,
 }
 
 impl<'c> TreeWriter<'c> {
     /// Computes the stream's chunk ids with `hasher` (the repository's).
     pub fn hashing_with(mut self, hasher: dedelta_core::ChunkHasher) -> Self {
         self.hasher = hasher;
+        self
+    }
+
+    /// Keeps the stream's chunks for [`FinishedTree::chunks`] while they hold at most
+    /// [`TREE_CACHE_MAX_BYTES`] (the next backup's parent tree, from the local tree cache).
+    pub fn keeping_chunks(mut self) -> Self {
+        self.kept = Some((Vec::new(), 0));
         self
     }
 
@@ -155,6 +172,7 @@ impl<'c> TreeWriter<'c> {
             anchors: VecDeque::from([(0, 0)]),
             parent,
             hasher: dedelta_core::ChunkHasher::Plain,
+            kept: None,
         };
         w.encoder.begin(&mut w.buf);
         w
@@ -232,12 +250,15 @@ impl<'c> TreeWriter<'c> {
     }
 
     /// Ends the stream, stores the rest, and returns the snapshot's reference to it.
-    pub fn finish(mut self, dedup: &mut DedupStage<'_>) -> Result<TreeRef> {
+    pub fn finish(mut self, dedup: &mut DedupStage<'_>) -> Result<FinishedTree> {
         self.encoder.end(&mut self.buf);
         self.drain(dedup, true)?;
-        Ok(TreeRef {
-            chunks: self.chunks,
-            len: self.len,
+        Ok(FinishedTree {
+            tree: TreeRef {
+                chunks: self.chunks,
+                len: self.len,
+            },
+            chunks: self.kept.map(|(chunks, _)| chunks),
         })
     }
 
@@ -252,6 +273,14 @@ impl<'c> TreeWriter<'c> {
             let id = self.hasher.id(&chunk);
             let hints = self.hints(self.len, chunk.len() as u64);
             self.len += chunk.len() as u64;
+            if let Some((kept, bytes)) = self.kept.as_mut() {
+                *bytes += chunk.len();
+                if *bytes <= TREE_CACHE_MAX_BYTES {
+                    kept.push(chunk.clone());
+                } else {
+                    self.kept = None;
+                }
+            }
             dedup.add_tree(id, chunk, hints)?;
             self.chunks.push(id);
         }

@@ -7,9 +7,11 @@
 //! - [`snapshot_cache`]: the repository's snapshot files, for listing them without reading
 //!   every one.
 //! - [`meta_cache`]: container metadata sections, where every read is a round trip.
+//! - [`tree_cache`]: the trees of the last snapshots written, for the next backup's parent.
 
 pub mod cache;
 pub mod index;
 pub mod local_cache;
 pub mod meta_cache;
 pub mod snapshot_cache;
+pub mod tree_cache;

@@ -9,10 +9,13 @@
 //!
 //! | round | plain config | sealed config |
 //! |---|---|---|
-//! | 1 | config GET ‖ `keys/` listing ‖ lock record PUT | the same |
-//! | 2 | lock listing | key files' GETs, then Argon2id ‖ lock listing |
+//! | 1 | config GET ‖ `keys/` listing ‖ lock record PUT (‖ lock listing, shared) | the same |
+//! | 2 | lock listing (exclusive, after [`super::lock::SETTLE`]) | key files' GETs, then Argon2id ‖ lock listing (exclusive) |
 //!
-//! then the index's catch-up (in [`super`]). Before 2026-11-28 an open took the config
+//! then the index's catch-up (in [`super`]). A shared lock on an object store lists the
+//! locks beside its record's write and keeps that listing when the write was quick (see
+//! [`super::lock`]), so a plain repository's shared open (backup, restore, ls, ...) is one
+//! round before the catch-up (two before 2026-11-29). Before 2026-11-28 an open took the config
 //! alone, then the `keys/` listing (a plain repository checks that it has none) beside the
 //! lock's record, then its listing: one round more for a sealed config and two for a plain
 //! one; a reader's open (`restore`) took its lock after the open, four rounds in a row.
@@ -24,8 +27,7 @@
 //! ([`LockRequest::prompt_may_wait`]), the record is deleted before the prompt and the lock
 //! taken whole once the password is given: no lock is held while a prompt waits. A password
 //! that opens no key releases the lock again; a repository that is locked fails as it did
-//! when the lock came after the open. Nothing about the lock protocol changes: its listing
-//! still follows its record's write, and every listing of the repository's contents (the
+//! when the lock came after the open. Every listing of the repository's contents (the
 //! catch-up's) follows the listing that confirmed the lock.
 
 use super::lock::{LockInfo, LockMode, LockTiming, RepoLock, WrittenLock};

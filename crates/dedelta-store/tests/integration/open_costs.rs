@@ -291,12 +291,13 @@ const LOCK_PUT: Request = ("put", FileKind::Lock);
 const LOCKS_LISTED: Request = ("list", FileKind::Lock);
 
 /// The locking open of a plain repository, then its index's open listing the snapshots (a
-/// backup's, a restore's): the config, the key files' listing and the lock's record in one
-/// round, the lock's listing in the second, and every listing of the catch-up with the
-/// snapshots' in the third; nothing else. (Before: config; keys ‖ lock record; lock
-/// listing; catch-up: four rounds, and a reader's open five.)
+/// backup's, a restore's): the config, the key files' listing, the lock's record and (a
+/// shared lock on an object store) the locks' listing in one round, and every listing of
+/// the catch-up with the snapshots' in the second; nothing else. (Before 2026-11-29 the
+/// locks' listing had a round of its own; before 2026-11-28: config; keys ‖ lock record;
+/// lock listing; catch-up: four rounds, and a reader's open five.)
 #[test]
-fn a_plain_open_lists_the_catch_up_in_its_third_round() {
+fn a_plain_open_lists_the_catch_up_in_its_second_round() {
     let (tmp, path, cache) = plain();
     let who = me();
     for (n, fresh) in [(0, false), (1, true)] {
@@ -310,10 +311,12 @@ fn a_plain_open_lists_the_catch_up_in_its_third_round() {
         let (repo, lock) = open_listing(&probe, &cache, &who);
         let rounds = probe.rounds();
         assert!(
-            exactly(&rounds[0], &[CONFIG_GET, KEYS_LISTED, LOCK_PUT]),
+            exactly(
+                &rounds[0],
+                &[CONFIG_GET, KEYS_LISTED, LOCK_PUT, LOCKS_LISTED]
+            ),
             "open {n}: {rounds:?}"
         );
-        assert!(exactly(&rounds[1], &[LOCKS_LISTED]), "open {n}: {rounds:?}");
         let mut catch_up = vec![
             ("list", FileKind::Container),
             ("list", FileKind::Damage),
@@ -322,8 +325,8 @@ fn a_plain_open_lists_the_catch_up_in_its_third_round() {
         if fresh {
             catch_up.push(("list", FileKind::Index));
         }
-        assert!(holds(&rounds[2], &catch_up), "open {n}: {rounds:?}");
-        assert_eq!(rounds.len(), 3, "open {n}: {rounds:?}");
+        assert!(holds(&rounds[1], &catch_up), "open {n}: {rounds:?}");
+        assert_eq!(rounds.len(), 2, "open {n}: {rounds:?}");
         drop(repo);
         lock.release().unwrap();
     }
@@ -371,8 +374,8 @@ fn a_local_open_sends_one_request_at_a_time() {
 }
 
 /// An encrypted repository whose password is given (file, environment): the key file is
-/// read in the round after the config's, beside the lock's listing, the lock's record
-/// having gone with the config; a wrong password leaves no lock behind.
+/// read in the round after the config's, the lock's record and listing having gone with
+/// the config; a wrong password leaves no lock behind.
 #[test]
 fn an_encrypted_open_reads_its_key_beside_the_locks_listing() {
     let (_tmp, path, cache) = encrypted();
@@ -389,13 +392,13 @@ fn an_encrypted_open_reads_its_key_beside_the_locks_listing() {
     assert!(repo.config().is_encrypted());
     let rounds = probe.rounds();
     assert!(
-        exactly(&rounds[0], &[CONFIG_GET, KEYS_LISTED, LOCK_PUT]),
+        exactly(
+            &rounds[0],
+            &[CONFIG_GET, KEYS_LISTED, LOCK_PUT, LOCKS_LISTED]
+        ),
         "{rounds:?}"
     );
-    assert!(
-        exactly(&rounds[1], &[("get", FileKind::Key), LOCKS_LISTED]),
-        "{rounds:?}"
-    );
+    assert!(exactly(&rounds[1], &[("get", FileKind::Key)]), "{rounds:?}");
     assert_eq!(rounds.len(), 2, "{rounds:?}");
     lock.release().unwrap();
     let wrong = Repository::open_in_cache_locked(
@@ -432,11 +435,22 @@ fn no_lock_is_held_while_a_prompt_waits() {
     assert_eq!(locks(&path), 1);
     let rounds = probe.rounds();
     assert!(
-        exactly(&rounds[0], &[CONFIG_GET, KEYS_LISTED, LOCK_PUT]),
+        exactly(
+            &rounds[0],
+            &[CONFIG_GET, KEYS_LISTED, LOCK_PUT, LOCKS_LISTED]
+        ),
         "{rounds:?}"
     );
     assert!(
         exactly(&rounds[1], &[("delete", FileKind::Lock)]),
+        "{rounds:?}"
+    );
+    // The lock taken after the prompt: its record and listing in one round.
+    assert!(
+        exactly(
+            &rounds[2],
+            &[("get", FileKind::Key), LOCK_PUT, LOCKS_LISTED]
+        ),
         "{rounds:?}"
     );
     lock.release().unwrap();
@@ -642,4 +656,63 @@ fn cache_file(root: &std::path::Path, name: &str) -> std::path::PathBuf {
     repo_dir
         .join(dedelta_store::client::meta_cache::META_CACHE_DIR)
         .join(name)
+}
+
+/// A backup whose client wrote its parent finds the parent's tree in the local tree cache:
+/// it reads no region of the repository for it, nor for the new tree's delta bases (the
+/// parent's tree chunks). Here every file is written again with the same bytes, so that the
+/// data chunks are duplicates and only the tree (its times) changes: the backup reads no
+/// container at all. A damaged cache file is not used: the tree is read from the repository.
+#[test]
+fn a_backup_reads_no_parent_tree_its_client_wrote() {
+    use dedelta_store::backend::wrap::metered::MeteredBackend;
+    let (tmp, path, cache) = plain();
+    let src = tmp.path().join("src");
+    let open = object_store_client(&cache, true);
+    let backup = |repo: &dedelta_store::IndexedRepository, n: u64| {
+        crate::support::write_files(&src, &crate::support::edited_texts(0, 0, &THREE_TEXTS));
+        crate::support::locked(repo, &me(), |lock| {
+            let mut opts =
+                crate::support::backup_options(vec![src.clone()], crate::support::time_of(n));
+            opts.cache_dir = Some(cache.clone());
+            crate::support::backup_with(repo, lock, opts)
+        })
+        .unwrap()
+    };
+    drop(backup(&open(Arc::new(LocalBackend::new(&path))), 0));
+    let trees = || {
+        let repo_dir = std::fs::read_dir(&cache)
+            .unwrap()
+            .flatten()
+            .find(|e| e.path().join("trees").is_dir())
+            .expect("a tree cache")
+            .path();
+        std::fs::read_dir(repo_dir.join("trees"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect::<Vec<_>>()
+    };
+    for n in 1..4u64 {
+        if n == 3 {
+            for file in trees() {
+                let mut bytes = std::fs::read(&file).unwrap();
+                bytes[20] ^= 1;
+                std::fs::write(&file, &bytes).unwrap();
+            }
+        }
+        let metered = Arc::new(MeteredBackend::new(Arc::new(LocalBackend::new(&path))));
+        let repo = open(metered.clone());
+        let res = backup(&repo, n);
+        assert!(res.summary.files_changed > 0, "{:?}", res.summary);
+        let c = metered.counts(FileKind::Container);
+        let reads = c.gets + c.range_gets;
+        if n < 3 {
+            assert_eq!(reads, 0, "backup {n}: {c:?}, bases {:?}", res.metrics.bases);
+        } else {
+            assert!(reads > 0, "backup {n}: the damaged tree was used: {c:?}");
+        }
+    }
+    // Only the newest trees stay.
+    assert!(trees().len() <= dedelta_store::client::tree_cache::TREE_CACHE_FILES);
 }

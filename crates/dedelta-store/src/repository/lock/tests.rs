@@ -111,15 +111,22 @@ fn an_older_versions_lock_counts_as_exclusive() {
 /// Without conditional writes, two processes racing for exclusive locks never both win.
 #[test]
 fn racing_exclusive_lockers_never_both_win() {
-    let b = memory();
-    for _ in 0..100 {
+    // On an object store each exclusive locker waits `SETTLE` before it lists: fewer rounds.
+    let store: Arc<dyn Backend> = TestLocks::object_store();
+    for (b, rounds) in [(memory(), 100), (store, 8)] {
+        racing_exclusive_lockers(&b, rounds);
+    }
+}
+
+fn racing_exclusive_lockers(b: &Arc<dyn Backend>, rounds: usize) {
+    for _ in 0..rounds {
         let barrier = Barrier::new(2);
         let won: Vec<bool> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..2)
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
-                        take(&b, LockMode::Exclusive).ok()
+                        take(b, LockMode::Exclusive).ok()
                     })
                 })
                 .collect();
@@ -162,14 +169,26 @@ fn retry_lock_waits_for_the_holder() {
     assert!(matches!(e, Err(Error::Locked { .. })));
 }
 
-/// Refuses lock writes while `broken` is set.
-#[derive(Debug)]
-struct LockWritesFail {
+/// Refuses lock writes while `broken` is set; delays them by `put_delay_ms`; says its
+/// requests are round trips when `round_trips` (an object store).
+#[derive(Debug, Default)]
+struct TestLocks {
     inner: MemoryBackend,
     broken: AtomicBool,
+    put_delay_ms: std::sync::atomic::AtomicU64,
+    round_trips: bool,
 }
 
-impl Backend for LockWritesFail {
+impl TestLocks {
+    fn object_store() -> Arc<Self> {
+        Arc::new(TestLocks {
+            round_trips: true,
+            ..Default::default()
+        })
+    }
+}
+
+impl Backend for TestLocks {
     fn get(&self, k: FileKind, n: &str) -> crate::backend::Result<Vec<u8>> {
         self.inner.get(k, n)
     }
@@ -182,6 +201,10 @@ impl Backend for LockWritesFail {
                 "lock",
                 std::io::Error::other("network down"),
             ));
+        }
+        if k == FileKind::Lock {
+            let delay = self.put_delay_ms.load(Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(delay));
         }
         self.inner.put(k, n, d)
     }
@@ -202,6 +225,9 @@ impl Backend for LockWritesFail {
     }
     fn location(&self) -> String {
         "test".into()
+    }
+    fn requests_are_round_trips(&self) -> bool {
+        self.round_trips
     }
 }
 
@@ -224,10 +250,7 @@ fn wait_until(mut f: impl FnMut() -> bool) {
 /// repository's write guard then refuses writes (but not reads).
 #[test]
 fn a_lock_that_cannot_be_refreshed_stops_writes() {
-    let raw = Arc::new(LockWritesFail {
-        inner: MemoryBackend::default(),
-        broken: AtomicBool::new(false),
-    });
+    let raw = Arc::new(TestLocks::default());
     let guard = WriteGuard::new(raw.clone());
     let lock = RepoLock::acquire_with(raw.clone(), &me(), LockMode::Shared, quick()).unwrap();
     guard.watch(lock.health().clone());
@@ -298,4 +321,118 @@ fn taking_a_lock_reads_only_the_others() {
     assert_eq!((c.lists, c.puts, c.gets), (2, 2, 1), "{c:?}");
     second.release().unwrap();
     lock.release().unwrap();
+}
+
+/// On an object store a shared lock is taken in one round trip: its listing goes beside its
+/// record's write. An exclusive one lists only `SETTLE` after its write.
+#[test]
+fn a_shared_lock_on_an_object_store_lists_beside_its_write() {
+    use crate::backend::wrap::metered::MeteredBackend;
+    let raw = TestLocks::object_store();
+    let metered = Arc::new(MeteredBackend::new(raw.clone()));
+    let b: Arc<dyn Backend> = metered.clone();
+    let written = RepoLock::write(b.clone(), &me(), LockMode::Shared, quick()).unwrap();
+    let c = metered.counts(FileKind::Lock);
+    assert_eq!((c.lists, c.puts), (1, 1), "{c:?}");
+    let shared = written.confirm().unwrap();
+    assert_eq!(metered.counts(FileKind::Lock).lists, 1, "no second listing");
+    shared.release().unwrap();
+
+    let start = std::time::Instant::now();
+    let written = RepoLock::write(b.clone(), &me(), LockMode::Exclusive, quick()).unwrap();
+    assert_eq!(
+        metered.counts(FileKind::Lock).lists,
+        1,
+        "an exclusive write lists nothing"
+    );
+    written.confirm().unwrap().release().unwrap();
+    assert!(start.elapsed() >= SETTLE, "{:?}", start.elapsed());
+    assert_eq!(metered.counts(FileKind::Lock).lists, 2);
+}
+
+/// The race the wait closes: a shared locker whose listing (beside its write) came before an
+/// exclusive locker's write, and whose write is acknowledged after that. With its write
+/// acknowledged within `SETTLE` of its listing, the exclusive locker's listing, `SETTLE`
+/// after its own write, sees the shared lock; with a slower write, the shared locker does not
+/// keep its listing and lists again. Either way never both hold their locks.
+#[test]
+fn a_shared_locker_listing_beside_its_write_and_an_exclusive_one_never_both_win() {
+    for put_delay in [60u64, 400] {
+        let raw = TestLocks::object_store();
+        let b: Arc<dyn Backend> = raw.clone();
+        let won: Vec<(LockMode, bool)> = std::thread::scope(|s| {
+            let shared = s.spawn(|| {
+                raw.put_delay_ms.store(put_delay, Ordering::Relaxed);
+                let l = RepoLock::write(b.clone(), &me(), LockMode::Shared, quick())
+                    .and_then(WrittenLock::confirm);
+                (LockMode::Shared, l.ok())
+            });
+            let exclusive = s.spawn(|| {
+                // After the shared listing was sent, while the shared write is in flight.
+                std::thread::sleep(Duration::from_millis(20));
+                let b = raw.clone();
+                // The exclusive locker's own write is quick (the delay is read at each put:
+                // it writes around the shared one's delay by writing to the inner backend).
+                let inner: Arc<dyn Backend> = Arc::new(Quick(b));
+                let l = RepoLock::write(inner, &me(), LockMode::Exclusive, quick())
+                    .and_then(WrittenLock::confirm);
+                (LockMode::Exclusive, l.ok())
+            });
+            [shared.join().unwrap(), exclusive.join().unwrap()]
+                .into_iter()
+                .map(|(m, l)| (m, l.is_some()))
+                .collect()
+        });
+        let winners = won.iter().filter(|(_, w)| *w).count();
+        assert!(winners <= 1, "delay {put_delay} ms: {won:?}");
+        // Who wins: with a quick shared write the exclusive listing sees it; with a slow
+        // one the shared locker's second listing sees the exclusive lock.
+        let expect = if put_delay < SETTLE.as_millis() as u64 {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        };
+        assert_eq!(
+            won.iter().find(|(_, w)| *w).map(|(m, _)| *m),
+            Some(expect),
+            "delay {put_delay} ms: {won:?}"
+        );
+    }
+}
+
+/// [`TestLocks`] with lock writes undelayed (the other process's network).
+#[derive(Debug)]
+struct Quick(Arc<TestLocks>);
+
+impl Backend for Quick {
+    fn get(&self, k: FileKind, n: &str) -> crate::backend::Result<Vec<u8>> {
+        self.0.get(k, n)
+    }
+    fn get_range(&self, k: FileKind, n: &str, o: i64, l: usize) -> crate::backend::Result<Vec<u8>> {
+        self.0.get_range(k, n, o, l)
+    }
+    fn put(&self, k: FileKind, n: &str, d: &[u8]) -> crate::backend::Result<()> {
+        self.0.inner.put(k, n, d)
+    }
+    fn create_new(&self, k: FileKind, n: &str, d: &[u8]) -> crate::backend::Result<bool> {
+        self.0.create_new(k, n, d)
+    }
+    fn list(&self, k: FileKind) -> crate::backend::Result<Vec<(String, u64)>> {
+        self.0.list(k)
+    }
+    fn delete(&self, k: FileKind, n: &str) -> crate::backend::Result<()> {
+        self.0.delete(k, n)
+    }
+    fn size(&self, k: FileKind, n: &str) -> crate::backend::Result<u64> {
+        self.0.size(k, n)
+    }
+    fn exists(&self, k: FileKind, n: &str) -> crate::backend::Result<bool> {
+        self.0.exists(k, n)
+    }
+    fn location(&self) -> String {
+        "test".into()
+    }
+    fn requests_are_round_trips(&self) -> bool {
+        true
+    }
 }
