@@ -42,6 +42,9 @@ pub struct BaseCounts {
     pub prefetched: u64,
     /// Candidates dropped because, taking bases only from caches, none held them.
     pub not_cached: u64,
+    /// Ranged requests for bases' regions made in the background, ahead of the stream
+    /// ([`BaseFetcher::read_ahead`]; where reads are round trips).
+    pub requests_ahead: u64,
 }
 
 /// Delta links down a chain, nearest first: each chunk with the base it is a delta of.
@@ -160,16 +163,25 @@ impl<'a> BaseFetcher<'a> {
         budget: usize,
         max_depth: u8,
     ) -> Result<Self> {
+        let mut reader = reader.reading_for(crate::backend::wrap::metered::Purpose::BaseRead);
+        // The repository's reads in flight are shared: half for the reads ahead of the
+        // stream (Self::read_ahead), the rest for the rounds this thread waits on.
+        let mut in_flight = repo.reads_in_flight();
+        if repo.reads_are_round_trips() && in_flight >= 2 {
+            let ahead = in_flight / 2;
+            reader = reader.reading_regions_in_background(ahead);
+            in_flight -= ahead;
+        }
         Ok(BaseFetcher {
             cache: BaseCache::new(budget),
             max_base_depth: max_depth.saturating_sub(1),
-            reader: reader.reading_for(crate::backend::wrap::metered::Purpose::BaseRead),
+            reader,
             local: None,
             local_path: None,
             budget,
             counts: BaseCounts::default(),
             unreadable: Vec::new(),
-            threads: RequestThreads::new(repo.reads_in_flight().saturating_sub(1)),
+            threads: RequestThreads::new(in_flight.saturating_sub(1)),
             planned: HashMap::new(),
             prefetched: None,
             held: HashMap::new(),
@@ -186,6 +198,25 @@ impl<'a> BaseFetcher<'a> {
     /// Whether [`Self::hold`] was given a tree.
     pub fn holds_a_tree(&self) -> bool {
         !self.held.is_empty()
+    }
+
+    /// Requests in the background, where reads are round trips, the regions that fetching
+    /// `ids` as bases would read back (those not at hand, down their delta chains): the
+    /// candidates the stream is predicted to ask for some megabytes later
+    /// ([`super::delta::DeltaStage::predict_entering`]), so that their fetch finds them
+    /// read. A prediction that misses costs a read, never a different base.
+    pub fn read_ahead(&mut self, ids: &[ChunkId]) {
+        if self.prefetched.is_some() || ids.is_empty() {
+            return;
+        }
+        let (cache, held, local) = (&self.cache, &self.held, &self.local);
+        let at_hand = |id: &ChunkId| {
+            cache.peek(id).is_some()
+                || held.contains_key(id)
+                || local.as_ref().is_some_and(|l| l.contains(id))
+        };
+        self.reader.request_base_regions(ids, &at_hand);
+        self.counts.requests_ahead = self.reader.requests_in_background();
     }
 
     /// Reads ahead for the candidates `ids` that [`Self::fetch`] is about to be asked for, in

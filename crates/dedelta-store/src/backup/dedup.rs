@@ -197,6 +197,9 @@ impl<'a> DedupStage<'a> {
         };
         let mut ahead = LookAhead::new(items, window);
         while let Some(item) = ahead.next(&mut |c| self.enter(c))? {
+            if let Some(d) = self.delta.as_mut() {
+                d.flush_predicted();
+            }
             match item {
                 Ahead::Node(n) => tree.node(&n),
                 Ahead::FileStart(n) => tree.file_start(n),
@@ -417,6 +420,9 @@ impl<'a> DedupStage<'a> {
     /// (§4.4 step 1). Returns whether it is base-fragmented. With Capping nothing is done
     /// here: a segment is reached and judged whole when it is decided.
     fn enter(&mut self, c: &Fingerprinted) -> bool {
+        if let Some(d) = self.delta.as_mut() {
+            d.predict_entering(&c.id, matches!(c.lookup, IndexLookup::Stored(_)), false);
+        }
         let IndexLookup::Stored(container) = c.lookup else {
             return false;
         };

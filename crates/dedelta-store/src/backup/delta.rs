@@ -183,6 +183,9 @@ pub struct DeltaStage<'a> {
     misses_sketcher: Option<Arc<dyn Sketcher>>,
     /// Inversed delta compression, when on (see [`super::inverse`]).
     inverse: Option<Inverter>,
+    /// DupAdj's candidates predicted as chunks enter the look-ahead window, for their
+    /// regions to be read ahead (see [`super::base_ahead`]).
+    predictor: Option<super::base_ahead::BasePredictor>,
 }
 
 impl<'a> DeltaStage<'a> {
@@ -207,7 +210,40 @@ impl<'a> DeltaStage<'a> {
             share_with,
             misses_sketcher: None,
             inverse: None,
+            predictor: None,
         })
+    }
+
+    /// Predicts DupAdj's candidates as chunks enter the look-ahead window and reads their
+    /// regions ahead (see [`super::base_ahead`]); for repositories whose reads are round
+    /// trips, with DupAdj on.
+    pub fn predict_bases(&mut self) {
+        self.predictor = Some(super::base_ahead::BasePredictor::default());
+    }
+
+    /// Whether [`Self::predict_bases`] is on.
+    pub fn predicts_bases(&self) -> bool {
+        self.predictor.is_some()
+    }
+
+    /// A chunk of file data entered the look-ahead window, a duplicate the index holds or not:
+    /// the predicted bases are read ahead once enough have gathered (all of them with
+    /// `flush`).
+    pub fn predict_entering(&mut self, id: &ChunkId, duplicate: bool, flush: bool) {
+        let (Some(p), Some(dupadj)) = (self.predictor.as_mut(), self.search.dupadj()) else {
+            return;
+        };
+        p.enter(dupadj.parent(), id, duplicate);
+        if let Some(ids) = p.take(flush) {
+            self.bases.read_ahead(&ids);
+        }
+    }
+
+    /// Reads ahead the predictions gathered so far.
+    pub fn flush_predicted(&mut self) {
+        if let Some(ids) = self.predictor.as_mut().and_then(|p| p.take(true)) {
+            self.bases.read_ahead(&ids);
+        }
     }
 
     /// Turns inversed delta compression on (see [`super::inverse`]).

@@ -12,7 +12,9 @@
 //!                                          super-features
 //!                                          |  results in stream order (one-shot receivers)
 //!                                          v
-//! dedup thread     lookahead.rs          LoopDelta: duplicates reached a window ahead
+//! dedup thread     lookahead.rs          LoopDelta: duplicates reached a window ahead;
+//!                  base_ahead.rs           on an object store, DupAdj's bases predicted
+//!                                          there and read in the background
 //!                  dedup.rs              duplicate or new, in order
 //!                  rewrite.rs            Capping: duplicates stored again (segments of 20 MiB)
 //!                  caf.rs                cache-aware filter: base-fragmented duplicates again
@@ -35,7 +37,9 @@
 //! [`crate::repository`]), the damage records as the open read them; the parent's tree is
 //! read through the reader that then reads the delta bases (parent.rs, bases.rs): the new
 //! tree's bases are the parent tree's chunks, and one reader reads each container's
-//! metadata once (in one suffix read) where two readers read it twice or three times.
+//! metadata once (in one suffix read) where two readers read it twice or three times. A
+//! tree this client wrote comes from its local tree cache instead (no read; its chunks are
+//! then held as the new tree's bases).
 //!
 //! Order is kept by sending, for each job, the receiving end of a one-shot channel that the
 //! pool fills: consumers wait for the results in submission order while the pool works on
@@ -48,6 +52,7 @@
 //! write. A backup killed anywhere leaves at worst unreferenced containers, which `check`
 //! accepts and a later prune removes, or containers the next open takes into the index.
 
+mod base_ahead;
 mod base_cache;
 pub mod bases;
 pub mod caf;
@@ -107,6 +112,11 @@ use std::time::Instant;
 /// fingerprinting while the dedup thread works through a block. A fixed 16 held 21 MB on 2
 /// cores, a fifth of a backup's live heap, for no speed.
 const BLOCKS_PER_THREAD: usize = 2;
+/// Where reads are round trips, how far (bytes of file data) chunks enter the look-ahead
+/// window before the delta stage decides them, so that the bases predicted for them are read
+/// meanwhile (see [`base_ahead`]): some tens of milliseconds of the dedup thread's work, more
+/// than a round trip to a Garage cluster that stalls (45 ms).
+const BASE_READ_AHEAD_BYTES: u64 = 16 << 20;
 /// Blocks in flight at least.
 const MIN_BLOCKS_IN_FLIGHT: usize = 8;
 /// Regions in flight between the dedup and writer threads, per worker thread (each up to a
@@ -422,6 +432,7 @@ pub fn backup(
             bases = bases.only_cached(p.clone());
         }
         bases.hold(parent_tree_chunks);
+        let dupadj_on = delta_cfg.dupadj;
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),
@@ -436,6 +447,15 @@ pub fn backup(
         if opts.loopdelta.inversed_delta {
             stage.inversed_delta();
         }
+        // Where reads are round trips DupAdj's bases are read ahead of the stream (LoopDelta's
+        // come from its prefetch cache; Capping decides a segment whole).
+        if repo.reads_are_round_trips()
+            && prefetched.is_none()
+            && opts.rewriting.is_none()
+            && dupadj_on
+        {
+            stage.predict_bases();
+        }
         // LoopDelta's bases come from its prefetch cache only (no local base cache).
         if let (Some(root), None) = (&opts.cache_dir, &prefetched) {
             match crate::client::cache::repo_dir(root, &config.id) {
@@ -447,6 +467,9 @@ pub fn backup(
     } else {
         None
     };
+    let predicting_bases = delta_stage
+        .as_ref()
+        .is_some_and(|d: &DeltaStage<'_>| d.predicts_bases());
     // Listed and read once, by the open's catch-up (records it skipped were noticed then).
     let damage = repo.damage_records()?;
     // One read view for the pool and the dedup thread, taken before anything of this backup
@@ -532,6 +555,8 @@ pub fn backup(
         }
         if prefetched.is_some() {
             dedup = dedup.looking_ahead(lookahead_bytes);
+        } else if predicting_bases {
+            dedup = dedup.looking_ahead(BASE_READ_AHEAD_BYTES);
         }
         let mut tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
             .hashing_with(repo.chunk_hasher());

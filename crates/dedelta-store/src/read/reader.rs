@@ -42,6 +42,28 @@ impl<'a> ChunkReader<'a> {
         self
     }
 
+    /// Lets [`Self::request_base_regions`] read in the background, `in_flight` requests at
+    /// once (where reads are round trips: backup's delta bases).
+    pub(crate) fn reading_regions_in_background(mut self, in_flight: usize) -> Self {
+        self.locator.read_regions_ahead_in_background(in_flight);
+        self
+    }
+
+    /// Requests the regions of bases `ids` in the background (see
+    /// [`ChunkLocator::request_base_regions`]).
+    pub(crate) fn request_base_regions(
+        &mut self,
+        ids: &[ChunkId],
+        held: &dyn Fn(&ChunkId) -> bool,
+    ) -> u64 {
+        self.locator.request_base_regions(ids, held)
+    }
+
+    /// Ranged requests made in the background so far.
+    pub(crate) fn requests_in_background(&self) -> u64 {
+        self.locator.requests_ahead()
+    }
+
     /// How this reader's repository computes chunk ids.
     pub fn hasher(&self) -> dedelta_core::ChunkHasher {
         self.hasher

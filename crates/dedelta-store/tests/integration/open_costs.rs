@@ -716,3 +716,57 @@ fn a_backup_reads_no_parent_tree_its_client_wrote() {
     // Only the newest trees stay.
     assert!(trees().len() <= dedelta_store::client::tree_cache::TREE_CACHE_FILES);
 }
+
+/// On an object store a backup predicts DupAdj's bases as chunks enter its look-ahead window
+/// and reads their regions in the background (backup/base_ahead.rs): requests made ahead,
+/// and exactly what it stores without them (the same sources backed up into two
+/// repositories, one read as an object store: the same containers).
+#[test]
+fn an_object_store_backup_reads_its_bases_ahead_and_stores_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let repos: Vec<_> = [false, true]
+        .into_iter()
+        .map(|round_trips| {
+            let path = tmp.path().join(format!("repo-{round_trips}"));
+            let cache = tmp.path().join(format!("cache-{round_trips}"));
+            drop(
+                Repository::init_local_with_cache(
+                    &path,
+                    config(1, DeltaConfig::recommended()),
+                    &cache,
+                )
+                .unwrap(),
+            );
+            let repo = Repository::open_in_cache(Arc::new(LocalBackend::new(&path)), &cache)
+                .unwrap()
+                .with_round_trips(round_trips)
+                .with_reads_in_flight(16)
+                .open_index()
+                .unwrap();
+            (round_trips, repo)
+        })
+        .collect();
+    for v in 0..3u64 {
+        crate::support::write_files(&src, &crate::support::edited_texts(v, 40, &THREE_TEXTS));
+        let mut stored = Vec::new();
+        for (round_trips, repo) in &repos {
+            let res = crate::support::backup_dir(repo, &src, v, &me()).unwrap();
+            let b = res.metrics.bases;
+            if v > 0 {
+                assert!(b.read_back > 0, "v{v}: {b:?}");
+                assert_eq!(b.requests_ahead > 0, *round_trips, "v{v}: {b:?}");
+            }
+            let mut names: Vec<String> = repo
+                .backend()
+                .list(FileKind::Container)
+                .unwrap()
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect();
+            names.sort();
+            stored.push((res.summary.bytes_added, names));
+        }
+        assert_eq!(stored[0], stored[1], "v{v}");
+    }
+}

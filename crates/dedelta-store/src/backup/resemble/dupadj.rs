@@ -41,6 +41,16 @@ pub struct ParentRecipe {
 }
 
 impl ParentRecipe {
+    /// The position of `id` in the sequence (its first), if there.
+    pub fn position(&self, id: &ChunkId) -> Option<usize> {
+        self.position.get(id).map(|&p| p as usize)
+    }
+
+    /// The chunk at position `at`, if any.
+    pub fn at(&self, at: usize) -> Option<ChunkId> {
+        self.ids.get(at).copied()
+    }
+
     /// Builds the lookup from a chunk sequence (a chunk's first position wins).
     pub fn new(ids: Vec<ChunkId>) -> Self {
         let mut position = HashMap::with_capacity(ids.len());
@@ -121,6 +131,11 @@ impl DupAdj {
             new_run: Vec::new(),
             hints: Vec::new(),
         }
+    }
+
+    /// The parent's chunk sequence.
+    pub fn parent(&self) -> &ParentRecipe {
+        &self.parent
     }
 
     /// New chunk `id`: paired by the forward walk if one is under way.

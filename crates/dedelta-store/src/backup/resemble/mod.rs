@@ -57,6 +57,11 @@ impl<'a> CandidateSearch<'a> {
         Ok(())
     }
 
+    /// DupAdj's state, when it is on.
+    pub fn dupadj(&self) -> Option<&DupAdj> {
+        self.dupadj.as_ref()
+    }
+
     /// New chunk `id` went by (the next one of the batch being gathered).
     pub fn on_new(&mut self, id: ChunkId) {
         if let Some(d) = self.dupadj.as_mut() {

@@ -504,6 +504,13 @@ impl<'a> ChunkLocator<'a> {
             self.stats.region_cache_hits += 1;
             return Ok(r.clone());
         }
+        // Read in the background (backup's bases read ahead): wait for it.
+        if self.await_region(cid, index) {
+            if let Some(r) = self.regions.get(&(cid, index)) {
+                self.stats.region_cache_hits += 1;
+                return Ok(r.clone());
+            }
+        }
         let raw = self.read_region(cid, meta, index, usize::MAX)?;
         self.cache_region(cid, index, raw.clone());
         Ok(raw)
@@ -654,9 +661,11 @@ impl<'a> ChunkLocator<'a> {
         Some((loc.container, region, base))
     }
 
-    /// Hands a region just read to the restore cache, recycling what it lets go of.
+    /// Hands a region just read to the restore cache (or, without one, the region cache),
+    /// recycling what it lets go of.
     fn keep(&mut self, cid: ContainerId, meta: &ContainerMeta, index: u32, r: Arc<Vec<u8>>) {
         let Some(cache) = self.restore_cache.as_mut() else {
+            self.cache_region(cid, index, r);
             return;
         };
         let container_bytes = meta.regions.iter().map(|r| u64::from(r.stored_len)).sum();

@@ -137,6 +137,15 @@ impl Span {
 /// Groups `wanted` regions of one container (sorted by offset) into spans of neighbours
 /// ([`COALESCE_GAP`], [`MAX_SPAN`]).
 pub(super) fn spans_of(container: ContainerId, wanted: Vec<Wanted>) -> Vec<Span> {
+    spans_within(container, wanted, MAX_SPAN)
+}
+
+/// [`spans_of`] with spans of up to `max_span` bytes.
+pub(super) fn spans_within(
+    container: ContainerId,
+    wanted: Vec<Wanted>,
+    max_span: u64,
+) -> Vec<Span> {
     let mut spans: Vec<Span> = Vec::new();
     for w in wanted {
         let (start, end) = (
@@ -144,7 +153,7 @@ pub(super) fn spans_of(container: ContainerId, wanted: Vec<Wanted>) -> Vec<Span>
             u64::from(w.meta.offset) + u64::from(w.meta.stored_len),
         );
         match spans.last_mut() {
-            Some(s) if start <= s.start + s.len + COALESCE_GAP && end - s.start <= MAX_SPAN => {
+            Some(s) if start <= s.start + s.len + COALESCE_GAP && end - s.start <= max_span => {
                 s.len = s.len.max(end - s.start);
                 s.regions.push(w);
             }
@@ -271,13 +280,18 @@ impl ChunkLocator<'_> {
         if self.restore_cache.is_some() {
             return;
         }
+        // Regions read in the background are left to arrive (a fetch waits for them).
+        self.take_arrived();
         let mut seen: HashSet<(ContainerId, u32)> = HashSet::new();
         let mut by_container: BTreeMap<ContainerId, Vec<Wanted>> = BTreeMap::new();
         for id in ids {
             let Some((cid, index, _)) = self.place(id, super::CopyRule::Own) else {
                 continue;
             };
-            if self.regions.contains(&(cid, index)) || !seen.insert((cid, index)) {
+            if self.regions.contains(&(cid, index))
+                || self.in_flight(&cid, index)
+                || !seen.insert((cid, index))
+            {
                 continue;
             }
             let Some(meta) = self
@@ -322,6 +336,75 @@ impl ChunkLocator<'_> {
 }
 
 impl ChunkLocator<'_> {
+    /// Requests in the background (see [`Self::read_regions_ahead_in_background`]) the
+    /// regions that reading each of `ids` as a delta base will read: its own and, down its
+    /// delta chain, its bases' until one `held` says is at hand; only as far as the index
+    /// and the metadata at hand tell (nothing is requested to find out). As the blocking
+    /// reads do ([`Self::extend_ahead`]), a container's first region wanted brings the
+    /// next ones along, up to [`AHEAD_SPAN`] in one request: predictions come a few dozen
+    /// chunks at a time, and a request each was five times the requests for the same bytes,
+    /// each costing the object store's CPU too. Returns how many bytes of regions were
+    /// requested (none without the background reads).
+    pub(crate) fn request_base_regions(
+        &mut self,
+        ids: &[ChunkId],
+        held: &dyn Fn(&ChunkId) -> bool,
+    ) -> u64 {
+        if !self.reads_ahead() {
+            return 0;
+        }
+        let mut wanted = Vec::new();
+        for id in ids {
+            let mut at = *id;
+            for _ in 0..=MAX_DELTA_DEPTH {
+                if held(&at) {
+                    break;
+                }
+                let Ok(Some(loc)) = self.location(&at, super::CopyRule::Own) else {
+                    break;
+                };
+                if !self.meta_at_hand(&loc.container) {
+                    break;
+                }
+                let Some((cid, index, base)) = self.place(&at, super::CopyRule::Own) else {
+                    break;
+                };
+                wanted.push((cid, index));
+                match base {
+                    Some(b) => at = b,
+                    None => break,
+                }
+            }
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        self.take_arrived();
+        let mut extended = Vec::with_capacity(wanted.len());
+        let mut covered: Option<(ContainerId, u32)> = None;
+        for (cid, index) in wanted {
+            if covered.is_some_and(|(c, last)| c == cid && index <= last) {
+                continue;
+            }
+            let Some(meta) = self.metas.peek(&cid).cloned() else {
+                continue;
+            };
+            let Some(first) = meta.regions.get(index as usize) else {
+                continue;
+            };
+            let start = u64::from(first.offset);
+            let mut last = index;
+            for (i, r) in meta.regions.iter().enumerate().skip(index as usize) {
+                if u64::from(r.offset) + u64::from(r.stored_len) - start > AHEAD_SPAN {
+                    break;
+                }
+                last = i as u32;
+                extended.push((cid, i as u32));
+            }
+            covered = Some((cid, last));
+        }
+        self.request_regions_within(&extended, AHEAD_SPAN)
+    }
+
     /// Extends each span of one container with the regions after it that the region cache
     /// lacks, while it stays within [`AHEAD_SPAN`] and short of the next span.
     fn extend_ahead(&mut self, spans: &mut [Span], seen: &mut HashSet<(ContainerId, u32)>) {
@@ -344,6 +427,7 @@ impl ChunkLocator<'_> {
                     || end - span.start > AHEAD_SPAN
                     || end > limit
                     || self.regions.contains(&(cid, index))
+                    || self.in_flight(&cid, index)
                     || !seen.insert((cid, index))
                 {
                     break;

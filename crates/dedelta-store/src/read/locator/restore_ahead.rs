@@ -11,7 +11,7 @@
 //! On a local disk restore keeps reading region by region on its locating thread: a
 //! read-ahead there cost 20 % more CPU for no gain in time (the page cache answers at once).
 
-use super::read_ahead::{spans_of, SpanRead, Wanted};
+use super::read_ahead::{spans_within, SpanRead, Wanted};
 use super::ChunkLocator;
 use crate::format::container::ContainerId;
 use crate::request_threads::RequestThreads;
@@ -51,16 +51,39 @@ impl Drop for RegionsAhead {
 impl ChunkLocator<'_> {
     /// Reads regions ahead (see the module doc) with the repository's reads in flight.
     pub(crate) fn read_regions_ahead_of_restore(&mut self) {
+        self.read_regions_ahead_in_background(self.repo.reads_in_flight());
+        self.ahead_answers = Some(crate::read::id_lru(AHEAD_ANSWERS));
+    }
+
+    /// Lets [`Self::request_regions`] read regions in the background, `in_flight` requests
+    /// at once: into the restore cache if there is one, else into the region cache
+    /// (backup's delta bases read ahead of the stream, `BaseFetcher::read_ahead`).
+    pub(crate) fn read_regions_ahead_in_background(&mut self, in_flight: usize) {
         let (sender, arrived) = unbounded();
         self.ahead = Some(RegionsAhead {
-            threads: RequestThreads::new(self.repo.reads_in_flight()),
+            threads: RequestThreads::new(in_flight),
             sender,
             arrived,
             in_flight: HashSet::new(),
             cancelled: Arc::new(AtomicBool::new(false)),
             requests: 0,
         });
-        self.ahead_answers = Some(crate::read::id_lru(AHEAD_ANSWERS));
+    }
+
+    /// Whether region `index` of `cid` is being read in the background.
+    pub(super) fn in_flight(&self, cid: &ContainerId, index: u32) -> bool {
+        self.ahead
+            .as_ref()
+            .is_some_and(|a| a.in_flight.contains(&(*cid, index)))
+    }
+
+    /// Whether region `index` of `cid` is held already: in the restore cache if there is one,
+    /// else in the region cache.
+    fn region_held(&self, cid: &ContainerId, index: u32) -> bool {
+        match self.restore_cache.as_ref() {
+            Some(c) => c.has(cid, index),
+            None => self.regions.contains(&(*cid, index)),
+        }
     }
 
     /// Whether regions are read ahead.
@@ -87,17 +110,22 @@ impl ChunkLocator<'_> {
     /// Requests the regions of `wanted` (container, region) that the restore cache lacks
     /// and that are not in flight yet; returns their decompressed bytes.
     pub(crate) fn request_regions(&mut self, wanted: &[(ContainerId, u32)]) -> u64 {
+        self.request_regions_within(wanted, super::read_ahead::MAX_SPAN)
+    }
+
+    /// [`Self::request_regions`] with ranged requests of up to `max_span` bytes.
+    pub(super) fn request_regions_within(
+        &mut self,
+        wanted: &[(ContainerId, u32)],
+        max_span: u64,
+    ) -> u64 {
         let Some(mut ahead) = self.ahead.take() else {
             return 0;
         };
         let mut by_container: BTreeMap<ContainerId, Vec<Wanted>> = BTreeMap::new();
         let mut bytes = 0u64;
         for &(cid, index) in wanted {
-            let held = self
-                .restore_cache
-                .as_ref()
-                .is_some_and(|c| c.has(&cid, index));
-            if held || !ahead.in_flight.insert((cid, index)) {
+            if self.region_held(&cid, index) || !ahead.in_flight.insert((cid, index)) {
                 continue;
             }
             let Some(meta) = self
@@ -117,7 +145,7 @@ impl ChunkLocator<'_> {
         }
         for (cid, mut regions) in by_container {
             regions.sort_by_key(|w| w.meta.offset);
-            for span in spans_of(cid, regions) {
+            for span in spans_within(cid, regions, max_span) {
                 let (data, sender) = (self.data.clone(), ahead.sender.clone());
                 let cancelled = ahead.cancelled.clone();
                 let wanted = span.wanted();
@@ -184,10 +212,7 @@ impl ChunkLocator<'_> {
         self.stats.bytes_read += read.bytes_read;
         let meta = self.metas.peek(&read.container).cloned();
         for (index, raw) in read.opened {
-            let held = self
-                .restore_cache
-                .as_ref()
-                .is_some_and(|c| c.has(&read.container, index));
+            let held = self.region_held(&read.container, index);
             match &meta {
                 Some(meta) if !held => {
                     self.stats.regions_read += 1;
