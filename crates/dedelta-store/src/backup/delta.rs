@@ -216,9 +216,14 @@ impl<'a> DeltaStage<'a> {
 
     /// Predicts DupAdj's candidates as chunks enter the look-ahead window and reads their
     /// regions ahead (see [`super::base_ahead`]); for repositories whose reads are round
-    /// trips, with DupAdj on.
+    /// trips. Only with DupAdj and a parent to walk: without one there is nothing to
+    /// predict, and the window only delayed the stream (a first backup of 306 MB on the
+    /// Garage benchmark took 0.92 s against 0.85).
     pub fn predict_bases(&mut self) {
-        self.predictor = Some(super::base_ahead::BasePredictor::default());
+        let walks_a_parent = self.search.dupadj().is_some_and(|d| !d.parent().is_empty());
+        if walks_a_parent {
+            self.predictor = Some(super::base_ahead::BasePredictor::default());
+        }
     }
 
     /// Whether [`Self::predict_bases`] is on.

@@ -46,6 +46,11 @@ impl ParentRecipe {
         self.position.get(id).map(|&p| p as usize)
     }
 
+    /// Whether the sequence is empty (no parent).
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
     /// The chunk at position `at`, if any.
     pub fn at(&self, at: usize) -> Option<ChunkId> {
         self.ids.get(at).copied()
