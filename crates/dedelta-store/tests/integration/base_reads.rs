@@ -157,15 +157,7 @@ fn backup(repo: &IndexedRepository, src: &Path, v: u64) -> dedelta_store::Result
 
 /// The repository's container names, sorted: equal lists are equal stored bytes.
 fn containers(repo: &IndexedRepository) -> Vec<String> {
-    let mut names: Vec<String> = repo
-        .backend()
-        .list(FileKind::Container)
-        .unwrap()
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
-    names.sort();
-    names
+    crate::support::sorted_names(repo.backend().as_ref(), FileKind::Container)
 }
 
 /// Every snapshot restores to its version.

@@ -79,15 +79,7 @@ fn container_names(format_version: u32, delta: DeltaConfig, threads: usize) -> V
         })
         .unwrap();
     }
-    let mut names: Vec<String> = repo
-        .backend()
-        .list(FileKind::Container)
-        .unwrap()
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
-    names.sort();
-    names
+    crate::support::sorted_names(repo.backend().as_ref(), FileKind::Container)
 }
 
 /// Short prefixes of the expected names, to keep the table readable.

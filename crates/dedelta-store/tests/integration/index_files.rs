@@ -77,15 +77,7 @@ impl Setup {
     }
 
     fn index_files(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .raw()
-            .list(FileKind::Index)
-            .unwrap()
-            .into_iter()
-            .map(|(n, _)| n)
-            .collect();
-        v.sort();
-        v
+        crate::support::sorted_names(&self.raw(), FileKind::Index)
     }
 
     fn containers(&self) -> BTreeSet<ContainerId> {

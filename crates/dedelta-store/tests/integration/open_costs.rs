@@ -757,14 +757,7 @@ fn an_object_store_backup_reads_its_bases_ahead_and_stores_the_same() {
                 assert!(b.read_back > 0, "v{v}: {b:?}");
                 assert_eq!(b.requests_ahead > 0, *round_trips, "v{v}: {b:?}");
             }
-            let mut names: Vec<String> = repo
-                .backend()
-                .list(FileKind::Container)
-                .unwrap()
-                .into_iter()
-                .map(|(n, _)| n)
-                .collect();
-            names.sort();
+            let names = crate::support::sorted_names(repo.backend().as_ref(), FileKind::Container);
             stored.push((res.summary.bytes_added, names));
         }
         assert_eq!(stored[0], stored[1], "v{v}");

@@ -459,3 +459,16 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_else(|| "?".into())
 }
+
+/// The names of the objects of `kind` in `backend`, sorted (equal container lists are equal
+/// stored bytes: containers are named by their content).
+pub fn sorted_names(backend: &dyn dedelta_store::backend::Backend, kind: FileKind) -> Vec<String> {
+    let mut names: Vec<String> = backend
+        .list(kind)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    names.sort();
+    names
+}
