@@ -95,7 +95,12 @@ fn delta_options_and_statistics() {
             "missing stage {stage}: {last}"
         );
     }
-    for key in ["base_cache_hits", "base_cache_misses", "bytes_after_delta"] {
+    for key in [
+        "base_cache_hits",
+        "base_cache_misses",
+        "base_requests_ahead",
+        "bytes_after_delta",
+    ] {
         assert!(last[key].is_number(), "missing {key}");
     }
     let out = dedelta()
