@@ -211,9 +211,13 @@ pub fn run_config(
                 cache_dir: Some(cache_dir.clone()),
                 lookup: opts.lookup,
                 rewriting: config.capping.map(|c| Box::new(c) as Box<dyn Rewriting>),
-                // The eval measures the data path: every version's files are read.
+                // The eval measures the data path: every version's files are read, and the
+                // parent's tree too, as the papers' systems read the parent's recipe (not
+                // from the client's tree cache, which would take that read out of the
+                // delta configurations' I/O only: `dedup` reads no parent).
                 sources: dedelta_store::commands::backup::SourceOptions {
                     force: true,
+                    parent_tree_from_repository: true,
                     ..Default::default()
                 },
                 loopdelta: config.loopdelta,

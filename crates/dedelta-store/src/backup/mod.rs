@@ -347,10 +347,14 @@ pub fn backup(
     let prefetch_backend = repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch);
     // The trees this client wrote last (the parent's, most often): no read of the parent's
     // tree, see crate::client::tree_cache.
-    let tree_cache = opts.cache_dir.as_deref().and_then(|root| {
-        let dir = crate::client::cache::repo_dir(root, &config.id).ok()?;
-        Some(crate::client::tree_cache::TreeCache::new(&dir))
-    });
+    let tree_cache = opts
+        .cache_dir
+        .as_deref()
+        .filter(|_| !opts.sources.parent_tree_from_repository)
+        .and_then(|root| {
+            let dir = crate::client::cache::repo_dir(root, &config.id).ok()?;
+            Some(crate::client::tree_cache::TreeCache::new(&dir))
+        });
     let tree_chunks = |ids: &[dedelta_core::ChunkId]| {
         let loader = dense_loader.as_ref()?;
         loader.tree_chunks(repo, prefetch_backend.as_ref(), ids)

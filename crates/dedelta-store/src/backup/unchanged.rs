@@ -40,6 +40,10 @@ pub struct SourceOptions {
     pub one_file_system: bool,
     /// What to leave out (excludes, caches, large files).
     pub select: super::select::SelectOptions,
+    /// Reads the parent's tree from the repository even when the local tree cache holds it
+    /// ([`crate::client::tree_cache`]): the eval, which measures the papers' systems (they
+    /// read the parent's recipe), counts that read in every configuration's I/O.
+    pub parent_tree_from_repository: bool,
 }
 
 /// What the parent recorded of one file.

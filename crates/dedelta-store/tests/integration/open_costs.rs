@@ -669,16 +669,18 @@ fn a_backup_reads_no_parent_tree_its_client_wrote() {
     let (tmp, path, cache) = plain();
     let src = tmp.path().join("src");
     let open = object_store_client(&cache, true);
-    let backup = |repo: &dedelta_store::IndexedRepository, n: u64| {
+    let backup_with = |repo: &dedelta_store::IndexedRepository, n: u64, from_repo: bool| {
         crate::support::write_files(&src, &crate::support::edited_texts(0, 0, &THREE_TEXTS));
         crate::support::locked(repo, &me(), |lock| {
             let mut opts =
                 crate::support::backup_options(vec![src.clone()], crate::support::time_of(n));
             opts.cache_dir = Some(cache.clone());
+            opts.sources.parent_tree_from_repository = from_repo;
             crate::support::backup_with(repo, lock, opts)
         })
         .unwrap()
     };
+    let backup = |repo: &dedelta_store::IndexedRepository, n: u64| backup_with(repo, n, false);
     drop(backup(&open(Arc::new(LocalBackend::new(&path))), 0));
     let trees = || {
         let repo_dir = std::fs::read_dir(&cache)
@@ -715,6 +717,15 @@ fn a_backup_reads_no_parent_tree_its_client_wrote() {
     }
     // Only the newest trees stay.
     assert!(trees().len() <= dedelta_store::client::tree_cache::TREE_CACHE_FILES);
+    // The eval's backups read the parent's tree from the repository whatever the cache holds
+    // (`parent_tree_from_repository`).
+    let metered = Arc::new(MeteredBackend::new(Arc::new(LocalBackend::new(&path))));
+    drop(backup(&open(metered.clone()), 4));
+    assert_eq!(metered.counts(FileKind::Container).range_gets, 0);
+    let metered = Arc::new(MeteredBackend::new(Arc::new(LocalBackend::new(&path))));
+    drop(backup_with(&open(metered.clone()), 5, true));
+    let c = metered.counts(FileKind::Container);
+    assert!(c.gets + c.range_gets > 0, "{c:?}");
 }
 
 /// On an object store a backup predicts DupAdj's bases as chunks enter its look-ahead window
