@@ -142,6 +142,17 @@ pub struct BaseFetcher<'a> {
     held: HashMap<ChunkId, Bytes>,
 }
 
+/// Whether the bytes of `id` are at hand without a read: in memory (`cache`, or the parent's
+/// tree `held`) or in the local base cache.
+fn at_hand(
+    cache: &BaseCache,
+    held: &HashMap<ChunkId, Bytes>,
+    local: Option<&LocalBaseCache>,
+    id: &ChunkId,
+) -> bool {
+    cache.peek(id).is_some() || held.contains_key(id) || local.is_some_and(|l| l.contains(id))
+}
+
 /// The base for a candidate, its depth and the delta links down to it (see
 /// [`BaseFetcher::shallow_enough`]).
 type Plan = (ChunkId, u8, DeltaLinks);
@@ -210,11 +221,7 @@ impl<'a> BaseFetcher<'a> {
             return;
         }
         let (cache, held, local) = (&self.cache, &self.held, &self.local);
-        let at_hand = |id: &ChunkId| {
-            cache.peek(id).is_some()
-                || held.contains_key(id)
-                || local.as_ref().is_some_and(|l| l.contains(id))
-        };
+        let at_hand = |id: &ChunkId| at_hand(cache, held, local.as_ref(), id);
         self.reader.request_base_regions(ids, &at_hand);
         self.counts.requests_ahead = self.reader.requests_in_background();
     }
@@ -276,9 +283,7 @@ impl<'a> BaseFetcher<'a> {
 
     /// Whether the bytes of `id` are at hand: in memory or in the local base cache.
     fn held(&self, id: &ChunkId) -> bool {
-        self.cache.peek(id).is_some()
-            || self.held.contains_key(id)
-            || self.local.as_ref().is_some_and(|l| l.contains(id))
+        at_hand(&self.cache, &self.held, self.local.as_ref(), id)
     }
 
     /// Adds to `chunks` the chunks whose regions fetching `base` (reached by `links`) reads

@@ -421,7 +421,7 @@ impl<'a> DedupStage<'a> {
     /// here: a segment is reached and judged whole when it is decided.
     fn enter(&mut self, c: &Fingerprinted) -> bool {
         if let Some(d) = self.delta.as_mut() {
-            d.predict_entering(&c.id, matches!(c.lookup, IndexLookup::Stored(_)), false);
+            d.predict_entering(&c.id, matches!(c.lookup, IndexLookup::Stored(_)));
         }
         let IndexLookup::Stored(container) = c.lookup else {
             return false;

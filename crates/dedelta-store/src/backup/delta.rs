@@ -232,14 +232,14 @@ impl<'a> DeltaStage<'a> {
     }
 
     /// A chunk of file data entered the look-ahead window, a duplicate the index holds or not:
-    /// the predicted bases are read ahead once enough have gathered (all of them with
-    /// `flush`).
-    pub fn predict_entering(&mut self, id: &ChunkId, duplicate: bool, flush: bool) {
+    /// the predicted bases are read ahead once enough have gathered ([`Self::flush_predicted`]
+    /// reads the rest).
+    pub fn predict_entering(&mut self, id: &ChunkId, duplicate: bool) {
         let (Some(p), Some(dupadj)) = (self.predictor.as_mut(), self.search.dupadj()) else {
             return;
         };
         p.enter(dupadj.parent(), id, duplicate);
-        if let Some(ids) = p.take(flush) {
+        if let Some(ids) = p.take(false) {
             self.bases.read_ahead(&ids);
         }
     }
@@ -468,7 +468,6 @@ impl<'a> DeltaStage<'a> {
         }
     }
 
-    /// The candidate chunk `c` tries in round `round`, if it tries one.
     /// Whether `c`'s candidate from `source` is taken only from memory, never read back:
     /// a chunk of LoopDelta's cache-aware filter, or a tree chunk's sketch candidate when the
     /// backup holds its parent's tree without having read it (the local tree cache): the
@@ -481,6 +480,7 @@ impl<'a> DeltaStage<'a> {
             || (c.tree && source != CandidateSource::ParentTree && self.bases.holds_a_tree())
     }
 
+    /// The candidate chunk `c` tries in round `round`, if it tries one.
     fn round_candidate(&self, c: &NewChunk, round: usize) -> Option<(ChunkId, CandidateSource)> {
         // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
         if self.cfg.candidates == 1 && !c.tree && matches!(c.stored, Stored::Delta { .. }) {

@@ -603,7 +603,7 @@ pub struct IndexedRepository {
     damage: std::sync::Mutex<Option<Arc<damage::DamageSet>>>,
     /// See [`Self::snapshots_listed_at_open`].
     listed_at_open: std::sync::Mutex<Option<Result<snapshots::SnapshotList>>>,
-    /// See [`Self::meta_read_at_open`].
+    /// See [`Self::known_meta`].
     metas_at_open: metas_at_open::MetasAtOpen,
 }
 
