@@ -75,7 +75,7 @@ fn rebuild_in_batches(
             let (listed, index_files) = crate::request_threads::beside(
                 backend.requests_are_round_trips(),
                 || backend.list_names(FileKind::Index),
-                || backend.list(FileKind::Container),
+                || backend.list_names(FileKind::Container),
             );
             (listed, index_files.map_err(Into::into))
         });
@@ -88,7 +88,7 @@ fn rebuild_in_batches(
     let listed = listed?;
     let mut wanted = Vec::new();
     let mut whole = Vec::new();
-    for (name, _) in &listed {
+    for name in &listed {
         match ContainerId::from_hex(name) {
             None => {
                 let msg = format!("ignoring {name}: not a container name");

@@ -2,16 +2,22 @@
 //! to write once the repository's lock is lost (see [`super::lock`]), so that a command whose
 //! lock others may already count as stale stops before it writes another container, index
 //! entry or snapshot, or deletes anything. Lock objects themselves are written around it.
+//! It notes every write it passes on in the lock's [`LockHealth::writes`] (an exclusive lock's
+//! release waits on them, see [`super::lock::settle`]), and answers the open's catch-up
+//! listings made in the lock's round ([`WriteGuard::serve_listings`]).
 
 use super::lock::LockHealth;
 use crate::backend::{Backend, BackendError, FileKind, Result};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Refuses writes while the lock it watches is lost; passes everything else on.
 #[derive(Debug)]
 pub struct WriteGuard {
     inner: Arc<dyn Backend>,
     held: RwLock<Option<Arc<LockHealth>>>,
+    /// Listings made before they were asked for, each answered once (see
+    /// [`Self::serve_listings`]).
+    served: Mutex<Vec<(FileKind, Vec<String>)>>,
 }
 
 impl WriteGuard {
@@ -20,6 +26,7 @@ impl WriteGuard {
         WriteGuard {
             inner,
             held: RwLock::new(None),
+            served: Mutex::new(Vec::new()),
         }
     }
 
@@ -33,15 +40,42 @@ impl WriteGuard {
         *self.held.write().unwrap_or_else(|e| e.into_inner()) = Some(health);
     }
 
-    fn may_write(&self, kind: FileKind) -> Result<()> {
+    /// Refuses a write while the lock is lost; else the lock whose [`LockHealth::writes`]
+    /// the write is noted in (none for lock objects, or when no lock is watched).
+    /// The next [`Backend::list_names`] of each kind in `listings` answers with its names
+    /// instead of a request, until the first write: the open's catch-up listings, made in
+    /// the lock's round and valid once the lock is confirmed ([`super::catch_up_listings`]).
+    pub fn serve_listings(&self, listings: Vec<(FileKind, Vec<String>)>) {
+        self.served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(listings);
+    }
+
+    fn may_write(&self, kind: FileKind) -> Result<Option<Arc<LockHealth>>> {
         if kind == FileKind::Lock {
-            return Ok(());
+            return Ok(None);
         }
         let held = self.held.read().unwrap_or_else(|e| e.into_inner());
-        match held.as_ref().map(|h| h.check()) {
-            Some(Err(e)) => Err(BackendError::Refused(e.to_string())),
-            _ => Ok(()),
+        match held.as_ref() {
+            Some(h) => match h.check() {
+                Err(e) => Err(BackendError::Refused(e.to_string())),
+                Ok(()) => Ok(Some(h.clone())),
+            },
+            None => Ok(None),
         }
+    }
+
+    /// Runs `write` if the lock allows it, noted as a write in flight under that lock.
+    fn write<T>(&self, kind: FileKind, write: impl FnOnce(&dyn Backend) -> Result<T>) -> Result<T> {
+        let health = self.may_write(kind)?;
+        // A listing made before this process wrote would miss its own writes: no longer served.
+        self.served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let _writing = health.as_ref().map(|h| h.writes().start());
+        write(self.inner.as_ref())
     }
 }
 
@@ -70,13 +104,11 @@ impl Backend for WriteGuard {
     }
 
     fn put(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<()> {
-        self.may_write(kind)?;
-        self.inner.put(kind, name, data)
+        self.write(kind, |b| b.put(kind, name, data))
     }
 
     fn create_new(&self, kind: FileKind, name: &str, data: &[u8]) -> Result<bool> {
-        self.may_write(kind)?;
-        self.inner.create_new(kind, name, data)
+        self.write(kind, |b| b.create_new(kind, name, data))
     }
 
     fn list(&self, kind: FileKind) -> Result<Vec<(String, u64)>> {
@@ -84,12 +116,16 @@ impl Backend for WriteGuard {
     }
 
     fn list_names(&self, kind: FileKind) -> Result<Vec<String>> {
+        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = served.iter().position(|(k, _)| *k == kind) {
+            return Ok(served.swap_remove(i).1);
+        }
+        drop(served);
         self.inner.list_names(kind)
     }
 
     fn delete(&self, kind: FileKind, name: &str) -> Result<()> {
-        self.may_write(kind)?;
-        self.inner.delete(kind, name)
+        self.write(kind, |b| b.delete(kind, name))
     }
 
     fn size(&self, kind: FileKind, name: &str) -> Result<u64> {

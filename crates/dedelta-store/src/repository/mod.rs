@@ -16,7 +16,8 @@
 //!    config bytes already read are opened with the key (not read again);
 //! 2. the client's chunk index is opened from the cache directory the config names;
 //! 3. the index catches up with the repository ([`index_sync`]: the container and damage
-//!    listings at once, and a rebuild's listing of index files with them), beside the
+//!    listings at once, and a rebuild's listing of index files with them; on an object
+//!    store a shared locker sent these in step 1, see [`catch_up_listings`]), beside the
 //!    snapshot listing when the command asked for it
 //!    ([`Repository::listing_snapshots_at_open`]: backup for its parent, restore, dump and ls
 //!    for the snapshot they name, found in that listing without a request:
@@ -24,6 +25,7 @@
 //! 4. the damage records the catch-up read serve the whole command
 //!    ([`IndexedRepository::damage_records`]): a backup listed them three times before.
 
+mod catch_up_listings;
 mod containers;
 pub mod damage;
 pub mod index_files;

@@ -9,13 +9,15 @@
 //!
 //! | round | plain config | sealed config |
 //! |---|---|---|
-//! | 1 | config GET ‖ `keys/` listing ‖ lock record PUT (‖ lock listing, shared) | the same |
+//! | 1 | config GET ‖ `keys/` listing ‖ lock record PUT (‖ lock listing ‖ catch-up listings, shared) | the same |
 //! | 2 | lock listing (exclusive, after [`super::lock::SETTLE`]) | key files' GETs, then Argon2id ‖ lock listing (exclusive) |
 //!
 //! then the index's catch-up (in [`super`]). A shared lock on an object store lists the
 //! locks beside its record's write and keeps that listing when the write was quick (see
-//! [`super::lock`]), so a plain repository's shared open (backup, restore, ls, ...) is one
-//! round before the catch-up (two before 2026-11-29). Before 2026-11-28 an open took the config
+//! [`super::lock`]), and sends the catch-up's listings in that round too, kept when the lock
+//! was confirmed quickly enough ([`super::catch_up_listings`]); so a plain repository's
+//! shared open (backup, restore, ls, ...) with a client index up to date is one round in
+//! all (two before 2026-11-29, second session; three before 2026-11-29). Before 2026-11-28 an open took the config
 //! alone, then the `keys/` listing (a plain repository checks that it has none) beside the
 //! lock's record, then its listing: one round more for a sealed config and two for a plain
 //! one; a reader's open (`restore`) took its lock after the open, four rounds in a row.
@@ -28,8 +30,10 @@
 //! taken whole once the password is given: no lock is held while a prompt waits. A password
 //! that opens no key releases the lock again; a repository that is locked fails as it did
 //! when the lock came after the open. Every listing of the repository's contents (the
-//! catch-up's) follows the listing that confirmed the lock.
+//! catch-up's) follows the listing that confirmed the lock, or was sent at most
+//! [`super::lock::SETTLE`] before its answer (shared locks on an object store).
 
+use super::catch_up_listings::CatchUpListings;
 use super::lock::{LockInfo, LockMode, LockTiming, RepoLock, WrittenLock};
 use super::{keys, PasswordPrompt, Repository};
 use crate::backend::local::LocalBackend;
@@ -90,6 +94,7 @@ impl LockRequest<'_> {
 type ConfigAndLock = (
     Result<(RepoConfig, Option<keys::Unlocked>)>,
     Option<Result<RepoLock>>,
+    Option<CatchUpListings>,
 );
 
 /// Reads and opens the config of the repository on `raw` and takes `lock` beside it, each
@@ -108,22 +113,37 @@ fn read_config_locking(
     password: PasswordPrompt<'_>,
     lock: Option<&LockRequest<'_>>,
 ) -> ConfigAndLock {
-    let (bytes, key_names, written) =
-        keys::read_config_and_key_names(raw.as_ref(), || lock.map(|l| l.write(raw.clone())));
+    let (bytes, key_names, (written, listings)) =
+        keys::read_config_and_key_names(raw.as_ref(), || {
+            let Some(l) = lock else {
+                return (None, None);
+            };
+            // A shared lock on an object store: the catch-up's listings in this round too.
+            if l.mode == LockMode::Shared && raw.requests_are_round_trips() {
+                let (written, listed) = crate::request_threads::beside(
+                    true,
+                    || CatchUpListings::list(raw.as_ref()),
+                    || l.write(raw.clone()),
+                );
+                (Some(written), Some(listed))
+            } else {
+                (Some(l.write(raw.clone())), None)
+            }
+        });
     // A written record not wanted after all is deleted when dropped (WrittenLock's Drop).
     let bytes = match bytes {
         Ok(b) => b,
-        Err(e) => return (Err(e), None),
+        Err(e) => return (Err(e), None, None),
     };
     if !keys::is_sealed(&bytes) {
         let cfg = match keys::plain_config(&bytes, key_names) {
             Ok(c) => c,
-            Err(e) => return (Err(e), None),
+            Err(e) => return (Err(e), None, None),
         };
         let taken = lock
             .zip(written)
             .map(|(l, w)| w.and_then(|w| l.confirm(Some(w), raw.clone())));
-        return (Ok((cfg, None)), taken);
+        return (Ok((cfg, None)), taken, listings);
     }
     let written = match (lock, written) {
         // Deleted now (its Drop): no lock is held while the prompt waits.
@@ -132,7 +152,7 @@ fn read_config_locking(
     };
     let pw = match password() {
         Ok(pw) => pw,
-        Err(e) => return (Err(e), None),
+        Err(e) => return (Err(e), None, None),
     };
     let taking_raw = raw.clone();
     let (unlocked, taken) = crate::request_threads::beside(
@@ -145,7 +165,7 @@ fn read_config_locking(
         },
         || keys::unlock_config(raw.clone(), key_names, pw.as_bytes(), bytes),
     );
-    (unlocked.map(|(c, u)| (c, Some(u))), taken)
+    (unlocked.map(|(c, u)| (c, Some(u))), taken, listings)
 }
 
 /// The lock taken beside a config's read, once the read's outcome is known: released if the
@@ -205,7 +225,7 @@ impl Repository {
         password: PasswordPrompt<'_>,
         lock: Option<&LockRequest<'_>>,
     ) -> Result<(Self, Option<Result<RepoLock>>)> {
-        let (read, lock) = read_config_locking(backend.clone(), password, lock);
+        let (read, lock, listings) = read_config_locking(backend.clone(), password, lock);
         let lock = settle(read.as_ref().err(), lock);
         let (config, unlocked) = read?;
         let dir = crate::client::cache::repo_dir(cache_root, &config.id);
@@ -222,6 +242,9 @@ impl Repository {
         repo.cache_dir = Some(dir);
         if let Some(Ok(l)) = &lock {
             repo.guard.watch(l.health().clone());
+            if let Some(listed) = listings {
+                repo.guard.serve_listings(listed.valid_for(l));
+            }
         }
         Ok((repo, lock))
     }

@@ -290,15 +290,42 @@ const KEYS_LISTED: Request = ("list", FileKind::Key);
 const LOCK_PUT: Request = ("put", FileKind::Lock);
 const LOCKS_LISTED: Request = ("list", FileKind::Lock);
 
+/// The catch-up's listings, sent in the lock's round by a shared locker on an object store.
+const CATCH_UP_LISTED: [Request; 4] = [
+    ("list", FileKind::Container),
+    ("list", FileKind::Damage),
+    ("list", FileKind::Snapshot),
+    ("list", FileKind::Index),
+];
+
+/// The first round of a shared locking open on an object store: the config, the key files'
+/// listing, the lock's record and the locks' listing, and the catch-up's listings.
+fn first_round() -> Vec<Request> {
+    let mut r = vec![CONFIG_GET, KEYS_LISTED, LOCK_PUT, LOCKS_LISTED];
+    r.extend(CATCH_UP_LISTED);
+    r
+}
+
 /// The locking open of a plain repository, then its index's open listing the snapshots (a
-/// backup's, a restore's): the config, the key files' listing, the lock's record and (a
-/// shared lock on an object store) the locks' listing in one round, and every listing of
-/// the catch-up with the snapshots' in the second; nothing else. (Before 2026-11-29 the
-/// locks' listing had a round of its own; before 2026-11-28: config; keys ‖ lock record;
-/// lock listing; catch-up: four rounds, and a reader's open five.)
+/// backup's, a restore's): the config, the key files' listing, the lock's record, the locks'
+/// listing and every listing of the catch-up (the snapshots' and the index files' with them)
+/// in one round; nothing else with a cache that is up to date, and with an empty one the
+/// snapshot's read and the rebuild's of the index file in a second. (Before 2026-11-29, second session, the catch-up had a
+/// round of its own; before 2026-11-29 the locks' listing too; before 2026-11-28: config;
+/// keys ‖ lock record; lock listing; catch-up: four rounds, and a reader's open five.)
 #[test]
-fn a_plain_open_lists_the_catch_up_in_its_second_round() {
+fn a_plain_open_lists_the_catch_up_in_the_locks_round() {
     let (tmp, path, cache) = plain();
+    let src = tmp.path().join("src");
+    {
+        // A container and its index file, so that a rebuild has something to read.
+        let repo = Repository::open_in_cache(Arc::new(LocalBackend::new(&path)), &cache)
+            .unwrap()
+            .with_index_files(true)
+            .open_index()
+            .unwrap();
+        backup_files(&repo, &src, &files([("f", text(50_000, 1))]), 1, &me()).unwrap();
+    }
     let who = me();
     for (n, fresh) in [(0, false), (1, true)] {
         // The second open has an empty cache: its index is rebuilt, index files consulted.
@@ -310,25 +337,130 @@ fn a_plain_open_lists_the_catch_up_in_its_second_round() {
         let probe = probed(&path);
         let (repo, lock) = open_listing(&probe, &cache, &who);
         let rounds = probe.rounds();
-        assert!(
-            exactly(
-                &rounds[0],
-                &[CONFIG_GET, KEYS_LISTED, LOCK_PUT, LOCKS_LISTED]
-            ),
-            "open {n}: {rounds:?}"
-        );
-        let mut catch_up = vec![
-            ("list", FileKind::Container),
-            ("list", FileKind::Damage),
-            ("list", FileKind::Snapshot),
-        ];
+        assert!(exactly(&rounds[0], &first_round()), "open {n}: {rounds:?}");
         if fresh {
-            catch_up.push(("list", FileKind::Index));
+            // The snapshot (not in the client's snapshot cache) and the index file at once.
+            assert!(
+                exactly(
+                    &rounds[1],
+                    &[("get", FileKind::Snapshot), ("get", FileKind::Index)]
+                ),
+                "open {n}: {rounds:?}"
+            );
+            assert_eq!(rounds.len(), 2, "open {n}: {rounds:?}");
+        } else {
+            assert_eq!(rounds.len(), 1, "open {n}: {rounds:?}");
         }
-        assert!(holds(&rounds[1], &catch_up), "open {n}: {rounds:?}");
-        assert_eq!(rounds.len(), 2, "open {n}: {rounds:?}");
         drop(repo);
         lock.release().unwrap();
+    }
+}
+
+/// A catch-up listing counts only when it was sent at most `SETTLE` before the answer of
+/// the listing that confirmed the lock: when that answer comes later, the catch-up lists
+/// again, after the lock (see `catch_up_listings`'s module doc).
+#[test]
+fn a_catch_up_listing_sent_long_before_the_lock_was_confirmed_is_made_again() {
+    let (_tmp, path, cache) = plain();
+    let who = me();
+    let probe = Arc::new(Intercept {
+        inner: Arc::new(LocalBackend::new(&path)) as Arc<dyn Backend>,
+        hooks: SlowLockListing(Rounds::default()),
+    });
+    let (repo, lock) = Repository::open_in_cache_locked(
+        probe.clone(),
+        &cache,
+        &mut || Err(Error::PasswordNeeded),
+        &shared(&who, false),
+    )
+    .unwrap();
+    let repo = repo.listing_snapshots_at_open().open_index().unwrap();
+    let rounds = probe.0.rounds();
+    assert!(exactly(&rounds[0], &first_round()), "{rounds:?}");
+    let later = rounds[1..].concat();
+    for listed in [
+        ("list", FileKind::Container),
+        ("list", FileKind::Damage),
+        ("list", FileKind::Snapshot),
+    ] {
+        assert!(
+            later.contains(&listed),
+            "{listed:?} not listed again: {rounds:?}"
+        );
+    }
+    drop(repo);
+    lock.release().unwrap();
+}
+
+/// An exclusive lock on an object store is deleted only once `SETTLE` has passed since the
+/// last write made under it was acknowledged: what lets a shared open keep the catch-up
+/// listings it sent beside its lock (see `catch_up_listings`'s module doc).
+#[test]
+fn an_exclusive_lock_on_an_object_store_is_deleted_settle_after_its_last_write() {
+    let (_tmp, path, cache) = plain();
+    let who = me();
+    let probe = probed(&path);
+    let exclusive = LockRequest {
+        me: &who,
+        mode: LockMode::Exclusive,
+        retry_for: Duration::ZERO,
+        prompt_may_wait: false,
+    };
+    let (repo, lock) = Repository::open_in_cache_locked(
+        probe.clone(),
+        &cache,
+        &mut || Err(Error::PasswordNeeded),
+        &exclusive,
+    )
+    .unwrap();
+    repo.backend()
+        .put(FileKind::Damage, "written-under-the-lock", b"x")
+        .unwrap();
+    lock.release().unwrap();
+    let seen = probe.hooks.seen.lock().unwrap();
+    let at = |op: &str, kind: FileKind| {
+        let s = seen
+            .iter()
+            .find(|s| s.op == op && s.kind == kind)
+            .unwrap_or_else(|| panic!("no {op} of {kind:?}"));
+        (s.start, s.end.expect("ended"))
+    };
+    let (_, written) = at("put", FileKind::Damage);
+    let (deleted, _) = at("delete", FileKind::Lock);
+    assert!(
+        deleted >= written + dedelta_store::repository::lock::SETTLE,
+        "the lock was deleted {:?} after the last write",
+        deleted.saturating_duration_since(written)
+    );
+}
+
+/// [`Rounds`], whose listings of locks are answered `SETTLE` + 0.2 s late.
+struct SlowLockListing(Rounds);
+
+impl Hooks for SlowLockListing {
+    fn round_trips(&self) -> bool {
+        true
+    }
+
+    fn listing(
+        &self,
+        kind: FileKind,
+        list: &mut dyn FnMut() -> BackendResult<Vec<(String, u64)>>,
+    ) -> BackendResult<Vec<(String, u64)>> {
+        if kind == FileKind::Lock {
+            std::thread::sleep(
+                dedelta_store::repository::lock::SETTLE + Duration::from_millis(200),
+            );
+        }
+        list()
+    }
+
+    fn started(&self, op: &'static str, kind: FileKind, name: &str) -> usize {
+        self.0.started(op, kind, name)
+    }
+
+    fn ended(&self, token: usize) {
+        self.0.ended(token)
     }
 }
 
@@ -391,13 +523,7 @@ fn an_encrypted_open_reads_its_key_beside_the_locks_listing() {
     .unwrap();
     assert!(repo.config().is_encrypted());
     let rounds = probe.rounds();
-    assert!(
-        exactly(
-            &rounds[0],
-            &[CONFIG_GET, KEYS_LISTED, LOCK_PUT, LOCKS_LISTED]
-        ),
-        "{rounds:?}"
-    );
+    assert!(exactly(&rounds[0], &first_round()), "{rounds:?}");
     assert!(exactly(&rounds[1], &[("get", FileKind::Key)]), "{rounds:?}");
     assert_eq!(rounds.len(), 2, "{rounds:?}");
     lock.release().unwrap();
@@ -434,13 +560,7 @@ fn no_lock_is_held_while_a_prompt_waits() {
     );
     assert_eq!(locks(&path), 1);
     let rounds = probe.rounds();
-    assert!(
-        exactly(
-            &rounds[0],
-            &[CONFIG_GET, KEYS_LISTED, LOCK_PUT, LOCKS_LISTED]
-        ),
-        "{rounds:?}"
-    );
+    assert!(exactly(&rounds[0], &first_round()), "{rounds:?}");
     assert!(
         exactly(&rounds[1], &[("delete", FileKind::Lock)]),
         "{rounds:?}"

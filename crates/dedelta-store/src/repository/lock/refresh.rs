@@ -70,6 +70,8 @@ pub struct LockHealth {
     last_ok: Mutex<SystemTime>,
     lost: Mutex<Option<String>>,
     released: AtomicBool,
+    /// The writes made under the lock (the write guard notes them).
+    writes: super::settle::Writes,
 }
 
 impl LockHealth {
@@ -80,7 +82,13 @@ impl LockHealth {
             last_ok: Mutex::new(SystemTime::now()),
             lost: Mutex::new(None),
             released: AtomicBool::new(false),
+            writes: super::settle::Writes::default(),
         }
+    }
+
+    /// The writes made under this lock, as the write guard notes them.
+    pub fn writes(&self) -> &super::settle::Writes {
+        &self.writes
     }
 
     fn refreshed(&self, at: SystemTime) {
