@@ -18,7 +18,6 @@ use crate::crypto::{random_bytes, MasterKey};
 use crate::format::sealed::{
     self, ObjectName, SealError, Trailer, SEGMENT_LEN, TAG_LEN, TRAILER_LEN,
 };
-use chacha20poly1305::XChaCha20Poly1305;
 use lru::LruCache;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -39,7 +38,7 @@ std::thread_local! {
 /// Seals the objects of an encrypted repository (see the module doc).
 pub struct SealedBackend {
     inner: Arc<dyn Backend>,
-    cipher: Arc<XChaCha20Poly1305>,
+    cipher: Arc<sealed::SegmentCipher>,
     trailers: Arc<TrailerCache>,
 }
 

@@ -8,8 +8,9 @@
 //! changed or revoked without re-encrypting the repository. Everything else but locks is
 //! sealed by [`backend::SealedBackend`] (format in [`crate::format::sealed`]).
 //!
-//! Primitives come from RustCrypto (`chacha20poly1305`, `argon2`) and `blake3`; nothing here
-//! implements one.
+//! Primitives come from RustCrypto (`chacha20poly1305` for key files, `chacha20`'s HChaCha20
+//! and `argon2`), `ring` (ChaCha20-Poly1305 of sealed objects' segments, see
+//! [`crate::format::sealed`]) and `blake3`; nothing here implements one.
 
 pub mod backend;
 mod kdf_memory;
