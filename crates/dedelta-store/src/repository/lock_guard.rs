@@ -40,8 +40,6 @@ impl WriteGuard {
         *self.held.write().unwrap_or_else(|e| e.into_inner()) = Some(health);
     }
 
-    /// Refuses a write while the lock is lost; else the lock whose [`LockHealth::writes`]
-    /// the write is noted in (none for lock objects, or when no lock is watched).
     /// The next [`Backend::list_names`] of each kind in `listings` answers with its names
     /// instead of a request, until the first write: the open's catch-up listings, made in
     /// the lock's round and valid once the lock is confirmed ([`super::catch_up_listings`]).
@@ -52,6 +50,8 @@ impl WriteGuard {
             .extend(listings);
     }
 
+    /// Refuses a write while the lock is lost; else the lock whose [`LockHealth::writes`]
+    /// the write is noted in (none for lock objects, or when no lock is watched).
     fn may_write(&self, kind: FileKind) -> Result<Option<Arc<LockHealth>>> {
         if kind == FileKind::Lock {
             return Ok(None);
