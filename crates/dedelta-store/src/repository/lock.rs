@@ -34,7 +34,7 @@
 //! round trip of 2-45 ms, against 0.25 s more for each exclusive one (forget, prune, ...).
 //! An exclusive lock on an object store is also deleted only [`SETTLE`] after the last write
 //! made under it ([`settle`]), so that a shared open may send its catch-up's listings in its
-//! lock's round ([`super::catch_up_listings`]): 0.25 s more for an exclusive command that
+//! lock's round (`repository/catch_up_listings.rs`): 0.25 s more for an exclusive command that
 //! wrote, another round trip less for every shared open.
 //!
 //! A lock is stale, and ignored and removed by the next process taking a lock, when it has

@@ -42,7 +42,7 @@ impl WriteGuard {
 
     /// The next [`Backend::list_names`] of each kind in `listings` answers with its names
     /// instead of a request, until the first write: the open's catch-up listings, made in
-    /// the lock's round and valid once the lock is confirmed ([`super::catch_up_listings`]).
+    /// the lock's round and valid once the lock is confirmed (`repository/catch_up_listings.rs`).
     pub fn serve_listings(&self, listings: Vec<(FileKind, Vec<String>)>) {
         self.served
             .lock()

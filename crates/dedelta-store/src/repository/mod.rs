@@ -17,7 +17,7 @@
 //! 2. the client's chunk index is opened from the cache directory the config names;
 //! 3. the index catches up with the repository ([`index_sync`]: the container and damage
 //!    listings at once, and a rebuild's listing of index files with them; on an object
-//!    store a shared locker sent these in step 1, see [`catch_up_listings`]), beside the
+//!    store a shared locker sent these in step 1, see `catch_up_listings`), beside the
 //!    snapshot listing when the command asked for it
 //!    ([`Repository::listing_snapshots_at_open`]: backup for its parent, restore, dump and ls
 //!    for the snapshot they name, found in that listing without a request:

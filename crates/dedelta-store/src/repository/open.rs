@@ -15,7 +15,7 @@
 //! then the index's catch-up (in [`super`]). A shared lock on an object store lists the
 //! locks beside its record's write and keeps that listing when the write was quick (see
 //! [`super::lock`]), and sends the catch-up's listings in that round too, kept when the lock
-//! was confirmed quickly enough ([`super::catch_up_listings`]); so a plain repository's
+//! was confirmed quickly enough (`repository/catch_up_listings.rs`); so a plain repository's
 //! shared open (backup, restore, ls, ...) with a client index up to date is one round in
 //! all (two before 2026-11-29, second session; three before 2026-11-29). Before 2026-11-28 an open took the config
 //! alone, then the `keys/` listing (a plain repository checks that it has none) beside the

@@ -5,7 +5,7 @@
 //! Why: a shared locker on an object store sends its open's catch-up listings (containers,
 //! damage records, snapshots) in the same round as its lock's write and listing, and keeps
 //! them when the listing that confirmed its lock was answered within [`super::SETTLE`] of
-//! their sending ([`crate::repository::catch_up_listings`]). A prune that had finished just
+//! their sending (`repository/catch_up_listings.rs`). A prune that had finished just
 //! then is not in that lock listing, but its deletions were acknowledged at least
 //! [`super::SETTLE`] before its lock's deletion, so before the catch-up listings were sent:
 //! they see all of them, never half a prune (the proof is in docs/format.md, "Locks").
