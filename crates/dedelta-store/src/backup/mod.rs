@@ -436,7 +436,6 @@ pub fn backup(
             bases = bases.only_cached(p.clone());
         }
         bases.hold(parent_tree_chunks);
-        let dupadj_on = delta_cfg.dupadj;
         let mut stage = DeltaStage::new(
             delta_cfg,
             CandidateSearch::new(dupadj, sketches),
@@ -452,12 +451,9 @@ pub fn backup(
             stage.inversed_delta();
         }
         // Where reads are round trips DupAdj's bases are read ahead of the stream (LoopDelta's
-        // come from its prefetch cache; Capping decides a segment whole).
-        if repo.reads_are_round_trips()
-            && prefetched.is_none()
-            && opts.rewriting.is_none()
-            && dupadj_on
-        {
+        // come from its prefetch cache; Capping decides a segment whole; `predict_bases` is
+        // on only with DupAdj and a parent).
+        if repo.reads_are_round_trips() && prefetched.is_none() && opts.rewriting.is_none() {
             stage.predict_bases();
         }
         // LoopDelta's bases come from its prefetch cache only (no local base cache).

@@ -475,6 +475,15 @@ impl<'a> ChunkLocator<'a> {
         rule: CopyRule,
     ) -> Option<(ContainerId, u32, Option<ChunkId>)> {
         let loc = self.location(id, rule).ok()??;
+        self.place_at(id, &loc)
+    }
+
+    /// [`Self::place`] for the copy of `id` at `loc`, already looked up.
+    pub(super) fn place_at(
+        &mut self,
+        id: &ChunkId,
+        loc: &ChunkLocation,
+    ) -> Option<(ContainerId, u32, Option<ChunkId>)> {
         let meta = self.meta(loc.container).ok()?;
         let e = meta.entries.get(loc.entry as usize)?;
         let base = match e.kind {

@@ -366,7 +366,7 @@ impl ChunkLocator<'_> {
                 if !self.meta_at_hand(&loc.container) {
                     break;
                 }
-                let Some((cid, index, base)) = self.place(&at, super::CopyRule::Own) else {
+                let Some((cid, index, base)) = self.place_at(&at, &loc) else {
                     break;
                 };
                 wanted.push((cid, index));
