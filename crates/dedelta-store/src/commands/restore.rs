@@ -27,12 +27,14 @@
 //!   [`RestoreStats::errors`] with its path; restore goes on with the next one. So does a node
 //!   the target refuses (a symlink above it, a directory in its place). Only an unreadable tree
 //!   (the snapshot's own metadata) is fatal, after everything read before it is restored.
-//! - **No partial file under a final name.** Each file is written under a temporary name
-//!   (`.dedelta-tmp-<pid>-<n>`) in its directory, gets its mode and times, and is renamed over
-//!   its final name only once every chunk verified; otherwise the temporary file is removed.
-//!   Renaming also means an existing file is replaced, never written through (a hard link to
-//!   it elsewhere keeps its content). A restore killed mid-file can leave a temporary file,
-//!   never a truncated one under the real name.
+//! - **No partial file under a final name.** Each file is written unnamed (`O_TMPFILE`) in
+//!   its directory, gets its owner, mode and times, and is linked to its final name only once
+//!   every chunk verified; otherwise it goes with its handle. Where a file or symlink holds
+//!   that name, or the file system has no unnamed files, it is written under a temporary name
+//!   (`.dedelta-tmp-<pid>-<n>`) and renamed over the final name, so an existing file is
+//!   replaced, never written through (a hard link to it elsewhere keeps its content). A
+//!   restore killed mid-file leaves nothing of that file (at most a temporary one, on a file
+//!   system without unnamed files), never a truncated one under the real name.
 //!
 //! Directory modes and times are applied last, deepest first (writing into a directory changes
 //! its time, and a read-only mode would stop the writes).

@@ -100,6 +100,17 @@ impl MetaApplier {
     /// # Errors
     /// Running as root, an owner that could not be set.
     pub fn apply(&mut self, h: Handle<'_>, node: &Node) -> Result<(), TargetError> {
+        self.apply_owned_by(h, node, None)
+    }
+
+    /// [`Self::apply`] for an entry whose owner (uid, gid) is known to be `current`: no
+    /// `chown` when it is the node's already.
+    pub fn apply_owned_by(
+        &mut self,
+        h: Handle<'_>,
+        node: &Node,
+        current: Option<(u32, u32)>,
+    ) -> Result<(), TargetError> {
         if !recorded(node) {
             return Ok(());
         }
@@ -107,7 +118,11 @@ impl MetaApplier {
         // `-1` means "unchanged" to the system call: never a real id.
         let uid = (m.uid != u32::MAX).then(|| rfs::Uid::from_raw(m.uid));
         let gid = (m.gid != u32::MAX).then(|| rfs::Gid::from_raw(m.gid));
+        let unchanged = current.is_some_and(|(cu, cg)| {
+            uid.is_none_or(|u| u.as_raw() == cu) && gid.is_none_or(|g| g.as_raw() == cg)
+        });
         let owned = match h {
+            _ if unchanged => Ok(()),
             Handle::Fd(fd) => rfs::fchown(fd, uid, gid),
             Handle::At(dir, name) => rfs::chownat(dir, name, uid, gid, AtFlags::SYMLINK_NOFOLLOW),
         };
