@@ -64,8 +64,12 @@ const ENTRY_LEN: usize = CHUNK_ID_LEN + 20;
 /// 20 sdists' backups 641-646 MB/s against 561-566 (CPU 3.5 s against 3.94), 10 Redis dumps'
 /// 2.94 s inside the commands against 3.32-3.68 (bases spread over every earlier dump), for a
 /// data file of up to 256 MiB on the client's disk (docs/benchmarks.md, "The local base
-/// cache doubled").
-pub const DEFAULT_BYTES: usize = 128 << 20;
+/// cache doubled"). Doubled again on 2026-11-29 with the base cache's share for new chunks
+/// (`backup::base_cache`): the 10 Redis dumps' backups 2.96 s against 3.43 (bases read back
+/// from the repository 851 against 1,989 at the tenth), the 20 SQLAlchemy tars' 3.07 s
+/// against 3.27, for a data file of up to 512 MiB (docs/benchmarks.md, "The local base cache
+/// holds a whole version").
+pub const DEFAULT_BYTES: usize = 256 << 20;
 /// The index file's name.
 const INDEX_FILE: &str = "bases.idx";
 
