@@ -61,6 +61,7 @@ pub(super) enum LinkUnnamed {
 impl LinkUnnamed {
     /// Links the unnamed file `file` as `name` in `dir`; fails with `EEXIST` when anything
     /// is there (never following or replacing it).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     fn link(
         self,
         file: BorrowedFd<'_>,
@@ -75,6 +76,12 @@ impl LinkUnnamed {
                 rfs::linkat(rfs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW)
             }
         }
+    }
+
+    /// Unnamed files are Linux's: elsewhere [`Target::open`]'s probe finds none.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn link(self, _: BorrowedFd<'_>, _: BorrowedFd<'_>, _: &[u8]) -> rustix::io::Result<()> {
+        Err(Errno::NOTSUP)
     }
 }
 
@@ -235,6 +242,7 @@ impl Target {
     }
 
     /// An unnamed file in the deepest directory, with permissions `mode` (less the umask).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     fn open_unnamed(&self, mode: u32) -> rustix::io::Result<OwnedFd> {
         rfs::openat(
             self.top(),
@@ -242,6 +250,12 @@ impl Target {
             OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
             Mode::from_raw_mode(mode),
         )
+    }
+
+    /// Unnamed files are Linux's: elsewhere files take temporary names.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn open_unnamed(&self, _mode: u32) -> rustix::io::Result<OwnedFd> {
+        Err(Errno::NOTSUP)
     }
 
     /// Whether files are written unnamed and then linked (else under temporary names).

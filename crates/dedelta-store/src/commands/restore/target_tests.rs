@@ -97,6 +97,7 @@ fn names(dir: &Path) -> Vec<String> {
 /// file under the real name nor a temporary one. Once committed it has its content, mode,
 /// owner and times.
 #[test]
+#[cfg(target_os = "linux")]
 fn a_file_has_no_name_until_it_is_committed() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let tmp = tempfile::tempdir().unwrap();
