@@ -131,13 +131,21 @@ struct Level {
     fd: Option<OwnedFd>,
 }
 
+/// How a pending file gets its final name.
+enum Naming {
+    /// Renamed from this temporary name.
+    Temporary(String),
+    /// Unnamed (`O_TMPFILE`), linked this way.
+    Unnamed(LinkUnnamed),
+}
+
 /// A file being written under a temporary name in its parent directory (the deepest level of
 /// the chain, which does not move until the file is committed or discarded).
 pub(super) struct PendingFile {
     /// Written on the target's thread, which is itself behind the decoding one.
     out: WriteBehind<'static, 'static, std::fs::File>,
-    /// The temporary name, or `None` for an unnamed (`O_TMPFILE`) file.
-    tmp: Option<String>,
+    /// How the file gets its name.
+    naming: Naming,
     name: Vec<u8>,
     depth: usize,
     /// Zero blocks are skipped, leaving holes (the file was sparse when backed up).
@@ -550,18 +558,20 @@ impl Target {
     pub fn create_file(&mut self, node: &Node) -> Result<PendingFile, TargetError> {
         let (parent, name) = split(&node.path)?;
         self.enter(parent, true)?;
-        let unnamed = match self.unnamed {
-            // A directory on another file system (a mount below the target) may have none.
-            Some(_) => self.open_unnamed(node.mode & 0o777).ok(),
-            None => None,
-        };
-        let (fd, tmp) = match unnamed {
-            Some(fd) => (fd, None),
-            None => self.create_tmp_file().map(|(fd, tmp)| (fd, Some(tmp)))?,
+        // A directory on another file system (a mount below the target) may have none.
+        let unnamed = self
+            .unnamed
+            .and_then(|how| Some((self.open_unnamed(node.mode & 0o777).ok()?, how)));
+        let (fd, naming) = match unnamed {
+            Some((fd, how)) => (fd, Naming::Unnamed(how)),
+            None => {
+                let (fd, tmp) = self.create_tmp_file()?;
+                (fd, Naming::Temporary(tmp))
+            }
         };
         Ok(PendingFile {
             out: WriteBehind::on_this_thread(std::fs::File::from(fd), node.size),
-            tmp,
+            naming,
             name: name.to_vec(),
             depth: self.chain.len(),
             sparse: node.meta.sparse(),
@@ -599,10 +609,10 @@ impl Target {
                 Ok(file)
             });
         let dir = top_of(&self.root, &self.chain);
-        let done = match (finished, &f.tmp, self.unnamed) {
-            (Err(e), _, _) => Err(e),
-            (Ok(_), Some(tmp), _) => rename_into_place(dir, tmp, &f.name),
-            (Ok(file), None, Some(how)) => match how.link(file.as_fd(), dir, &f.name) {
+        let done = match (finished, &f.naming) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Naming::Temporary(tmp)) => rename_into_place(dir, tmp, &f.name),
+            (Ok(file), Naming::Unnamed(how)) => match how.link(file.as_fd(), dir, &f.name) {
                 Ok(()) => Ok(()),
                 // Something is there: replaced as a temporary file would replace it.
                 Err(Errno::EXIST) => {
@@ -618,9 +628,8 @@ impl Target {
                 }
                 Err(e) => Err(io("naming the file")(e)),
             },
-            (Ok(_), None, None) => unreachable!("an unnamed file only where they can be named"),
         };
-        if let (Err(_), Some(tmp)) = (&done, &f.tmp) {
+        if let (Err(_), Naming::Temporary(tmp)) = (&done, &f.naming) {
             let _ = rfs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
         }
         done
@@ -649,7 +658,7 @@ impl Target {
             "the chain moved under a pending file"
         );
         drop(f.out.finish());
-        if let Some(tmp) = &f.tmp {
+        if let Naming::Temporary(tmp) = &f.naming {
             let _ = rfs::unlinkat(self.top(), tmp.as_str(), AtFlags::empty());
         }
     }
