@@ -179,3 +179,31 @@ fn a_file_of_another_owner_gets_its_owner_and_special_bits() {
     assert_eq!((md.uid(), md.gid()), (4321, 8765));
     assert_eq!(md.permissions().mode() & 0o7777, 0o4755);
 }
+
+/// Both ways of naming an unnamed file work where they may (tests run as root, which
+/// [`Target::open`] probes first; `/proc` is what a user without the capability gets), and
+/// neither replaces what is at the name.
+#[test]
+#[cfg(target_os = "linux")]
+fn both_ways_of_naming_an_unnamed_file_refuse_a_taken_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = Target::open(tmp.path(), 1).unwrap();
+    std::fs::write(tmp.path().join("taken"), b"keep").unwrap();
+    let mut ways = vec![LinkUnnamed::ProcFd];
+    if uzers::get_effective_uid() == 0 {
+        ways.push(LinkUnnamed::EmptyPath);
+    }
+    for how in ways {
+        let file = t.open_unnamed(0o644).unwrap();
+        rustix::io::write(&file, b"data").unwrap();
+        let name = format!("{how:?}");
+        how.link(file.as_fd(), t.top(), name.as_bytes()).unwrap();
+        assert_eq!(std::fs::read(tmp.path().join(&name)).unwrap(), b"data");
+        assert_eq!(
+            how.link(file.as_fd(), t.top(), b"taken"),
+            Err(Errno::EXIST),
+            "{how:?}"
+        );
+        assert_eq!(std::fs::read(tmp.path().join("taken")).unwrap(), b"keep");
+    }
+}
