@@ -94,6 +94,7 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         v["base_cache_local_hits"] = json!(m.bases.local);
         v["base_cache_misses"] = json!(m.bases.read_back);
         v["base_requests_ahead"] = json!(m.bases.requests_ahead);
+        v["base_cache_local_current"] = json!(m.bases.local_current);
         v["stage_seconds"] = json!(m.stage_seconds);
         v["sketched_chunks"] = json!(m.sketched_chunks);
         v["lookups"] = json!(m.lookups);

@@ -25,7 +25,7 @@ use crate::repository::IndexedRepository;
 use crate::request_threads::RequestThreads;
 use bytes::Bytes;
 use dedelta_core::ChunkId;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -45,6 +45,9 @@ pub struct BaseCounts {
     /// Ranged requests for bases' regions made in the background, ahead of the stream
     /// ([`BaseFetcher::read_ahead`]; where reads are round trips).
     pub requests_ahead: u64,
+    /// Duplicates the backup met that the local base cache held: kept there ahead of its
+    /// other old entries (see [`BaseFetcher::note_duplicate`]).
+    pub local_current: u64,
 }
 
 /// Delta links down a chain, nearest first: each chunk with the base it is a delta of.
@@ -140,6 +143,9 @@ pub struct BaseFetcher<'a> {
     /// The parent's tree chunks, when the backup had them without reading them (the local
     /// tree cache): the new tree's chunks are deltas of them.
     held: HashMap<ChunkId, Bytes>,
+    /// Duplicates the backup met that the local base cache holds: chunks of the new
+    /// snapshot, which its save keeps before other old entries (at most its entries).
+    current: HashSet<ChunkId, dedelta_core::fingerprint::BuildChunkIdHasher>,
 }
 
 /// Whether the bytes of `id` are at hand without a read: in memory (`cache`, or the parent's
@@ -196,7 +202,16 @@ impl<'a> BaseFetcher<'a> {
             planned: HashMap::new(),
             prefetched: None,
             held: HashMap::new(),
+            current: HashSet::default(),
         })
+    }
+
+    /// Notes duplicate `id` of the backup: a chunk of its snapshot, kept in the local base
+    /// cache ahead of other old entries (see [`LocalBaseCache::save_preferring`]).
+    pub fn note_duplicate(&mut self, id: &ChunkId) {
+        if self.local.as_ref().is_some_and(|l| l.contains(id)) && self.current.insert(*id) {
+            self.counts.local_current += 1;
+        }
     }
 
     /// Holds `chunks` (the parent's tree, had without a read) as bases for the whole backup:
@@ -392,12 +407,15 @@ impl<'a> BaseFetcher<'a> {
             .map(|(id, b)| (*id, b.clone()))
             .collect();
         let old = self.local.take();
+        let current = std::mem::take(&mut self.current);
         let spawned = std::thread::Builder::new()
             .name("dedelta-base-cache".into())
             .spawn(move || {
-                LocalBaseCache::save(&path, fresh, old.as_ref(), budget)
-                    .err()
-                    .map(|e| e.to_string())
+                LocalBaseCache::save_preferring(&path, fresh, old.as_ref(), budget, |id| {
+                    current.contains(id)
+                })
+                .err()
+                .map(|e| e.to_string())
             });
         match spawned {
             Ok(handle) => LocalCacheSave(SaveState::Running(handle)),

@@ -338,6 +338,7 @@ impl<'a> DeltaStage<'a> {
         container: Option<ContainerId>,
         tree: bool,
     ) -> Result<()> {
+        self.bases.note_duplicate(id);
         self.search.on_duplicate(id, container, !tree)
     }
 

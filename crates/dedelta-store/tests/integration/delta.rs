@@ -396,6 +396,32 @@ fn damaged_base_is_traced_to_every_dependent_file() {
     let _ = first;
 }
 
+/// A backup's duplicates that the local base cache holds (chunks of its snapshot, which
+/// the next version's DupAdj takes as bases when they change) are noted, so that the cache's
+/// save keeps them ahead of older entries; a backup without the cache notes none.
+#[test]
+fn a_backups_duplicates_held_by_the_local_base_cache_are_noted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = init_repo(&tmp.path().join("r"), config(2, DeltaConfig::recommended()));
+    let cache = tmp.path().join("cache");
+    let src = tmp.path().join("src");
+    write_versions(&src, 0);
+    let first = run_backup_cached(&repo, &src, 0, Some(&cache));
+    assert_eq!(first.metrics.bases.local_current, 0);
+    write_versions(&src, 1);
+    let second = run_backup_cached(&repo, &src, 1, Some(&cache));
+    let s = &second.summary;
+    assert!(s.chunks > s.new_chunks, "no duplicates: {s:?}");
+    assert!(
+        second.metrics.bases.local_current > 0,
+        "{:?}",
+        second.metrics.bases
+    );
+    write_versions(&src, 2);
+    let uncached = run_backup_cached(&repo, &src, 2, None);
+    assert_eq!(uncached.metrics.bases.local_current, 0);
+}
+
 /// Backs up versions 0..5 of the test tree twice, with and without a local base cache; the
 /// cache must serve bases and leave every stored byte as it was. A garbage cache file is a
 /// notice and is rebuilt; after everything is forgotten and pruned, cached bases that the
