@@ -497,9 +497,21 @@ impl Target {
         }
         let (parent, name) = split(&node.path)?;
         self.enter(parent, true)?;
-        let tmp = self.tmp_entry("creating the hard link", |dir, tmp| {
+        self.replace_with("creating the hard link", name, |dir, tmp| {
             rfs::linkat(&src_dir, src_name, dir, tmp, AtFlags::empty())
-        })?;
+        })
+    }
+
+    /// Makes an entry with `make` under a fresh temporary name in the deepest directory and
+    /// renames it over `name` (replacing a file or symlink there, the entry itself); removes
+    /// it if the rename fails.
+    fn replace_with(
+        &mut self,
+        what: &'static str,
+        name: &[u8],
+        make: impl Fn(BorrowedFd<'_>, &str) -> rustix::io::Result<()>,
+    ) -> Result<(), TargetError> {
+        let tmp = self.tmp_entry(what, make)?;
         let dir = self.top();
         let done = rename_into_place(dir, &tmp, name);
         if done.is_err() {
@@ -616,15 +628,9 @@ impl Target {
                 Ok(()) => Ok(()),
                 // Something is there: replaced as a temporary file would replace it.
                 Err(Errno::EXIST) => {
-                    let tmp = self.tmp_entry("naming the file", |dir, tmp| {
+                    return self.replace_with("naming the file", &f.name, |dir, tmp| {
                         how.link(file.as_fd(), dir, tmp.as_bytes())
-                    })?;
-                    let dir = top_of(&self.root, &self.chain);
-                    let done = rename_into_place(dir, &tmp, &f.name);
-                    if done.is_err() {
-                        let _ = rfs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
-                    }
-                    return done;
+                    });
                 }
                 Err(e) => Err(io("naming the file")(e)),
             },
