@@ -385,38 +385,22 @@ fn an_open_whose_locks_listing_starts_last_is_still_one_round() {
     let who = me();
     let probe = Arc::new(Intercept {
         inner: Arc::new(LocalBackend::new(&path)) as Arc<dyn Backend>,
-        hooks: LateLockListing(Rounds {
-            complete_at: vec![first_round().len()],
-            ..Rounds::default()
-        }),
+        hooks: DelayedLockListing {
+            rounds: Rounds {
+                complete_at: vec![first_round().len()],
+                ..Rounds::default()
+            },
+            start: Duration::from_millis(40),
+            answer: Duration::ZERO,
+        },
     });
     let (repo, lock) = open_listing(&probe, &cache, &who);
-    let rounds = probe.hooks.0.rounds();
+    let rounds = probe.hooks.rounds.rounds();
     assert!(exactly(&rounds[0], &first_round()), "{rounds:?}");
     assert_eq!(rounds[0].last(), Some(&LOCKS_LISTED), "{rounds:?}");
     assert_eq!(rounds.len(), 1, "{rounds:?}");
     drop(repo);
     lock.release().unwrap();
-}
-
-/// [`Rounds`], whose listings of locks start 40 ms late.
-struct LateLockListing(Rounds);
-
-impl Hooks for LateLockListing {
-    fn round_trips(&self) -> bool {
-        true
-    }
-
-    fn started(&self, op: &'static str, kind: FileKind, name: &str) -> usize {
-        if (op, kind) == LOCKS_LISTED {
-            std::thread::sleep(Duration::from_millis(40));
-        }
-        self.0.started(op, kind, name)
-    }
-
-    fn ended(&self, token: usize) {
-        self.0.ended(token)
-    }
 }
 
 /// A catch-up listing counts only when it was sent at most `SETTLE` before the answer of
@@ -428,7 +412,11 @@ fn a_catch_up_listing_sent_long_before_the_lock_was_confirmed_is_made_again() {
     let who = me();
     let probe = Arc::new(Intercept {
         inner: Arc::new(LocalBackend::new(&path)) as Arc<dyn Backend>,
-        hooks: SlowLockListing(Rounds::default()),
+        hooks: DelayedLockListing {
+            rounds: Rounds::default(),
+            start: Duration::ZERO,
+            answer: dedelta_store::repository::lock::SETTLE + Duration::from_millis(200),
+        },
     });
     let (repo, lock) = Repository::open_in_cache_locked(
         probe.clone(),
@@ -438,7 +426,7 @@ fn a_catch_up_listing_sent_long_before_the_lock_was_confirmed_is_made_again() {
     )
     .unwrap();
     let repo = repo.listing_snapshots_at_open().open_index().unwrap();
-    let rounds = probe.0.rounds();
+    let rounds = probe.rounds.rounds();
     assert!(exactly(&rounds[0], &first_round()), "{rounds:?}");
     let later = rounds[1..].concat();
     for listed in [
@@ -497,10 +485,15 @@ fn an_exclusive_lock_on_an_object_store_is_deleted_settle_after_its_last_write()
     );
 }
 
-/// [`Rounds`], whose listings of locks are answered `SETTLE` + 0.2 s late.
-struct SlowLockListing(Rounds);
+/// [`Rounds`], whose listings of locks start `start` late (seen by the probe as starting
+/// then) and, once started, are answered `answer` late.
+struct DelayedLockListing {
+    rounds: Rounds,
+    start: Duration,
+    answer: Duration,
+}
 
-impl Hooks for SlowLockListing {
+impl Hooks for DelayedLockListing {
     fn round_trips(&self) -> bool {
         true
     }
@@ -511,19 +504,20 @@ impl Hooks for SlowLockListing {
         list: &mut dyn FnMut() -> BackendResult<Vec<(String, u64)>>,
     ) -> BackendResult<Vec<(String, u64)>> {
         if kind == FileKind::Lock {
-            std::thread::sleep(
-                dedelta_store::repository::lock::SETTLE + Duration::from_millis(200),
-            );
+            std::thread::sleep(self.answer);
         }
         list()
     }
 
     fn started(&self, op: &'static str, kind: FileKind, name: &str) -> usize {
-        self.0.started(op, kind, name)
+        if (op, kind) == LOCKS_LISTED {
+            std::thread::sleep(self.start);
+        }
+        self.rounds.started(op, kind, name)
     }
 
     fn ended(&self, token: usize) {
-        self.0.ended(token)
+        self.rounds.ended(token)
     }
 }
 
