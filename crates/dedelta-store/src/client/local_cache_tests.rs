@@ -1,0 +1,187 @@
+//! Tests of the local base cache.
+
+use super::*;
+
+fn entry(n: u8, len: usize) -> (ChunkId, Bytes) {
+    let bytes = vec![n; len];
+    (ChunkId::of(&bytes), Bytes::from(bytes))
+}
+
+fn data_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != INDEX_FILE)
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.metadata().unwrap().len(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn saves_appends_only_what_is_new_and_carries_old_entries_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("sub");
+    assert!(LocalBaseCache::open(&dir).unwrap().is_none());
+    let (a, b, c) = (entry(1, 100), entry(2, 200), entry(3, 300));
+    LocalBaseCache::save(&dir, [a.clone(), b.clone()], None, 1000).unwrap();
+    assert_eq!(data_files(&dir), [(data_file_name(1), 300)]);
+    let mut old = LocalBaseCache::open(&dir).unwrap().unwrap();
+    assert_eq!(old.len(), 2);
+    assert_eq!(old.get(&a.0).as_deref(), Some(&a.1[..]));
+    // a again and c are fresh; only c is written; b is carried over.
+    LocalBaseCache::save(&dir, [a.clone(), c.clone()], Some(&old), 1000).unwrap();
+    assert_eq!(data_files(&dir), [(data_file_name(1), 600)]);
+    let mut new = LocalBaseCache::open(&dir).unwrap().unwrap();
+    assert_eq!(new.len(), 3);
+    for (id, bytes) in [&a, &b, &c] {
+        assert_eq!(new.get(id).as_deref(), Some(&bytes[..]));
+    }
+    // A tight budget leaves b out.
+    LocalBaseCache::save(&dir, [c.clone(), a.clone()], Some(&new), 400).unwrap();
+    let mut small = LocalBaseCache::open(&dir).unwrap().unwrap();
+    assert_eq!(small.len(), 2);
+    assert!(small.get(&b.0).is_none());
+    // Past twice the budget the data file is rewritten as a new generation.
+    let d = entry(4, 300);
+    LocalBaseCache::save(&dir, [d.clone()], Some(&small), 400).unwrap();
+    assert_eq!(data_files(&dir), [(data_file_name(2), 400)]);
+    let mut next = LocalBaseCache::open(&dir).unwrap().unwrap();
+    assert_eq!(next.get(&d.0).as_deref(), Some(&d.1[..]));
+    assert_eq!(next.get(&a.0).as_deref(), Some(&a.1[..]));
+    assert!(next.get(&c.0).is_none(), "over budget");
+}
+
+/// Old entries the backup met as duplicates (current chunks) are kept before the others
+/// when the budget cannot hold them all, whatever their place in the data file.
+#[test]
+fn current_chunks_are_kept_before_other_old_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b, c, d) = (entry(1, 100), entry(2, 100), entry(3, 100), entry(4, 100));
+    LocalBaseCache::save(dir, [a.clone(), b.clone(), c.clone()], None, 1000).unwrap();
+    let old = LocalBaseCache::open(dir).unwrap().unwrap();
+    // Room for d and two old entries: c (current, last in the file) and then a.
+    LocalBaseCache::save_preferring(dir, [d.clone()], Some(&old), 300, |id| *id == c.0).unwrap();
+    let mut next = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert_eq!(next.len(), 3);
+    for kept in [&d, &c, &a] {
+        assert_eq!(next.get(&kept.0).as_deref(), Some(&kept.1[..]));
+    }
+    assert!(next.get(&b.0).is_none());
+}
+
+/// Two processes saving beside each other (each on a private copy of the chunk index)
+/// may write the same new generation: the second must not truncate the first's file
+/// under a third process that has it mapped (its reads would fault), so a new data file
+/// is written under a temporary name and renamed. A temporary file whose process died
+/// is removed by the next rewrite.
+#[test]
+fn a_rewrite_never_truncates_a_mapped_data_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b, c, d) = (
+        entry(1, 4096),
+        entry(2, 4096),
+        entry(3, 4096),
+        entry(4, 4096),
+    );
+    LocalBaseCache::save(dir, [a.clone()], None, 4096).unwrap();
+    let first = LocalBaseCache::open(dir).unwrap().unwrap();
+    LocalBaseCache::save(dir, [b.clone()], Some(&first), 4096).unwrap();
+    // Generation 1 holds a and b, twice the budget: the next save rewrites it.
+    let full = LocalBaseCache::open(dir).unwrap().unwrap();
+    // One process rewrites generation 1 as 2 ...
+    LocalBaseCache::save(dir, [c.clone()], Some(&full), 4096).unwrap();
+    assert_eq!(data_files(dir), [(data_file_name(2), 4096)]);
+    // ... a third maps it ...
+    let mut reader = LocalBaseCache::open(dir).unwrap().unwrap();
+    let dead = dir.join(format!("{}.tmp-4000000000", data_file_name(3)));
+    std::fs::write(&dead, b"left by a crash").unwrap();
+    // ... and another, which had opened generation 1 too, writes generation 2 again.
+    LocalBaseCache::save(dir, [d.clone()], Some(&full), 4096).unwrap();
+    assert_eq!(reader.get(&c.0).as_deref(), Some(&c.1[..]));
+    assert!(!dead.exists());
+    let mut now = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert_eq!(now.get(&d.0).as_deref(), Some(&d.1[..]));
+}
+
+#[test]
+fn damaged_files_are_rejected_or_their_entries_fail_their_fingerprint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let a = entry(7, 1000);
+    LocalBaseCache::save(dir, [a.clone()], None, 1 << 20).unwrap();
+    let data = dir.join(data_file_name(1));
+    let good = std::fs::read(&data).unwrap();
+    // A flipped data byte: the cache opens, the entry is refused and dropped, and the
+    // next save writes it afresh.
+    let mut bad = good.clone();
+    bad[500] ^= 1;
+    std::fs::write(&data, &bad).unwrap();
+    let mut cache = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert!(cache.get(&a.0).is_none());
+    assert!(cache.is_empty());
+    LocalBaseCache::save(dir, [a.clone()], Some(&cache), 1 << 20).unwrap();
+    let mut healed = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert_eq!(healed.get(&a.0).as_deref(), Some(&a.1[..]));
+    // A truncated data file, a flipped index byte, a truncated index, garbage.
+    let index = std::fs::read(dir.join(INDEX_FILE)).unwrap();
+    let data_now = dir.join(data_file_name(1));
+    std::fs::write(&data_now, b"short").unwrap();
+    assert!(matches!(
+        LocalBaseCache::open(dir),
+        Err(CacheError::Malformed { .. })
+    ));
+    for bad in [
+        {
+            let mut b = index.clone();
+            b[HEAD_LEN + 3] ^= 1;
+            b
+        },
+        index[..index.len() - 1].to_vec(),
+        index[..10].to_vec(),
+        b"garbage".to_vec(),
+    ] {
+        std::fs::write(dir.join(INDEX_FILE), &bad).unwrap();
+        assert!(matches!(
+            LocalBaseCache::open(dir),
+            Err(CacheError::Malformed { .. })
+        ));
+    }
+}
+
+#[test]
+fn index_round_trips_and_decode_never_panics_on_short_or_lying_input() {
+    let (a, _) = entry(1, 10);
+    let index = CacheIndex {
+        generation: 9,
+        entries: vec![(
+            a,
+            Extent {
+                offset: 5,
+                len: 10,
+                xxh3: 77,
+            },
+        )],
+    };
+    let bytes = index.encode();
+    assert_eq!(CacheIndex::decode(&bytes).unwrap(), index);
+    assert!(index.check_within(15).is_ok());
+    assert!(index.check_within(14).is_err());
+    for n in 0..bytes.len() + 8 {
+        let mut b = bytes.clone();
+        b.resize(n, 0);
+        if n != bytes.len() {
+            assert!(CacheIndex::decode(&b).is_err(), "length {n}");
+        }
+    }
+    let mut lying = bytes.clone();
+    lying[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(CacheIndex::decode(&lying).is_err());
+}
