@@ -48,6 +48,7 @@ mod attrs;
 mod passes;
 pub mod select;
 mod target;
+mod unnamed;
 mod write;
 
 use crate::error::{Error, Result};

@@ -7,11 +7,11 @@
 //! outside the target; checking each path with `lstat` first is no cure, since the check and
 //! the use race. So every operation here names one component relative to an open directory:
 //! directories are opened with `O_DIRECTORY | O_NOFOLLOW` one component at a time and created
-//! with `mkdirat`; files are written unnamed (`O_TMPFILE`) and linked to their name with
-//! `linkat`, which never follows or replaces anything there, or, where something is there or
-//! the file system has no unnamed files, created with `O_CREAT | O_EXCL | O_NOFOLLOW` under a
-//! temporary name and renamed into place with `renameat` (which replaces a link itself, never
-//! what it points to); symlinks are made with `symlinkat`; modes and times are set on open
+//! with `mkdirat`; files are written unnamed (`O_TMPFILE`, [`super::unnamed`]) and linked
+//! to their name with `linkat`, which never follows or replaces anything there, or, where
+//! something is there or the file system has no unnamed files, created with `O_CREAT |
+//! O_EXCL | O_NOFOLLOW` under a temporary name and renamed into place with `renameat` (which
+//! replaces a link itself, never what it points to); symlinks are made with `symlinkat`; modes and times are set on open
 //! handles (`fchmod`, `futimens`) or with `AT_SYMLINK_NOFOLLOW`. The target directory itself
 //! is opened following symlinks: naming it is the user's choice.
 //!
@@ -31,6 +31,7 @@
 //! the node is an error, reported by path.
 
 use super::attrs::{is_zero, Handle, MetaApplier, Times, HOLE_BLOCK};
+use super::unnamed::{open_unnamed, LinkUnnamed};
 use crate::format::tree::{Node, NodeKind};
 use crate::write_behind::WriteBehind;
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
@@ -47,43 +48,6 @@ pub(super) const TMP_PREFIX: &str = ".dedelta-tmp-";
 
 /// Attempts at a fresh temporary name before giving up (another process's leftovers).
 const TMP_ATTEMPTS: u32 = 100;
-
-/// How an unnamed (`O_TMPFILE`) file is given its name, as [`Target::open`] found works.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum LinkUnnamed {
-    /// `linkat(fd, "", dir, name, AT_EMPTY_PATH)`: needs `CAP_DAC_READ_SEARCH` (root).
-    EmptyPath,
-    /// `linkat(AT_FDCWD, "/proc/self/fd/N", dir, name, AT_SYMLINK_FOLLOW)`: any user, with
-    /// `/proc` mounted.
-    ProcFd,
-}
-
-impl LinkUnnamed {
-    /// Links the unnamed file `file` as `name` in `dir`; fails with `EEXIST` when anything
-    /// is there (never following or replacing it).
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn link(
-        self,
-        file: BorrowedFd<'_>,
-        dir: BorrowedFd<'_>,
-        name: &[u8],
-    ) -> rustix::io::Result<()> {
-        match self {
-            LinkUnnamed::EmptyPath => rfs::linkat(file, c"", dir, name, AtFlags::EMPTY_PATH),
-            LinkUnnamed::ProcFd => {
-                use std::os::fd::AsRawFd;
-                let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
-                rfs::linkat(rfs::CWD, proc.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW)
-            }
-        }
-    }
-
-    /// Unnamed files are Linux's: elsewhere [`Target::open`]'s probe finds none.
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn link(self, _: BorrowedFd<'_>, _: BorrowedFd<'_>, _: &[u8]) -> rustix::io::Result<()> {
-        Err(Errno::NOTSUP)
-    }
-}
 
 const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
@@ -230,40 +194,15 @@ impl Target {
         Ok(t)
     }
 
-    /// How unnamed files can be named in the target: an unnamed file is made and linked
-    /// under a temporary name (then removed) each way in turn. `None` when neither works (a
-    /// file system without `O_TMPFILE`, no `/proc` and not root): files then take temporary
-    /// names.
+    /// How unnamed files can be named in the target (see [`LinkUnnamed::probe`]).
     fn probe_unnamed(&mut self) -> Option<LinkUnnamed> {
-        for how in [LinkUnnamed::EmptyPath, LinkUnnamed::ProcFd] {
-            let file = self.open_unnamed(0o600).ok()?;
-            let tmp = self.tmp_name();
-            if how
-                .link(file.as_fd(), self.root.as_fd(), tmp.as_bytes())
-                .is_ok()
-            {
-                let _ = rfs::unlinkat(&self.root, tmp.as_str(), AtFlags::empty());
-                return Some(how);
-            }
-        }
-        None
+        let names = [self.tmp_name(), self.tmp_name()];
+        LinkUnnamed::probe(self.root.as_fd(), &names)
     }
 
     /// An unnamed file in the deepest directory, with permissions `mode` (less the umask).
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn open_unnamed(&self, mode: u32) -> rustix::io::Result<OwnedFd> {
-        rfs::openat(
-            self.top(),
-            c".",
-            OFlags::WRONLY | OFlags::TMPFILE | OFlags::CLOEXEC,
-            Mode::from_raw_mode(mode),
-        )
-    }
-
-    /// Unnamed files are Linux's: elsewhere files take temporary names.
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn open_unnamed(&self, _mode: u32) -> rustix::io::Result<OwnedFd> {
-        Err(Errno::NOTSUP)
+    pub(super) fn open_unnamed(&self, mode: u32) -> rustix::io::Result<OwnedFd> {
+        open_unnamed(self.top(), mode)
     }
 
     /// Whether files are written unnamed and then linked (else under temporary names).
