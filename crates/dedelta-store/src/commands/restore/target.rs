@@ -20,9 +20,8 @@
 //! a tenth of a 23,269-file restore's target thread on tmpfs, and the owner and mode, which
 //! creation usually gets right, are now set only when `fstat` says they differ.
 //!
-//! The tree is depth-first, so consecutive nodes share most of their parent path: the open
-//! directory chain is cached and only the components that differ are opened, usually none or
-//! one per node. At most [`KEEP_OPEN`] handles stay open, however deep the tree.
+//! The open directories along the current path are kept (`target_chain.rs`): usually none
+//! or one is opened per node, and at most [`KEEP_OPEN`] stay open, however deep the tree.
 //!
 //! What is replaced at a node's path: a regular file or symlink is replaced by the snapshot's
 //! node (the entry itself, never what a link points to); an existing directory is kept for a
@@ -34,6 +33,7 @@ use super::attrs::{is_zero, Handle, MetaApplier, Times, HOLE_BLOCK};
 use super::unnamed::{open_unnamed, LinkUnnamed};
 use crate::format::tree::{Node, NodeKind};
 use crate::write_behind::WriteBehind;
+use chain::{top_of, Level};
 use rustix::fs::{self as rfs, AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -85,14 +85,6 @@ fn io(what: &'static str) -> impl FnOnce(Errno) -> TargetError {
         what,
         cause: e.into(),
     }
-}
-
-/// One open level of the directory chain.
-struct Level {
-    name: Vec<u8>,
-    /// `None` for an intermediate level dropped to stay under [`KEEP_OPEN`] handles; the
-    /// deepest level always has its handle.
-    fd: Option<OwnedFd>,
 }
 
 /// How a pending file gets its final name.
@@ -209,123 +201,6 @@ impl Target {
     #[cfg(test)]
     pub(super) fn writes_unnamed(&self) -> bool {
         self.unnamed.is_some()
-    }
-
-    /// The deepest open directory: the parent of the node being restored.
-    fn top(&self) -> BorrowedFd<'_> {
-        top_of(&self.root, &self.chain)
-    }
-
-    /// Moves the chain to the directory `dir` (a checked relative path, empty for the target
-    /// itself), opening only the components that differ from the current chain. Missing
-    /// directories are created (mode 0777 less the umask) when `create`.
-    fn enter(&mut self, dir: &[u8], create: bool) -> Result<(), TargetError> {
-        let mut comps = components(dir);
-        let mut common = 0;
-        for level in &self.chain {
-            match comps.clone().next() {
-                Some(c) if c == level.name.as_slice() => {
-                    comps.next();
-                    common += 1;
-                }
-                _ => break,
-            }
-        }
-        self.chain.truncate(common);
-        self.reopen_deepest()?;
-        for c in comps {
-            let fd = self.open_dir(c, create)?;
-            if self.chain.len() >= KEEP_OPEN {
-                if let Some(last) = self.chain.last_mut() {
-                    last.fd = None;
-                }
-            }
-            self.chain.push(Level {
-                name: c.to_vec(),
-                fd: Some(fd),
-            });
-        }
-        Ok(())
-    }
-
-    /// Reopens the deepest level if its handle was dropped, from its deepest open ancestor.
-    fn reopen_deepest(&mut self) -> Result<(), TargetError> {
-        match self.chain.last() {
-            Some(Level { fd: None, .. }) => {}
-            _ => return Ok(()),
-        }
-        let start = self.chain.iter().rposition(|l| l.fd.is_some());
-        let mut fd: Option<OwnedFd> = None;
-        for i in start.map_or(0, |s| s + 1)..self.chain.len() {
-            let parent = match (&fd, start) {
-                (Some(f), _) => f.as_fd(),
-                (None, Some(s)) => self.chain[s]
-                    .fd
-                    .as_ref()
-                    .map_or(self.root.as_fd(), AsFd::as_fd),
-                (None, None) => self.root.as_fd(),
-            };
-            let next = self.open_dir_in(parent, i)?;
-            fd = Some(next);
-        }
-        if let Some(last) = self.chain.last_mut() {
-            last.fd = fd;
-        }
-        Ok(())
-    }
-
-    /// Opens child `name` of the deepest level as the next level.
-    fn open_dir(&self, name: &[u8], create: bool) -> Result<OwnedFd, TargetError> {
-        let parent = self.top();
-        match rfs::openat(parent, name, DIR_FLAGS, Mode::empty()) {
-            Ok(fd) => Ok(fd),
-            Err(Errno::NOENT) if create => {
-                match rfs::mkdirat(parent, name, Mode::from_raw_mode(0o777)) {
-                    Ok(()) | Err(Errno::EXIST) => {}
-                    Err(e) => return Err(io("creating a parent directory")(e)),
-                }
-                rfs::openat(parent, name, DIR_FLAGS, Mode::empty())
-                    .map_err(|e| self.above_error(parent, name, e))
-            }
-            Err(e) => Err(self.above_error(parent, name, e)),
-        }
-    }
-
-    /// Opens level `i` of the chain (by its name) in `parent`, while reopening.
-    fn open_dir_in(&self, parent: BorrowedFd<'_>, i: usize) -> Result<OwnedFd, TargetError> {
-        let name = &self.chain[i].name;
-        rfs::openat(parent, name.as_slice(), DIR_FLAGS, Mode::empty())
-            .map_err(|e| self.classify_above(parent, name, e, i))
-    }
-
-    /// The error for a component above a node that could not be opened as a directory.
-    fn above_error(&self, parent: BorrowedFd<'_>, name: &[u8], e: Errno) -> TargetError {
-        self.classify_above(parent, name, e, self.chain.len())
-    }
-
-    /// Classifies a failed open of component `name` at depth `depth` (never following it).
-    fn classify_above(
-        &self,
-        parent: BorrowedFd<'_>,
-        name: &[u8],
-        e: Errno,
-        depth: usize,
-    ) -> TargetError {
-        let mut shown: Vec<u8> = Vec::new();
-        for level in &self.chain[..depth.min(self.chain.len())] {
-            shown.extend_from_slice(&level.name);
-            shown.push(b'/');
-        }
-        shown.extend_from_slice(name);
-        let shown = String::from_utf8_lossy(&shown).into_owned();
-        match rfs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => match rfs::FileType::from_raw_mode(st.st_mode) {
-                rfs::FileType::Symlink => TargetError::SymlinkAbove(shown),
-                rfs::FileType::Directory => io("opening a parent directory")(e),
-                _ => TargetError::NotADirectoryAbove(shown),
-            },
-            Err(_) => io("opening a parent directory")(e),
-        }
     }
 
     /// A fresh temporary name in the deepest directory, created as an empty file.
@@ -622,20 +497,6 @@ impl Target {
     }
 }
 
-/// The deepest open directory of `chain` below `root` (a free function, so that it can be
-/// borrowed beside the target's other fields).
-fn top_of<'a>(root: &'a OwnedFd, chain: &'a [Level]) -> BorrowedFd<'a> {
-    match chain.last() {
-        None => root.as_fd(),
-        // `enter` and `reopen_deepest` keep the deepest level open.
-        Some(level) => level
-            .fd
-            .as_ref()
-            .expect("the deepest level of the chain is always open")
-            .as_fd(),
-    }
-}
-
 /// Renames `tmp` to `name` in `dir`: replaces a file or symlink there (the entry itself), and
 /// fails on a directory.
 fn rename_into_place(dir: BorrowedFd<'_>, tmp: &str, name: &[u8]) -> Result<(), TargetError> {
@@ -664,6 +525,9 @@ fn split(path: &[u8]) -> Result<(&[u8], &[u8]), TargetError> {
         None => (&path[..0], path),
     })
 }
+
+#[path = "target_chain.rs"]
+mod chain;
 
 #[cfg(test)]
 #[path = "target_tests.rs"]
