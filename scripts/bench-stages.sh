@@ -13,7 +13,7 @@ work=$1; shift
 [ $# -ge 1 ] || { echo "usage: $0 WORKDIR FILE..." >&2; exit 2; }
 rm -rf "$work/repo" "$work/cache"; mkdir -p "$work"
 export DEDELTA_PASSWORD=bench DEDELTA_CACHE_DIR="$work/cache"
-"$bin" init -r "$work/repo" >/dev/null
+"$bin" init -r "$work/repo" ${INIT_ARGS:-} >/dev/null
 cat "$@" >/dev/null  # page cache
 for f in "$@"; do
   /usr/bin/time -f "%e %U %S %M" -o "$work/time" \

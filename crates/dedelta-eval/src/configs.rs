@@ -167,9 +167,11 @@ fn sketch_only(d: &mut DeltaConfig, kind: SketchKind, m: usize, k: usize) {
     d.dupadj = false;
 }
 
-/// The papers' rules where they differ from the default: one-level deltas against the first
-/// full copy for as long as they save space, FirstFit (one candidate base).
+/// The papers' rules where they differ from the default: Ddelta as the codec, one-level
+/// deltas against the first full copy for as long as they save space, FirstFit (one
+/// candidate base).
 fn papers(d: &mut DeltaConfig) {
+    d.codec = DeltaKind::Ddelta;
     d.reanchor = None;
     d.max_depth = 1;
     d.candidates = 1;
@@ -242,7 +244,7 @@ pub fn all() -> Vec<EvalConfig> {
         }),
         cfg(
             "recommended",
-            "Odess 3x2 + DupAdj, full sketch index, Ddelta, delta chains up to 8 deep, \
+            "Odess 3x2 + DupAdj, full sketch index, Edelta, delta chains up to 8 deep, \
              re-anchoring at 60 %, a second candidate base below 10 % (the default)",
             |_| {},
         ),
@@ -356,9 +358,11 @@ pub fn all() -> Vec<EvalConfig> {
         cfg("xdelta", "recommended with the Xdelta-style codec", |d| {
             d.codec = DeltaKind::Xdelta
         }),
-        cfg("edelta", "recommended with the Edelta codec", |d| {
-            d.codec = DeltaKind::Edelta
-        }),
+        cfg(
+            "ddelta",
+            "recommended with the Ddelta codec (the default until 2026-11-29)",
+            |d| d.codec = DeltaKind::Ddelta,
+        ),
     ];
     // LoopDelta (§4.2-§4.5): the above with the cache-aware filter; capped (LD-Cap15), with
     // inversed delta compression too.

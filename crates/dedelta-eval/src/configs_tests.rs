@@ -72,10 +72,17 @@ fn paper_presets_are_what_they_say() {
     );
     let dupadj = get("dupadj-one-level");
     assert!(dupadj.dupadj && dupadj.sketch.is_none());
-    for d in [dare, sidc, greedy, newest, dupadj] {
+    for d in [&dare, &sidc, &greedy, &newest, &dupadj] {
         assert_eq!(d.reanchor, None);
         assert_eq!(d.max_depth, 1);
     }
+    // The papers' presets keep the papers' codec when the default moves (Edelta since
+    // 2026-11-29), so their figures stay comparable with earlier runs.
+    for d in [dare, sidc, greedy, newest, dupadj, get("loopdelta")] {
+        assert_eq!(d.codec, DeltaKind::Ddelta);
+    }
+    assert_eq!(get("recommended").codec, DeltaKind::Edelta);
+    assert_eq!(get("ddelta").codec, DeltaKind::Ddelta);
     // LoopDelta differs from greedy and sidc only in where candidates come from.
     let ld = get("loopdelta");
     assert_eq!(ld.sketch_index, SketchIndexKind::Prefetch);

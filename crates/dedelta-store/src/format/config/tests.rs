@@ -65,7 +65,7 @@ fn default_config_matches_the_doc_example() {
         "hash": "blake3-256",
         "compression": { "codec": "zstd", "level": 3, "text_level": 6 },
         "region_size": 524288, "container_size": 4194304,
-        "delta": { "sketch": "odess", "sf_count": 3, "features_per_sf": 2, "codec": "ddelta",
+        "delta": { "sketch": "odess", "sf_count": 3, "features_per_sf": 2, "codec": "edelta",
                    "sketch_index": "full", "dupadj": true, "min_saving": 0.1,
                    "base_cache_bytes": 268435456, "stream_cache_containers": 64,
                    "candidates": 2, "candidates_enough": 0.1,
