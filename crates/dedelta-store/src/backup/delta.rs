@@ -76,7 +76,10 @@ pub enum Stored {
 pub struct NewChunk {
     /// Fingerprint.
     pub id: ChunkId,
-    /// Bytes.
+    /// Bytes, in an allocation of their own (never a slice of a reader's block, which the
+    /// chunk would keep alive as a base): the fingerprinting job copies the chunks the index
+    /// did not hold (off the dedup thread), tree chunks are built apart, and a
+    /// base-fragmented duplicate is copied on entry.
     pub data: Bytes,
     /// Super-features (empty without a sketch method).
     pub sfs: SuperFeatures,
@@ -271,7 +274,8 @@ impl<'a> DeltaStage<'a> {
             cached_only: true,
             // No positional hint: DupAdj counts it as a duplicate, not a new chunk.
             tree_hints: Some(Vec::new()),
-            ..NewChunk::new(id, data, sfs, None)
+            // A duplicate's bytes are a slice of the block (see `NewChunk::data`).
+            ..NewChunk::new(id, Bytes::copy_from_slice(&data), sfs, None)
         });
     }
 
@@ -630,14 +634,11 @@ impl<'a> DeltaStage<'a> {
                 Stored::Full => {
                     summary.bytes_after_delta += c.data.len() as u64;
                     self.search.stored_full(c.id, &c.sfs);
-                    // A copy: a slice would keep the reader's whole block alive.
-                    self.bases
-                        .remember(c.id, Bytes::copy_from_slice(&c.data), 0);
+                    self.bases.remember(c.id, c.data.clone(), 0);
                 }
                 Stored::Delta { delta, depth, .. } => {
                     // A base for later chunks too, while shallow enough (bounded chains).
-                    self.bases
-                        .remember(c.id, Bytes::copy_from_slice(&c.data), *depth);
+                    self.bases.remember(c.id, c.data.clone(), *depth);
                     summary.bytes_after_delta += delta.len() as u64;
                     summary.delta_chunks += 1;
                     summary.delta_source_bytes += c.data.len() as u64;

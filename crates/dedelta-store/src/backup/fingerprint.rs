@@ -47,7 +47,8 @@ pub(super) enum IndexLookup {
 pub(super) struct Fingerprinted {
     /// Its fingerprint.
     pub id: ChunkId,
-    /// Its bytes (a slice of the block).
+    /// Its bytes: a slice of the block for a chunk the index held, else a copy of its own
+    /// (see [`FingerprintJob::run`]).
     pub data: Bytes,
     /// Its super-features, when the backup sketches and the chunk was not found.
     pub sfs: Option<SuperFeatures>,
@@ -96,6 +97,15 @@ impl FingerprintJob {
             };
         }
         StageTimes::add(&self.times.index, t);
+        // A chunk that may be new gets bytes of its own here, on the pool: the delta stage
+        // keeps new chunks as bases, and a slice would keep the whole block alive. The copy
+        // was the dedup thread's (the backup's critical path): with the page faults of its
+        // fresh memory, a tenth of that thread's time on a Redis dump.
+        for c in out.iter_mut() {
+            if !matches!(c.lookup, IndexLookup::Stored(_)) {
+                c.data = Bytes::copy_from_slice(&c.data);
+            }
+        }
         if let Some(sk) = &self.sketcher {
             let t = Instant::now();
             let mut n = 0;
@@ -111,5 +121,65 @@ impl FingerprintJob {
                 .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::fingerprint_index::{FingerprintIndex, LookupCounters};
+    use dedelta_core::ChunkHasher;
+
+    /// An index holding one chunk.
+    struct HoldsOne(ChunkId);
+
+    impl FingerprintIndex for HoldsOne {
+        fn container_of(&self, id: &ChunkId) -> crate::error::Result<Option<ContainerId>> {
+            Ok((*id == self.0).then_some(ContainerId([7; 32])))
+        }
+        fn counters(&self) -> LookupCounters {
+            LookupCounters::default()
+        }
+    }
+
+    /// A chunk that may be new leaves the pool with bytes of its own, so that the delta
+    /// stage can keep it as a base without keeping the block alive (and without copying it
+    /// on the dedup thread); a stored chunk stays a slice of the block.
+    #[test]
+    fn chunks_not_in_the_index_get_bytes_of_their_own() {
+        let block = Bytes::from(
+            (0..3000u32)
+                .map(|i| (i * 7 % 251) as u8)
+                .collect::<Vec<_>>(),
+        );
+        let hasher = ChunkHasher::Plain;
+        let stored = hasher.id(&block[1000..2000]);
+        let job = FingerprintJob {
+            index: Arc::new(DedupIndex {
+                lookup: Arc::new(HoldsOne(stored)),
+            }),
+            sketcher: None,
+            times: Arc::new(StageTimes::default()),
+            hasher,
+        };
+        let out = job.run(block.clone(), vec![0..1000, 1000..2000, 2000..3000]);
+        let within = |b: &Bytes| {
+            let start = block.as_ptr() as usize;
+            (start..start + block.len()).contains(&(b.as_ptr() as usize))
+        };
+        assert_eq!(out.len(), 3);
+        for (c, range) in out.iter().zip([0..1000, 1000..2000, 2000..3000]) {
+            assert_eq!(c.data, block.slice(range));
+            assert_eq!(c.id, hasher.id(&c.data));
+        }
+        assert!(matches!(out[1].lookup, IndexLookup::Stored(_)));
+        assert!(within(&out[1].data));
+        for c in [&out[0], &out[2]] {
+            assert!(matches!(c.lookup, IndexLookup::Absent));
+            assert!(
+                !within(&c.data),
+                "a new chunk's bytes are a slice of the block"
+            );
+        }
     }
 }
