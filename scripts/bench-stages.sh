@@ -5,7 +5,8 @@
 # and system seconds and peak RSS of the process, the command's own `seconds`, where its
 # delta bases came from (read back / local base cache / memory) and its `stage_seconds` above
 # 10 ms; then the sums. Stage seconds are summed over the threads that ran the stage.
-# Usage: scripts/bench-stages.sh WORKDIR FILE...   (DEDELTA_BIN picks the binary)
+# Usage: scripts/bench-stages.sh WORKDIR FILE...   (DEDELTA_BIN picks the binary; INIT_ARGS
+# are passed to `init`, e.g. INIT_ARGS="--delta ddelta")
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${DEDELTA_BIN:-$here/target/release/dedelta}
