@@ -23,6 +23,7 @@
 
 use crate::support::{backup_options, config, init_repo, locked, me, time_of, xorshift};
 use dedelta_core::compress::Compression;
+use dedelta_core::delta::DeltaKind;
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::{self, StdinSource};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig, ONE_LEVEL_REANCHOR};
@@ -94,10 +95,11 @@ fn dedup_only_containers_are_unchanged() {
     assert_eq!(container_names(1, DeltaConfig::default(), 1), names);
 }
 
-/// The delta settings version-1 repositories were created with (Odess 3 x 4, before the
-/// re-anchoring key existed).
+/// The delta settings version-1 repositories were created with (Odess 3 x 4, Ddelta, before
+/// the re-anchoring key existed).
 fn version_1_delta() -> DeltaConfig {
     let mut d = DeltaConfig::recommended();
+    d.codec = DeltaKind::Ddelta;
     d.sketch_params.features_per_sf = 4;
     d.reanchor = None;
     d.max_depth = 1;
@@ -113,10 +115,11 @@ fn version_2_delta() -> DeltaConfig {
     }
 }
 
-/// The delta settings of the first version-3 repositories (2026-11-24): chains 8 deep,
-/// re-anchoring at 30 %, one candidate base.
+/// The delta settings of the first version-3 repositories (2026-11-24): Ddelta, chains 8
+/// deep, re-anchoring at 30 %, one candidate base.
 fn version_3_first_delta() -> DeltaConfig {
     DeltaConfig {
+        codec: DeltaKind::Ddelta,
         reanchor: Some(ONE_LEVEL_REANCHOR),
         candidates: 1,
         candidates_enough: None,
@@ -152,7 +155,9 @@ fn delta_containers_are_unchanged_v3() {
     assert_eq!(container_names(3, version_3_first_delta(), 1), names);
 }
 
-/// Today's defaults: re-anchoring at 60 %, a second candidate base below 10 %.
+/// Today's defaults: re-anchoring at 60 %, a second candidate base below 10 %, Edelta (since
+/// 2026-11-29; with Ddelta the last container was c857606b3ac106ac instead of
+/// 756bcbed934d2531).
 #[test]
 fn delta_containers_are_unchanged_v3_defaults() {
     let names = container_names(3, DeltaConfig::recommended(), 2);
@@ -163,8 +168,8 @@ fn delta_containers_are_unchanged_v3_defaults() {
 const EXPECTED_DELTA_V3_DEFAULTS: &[&str] = &[
     "0c23e9bdc60b1557",
     "445bc4641c3b0f11",
+    "756bcbed934d2531",
     "7631a5add546450b",
-    "c857606b3ac106ac",
 ];
 
 const EXPECTED_DELTA_V3: &[&str] = &[
