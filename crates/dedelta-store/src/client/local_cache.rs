@@ -12,7 +12,9 @@
 //! index, `bases.idx`, naming the generation and where each entry lies. Since the same bases
 //! serve many backups in a row, a backup appends only the entries the cache did not have
 //! (about 1 MB per SQLAlchemy release) and replaces the index; the data file is rewritten
-//! (a new generation) only when dead entries make it twice the budget.
+//! (a new generation) only when dead entries make it twice the budget. The appending can
+//! start while the backup still runs ([`CacheAppender`]), so that its end writes little more
+//! than the index.
 //!
 //! Like restic's cache it is local, optional and never trusted: the delta stage uses an entry
 //! only for a base that the index holds, and only if its bytes still hash to the 64-bit XXH3
