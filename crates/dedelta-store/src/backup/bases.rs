@@ -16,7 +16,7 @@
 
 use super::base_cache::BaseCache;
 use super::prefetch::PrefetchedBases;
-use crate::client::local_cache::{self, CacheAppender, LocalBaseCache};
+use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::EntryKind;
@@ -146,10 +146,6 @@ pub struct BaseFetcher<'a> {
     /// Duplicates the backup met that the local base cache holds: chunks of the new
     /// snapshot, which its save keeps before other old entries (at most its entries).
     current: HashSet<ChunkId, dedelta_core::fingerprint::BuildChunkIdHasher>,
-    /// Writes the local base cache's new entries ahead of the save, once started.
-    appender: Option<CacheAppender>,
-    /// Whether [`Self::start_appending`] ran.
-    appending_started: bool,
 }
 
 /// Whether the bytes of `id` are at hand without a read: in memory (`cache`, or the parent's
@@ -207,8 +203,6 @@ impl<'a> BaseFetcher<'a> {
             prefetched: None,
             held: HashMap::new(),
             current: HashSet::default(),
-            appender: None,
-            appending_started: false,
         })
     }
 
@@ -396,7 +390,6 @@ impl<'a> BaseFetcher<'a> {
     /// version's bases (20 SQLAlchemy sdists, depth 8, 1 MiB regions: bases read back from the
     /// repository in versions 2-11 fell from 4,362 to 3,739).
     pub fn save_local_cache(&mut self) -> LocalCacheSave {
-        let appender = self.appender.take();
         let Some(path) = self.local_path.take() else {
             return LocalCacheSave::done(None);
         };
@@ -418,15 +411,9 @@ impl<'a> BaseFetcher<'a> {
         let spawned = std::thread::Builder::new()
             .name("dedelta-base-cache".into())
             .spawn(move || {
-                let appended = appender.and_then(CacheAppender::finish);
-                LocalBaseCache::save_preferring(
-                    &path,
-                    fresh,
-                    old.as_ref(),
-                    appended,
-                    budget,
-                    |id| current.contains(id),
-                )
+                LocalBaseCache::save_preferring(&path, fresh, old.as_ref(), budget, |id| {
+                    current.contains(id)
+                })
                 .err()
                 .map(|e| e.to_string())
             });
@@ -440,38 +427,8 @@ impl<'a> BaseFetcher<'a> {
     /// possible base for later chunks; one too deep to be a base is not kept.
     pub fn remember(&mut self, id: ChunkId, data: Bytes, depth: u8) {
         if depth <= self.max_base_depth {
-            if let Some(a) = self.appender.as_mut() {
-                if !self.local.as_ref().is_some_and(|l| l.contains(&id)) {
-                    a.append(id, data.clone());
-                }
-            }
             self.cache.put_fresh(id, data, depth);
         }
-    }
-
-    /// Starts writing the new chunks to the local base cache's data file ahead of
-    /// [`Self::save_local_cache`] (see [`CacheAppender`]): those in memory now, then each
-    /// one remembered. Only with delta chains, where the save takes this backup's new
-    /// chunks first (with one-level deltas it takes the bases used first, and new chunks
-    /// written ahead would mostly be left out), and only onto an existing cache. Once per
-    /// backup.
-    pub fn start_appending(&mut self) {
-        if std::mem::replace(&mut self.appending_started, true) || self.max_base_depth == 0 {
-            return;
-        }
-        let (Some(path), Some(old)) = (&self.local_path, &self.local) else {
-            return;
-        };
-        let budget = self.budget.min(local_cache::DEFAULT_BYTES);
-        let Some(mut a) = CacheAppender::start(path, old, budget, budget as u64) else {
-            return;
-        };
-        for (id, bytes) in self.cache.iter(true) {
-            if !old.contains(id) {
-                a.append(*id, bytes.clone());
-            }
-        }
-        self.appender = Some(a);
     }
 
     /// Why candidates were skipped, for the backup's notices.

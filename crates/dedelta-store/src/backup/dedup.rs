@@ -33,7 +33,6 @@ use crossbeam_channel::Receiver;
 use dedelta_core::sketch::{Sketcher, SuperFeatures};
 use dedelta_core::ChunkId;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -128,8 +127,6 @@ pub(super) struct DedupStage<'a> {
     /// Bytes of file data deduplication runs ahead of resemblance detection (see
     /// [`super::lookahead`]).
     lookahead_bytes: u64,
-    /// Set once the walker has read all of the input (see [`Self::noticing_input_read`]).
-    input_read: Option<Arc<AtomicBool>>,
 }
 
 impl<'a> DedupStage<'a> {
@@ -156,16 +153,7 @@ impl<'a> DedupStage<'a> {
             caf: None,
             caf_stored: HashSet::new(),
             lookahead_bytes: 0,
-            input_read: None,
         }
-    }
-
-    /// Watches `flag`, which the walker sets once it has read all of the input: the chunks
-    /// still queued are then this thread's alone, the pool runs dry, and the delta stage
-    /// starts writing the local base cache beside it ([`DeltaStage::input_read`]).
-    pub fn noticing_input_read(mut self, flag: Arc<AtomicBool>) -> Self {
-        self.input_read = Some(flag);
-        self
     }
 
     /// Deduplicates `bytes` of file data ahead of resemblance detection (see
@@ -216,11 +204,6 @@ impl<'a> DedupStage<'a> {
                 Ahead::Node(n) => tree.node(&n),
                 Ahead::FileStart(n) => tree.file_start(n),
                 Ahead::Block(chunks) => {
-                    if let (Some(flag), Some(d)) = (&self.input_read, self.delta.as_mut()) {
-                        if flag.load(Ordering::Acquire) {
-                            d.input_read();
-                        }
-                    }
                     for Judged {
                         chunk: c,
                         base_fragmented,

@@ -319,12 +319,6 @@ impl<'a> DeltaStage<'a> {
         self.bases.use_local_cache(path)
     }
 
-    /// The walker has read all of the input: the local base cache's new entries start
-    /// being written (see [`BaseFetcher::start_appending`]). Called again, does nothing.
-    pub fn input_read(&mut self) {
-        self.bases.start_appending();
-    }
-
     /// Updates the local base cache (see [`BaseFetcher::save_local_cache`]).
     pub fn save_local_cache(&mut self) -> LocalCacheSave {
         self.bases.save_local_cache()

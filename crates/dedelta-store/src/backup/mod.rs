@@ -553,8 +553,6 @@ pub fn backup(
         if opts.loopdelta.cache_aware_filter {
             dedup = dedup.cache_aware_filter();
         }
-        let input_read = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        dedup = dedup.noticing_input_read(input_read.clone());
         if prefetched.is_some() {
             dedup = dedup.looking_ahead(lookahead_bytes);
         } else if predicting_bases {
@@ -599,7 +597,6 @@ pub fn backup(
             Some(src) => walker.stdin(src),
             None => sources.iter().try_for_each(|src| walker.walk(src)),
         };
-        input_read.store(true, std::sync::atomic::Ordering::Release);
         drop(walker); // closes the item channel: the dedup thread drains and finishes
         let dedup_result = dedup
             .join()

@@ -12,9 +12,7 @@
 //! index, `bases.idx`, naming the generation and where each entry lies. Since the same bases
 //! serve many backups in a row, a backup appends only the entries the cache did not have
 //! (about 1 MB per SQLAlchemy release) and replaces the index; the data file is rewritten
-//! (a new generation) only when dead entries make it twice the budget. The appending can
-//! start while the backup still runs ([`CacheAppender`]), so that its end writes little more
-//! than the index.
+//! (a new generation) only when dead entries make it twice the budget.
 //!
 //! Like restic's cache it is local, optional and never trusted: the delta stage uses an entry
 //! only for a base that the index holds, and only if its bytes still hash to the 64-bit XXH3
@@ -306,7 +304,7 @@ impl LocalBaseCache {
         old: Option<&LocalBaseCache>,
         budget: usize,
     ) -> Result<(), CacheError> {
-        Self::save_preferring(dir, fresh, old, None, budget, |_| false)
+        Self::save_preferring(dir, fresh, old, budget, |_| false)
     }
 
     /// [`Self::save`], taking first, of `old`'s other entries, those `current` names: the
@@ -315,14 +313,10 @@ impl LocalBaseCache {
     /// order, and a chunk unchanged for some versions aged out of the cache while still
     /// current: from the seventh of the 10 Redis dumps on, 679-851 bases a backup read back
     /// from the repository were such chunks (DupAdj candidates one to seven versions old).
-    ///
-    /// `appended`: what a [`CacheAppender`] on `old`'s data file wrote during the backup; a
-    /// fresh entry found there is not written again (unless the data file is rewritten).
     pub fn save_preferring(
         dir: &Path,
         fresh: impl IntoIterator<Item = (ChunkId, Bytes)>,
         old: Option<&LocalBaseCache>,
-        appended: Option<Appended>,
         budget: usize,
         current: impl Fn(&ChunkId) -> bool,
     ) -> Result<(), CacheError> {
@@ -330,25 +324,19 @@ impl LocalBaseCache {
         enum Source {
             New(Bytes),
             Old(Extent),
-            /// Appended to the data file during the backup.
-            Appended(Extent, Bytes),
         }
-        // Appended entries count only on the data file they were written to.
-        let appended = appended.filter(|a| old.is_some_and(|o| o.generation == a.generation));
         let mut chosen: Vec<(ChunkId, Source)> = Vec::new();
         let mut seen: HashSet<ChunkId, BuildChunkIdHasher> = HashSet::default();
         let mut used = 0usize;
         let mut added = 0u64;
         let len_of = |s: &Source| match s {
-            Source::New(b) | Source::Appended(_, b) => b.len(),
+            Source::New(b) => b.len(),
             Source::Old(x) => x.len as usize,
         };
         for (id, bytes) in fresh {
-            let in_old = old.and_then(|o| o.entries.get(&id));
-            let source = match (in_old, appended.as_ref().and_then(|a| a.extents.get(&id))) {
-                (Some(x), _) => Source::Old(*x),
-                (None, Some(x)) => Source::Appended(*x, bytes),
-                (None, None) => Source::New(bytes),
+            let source = match old.and_then(|o| o.entries.get(&id)) {
+                Some(x) => Source::Old(*x),
+                None => Source::New(bytes),
             };
             if used + len_of(&source) > budget {
                 break;
@@ -387,11 +375,7 @@ impl LocalBaseCache {
         })?;
 
         // Append to the old data file, or write a new one.
-        let data_len = match &appended {
-            Some(a) => a.end,
-            None => old.map_or(0, |o| o.data.len() as u64),
-        };
-        let append = old.filter(|_| data_len + added <= 2 * budget as u64);
+        let append = old.filter(|o| o.data.len() as u64 + added <= 2 * budget as u64);
         let generation = match (append, old) {
             (Some(o), _) => o.generation,
             (None, o) => o.map_or(1, |o| o.generation.wrapping_add(1)),
@@ -424,16 +408,16 @@ impl LocalBaseCache {
             for (id, source) in &chosen {
                 let bytes = match source {
                     // Already in the data file being appended to.
-                    Source::Old(x) | Source::Appended(x, _) if append.is_some() => {
+                    Source::Old(x) if append.is_some() => {
                         entries.push((*id, *x));
                         continue;
                     }
                     Source::Old(x) => old.expect("old entries come from old").slice(*x),
-                    Source::New(b) | Source::Appended(_, b) => b.clone(),
+                    Source::New(b) => b.clone(),
                 };
                 let len = bytes.len() as u32;
                 let xxh3 = match source {
-                    Source::Old(x) | Source::Appended(x, _) => x.xxh3,
+                    Source::Old(x) => x.xxh3,
                     Source::New(_) => xxh3_64(&bytes),
                 };
                 w.write_all(&bytes)?;
@@ -483,119 +467,6 @@ impl LocalBaseCache {
             }
         }
         Ok(())
-    }
-}
-
-/// What a [`CacheAppender`] wrote.
-#[derive(Debug, Default)]
-pub struct Appended {
-    /// The data file's generation.
-    generation: u64,
-    /// Where each entry went.
-    extents: HashMap<ChunkId, Extent, BuildChunkIdHasher>,
-    /// The data file's length after them.
-    end: u64,
-}
-
-/// Appends new entries to an open cache's data file on a thread of its own, while the backup
-/// still runs, so that the save at its end finds them written and only writes the index (and
-/// what came after [`CacheAppender::finish`]).
-///
-/// Why: the save's data took 18-22 ms after the last chunk of every Redis dump's backup (42
-/// MB of new chunks), on the backup's critical path; the backup starts an appender once its
-/// input is all read, when the dedup thread works through what is left and a core is free.
-/// An entry appended but not chosen by the save is dead bytes, reclaimed when the file is
-/// next rewritten; the index, written last, never names bytes that were not written.
-pub struct CacheAppender {
-    to_thread: Option<crossbeam_channel::Sender<(ChunkId, Bytes)>>,
-    thread: Option<std::thread::JoinHandle<std::io::Result<Appended>>>,
-    /// Bytes it may still take.
-    room: u64,
-}
-
-impl CacheAppender {
-    /// Starts appending to `old`'s data file in `dir`, at most `limit` bytes and never past
-    /// `2 * budget` in all (where a save rewrites the file anyway). `None` if it cannot.
-    pub fn start(dir: &Path, old: &LocalBaseCache, budget: usize, limit: u64) -> Option<Self> {
-        let room = (2 * budget as u64)
-            .saturating_sub(old.data.len() as u64)
-            .min(limit);
-        if room == 0 {
-            return None;
-        }
-        let path = dir.join(data_file_name(old.generation));
-        let generation = old.generation;
-        let (to_thread, from_backup) = crossbeam_channel::unbounded::<(ChunkId, Bytes)>();
-        let thread = std::thread::Builder::new()
-            .name("dedelta-base-append".into())
-            .spawn(move || -> std::io::Result<Appended> {
-                let file = OpenOptions::new().append(true).open(&path)?;
-                // Offsets from the file as it is now: had another process appended since the
-                // open, the entries still lie where they were written.
-                let mut end = file.metadata()?.len();
-                let mut w = BufWriter::with_capacity(1 << 20, file);
-                let mut extents = HashMap::default();
-                for (id, bytes) in from_backup {
-                    w.write_all(&bytes)?;
-                    let len = bytes.len() as u32;
-                    extents.insert(
-                        id,
-                        Extent {
-                            offset: end,
-                            len,
-                            xxh3: xxh3_64(&bytes),
-                        },
-                    );
-                    end += u64::from(len);
-                }
-                w.flush()?;
-                Ok(Appended {
-                    generation,
-                    extents,
-                    end,
-                })
-            })
-            .ok()?;
-        Some(CacheAppender {
-            to_thread: Some(to_thread),
-            thread: Some(thread),
-            room,
-        })
-    }
-
-    /// Appends `bytes` as entry `id`, unless that would take it past its room (then nothing
-    /// more is taken).
-    pub fn append(&mut self, id: ChunkId, bytes: Bytes) {
-        let len = bytes.len() as u64;
-        if len > self.room {
-            self.room = 0;
-            self.to_thread = None;
-            return;
-        }
-        if let Some(tx) = &self.to_thread {
-            self.room -= len;
-            if tx.send((id, bytes)).is_err() {
-                // The thread stopped on an error, which `finish` reports.
-                self.to_thread = None;
-            }
-        }
-    }
-
-    /// Waits for what was handed over to be written; `None` if it could not be (the save
-    /// then writes those entries itself).
-    pub fn finish(mut self) -> Option<Appended> {
-        self.to_thread = None;
-        self.thread.take()?.join().ok()?.ok()
-    }
-}
-
-impl Drop for CacheAppender {
-    fn drop(&mut self) {
-        // A backup that failed waits for its thread: no write may go on behind it.
-        self.to_thread = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -67,82 +67,13 @@ fn current_chunks_are_kept_before_other_old_entries() {
     LocalBaseCache::save(dir, [a.clone(), b.clone(), c.clone()], None, 1000).unwrap();
     let old = LocalBaseCache::open(dir).unwrap().unwrap();
     // Room for d and two old entries: c (current, last in the file) and then a.
-    LocalBaseCache::save_preferring(dir, [d.clone()], Some(&old), None, 300, |id| *id == c.0)
-        .unwrap();
+    LocalBaseCache::save_preferring(dir, [d.clone()], Some(&old), 300, |id| *id == c.0).unwrap();
     let mut next = LocalBaseCache::open(dir).unwrap().unwrap();
     assert_eq!(next.len(), 3);
     for kept in [&d, &c, &a] {
         assert_eq!(next.get(&kept.0).as_deref(), Some(&kept.1[..]));
     }
     assert!(next.get(&b.0).is_none());
-}
-
-/// Entries appended during the backup are not written again by the save, which only names
-/// them in the index; one appended but not chosen is left out of it; where the save
-/// rewrites the data file, appended entries go to the new file from memory.
-#[test]
-fn entries_appended_during_the_backup_are_kept_without_a_second_write() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let (a, b, c, d) = (entry(1, 100), entry(2, 200), entry(3, 300), entry(4, 400));
-    LocalBaseCache::save(dir, [a.clone()], None, 1000).unwrap();
-    let old = LocalBaseCache::open(dir).unwrap().unwrap();
-    let mut appender = CacheAppender::start(dir, &old, 1000, 1000).unwrap();
-    appender.append(b.0, b.1.clone());
-    appender.append(c.0, c.1.clone());
-    let appended = appender.finish().unwrap();
-    assert_eq!(appended.end, 600);
-    assert_eq!(data_files(dir), [(data_file_name(1), 600)]);
-    // b was appended, d was not; c was appended but the save does not choose it.
-    LocalBaseCache::save_preferring(
-        dir,
-        [b.clone(), d.clone()],
-        Some(&old),
-        Some(appended),
-        1000,
-        |_| false,
-    )
-    .unwrap();
-    assert_eq!(
-        data_files(dir),
-        [(data_file_name(1), 1000)],
-        "only d written"
-    );
-    let mut next = LocalBaseCache::open(dir).unwrap().unwrap();
-    assert_eq!(next.len(), 3);
-    for kept in [&a, &b, &d] {
-        assert_eq!(next.get(&kept.0).as_deref(), Some(&kept.1[..]));
-    }
-    assert!(!next.contains(&c.0));
-    // The room ends at twice the budget: past it nothing more is taken, and the save
-    // rewrites the data file, appended entries included.
-    let mut appender = CacheAppender::start(dir, &next, 600, 1000).unwrap();
-    let e = entry(5, 150);
-    appender.append(e.0, e.1.clone());
-    appender.append(c.0, c.1.clone());
-    let appended = appender.finish().unwrap();
-    assert_eq!(appended.end, 1150);
-    assert!(!appended.extents.contains_key(&c.0));
-    // f is new: the file would pass twice the budget, so the save writes generation 2 with
-    // e, f, a and b (d no longer fits the budget).
-    let f = entry(6, 100);
-    LocalBaseCache::save_preferring(
-        dir,
-        [e.clone(), f.clone()],
-        Some(&next),
-        Some(appended),
-        600,
-        |_| false,
-    )
-    .unwrap();
-    let mut rewritten = LocalBaseCache::open(dir).unwrap().unwrap();
-    assert_eq!(data_files(dir), [(data_file_name(2), 550)]);
-    for kept in [&e, &f, &a, &b] {
-        assert_eq!(rewritten.get(&kept.0).as_deref(), Some(&kept.1[..]));
-    }
-    assert!(!rewritten.contains(&d.0));
-    // No room at all: no appender.
-    assert!(CacheAppender::start(dir, &rewritten, 275, 1000).is_none());
 }
 
 /// Two processes saving beside each other (each on a private copy of the chunk index)
