@@ -39,11 +39,13 @@ mod bloom;
 mod change;
 mod files;
 mod filter;
+mod filter_file;
 mod lock;
 mod manifest;
 mod private;
 mod rebuild;
 mod recent;
+mod removal;
 mod run;
 mod sketch_cost;
 mod view;
@@ -51,19 +53,18 @@ mod view;
 use crate::error::{Error, Result};
 use crate::format::container::{ContainerId, ContainerMeta, EntryKind, EntryMeta};
 use bloom::{mix64, FilterBudget};
-use change::{add_batch, merge_runs, new_seq, record_of, slots_by_id, Change};
+use change::{add_batch, merge_runs, record_of, Change};
 use dedelta_core::sketch::SketchKeep;
 use dedelta_core::ChunkId;
 pub use files::files_bytes;
 use files::{remove_orphans, run_path};
+use filter::index_digest;
 pub use filter::FingerprintFilter;
-use filter::{filter_path, index_digest};
 use lock::hold_lock;
 #[cfg(test)]
 use lock::lock_path;
 use manifest::{Manifest, RunRecord, Slot};
 pub use private::PrivateIndex;
-use rebuild::spill_path;
 pub use rebuild::{DeltaCopy, Rebuild};
 use run::Run;
 pub use sketch_cost::{SketchLookups, DEFAULT_SKETCH_FILTER_BYTES};
@@ -451,154 +452,6 @@ impl ChunkIndex {
         )
     }
 
-    /// Replaces the whole index with the entries of `containers` that `keep` accepts and
-    /// marks it complete, in one commit: a rebuild killed before it leaves the previous index
-    /// as it was.
-    ///
-    /// `known` are the containers the index has taken in: those of `containers`, and those
-    /// deliberately left out (recorded as damaged whole), so that a sync does not take them
-    /// in again.
-    pub fn rebuild<'m>(
-        &self,
-        containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
-        keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
-        known: impl IntoIterator<Item = (ContainerId, usize)>,
-        damage_digest: u64,
-    ) -> Result<()> {
-        self.rebuild_in_steps(damage_digest, |r| r.add(containers, keep, known))
-    }
-
-    /// Replaces the whole index with what `fill` adds to the [`Rebuild`] it is given, a batch
-    /// of containers at a time, and marks it complete, in one commit (a rebuild killed before
-    /// it leaves the previous index as it was). Memory is bounded by the batches `fill` makes
-    /// and the merges of the runs they become (see [`MAX_MERGE_ENTRIES`]), not by the
-    /// repository: each batch is a run file at once.
-    pub fn rebuild_in_steps(
-        &self,
-        damage_digest: u64,
-        fill: impl FnOnce(&mut Rebuild<'_>) -> Result<()>,
-    ) -> Result<()> {
-        let spill = spill_path(self.path());
-        let r = self.change(|c| {
-            // Replaced whole: the next locality backup rebuilds the filter from it.
-            c.drops_filter = true;
-            c.filter = None;
-            c.obsolete
-                .extend(c.runs.drain(..).map(|r| r.path().to_path_buf()));
-            c.manifest = Manifest {
-                complete: true,
-                damage_digest,
-                next_seq: c.manifest.next_seq,
-                ..Manifest::default()
-            };
-            let mut r = Rebuild {
-                path: self.path(),
-                change: c,
-                slot_of: HashMap::new(),
-                spill: None,
-                spill_path: spill.clone(),
-            };
-            fill(&mut r)
-        });
-        let _ = std::fs::remove_file(&spill);
-        r
-    }
-
-    /// Adds to the index what `fill` adds to the [`Rebuild`] it is given (a batch of
-    /// containers at a time, as [`Self::rebuild_in_steps`] does, but keeping what the index
-    /// holds), in one commit: a catch-up with many new containers in bounded memory.
-    pub fn take_in_steps(&self, fill: impl FnOnce(&mut Rebuild<'_>) -> Result<()>) -> Result<()> {
-        let spill = spill_path(self.path());
-        let r = self.change(|c| {
-            let slot_of = slots_by_id(&c.manifest);
-            let mut r = Rebuild {
-                path: self.path(),
-                change: c,
-                slot_of,
-                spill: None,
-                spill_path: spill.clone(),
-            };
-            fill(&mut r)
-        });
-        let _ = std::fs::remove_file(&spill);
-        r
-    }
-
-    /// Removes the entries of `dead` chunks, and every super-feature that names one of them,
-    /// in one commit (every run holding one is rewritten without). Prune calls this before
-    /// deleting any container, so that no later backup deduplicates against a chunk about to
-    /// disappear.
-    pub fn remove_chunks(&self, dead: &HashSet<ChunkId>) -> Result<()> {
-        self.remove_chunks_trimming(dead, &[])
-    }
-
-    /// [`Self::remove_chunks`], marking as trimmed (see [`Trust::Nothing`]) in the same
-    /// commit the containers of the copies the index names and `also`: containers the caller
-    /// knows to hold other copies of `dead` chunks (prune's garbage copies), whose metadata
-    /// will list chunks the index no longer holds.
-    pub fn remove_chunks_trimming(
-        &self,
-        dead: &HashSet<ChunkId>,
-        also: &[ContainerId],
-    ) -> Result<()> {
-        if dead.is_empty() {
-            return Ok(());
-        }
-        // The containers holding the indexed copies: their metadata will list chunks the
-        // index no longer holds.
-        let view = self.current();
-        let mut trimmed: HashSet<ContainerId> = also.iter().copied().collect();
-        for id in dead {
-            if let Some(loc) = self.shared.guard(view.get(id, self.path()))? {
-                trimmed.insert(loc.container);
-            }
-        }
-        drop(view);
-        self.change(|c| {
-            c.drops_filter = true;
-            c.filter = None;
-            for s in &mut c.manifest.slots {
-                if trimmed.contains(&s.id) {
-                    s.trimmed = true;
-                }
-            }
-            let mut i = 0;
-            while i < c.runs.len() {
-                let run = c.runs[i].clone();
-                let mut holds = false;
-                for id in dead {
-                    if run.get(id)?.is_some() {
-                        holds = true;
-                        break;
-                    }
-                }
-                if !holds {
-                    i += 1;
-                    continue;
-                }
-                let seq = new_seq(self.path(), &mut c.manifest);
-                let out = run::merge(
-                    &[&run],
-                    Some(dead),
-                    &run_path(self.path(), seq),
-                    seq,
-                    c.keep,
-                )?;
-                c.obsolete.push(run.path().to_path_buf());
-                match out {
-                    Some(r) => {
-                        c.runs[i] = Arc::new(r);
-                        i += 1;
-                    }
-                    None => {
-                        c.runs.remove(i);
-                    }
-                }
-            }
-            Ok(())
-        })
-    }
-
     /// The containers the index has taken in.
     pub fn known_containers(&self) -> Result<HashSet<ContainerId>> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -636,23 +489,6 @@ impl ChunkIndex {
     pub fn set_damage_digest(&self, digest: u64) -> Result<()> {
         self.change(|c| {
             c.manifest.damage_digest = digest;
-            Ok(())
-        })
-    }
-
-    /// Forgets containers this client deleted (their entries already left the index), so
-    /// that the next sync need not look for entries in them.
-    pub fn forget_containers(&self, deleted: &[ContainerId]) -> Result<()> {
-        if deleted.is_empty() {
-            return Ok(());
-        }
-        let deleted: HashSet<&ContainerId> = deleted.iter().collect();
-        self.change(|c| {
-            for s in &mut c.manifest.slots {
-                if deleted.contains(&s.id) {
-                    s.known = false;
-                }
-            }
             Ok(())
         })
     }
@@ -702,63 +538,6 @@ impl ChunkIndex {
     /// Bytes of the fingerprint filter in memory (0 if it is not loaded).
     pub fn filter_memory_bytes(&self) -> usize {
         self.shared.loaded_filter().map_or(0, |f| f.memory_bytes())
-    }
-
-    /// The global fingerprint filter (see [`filter`]): the one loaded, else the file beside
-    /// the manifest if it was made for the index as it is and has one stage, else
-    /// one rebuilt from the index (reading it whole). From then on every chunk the index
-    /// takes in is added to it, until a removal or rebuild drops it. Returns it and whether
-    /// it was rebuilt, with the reason.
-    ///
-    /// # Errors
-    /// Reading the index to rebuild it ([`Error::IndexDamaged`] and I/O errors); a filter
-    /// file that cannot be read is rebuilt, not an error.
-    pub fn fingerprint_filter(&self) -> Result<(Arc<FingerprintFilter>, Option<String>)> {
-        // Held throughout: no commit lands between reading the digest and the filter.
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = self.shared.loaded_filter() {
-            return Ok((f, None));
-        }
-        let digest = index_digest(&state.runs);
-        let path = filter_path(self.path());
-        let why = match std::fs::read(&path) {
-            Ok(bytes) => match FingerprintFilter::decode(&bytes) {
-                Ok(f) if f.digest() != digest => {
-                    "it was made for another state of the index".to_string()
-                }
-                Ok(f) if f.stage_count() > 1 => {
-                    "it grew past the capacity it was built with".to_string()
-                }
-                Ok(f) => {
-                    let f = Arc::new(f);
-                    *self.shared.filter.lock().unwrap_or_else(|e| e.into_inner()) = Some(f.clone());
-                    return Ok((f, None));
-                }
-                Err(why) => why,
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "it is missing".to_string(),
-            Err(e) => e.to_string(),
-        };
-        let view = self.current();
-        let chunks: u64 = view.runs.iter().map(|r| r.chunks).sum();
-        let f = FingerprintFilter::with_capacity_for(chunks, digest);
-        let r = view.for_each(self.path(), |id, _| f.insert(&id));
-        self.shared.guard(r)?;
-        let f = Arc::new(f);
-        *self.shared.filter.lock().unwrap_or_else(|e| e.into_inner()) = Some(f.clone());
-        drop(state);
-        self.save_filter()?;
-        Ok((f, Some(format!("fingerprint filter rebuilt: {why}"))))
-    }
-
-    /// Writes the loaded fingerprint filter beside the manifest if it changed since it was
-    /// read or written (see [`filter`]); nothing if none is loaded.
-    pub fn save_filter(&self) -> Result<()> {
-        let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        match self.shared.loaded_filter() {
-            Some(f) if f.is_dirty() => f.store(&filter_path(self.path())),
-            _ => Ok(()),
-        }
     }
 
     /// The containers the last locality backup used, in the order it first used them, and

@@ -2,7 +2,8 @@
 //! batch of containers becomes a run at once, and delta copies, which can be chosen only once
 //! the copies they rest on are known, wait in a file beside the index.
 
-use super::change::{add_batch_with, merge_as_needed, new_seq, Change};
+use super::change::{add_batch_with, merge_as_needed, new_seq, slots_by_id, Change};
+use super::manifest::Manifest;
 use super::run::{self, Run};
 use super::view::View;
 use super::{run_path, ChunkLocation};
@@ -13,6 +14,81 @@ use dedelta_core::ChunkId;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+impl super::ChunkIndex {
+    /// Replaces the whole index with the entries of `containers` that `keep` accepts and
+    /// marks it complete, in one commit: a rebuild killed before it leaves the previous index
+    /// as it was.
+    ///
+    /// `known` are the containers the index has taken in: those of `containers`, and those
+    /// deliberately left out (recorded as damaged whole), so that a sync does not take them
+    /// in again.
+    pub fn rebuild<'m>(
+        &self,
+        containers: impl IntoIterator<Item = (ContainerId, &'m ContainerMeta)>,
+        keep: impl Fn(&ContainerId, u32, &EntryMeta) -> bool,
+        known: impl IntoIterator<Item = (ContainerId, usize)>,
+        damage_digest: u64,
+    ) -> Result<()> {
+        self.rebuild_in_steps(damage_digest, |r| r.add(containers, keep, known))
+    }
+
+    /// Replaces the whole index with what `fill` adds to the [`Rebuild`] it is given, a batch
+    /// of containers at a time, and marks it complete, in one commit (a rebuild killed before
+    /// it leaves the previous index as it was). Memory is bounded by the batches `fill` makes
+    /// and the merges of the runs they become (see [`MAX_MERGE_ENTRIES`]), not by the
+    /// repository: each batch is a run file at once.
+    pub fn rebuild_in_steps(
+        &self,
+        damage_digest: u64,
+        fill: impl FnOnce(&mut Rebuild<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let spill = spill_path(self.path());
+        let r = self.change(|c| {
+            // Replaced whole: the next locality backup rebuilds the filter from it.
+            c.drops_filter = true;
+            c.filter = None;
+            c.obsolete
+                .extend(c.runs.drain(..).map(|r| r.path().to_path_buf()));
+            c.manifest = Manifest {
+                complete: true,
+                damage_digest,
+                next_seq: c.manifest.next_seq,
+                ..Manifest::default()
+            };
+            let mut r = Rebuild {
+                path: self.path(),
+                change: c,
+                slot_of: HashMap::new(),
+                spill: None,
+                spill_path: spill.clone(),
+            };
+            fill(&mut r)
+        });
+        let _ = std::fs::remove_file(&spill);
+        r
+    }
+
+    /// Adds to the index what `fill` adds to the [`Rebuild`] it is given (a batch of
+    /// containers at a time, as [`Self::rebuild_in_steps`] does, but keeping what the index
+    /// holds), in one commit: a catch-up with many new containers in bounded memory.
+    pub fn take_in_steps(&self, fill: impl FnOnce(&mut Rebuild<'_>) -> Result<()>) -> Result<()> {
+        let spill = spill_path(self.path());
+        let r = self.change(|c| {
+            let slot_of = slots_by_id(&c.manifest);
+            let mut r = Rebuild {
+                path: self.path(),
+                change: c,
+                slot_of,
+                spill: None,
+                spill_path: spill.clone(),
+            };
+            fill(&mut r)
+        });
+        let _ = std::fs::remove_file(&spill);
+        r
+    }
+}
 
 /// Where a rebuild sets delta copies aside (see [`Rebuild::set_aside`]).
 pub(super) fn spill_path(path: &Path) -> PathBuf {
