@@ -94,7 +94,7 @@ pub(crate) fn warm_up(data: &[u8], pos: usize) -> u32 {
 /// took twelve; `bench delta` on two SQLAlchemy releases, Edelta 2,309-2,473 -> 2,507-2,625
 /// MB/s (Redis dumps within noise). Tried and not kept: eight bytes per step (27 % slower on
 /// the synthetic pairs of `cargo bench --bench delta`), and a bit mask of the cut candidates
-/// in place of the `min` test (9 % faster there, 13-15 % slower on the SQLAlchemy pairs,
+/// in place of the `min` test (9 % faster there, 8-17 % slower on the SQLAlchemy pairs,
 /// whose runs of low-entropy bytes rarely hold a candidate).
 #[inline(always)]
 fn roll4(hash: u32, bytes: &[u8]) -> [u32; 4] {
