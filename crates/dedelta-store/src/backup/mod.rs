@@ -62,10 +62,12 @@ pub mod delta;
 pub mod dense;
 mod fingerprint;
 pub mod fingerprint_index;
+mod indexes;
 pub mod inverse;
 pub mod lookahead;
 mod meta;
 pub mod metrics;
+mod options;
 mod pack;
 mod parent;
 pub mod prefetch;
@@ -79,9 +81,8 @@ pub mod unchanged;
 mod walk;
 
 use crate::error::{Error, Result};
-use crate::format::config::DeltaConfig;
 use crate::format::container::{CompressedRegion, ContainerId};
-use crate::format::snapshot::{BackupSummary, Snapshot, SnapshotId};
+use crate::format::snapshot::Snapshot;
 use crate::format::tree::Node;
 use crate::progress::Progress;
 use crate::repository::lock::RepoLock;
@@ -94,16 +95,11 @@ use dedelta_core::sketch::Sketcher;
 use dedup::{DedupIndex, DedupStage};
 use delta::DeltaStage;
 use fingerprint::{FingerprintJob, Fingerprinted};
-use fingerprint_index::{
-    ExactIndex, FingerprintIndex, FingerprintIndexKind, FingerprintIndexOptions, LocalityIndex,
-};
+use fingerprint_index::{ExactIndex, FingerprintIndexKind};
 use metrics::{BackupMetrics, StageTimes};
-use prefetch::PrefetchSketchIndex;
+pub use options::{BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS};
 use resemble::dupadj::DupAdj;
-use resemble::sketch_index::{FullSketchIndex, SketchIndex, StreamSketchIndex};
 use resemble::CandidateSearch;
-use std::io::Read;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -125,97 +121,6 @@ const REGIONS_PER_THREAD: usize = 4;
 /// Regions in flight at least: a container (4 MiB) and more, so that the writer's fsyncs do
 /// not stall the dedup thread.
 const MIN_REGIONS_IN_FLIGHT: usize = 24;
-/// Most worker threads a backup starts: beyond this, threads only cost memory and start-up
-/// time (100,000 took minutes to create and then failed).
-pub const MAX_THREADS: usize = 256;
-
-/// A source read from standard input (or any reader).
-pub struct StdinSource {
-    /// The stream.
-    pub reader: Box<dyn Read + Send>,
-    /// The file name it is stored under.
-    pub name: String,
-    /// Modification time to record (seconds since the epoch).
-    pub mtime_secs: i64,
-}
-
-/// What to back up and how.
-pub struct BackupOptions {
-    /// Files and directories to back up (made absolute).
-    pub paths: Vec<PathBuf>,
-    /// Glob patterns; a path is skipped when a pattern matches its full path or its name.
-    pub excludes: Vec<String>,
-    /// Tags recorded in the snapshot.
-    pub tags: Vec<String>,
-    /// Back up one stream instead of `paths`.
-    pub stdin: Option<StdinSource>,
-    /// Host name recorded in the snapshot.
-    pub host: String,
-    /// Start time recorded in the snapshot (RFC 3339).
-    pub time: String,
-    /// Delta settings for this backup; `None` uses the repository's.
-    pub delta: Option<DeltaConfig>,
-    /// Directory of this client's local caches (see [`crate::client::local_cache`]); `None`
-    /// for none. The repository's base cache is in `<cache_dir>/<repository id>/`.
-    pub cache_dir: Option<PathBuf>,
-    /// How duplicates of chunks stored before are found (see [`fingerprint_index`]).
-    pub lookup: FingerprintIndexOptions,
-    /// Which duplicates to store again for restore speed (see [`rewrite`]); `None` rewrites
-    /// nothing.
-    pub rewriting: Option<Box<dyn rewrite::Rewriting>>,
-    /// The parent snapshot, which files are read, which file systems are crossed.
-    pub sources: unchanged::SourceOptions,
-    /// The cache-aware filter and inversed delta compression (LoopDelta §4.4-4.5).
-    pub loopdelta: caf::LoopDeltaOptions,
-}
-
-/// The result of a backup.
-#[derive(Debug)]
-pub struct BackupResult {
-    /// The new snapshot.
-    pub snapshot_id: SnapshotId,
-    /// What was done.
-    pub summary: BackupSummary,
-    /// Sources that could not be read.
-    pub warnings: Vec<String>,
-    /// Problems that do not touch the snapshot (an unusable local cache).
-    pub notices: Vec<String>,
-    /// Where the time went and where delta bases came from (not stored).
-    pub metrics: BackupMetrics,
-}
-
-/// The worker threads of a backup: a pool for fingerprinting, sketching and compression, and,
-/// with 4 or more threads, a second pool for delta encoding (see [`DeltaStage`]).
-pub struct Workers {
-    pool: rayon::ThreadPool,
-    delta: Option<rayon::ThreadPool>,
-    /// Set when the requested thread count was capped at [`MAX_THREADS`].
-    pub capped_from: Option<usize>,
-}
-
-impl Workers {
-    /// Starts the pools for `threads` threads (at least 1, at most [`MAX_THREADS`]).
-    pub fn new(threads: usize) -> Result<Self> {
-        let n = threads.clamp(1, MAX_THREADS);
-        let build = |threads: usize, name: &'static str| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(move |i| format!("dedelta-{name}-{i}"))
-                .build()
-                .map_err(|e| Error::InvalidOption(format!("thread pool: {e}")))
-        };
-        Ok(Workers {
-            pool: build(n, "worker")?,
-            delta: if n >= 4 {
-                Some(build(n / 2, "delta")?)
-            } else {
-                None
-            },
-            capped_from: (n != threads.max(1)).then_some(threads),
-        })
-    }
-}
-
 /// Messages from the walker to the dedup thread, in stream order.
 enum Item {
     /// A directory or symlink.
@@ -407,25 +312,7 @@ pub fn backup(
             )
         });
         parent_tree = parent.and_then(|p| p.tree);
-        let sketches: Option<Box<dyn SketchIndex>> =
-            match (delta_cfg.sketch, delta_cfg.sketch_index) {
-                (None, _) => None,
-                (Some(_), crate::format::config::SketchIndexKind::Full) => Some(Box::new(
-                    FullSketchIndex::new(repo.index().reader()?, delta_cfg.sketch_keep),
-                )),
-                (Some(_), crate::format::config::SketchIndexKind::Stream) => {
-                    Some(Box::new(StreamSketchIndex::new(
-                        repo.backend_for(crate::backend::wrap::metered::Purpose::ContainerMeta),
-                        delta_cfg.stream_cache_containers,
-                    )))
-                }
-                (Some(_), crate::format::config::SketchIndexKind::Prefetch) => {
-                    prefetched.as_ref().map(|(p, capacity)| {
-                        Box::new(PrefetchSketchIndex::new(p.clone(), *capacity))
-                            as Box<dyn SketchIndex>
-                    })
-                }
-            };
+        let sketches = indexes::sketch_index(repo, &delta_cfg, prefetched.as_ref())?;
         let mut bases = match parent_reader {
             Some(r) => {
                 BaseFetcher::with_reader(repo, r, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
@@ -481,33 +368,14 @@ pub fn backup(
     };
     repo.index()
         .set_sketch_filter_budget(opts.lookup.sketch_filter_bytes);
-    let lookup: Arc<dyn FingerprintIndex> = match lookup_kind {
-        FingerprintIndexKind::Exact => {
-            Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone()))
-        }
-        FingerprintIndexKind::Locality => {
-            let (filter, rebuilt) = repo.index().fingerprint_filter()?;
-            notices.extend(rebuilt);
-            let index = LocalityIndex::new(
-                repo.index().reader()?,
-                damage.clone(),
-                filter,
-                // Metered as prefetches (issue 16 item 4's purpose for them).
-                repo.backend_for(crate::backend::wrap::metered::Purpose::Prefetch),
-                opts.lookup.cache_containers,
-            )
-            .with_hints(repo.index().recent_containers());
-            let index = if opts.loopdelta.cache_aware_filter {
-                index.judging_in_stream_order()
-            } else {
-                index
-            };
-            Arc::new(match &dense_loader {
-                Some(loader) => index.with_loader(loader.clone()),
-                None => index,
-            })
-        }
-    };
+    let lookup = indexes::fingerprint_index(
+        repo,
+        lookup_kind,
+        &opts,
+        &damage,
+        dense_loader.as_ref(),
+        &mut notices,
+    )?;
     let dedup_index = DedupIndex { lookup };
     let job = FingerprintJob {
         index: Arc::new(dedup_index.clone()),
@@ -664,7 +532,7 @@ pub fn backup(
     // which the next open catches up with if a crash comes first.
     let (saved, client_index) = std::thread::scope(|s| {
         let client_index = s.spawn(|| {
-            let notices = update_client_index(repo, unindexed, hints.as_deref());
+            let notices = indexes::update_client_index(repo, unindexed, hints.as_deref());
             // The next backup's parent tree (best effort, a cache keyed by the tree itself).
             if let (Some(cache), Some(chunks)) = (&tree_cache, &dedup_out.tree_chunks) {
                 cache.put(&snapshot.tree.chunks, chunks);
@@ -720,35 +588,4 @@ pub fn backup(
         notices,
         metrics,
     })
-}
-
-/// A backup's last work on the client's index, run beside the snapshot's write: takes in the
-/// last batch of containers, saves the filter (every container is in it now; a filter not
-/// written is rebuilt by the next backup) and the locality hints, then compacts the index if
-/// worthwhile. Returns notices: none of it decides the backup, whose containers are durable.
-fn update_client_index(
-    repo: &IndexedRepository,
-    unindexed: crate::repository::UnindexedContainers,
-    hints: Option<&[ContainerId]>,
-) -> Vec<String> {
-    let mut notices = Vec::new();
-    if let Err(e) = unindexed.index(repo) {
-        notices.push(format!(
-            "the chunk index could not take in this backup's last containers ({e}); the next \
-             command catches up"
-        ));
-        return notices;
-    }
-    if let Err(e) = repo.index().save_filter() {
-        notices.push(format!("fingerprint filter not saved: {e}"));
-    }
-    if let Some(hints) = hints {
-        if let Err(e) = repo.index().set_recent_containers(hints) {
-            notices.push(format!("locality hints not saved: {e}"));
-        }
-    }
-    if let Err(e) = repo.index().compact_if_worthwhile() {
-        notices.push(format!("the chunk index could not be compacted: {e}"));
-    }
-    notices
 }

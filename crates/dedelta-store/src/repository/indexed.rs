@@ -282,7 +282,7 @@ impl IndexedRepository {
     }
 
     /// [`Self::read_container_meta`] in one suffix read (two when the section is larger than
-    /// it: [`read_container_meta_tail`]), for restore and dump; kept in the local metadata
+    /// it: [`super::read_container_meta_tail`]), for restore and dump; kept in the local metadata
     /// cache where there is one ([`Repository::meta_cache`]).
     pub fn read_container_meta_tail(&self, id: &ContainerId) -> Result<ContainerMeta> {
         let backend = self.backend_for(Purpose::ContainerMeta);

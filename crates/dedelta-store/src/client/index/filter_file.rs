@@ -8,14 +8,14 @@ use crate::error::Result;
 use std::sync::Arc;
 
 impl ChunkIndex {
-    /// The global fingerprint filter (see [`filter`]): the one loaded, else the file beside
+    /// The global fingerprint filter (see [`super::filter`]): the one loaded, else the file beside
     /// the manifest if it was made for the index as it is and has one stage, else
     /// one rebuilt from the index (reading it whole). From then on every chunk the index
     /// takes in is added to it, until a removal or rebuild drops it. Returns it and whether
     /// it was rebuilt, with the reason.
     ///
     /// # Errors
-    /// Reading the index to rebuild it ([`Error::IndexDamaged`] and I/O errors); a filter
+    /// Reading the index to rebuild it ([`crate::error::Error::IndexDamaged`] and I/O errors); a filter
     /// file that cannot be read is rebuilt, not an error.
     pub fn fingerprint_filter(&self) -> Result<(Arc<FingerprintFilter>, Option<String>)> {
         // Held throughout: no commit lands between reading the digest and the filter.
@@ -56,7 +56,7 @@ impl ChunkIndex {
     }
 
     /// Writes the loaded fingerprint filter beside the manifest if it changed since it was
-    /// read or written (see [`filter`]); nothing if none is loaded.
+    /// read or written (see [`super::filter`]); nothing if none is loaded.
     pub fn save_filter(&self) -> Result<()> {
         let _state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match self.shared.loaded_filter() {

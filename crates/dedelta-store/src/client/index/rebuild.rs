@@ -36,7 +36,7 @@ impl super::ChunkIndex {
     /// Replaces the whole index with what `fill` adds to the [`Rebuild`] it is given, a batch
     /// of containers at a time, and marks it complete, in one commit (a rebuild killed before
     /// it leaves the previous index as it was). Memory is bounded by the batches `fill` makes
-    /// and the merges of the runs they become (see [`MAX_MERGE_ENTRIES`]), not by the
+    /// and the merges of the runs they become (see [`super::MAX_MERGE_ENTRIES`]), not by the
     /// repository: each batch is a run file at once.
     pub fn rebuild_in_steps(
         &self,
@@ -122,7 +122,7 @@ const DELTA_COPY_LEN: usize = 32 + 32 + 32 + 4;
 /// Delta copies taken in per run by [`Rebuild::take_in_set_aside`]: 40 bytes each in memory.
 const SET_ASIDE_BATCH: usize = 1 << 17;
 
-/// A rebuild in progress (see [`ChunkIndex::rebuild_in_steps`]): batches of containers become
+/// A rebuild in progress (see [`super::ChunkIndex::rebuild_in_steps`]): batches of containers become
 /// runs at once, and delta copies, which can be chosen only once every full copy is known,
 /// wait in a file beside the index, not in memory.
 pub struct Rebuild<'c> {

@@ -19,7 +19,7 @@ impl ChunkIndex {
         self.remove_chunks_trimming(dead, &[])
     }
 
-    /// [`Self::remove_chunks`], marking as trimmed (see [`Trust::Nothing`]) in the same
+    /// [`Self::remove_chunks`], marking as trimmed (see [`super::Trust::Nothing`]) in the same
     /// commit the containers of the copies the index names and `also`: containers the caller
     /// knows to hold other copies of `dead` chunks (prune's garbage copies), whose metadata
     /// will list chunks the index no longer holds.
