@@ -415,12 +415,12 @@ impl LocalBaseCache {
                     Source::Old(x) => old.expect("old entries come from old").slice(*x),
                     Source::New(b) => b.clone(),
                 };
+                w.write_all(&bytes)?;
                 let len = bytes.len() as u32;
                 let xxh3 = match source {
                     Source::Old(x) => x.xxh3,
                     Source::New(_) => xxh3_64(&bytes),
                 };
-                w.write_all(&bytes)?;
                 entries.push((*id, Extent { offset, len, xxh3 }));
                 offset += u64::from(len);
             }

@@ -11,9 +11,10 @@
 //! to their name with `linkat`, which never follows or replaces anything there, or, where
 //! something is there or the file system has no unnamed files, created with `O_CREAT |
 //! O_EXCL | O_NOFOLLOW` under a temporary name and renamed into place with `renameat` (which
-//! replaces a link itself, never what it points to); symlinks are made with `symlinkat`; modes and times are set on open
-//! handles (`fchmod`, `futimens`) or with `AT_SYMLINK_NOFOLLOW`. The target directory itself
-//! is opened following symlinks: naming it is the user's choice.
+//! replaces a link itself, never what it points to); symlinks are made with `symlinkat`;
+//! modes and times are set on open handles (`fchmod`, `futimens`) or with
+//! `AT_SYMLINK_NOFOLLOW`. The target directory itself is opened following symlinks: naming
+//! it is the user's choice.
 //!
 //! Unnamed files are the fast path of a tree restore: of the seven system calls a file cost
 //! by a temporary name (open, write, fchown, fchmod, utimensat, rename, close), the rename was
