@@ -111,6 +111,9 @@ pub struct ReadStats {
     /// Regions decompressed only partway (dump: as far as the chunks it expects) and
     /// decompressed again, whole, for a chunk past that point.
     pub regions_decoded_again: u64,
+    /// Chunks stored in full met again in the same region in memory, whose fingerprint had
+    /// matched there already, so they were not hashed again (restore and dump).
+    pub chunks_verified_before: u64,
 }
 
 impl ReadStats {
@@ -128,6 +131,7 @@ impl ReadStats {
             index_lookups: self.index_lookups + o.index_lookups,
             index_lookups_spared: self.index_lookups_spared + o.index_lookups_spared,
             regions_decoded_again: self.regions_decoded_again + o.regions_decoded_again,
+            chunks_verified_before: self.chunks_verified_before + o.chunks_verified_before,
         }
     }
 }

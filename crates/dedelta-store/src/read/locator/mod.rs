@@ -48,6 +48,19 @@ impl LocatedChunk {
         &self.region[self.range.clone()]
     }
 
+    /// Where the stored bytes lie: their region's allocation and their offset in it. A
+    /// region is never written once made, and a [`Weak`](std::sync::Weak) keeps its
+    /// allocation from being reused for another, so while this is held an equal place
+    /// means the same bytes (see [`Self::is_stored_at`]).
+    pub(crate) fn stored_at(&self) -> (std::sync::Weak<Vec<u8>>, usize) {
+        (Arc::downgrade(&self.region), self.range.start)
+    }
+
+    /// Whether the stored bytes are those at `at` (from [`Self::stored_at`]).
+    pub(crate) fn is_stored_at(&self, at: &(std::sync::Weak<Vec<u8>>, usize)) -> bool {
+        at.1 == self.range.start && std::ptr::eq(at.0.as_ptr(), Arc::as_ptr(&self.region))
+    }
+
     pub(crate) fn corrupt(&self, reason: String) -> Error {
         corrupt(&self.container, &self.id, reason)
     }
