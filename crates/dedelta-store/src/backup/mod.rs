@@ -39,7 +39,8 @@
 //! tree's bases are the parent tree's chunks, and one reader reads each container's
 //! metadata once (in one suffix read) where two readers read it twice or three times. A
 //! tree this client wrote comes from its local tree cache instead (no read; its chunks are
-//! then held as the new tree's bases).
+//! then held as the new tree's bases). The delta and dedup stages are made from the options in
+//! stages.rs, the indexes they look in in indexes.rs.
 //!
 //! Order is kept by sending, for each job, the receiving end of a one-shot channel that the
 //! pool fills: consumers wait for the results in submission order while the pool works on
@@ -75,6 +76,7 @@ mod recent_containers;
 pub mod resemble;
 pub mod rewrite;
 pub mod select;
+mod stages;
 mod store;
 mod tree_writer;
 pub mod unchanged;
@@ -87,7 +89,6 @@ use crate::format::tree::Node;
 use crate::progress::Progress;
 use crate::repository::lock::RepoLock;
 use crate::repository::IndexedRepository;
-use bases::BaseFetcher;
 use crossbeam_channel::{bounded, Receiver};
 use crossbeam_utils::sync::WaitGroup;
 use dedelta_core::chunker::new_chunker;
@@ -98,8 +99,6 @@ use fingerprint::{FingerprintJob, Fingerprinted};
 use fingerprint_index::{ExactIndex, FingerprintIndexKind};
 use metrics::{BackupMetrics, StageTimes};
 pub use options::{BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS};
-use resemble::dupadj::DupAdj;
-use resemble::CandidateSearch;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -264,7 +263,6 @@ pub fn backup(
         let loader = dense_loader.as_ref()?;
         loader.tree_chunks(repo, prefetch_backend.as_ref(), ids)
     };
-    let mut parent_tree = None;
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
     let mut parent = if delta_cfg.enabled() || want_files {
         let want = parent::ParentWants {
@@ -291,69 +289,17 @@ pub fn backup(
         .as_mut()
         .and_then(|p| p.files.take())
         .or_else(|| want_files.then(|| unchanged::ParentFiles::new(&opts.sources)));
-    let parent_tree_chunks = parent
-        .as_mut()
-        .map(|p| std::mem::take(&mut p.tree_chunks))
-        .unwrap_or_default();
-    // The reader that read the parent's tree reads the bases (see parent::Parent); without
-    // deltas it goes now, with its view of the index.
-    let parent_reader = parent
-        .as_mut()
-        .and_then(|p| p.reader.take())
-        .filter(|_| delta_cfg.enabled());
-    let delta_stage = if delta_cfg.enabled() {
-        // Without a parent, DupAdj still walks this backup's own stored stream.
-        let dupadj = delta_cfg.dupadj.then(|| {
-            DupAdj::new(
-                parent
-                    .as_mut()
-                    .and_then(|p| p.recipe.take())
-                    .unwrap_or_default(),
-            )
-        });
-        parent_tree = parent.and_then(|p| p.tree);
-        let sketches = indexes::sketch_index(repo, &delta_cfg, prefetched.as_ref())?;
-        let mut bases = match parent_reader {
-            Some(r) => {
-                BaseFetcher::with_reader(repo, r, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?
-            }
-            None => BaseFetcher::new(repo, delta_cfg.base_cache_bytes, delta_cfg.max_depth)?,
-        };
-        if let Some((p, _)) = &prefetched {
-            bases = bases.only_cached(p.clone());
-        }
-        bases.hold(parent_tree_chunks);
-        let mut stage = DeltaStage::new(
-            delta_cfg,
-            CandidateSearch::new(dupadj, sketches),
-            bases,
-            times.clone(),
-            workers.delta.as_ref(),
-            Some(&workers.pool),
-        )?;
-        if let (true, Some(sk)) = (sketches_misses_only, &sketcher) {
-            stage.sketch_dupadj_misses(sk.clone());
-        }
-        if opts.loopdelta.inversed_delta {
-            stage.inversed_delta();
-        }
-        // Where reads are round trips DupAdj's bases are read ahead of the stream (LoopDelta's
-        // come from its prefetch cache; Capping decides a segment whole; `predict_bases` is
-        // on only with DupAdj and a parent).
-        if repo.reads_are_round_trips() && prefetched.is_none() && opts.rewriting.is_none() {
-            stage.predict_bases();
-        }
-        // LoopDelta's bases come from its prefetch cache only (no local base cache).
-        if let (Some(root), None) = (&opts.cache_dir, &prefetched) {
-            match crate::client::cache::repo_dir(root, &config.id) {
-                Ok(dir) => notices.extend(stage.use_local_cache(dir)),
-                Err(e) => notices.push(format!("{e}; no local base cache")),
-            }
-        }
-        Some(stage)
-    } else {
-        None
-    };
+    let (delta_stage, parent_tree) = stages::delta_stage(
+        repo,
+        delta_cfg,
+        parent,
+        prefetched.as_ref(),
+        &opts,
+        workers,
+        sketcher.as_ref().filter(|_| sketches_misses_only),
+        &times,
+        &mut notices,
+    )?;
     let predicting_bases = delta_stage
         .as_ref()
         .is_some_and(|d: &DeltaStage<'_>| d.predicts_bases());
@@ -398,7 +344,7 @@ pub fn backup(
     let region_buffers = crate::buffers::BufferPool::default();
     let (dedup_result, writer_result) = std::thread::scope(|s| {
         let spawn = |name: &str| std::thread::Builder::new().name(format!("dedelta-{name}"));
-        let mut dedup = DedupStage::new(
+        let dedup = DedupStage::new(
             dedup_index.clone(),
             pack::RegionPacker::new(
                 config.region_size,
@@ -412,20 +358,13 @@ pub fn backup(
             sketcher,
             times.clone(),
         );
-        if let Some(r) = opts.rewriting.take() {
-            dedup = dedup.rewriting(r);
-        }
-        if let Some((p, _)) = &prefetched {
-            dedup = dedup.monitoring(dense::ReuseMonitor::new(p.clone()));
-        }
-        if opts.loopdelta.cache_aware_filter {
-            dedup = dedup.cache_aware_filter();
-        }
-        if prefetched.is_some() {
-            dedup = dedup.looking_ahead(lookahead_bytes);
-        } else if predicting_bases {
-            dedup = dedup.looking_ahead(BASE_READ_AHEAD_BYTES);
-        }
+        let dedup = stages::dedup_options(
+            dedup,
+            &mut opts,
+            prefetched.as_ref(),
+            lookahead_bytes,
+            predicting_bases,
+        );
         let mut tree = tree_writer::TreeWriter::new(chunker.as_ref(), parent_tree)
             .hashing_with(repo.chunk_hasher());
         if tree_cache.is_some() {
