@@ -68,8 +68,13 @@ pub enum Error {
         reason: String,
     },
     /// A chunk that a snapshot needs is not in the index.
-    #[error("chunk {0} is missing from the repository (try `dedelta repair index`, then `dedelta check`)")]
-    ChunkMissing(String),
+    #[error("chunk {chunk} is missing from the repository ({advice})")]
+    ChunkMissing {
+        /// Chunk id (hex).
+        chunk: String,
+        /// What to do about it ([`Error::chunk_missing`] gives the usual advice).
+        advice: String,
+    },
     /// No snapshot matches.
     #[error("no snapshot matches {0:?}")]
     SnapshotNotFound(String),
@@ -176,6 +181,15 @@ impl Error {
         match self {
             Error::Io { cause, .. } => Some(cause),
             _ => None,
+        }
+    }
+
+    /// A chunk missing from the index, with the usual advice: the index may lag behind the
+    /// containers.
+    pub fn chunk_missing(chunk: impl Into<String>) -> Self {
+        Error::ChunkMissing {
+            chunk: chunk.into(),
+            advice: "try `dedelta repair index`, then `dedelta check`".into(),
         }
     }
 

@@ -138,7 +138,7 @@ impl<'a> ChunkReader<'a> {
     pub fn read_base(&mut self, id: &ChunkId) -> Result<Option<Vec<u8>>> {
         match self.read(id, 0) {
             Ok(bytes) => Ok(Some(bytes)),
-            Err(Error::ChunkMissing(_)) => Ok(None),
+            Err(Error::ChunkMissing { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }

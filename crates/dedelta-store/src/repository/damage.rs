@@ -118,6 +118,14 @@ impl DamageSet {
         self.containers.contains_key(container)
     }
 
+    /// The containers recorded as damaged whole (their metadata could not be read, so which
+    /// chunks they held is not known), in order.
+    pub fn whole_containers(&self) -> Vec<ContainerId> {
+        let mut v: Vec<ContainerId> = self.containers.keys().copied().collect();
+        v.sort();
+        v
+    }
+
     /// Every container with a recorded damage.
     pub fn containers(&self) -> HashSet<ContainerId> {
         self.containers

@@ -682,3 +682,36 @@ fn a_backup_that_writes_a_damaged_container_again_clears_its_records() {
     assert!(env.repo.take_notices().is_empty());
     assert_eq!(env.restore(&second.snapshot_id).unwrap(), files);
 }
+
+/// A chunk lost with a container whose metadata cannot be read (check records the container
+/// whole, not knowing which chunks it held) is named as such, with the repairs that help.
+/// Prune used to refuse with "try `dedelta repair index`", which cannot bring it back: a
+/// campaign episode (seed 1271070462) had prune give that advice five times in a row.
+#[test]
+fn a_chunk_lost_with_an_unreadable_container_names_it_and_the_repairs() {
+    let mut env = Env::new(false);
+    env.write(&files([("a.txt", text(30_000, 1))]));
+    let id = env.backup().snapshot_id;
+    let tree = env.snapshot(&id).tree.chunks[0];
+    let c = env.repo.index().get(&tree).unwrap().unwrap().container;
+    // The footer's metadata offset: the metadata can no longer be found.
+    let path = env.container_path(&c);
+    let mut b = fs::read(&path).unwrap();
+    let at = b.len() - FOOTER_LEN + 1;
+    b[at] ^= 0x04;
+    fs::write(&path, b).unwrap();
+    env.check(true);
+    let (recorded, _) = DamageSet::load(env.repo.backend().as_ref()).unwrap();
+    assert_eq!(recorded.whole_containers(), vec![c]);
+
+    let lock = env.repo.lock(&me()).unwrap();
+    let err = prune::prune(&env.repo, &lock, &Default::default(), &NoProgress)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&c.to_hex())
+            && err.contains("repair snapshots")
+            && !err.contains("repair index"),
+        "{err}"
+    );
+}

@@ -519,7 +519,7 @@ fn read_recorded_copy(
     chunk: &ChunkId,
     depth: u8,
 ) -> Result<Vec<u8>> {
-    let container = recorded(chunk).ok_or_else(|| Error::ChunkMissing(chunk.to_hex()))?;
+    let container = recorded(chunk).ok_or_else(|| Error::chunk_missing(chunk.to_hex()))?;
     let name = container.to_hex();
     let what = format!("container {name}");
     let file = backend.get(FileKind::Container, &name)?;

@@ -570,18 +570,22 @@ impl<'a> ChunkLocator<'a> {
                     Ok(c) => Ok(c),
                     Err(Located::Gone(_)) => Err(gone(&first, id)),
                     // No longer indexed: the chunk itself was pruned since our first view.
-                    Err(Located::Failed(Error::ChunkMissing(_))) => Err(gone(&first, id)),
+                    Err(Located::Failed(Error::ChunkMissing { .. })) => Err(gone(&first, id)),
                     Err(Located::Failed(e)) => Err(e),
                 }
             }
-            Err(Located::Failed(Error::ChunkMissing(hex))) => Err(self.missing(id, hex)),
+            Err(Located::Failed(Error::ChunkMissing { chunk, .. })) => Err(self.missing(id, chunk)),
             Err(Located::Failed(e)) => Err(e),
             Ok(c) => Ok(c),
         }
     }
 
     /// The error for a chunk the index does not hold: corruption if `check` recorded its copy
-    /// as damaged (it took the copy out of the index), else [`Error::ChunkMissing`].
+    /// as damaged (it took the copy out of the index), else [`Error::ChunkMissing`], whose
+    /// advice names the containers recorded as damaged whole if there are any: `check` took
+    /// their copies out of the index without knowing which chunks they held (their metadata
+    /// cannot be read), so such a chunk is missing for that reason, and `repair index` cannot
+    /// bring it back.
     fn missing(&mut self, id: &ChunkId, hex: String) -> Error {
         if self.damage.is_none() {
             // Without readable records the plain "missing" is still true.
@@ -591,16 +595,34 @@ impl<'a> ChunkLocator<'a> {
                     .unwrap_or_default(),
             );
         }
-        match self.damage.as_ref().and_then(|d| d.chunk_damage(id)) {
-            Some((container, reason)) => corrupt(
+        let Some(damage) = &self.damage else {
+            return Error::chunk_missing(hex);
+        };
+        if let Some((container, reason)) = damage.chunk_damage(id) {
+            return corrupt(
                 &container,
                 id,
                 format!(
                     "recorded as damaged by check ({reason}); back up the file again, or run \
                      `dedelta repair snapshots`"
                 ),
-            ),
-            None => Error::ChunkMissing(hex),
+            );
+        }
+        let whole = damage.whole_containers();
+        match whole.first() {
+            None => Error::chunk_missing(hex),
+            Some(first) => Error::ChunkMissing {
+                chunk: hex,
+                advice: format!(
+                    "it may have been in a container recorded as damaged whole by check, whose \
+                     metadata cannot be read: {first}{}; back up its files again, or run \
+                     `dedelta repair packs`, then `dedelta repair snapshots`",
+                    match whole.len() - 1 {
+                        0 => String::new(),
+                        n => format!(" (and {n} more)"),
+                    }
+                ),
+            },
         }
     }
 
@@ -612,7 +634,7 @@ impl<'a> ChunkLocator<'a> {
     ) -> std::result::Result<LocatedChunk, Located> {
         let loc = self
             .location(id, rule)?
-            .ok_or_else(|| Error::ChunkMissing(id.to_hex()))?;
+            .ok_or_else(|| Error::chunk_missing(id.to_hex()))?;
         let bad = |e: Error| match e {
             Error::ObjectMissing { .. } => Located::Gone(loc.container),
             e => Located::Failed(corrupt(&loc.container, id, e.to_string())),
