@@ -820,8 +820,9 @@ impl World {
     /// For a failure's message: where the chunks `report` names as missing from the index
     /// are stored (every copy in a listed container: entry kind, base and whether the index
     /// names that base), which containers the index has taken in, and the damage records.
-    /// Seed 696826238 failed once at step 239 with such chunks after a client switch, and
-    /// did not again in 40 replays: the next failure should say more.
+    /// Seed 696826238 failed so at step 239 after a client switch (and at step 235 in one of
+    /// 40 replays); without this the log did not say why (`clients::an_index_takes_in_dead_
+    /// chunks_another_client_made_live_again` has the cause).
     fn whereabouts(&self, report: &CheckReport) -> String {
         let missing: BTreeSet<String> = report
             .problems

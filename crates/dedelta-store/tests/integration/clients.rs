@@ -260,3 +260,36 @@ impl RestoreFails for IndexedRepository {
         }
     }
 }
+
+/// Client b's prune leaves dead chunks in a container it keeps, and drops them from its own
+/// index; client a, whose index is built from the containers, names them, and its next
+/// backup of that content deduplicates against them. b's index, catching up, must name them
+/// again, or b cannot restore a's snapshot ("missing from the index"; campaign seed
+/// 696826238, step 239, and a replay of it at step 235). Fixed in prune, which now keeps
+/// dead chunks indexed where their copies stay.
+#[test]
+fn an_index_takes_in_dead_chunks_another_client_made_live_again() {
+    let t = TwoClients::new();
+    let (a_part, x_part, b_part) = (text(60_000, 11), text(40_000, 12), text(60_000, 13));
+    let with_x = files([("f", [a_part.clone(), x_part, b_part.clone()].concat())]);
+    let without_x = files([("f", [a_part, b_part].concat())]);
+    let first = t.backup("b", &with_x, 0);
+    t.backup("b", &without_x, 1);
+    let b = t.open("b");
+    let pruned = locked(&b, &me(), |lock| {
+        forget_ids(&b, lock, std::slice::from_ref(&first))?;
+        prune_with(&b, lock, 1.0, false)
+    })
+    .unwrap();
+    assert!(
+        pruned.plan.dead_chunks > 0 && pruned.plan.keep > 0,
+        "{pruned:?}"
+    );
+    drop(b);
+    // a's first open builds its index from the containers: the dead chunks are in it.
+    let again = t.backup("a", &with_x, 2);
+    assert_eq!(t.restore("a", &again), with_x);
+    assert_eq!(t.restore("b", &again), with_x);
+    let report = t.check("b");
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}

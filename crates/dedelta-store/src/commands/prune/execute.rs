@@ -89,9 +89,10 @@ pub(super) fn execute(
     // (those in rewritten containers were indexed as copied), before the containers of the
     // full copies they replace can go.
     promote_in_index(repo, work, &index)?;
-    // 2. Forget dead chunks in the index before any container disappears.
+    // 2. Forget dead chunks whose copies go (and deltas on them) before any container
+    // disappears; dead chunks in containers kept stay indexed (see `PruneWork::unindexed`).
     repo.index()
-        .remove_chunks_trimming(&work.dead, &work.trimmed)?;
+        .remove_chunks_trimming(&work.unindexed, &work.trimmed)?;
     // 3. Delete old containers.
     let mut deleted = Vec::new();
     for cid in plan.delete.iter().chain(plan.rewrite.iter()) {

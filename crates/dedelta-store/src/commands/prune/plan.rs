@@ -29,8 +29,15 @@ struct EntryInfo {
 pub(super) struct PruneWork {
     /// Chunks that stay (referenced, or bases of live deltas).
     pub live: HashSet<ChunkId>,
-    /// Indexed chunks no snapshot needs.
-    pub dead: HashSet<ChunkId>,
+    /// Dead chunks (indexed, and needed by no snapshot) that leave the index: those whose
+    /// copy goes with its container (deleted or rewritten), and dead deltas whose base
+    /// leaves it. A dead chunk whose copy stays in a container kept stays indexed, as an
+    /// index rebuilt from the containers (another client's) names it: when this client's
+    /// index dropped it, another client's next backup could deduplicate against it, and
+    /// this client, catching up with only the containers added since, could not restore
+    /// that snapshot (campaign seed 696826238; test
+    /// `clients::an_index_takes_in_dead_chunks_another_client_made_live_again`).
+    pub unindexed: HashSet<ChunkId>,
     /// Containers whose live entries are copied forward.
     pub rewrite: HashSet<ContainerId>,
     /// Containers kept whose metadata lists a dead chunk in a copy the index does not name
@@ -204,13 +211,14 @@ pub(super) fn plan(
     }
     plan.dead_chunks = dead.len() as u64;
     let deleted: HashSet<&ContainerId> = plan.delete.iter().collect();
+    let unindexed = leaving_the_index(&metas, &dead, &deleted, &rewrite, &index)?;
     let trimmed = metas
         .iter()
         .filter(|(cid, _, _)| !rewrite.contains(cid) && !deleted.contains(cid))
         .filter(|(_, _, entries)| {
             entries
                 .iter()
-                .any(|(e, indexed)| !*indexed && dead.contains(&e.id))
+                .any(|(e, indexed)| !*indexed && unindexed.contains(&e.id))
         })
         .map(|(cid, _, _)| *cid)
         .collect();
@@ -218,12 +226,55 @@ pub(super) fn plan(
         plan,
         PruneWork {
             live,
-            dead,
+            unindexed,
             rewrite,
             trimmed,
             promoted,
         },
     ))
+}
+
+/// The dead chunks that leave the index (see [`PruneWork::unindexed`]): those whose indexed
+/// copy is in a container `deleted` or in `rewrite`, then, down delta chains, those whose
+/// indexed copy is a delta on a chunk that leaves it or that the index does not name.
+fn leaving_the_index(
+    metas: &[ContainerEntries],
+    dead: &HashSet<ChunkId>,
+    deleted: &HashSet<&ContainerId>,
+    rewrite: &HashSet<ContainerId>,
+    index: &crate::client::index::IndexReader,
+) -> Result<HashSet<ChunkId>> {
+    let mut leaving: HashSet<ChunkId> = HashSet::new();
+    let mut kept_deltas: Vec<(ChunkId, ChunkId)> = Vec::new();
+    for (cid, _, entries) in metas {
+        let goes = deleted.contains(cid) || rewrite.contains(cid);
+        for (e, indexed) in entries {
+            if !*indexed || !dead.contains(&e.id) {
+                continue;
+            }
+            match e.base {
+                _ if goes => {
+                    leaving.insert(e.id);
+                }
+                Some(base) if index.get(&base)?.is_none() => {
+                    leaving.insert(e.id);
+                }
+                Some(base) => kept_deltas.push((e.id, base)),
+                None => {}
+            }
+        }
+    }
+    loop {
+        let before = leaving.len();
+        for (id, base) in &kept_deltas {
+            if leaving.contains(base) {
+                leaving.insert(*id);
+            }
+        }
+        if leaving.len() == before {
+            return Ok(leaving);
+        }
+    }
 }
 
 /// Inversed deltas (LoopDelta §4.5, GC as §4.6) that become the copy of their chunk S, so
