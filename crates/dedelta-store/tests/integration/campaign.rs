@@ -47,7 +47,8 @@
 //! `DEDELTA_CAMPAIGN_SECONDS` runs episodes (seed, seed+1, ...) until the budget is spent;
 //! `DEDELTA_CAMPAIGN_LOG=1` prints the operation log of passing episodes too;
 //! `DEDELTA_CAMPAIGN_STRICT_INDEX=1` also checks at every reopen that the caught-up index names
-//! the same chunks as one built afresh (see `index_as_rebuilt`; it still fails, on check).
+//! the same chunks as one built afresh (see `index_as_rebuilt`; it still fails, at least on
+//! check's removal of damaged copies).
 
 use crate::support::{
     backup_options, backup_with, config, gone, locked, me, noise, panic_message, prune_with,
