@@ -47,8 +47,7 @@
 //! `DEDELTA_CAMPAIGN_SECONDS` runs episodes (seed, seed+1, ...) until the budget is spent;
 //! `DEDELTA_CAMPAIGN_LOG=1` prints the operation log of passing episodes too;
 //! `DEDELTA_CAMPAIGN_STRICT_INDEX=1` also checks at every reopen that the caught-up index names
-//! the same chunks as one built afresh (see `index_as_rebuilt`; it still fails, at least on
-//! check's removal of damaged copies).
+//! the same chunks as one built afresh (see `index_as_rebuilt`).
 
 use crate::support::{
     backup_options, backup_with, config, gone, locked, me, noise, panic_message, prune_with,
@@ -1869,9 +1868,9 @@ fn index_caught_up(repo: &IndexedRepository) -> Outcome {
 /// The index names the same chunks as one built afresh from the containers (a client
 /// opening the repository for the first time): an index that names fewer cannot restore
 /// what another client's backup deduplicated against (seed 696826238, fixed in prune).
-/// Only with `DEDELTA_CAMPAIGN_STRICT_INDEX=1`: check's removal of damaged copies still
-/// breaks it (seed 25482355068, step 24: a fresh index names another copy of a chunk whose
-/// indexed copy check recorded as damaged; docs/reliability.md, "Open").
+/// Only with `DEDELTA_CAMPAIGN_STRICT_INDEX=1` (a rebuild at every reopen): it found check's
+/// removal of damaged copies (seed 25482355068, step 24: a fresh index named another copy of
+/// a chunk whose indexed copy check recorded as damaged), fixed since.
 fn index_as_rebuilt(w: &World) -> Outcome {
     let ids = |repo: &IndexedRepository| -> Result<BTreeSet<String>, String> {
         let mut ids = BTreeSet::new();

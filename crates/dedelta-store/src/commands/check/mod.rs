@@ -300,18 +300,25 @@ pub fn check(
                     });
                     return Ok(());
                 }
-                // Only the copy the index points at is used; other copies (garbage a prune
-                // has not removed yet, or copies recorded as damaged) cannot harm a restore.
+                // Only the copy the index points at is used now, so only its damage is a
+                // problem; but every damaged copy is recorded: an index built afresh from the
+                // containers (a rebuild, another client's) may name another copy of a chunk,
+                // and must not name a damaged one (see step 6).
+                let Err(reason) = verdict else {
+                    return Ok(());
+                };
                 let indexed_here = index
                     .get(&e.id)?
                     .is_some_and(|l| l.container == cid && l.entry == i);
-                if let (Err(reason), true) = (verdict, indexed_here) {
+                if indexed_here {
                     report.problem(
                         None,
                         None,
                         format!("corrupt chunk {} in container {name}: {reason}", e.id),
                     );
                     bad_chunks.insert(e.id, reason.clone());
+                }
+                if !damage.copy_recorded(&cid, &e.id) {
                     found.push(DamagedCopy {
                         container: cid,
                         chunk: Some(e.id),
@@ -424,16 +431,17 @@ pub fn check(
                 copies: found.clone(),
             },
         )?;
-        let mut out_of_index: HashSet<ChunkId> = found.iter().filter_map(|c| c.chunk).collect();
-        if !damaged_whole.is_empty() {
-            repo.index().for_each(|id, loc| {
-                if damaged_whole.contains(&loc.container) {
-                    out_of_index.insert(id);
-                }
-            })?;
+        // The index is rebuilt rather than the damaged copies taken out of it: where a chunk
+        // has another copy (a garbage one, or one stored again), an index built afresh names
+        // it, and every client's index must agree with one built afresh, or another client's
+        // backup deduplicates against a copy this client's index left out, and this client,
+        // catching up with the containers added since, cannot restore that snapshot (see
+        // prune's `leaving_the_index` for the same rule). Every damaged copy is recorded
+        // (step 4), so the rebuild names none.
+        let rebuilt = crate::commands::repair::rebuild_index(repo, &mut |_| {})?;
+        for p in rebuilt.problems {
+            report.problem(None, None, format!("index rebuild: {p}"));
         }
-        repo.index().remove_chunks(&out_of_index)?;
-        repo.index_applies_damage_records()?;
     }
     if found.is_empty() && !damage.is_empty() {
         report.notices.push(format!(
