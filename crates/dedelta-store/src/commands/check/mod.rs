@@ -318,13 +318,12 @@ pub fn check(
                     );
                     bad_chunks.insert(e.id, reason.clone());
                 }
-                if !damage.copy_recorded(&cid, &e.id) {
-                    found.push(DamagedCopy {
-                        container: cid,
-                        chunk: Some(e.id),
-                        reason,
-                    });
-                }
+                // Copies recorded already are dropped from `found` in step 6.
+                found.push(DamagedCopy {
+                    container: cid,
+                    chunk: Some(e.id),
+                    reason,
+                });
                 Ok(())
             })?;
             for msg in flaky {
