@@ -715,3 +715,36 @@ fn a_chunk_lost_with_an_unreadable_container_names_it_and_the_repairs() {
         "{err}"
     );
 }
+
+/// A chunk whose indexed copy check finds damaged, while another copy of it is intact, is
+/// named at the intact copy afterwards, as an index built afresh names it: check used to take
+/// the chunk out of its index, so this client could not restore what another client, whose
+/// index named the intact copy, deduplicated against it (found by the campaign with
+/// `DEDELTA_CAMPAIGN_STRICT_INDEX=1`, seed 25482355068).
+#[test]
+fn a_damaged_copy_gives_way_to_an_intact_one() {
+    let mut env = Env::new(false);
+    let v = files([("f.bin", noise(120_000, 31))]);
+    env.write(&v);
+    let first = env.backup().snapshot_id;
+    let c1 = env.container_of(&first, "f.bin");
+    let path1 = env.container_path(&c1);
+    let whole1 = fs::read(&path1).unwrap();
+    // f's chunks stored twice: damaged, recorded, stored again, then the first copy healed.
+    damage_first_region(&path1);
+    assert!(!env.check(true).damage_recorded.is_empty());
+    let second = env.backup().snapshot_id;
+    let c2 = env.container_of(&second, "f.bin");
+    fs::write(&path1, &whole1).unwrap();
+    let report = env.check(true);
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    // Now the copy the index names is damaged; the other one is intact.
+    let named = env.container_of(&second, "f.bin");
+    let other = if named == c1 { c2 } else { c1 };
+    assert_ne!(c1, c2, "test needs two copies");
+    damage_first_region(&env.container_path(&named));
+    env.check(true);
+    assert_eq!(env.container_of(&first, "f.bin"), other);
+    assert_eq!(env.restore(&first).unwrap(), v);
+    assert_eq!(env.restore(&second).unwrap(), v);
+}
