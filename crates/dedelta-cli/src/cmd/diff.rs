@@ -80,7 +80,7 @@ pub fn run(args: DiffArgs) -> Result<u8> {
     outln!("added:    {}", side(&rep.added));
     outln!("removed:  {}", side(&rep.removed));
     outln!(
-        "changed:  {} files, {} with metadata only",
+        "changed:  {} files in content, {} nodes in metadata only",
         rep.changed_files,
         rep.metadata_changed
     );

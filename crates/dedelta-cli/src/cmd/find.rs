@@ -79,14 +79,25 @@ fn rfc3339(secs: i64, nanos: u32) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
-/// `ls -l`'s type letter and permission string, e.g. `-rw-r--r--`.
+/// `ls -l`'s type letter and permission string, e.g. `-rw-r--r--`, with the set-user-id,
+/// set-group-id and sticky bits in the execute places as `ls` shows them (`s`/`S`, `t`/`T`).
 pub fn permissions(n: &Node) -> String {
     let mut s = String::from(super::ls::kind_char(n.kind));
-    for shift in [6, 3, 0] {
+    // (shift of the rwx triple, its special bit, the letter with and without execute)
+    for (shift, special, letters) in [
+        (6, 0o4000, ('s', 'S')),
+        (3, 0o2000, ('s', 'S')),
+        (0, 0o1000, ('t', 'T')),
+    ] {
         let bits = (n.mode >> shift) & 7;
         s.push(if bits & 4 != 0 { 'r' } else { '-' });
         s.push(if bits & 2 != 0 { 'w' } else { '-' });
-        s.push(if bits & 1 != 0 { 'x' } else { '-' });
+        s.push(match (bits & 1 != 0, n.mode & special != 0) {
+            (true, false) => 'x',
+            (false, false) => '-',
+            (true, true) => letters.0,
+            (false, true) => letters.1,
+        });
     }
     s
 }
@@ -190,6 +201,7 @@ pub fn run(args: FindArgs) -> Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dedelta_store::format::tree::NodeKind;
 
     #[test]
     fn times_parse_in_restic_forms() {
@@ -201,5 +213,30 @@ mod tests {
         assert_eq!(parse_time("2026-11-24", true).unwrap() - start, 86_399);
         assert_eq!(parse_time("2026-11-24 00:01", false).unwrap() - start, 60);
         assert!(parse_time("24.11.2026", false).is_err());
+    }
+
+    /// Found as a set-user-id file showing `-rwxr-xr-x`, which hid the bit.
+    #[test]
+    fn permissions_show_the_special_bits_as_ls_does() {
+        let node = |kind, mode| Node {
+            path: b"f".to_vec(),
+            kind,
+            mode,
+            mtime_secs: 0,
+            mtime_nanos: 0,
+            size: 0,
+            target: Vec::new(),
+            meta: Default::default(),
+        };
+        for (kind, mode, want) in [
+            (NodeKind::File, 0o100644, "-rw-r--r--"),
+            (NodeKind::File, 0o104755, "-rwsr-xr-x"),
+            (NodeKind::File, 0o102644, "-rw-r-Sr--"),
+            (NodeKind::Dir, 0o41777, "drwxrwxrwt"),
+            (NodeKind::Dir, 0o41776, "drwxrwxrwT"),
+            (NodeKind::File, 0o106711, "-rws--s--x"),
+        ] {
+            assert_eq!(permissions(&node(kind, mode)), want, "{mode:o}");
+        }
     }
 }
