@@ -11,7 +11,6 @@ use crate::format::tree::NodeKind;
 use crate::progress::Progress;
 use crate::read::walk_tree_restoring;
 use crate::repository::IndexedRepository;
-use dedelta_core::ChunkId;
 use std::collections::HashSet;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -72,6 +71,8 @@ pub(super) fn verify(
     let mut verified = 0u64;
     let mut problems = Vec::new();
     let mut buf = Vec::new();
+    // An encrypted repository's chunk ids are keyed hashes: plain BLAKE3 differs from every one.
+    let hasher = repo.chunk_hasher();
     walk_tree_restoring(repo, snapshot, |node, chunks| {
         if node.kind != NodeKind::File
             || !selector.selects(&node.path)
@@ -86,7 +87,7 @@ pub(super) fn verify(
                 buf.resize(c.len as usize, 0);
                 f.read_exact(&mut buf)
                     .map_err(|e| format!("shorter than the snapshot's (chunk {i}): {e}"))?;
-                if ChunkId::of(&buf) != c.id {
+                if hasher.id(&buf) != c.id {
                     return Err(format!("content differs from the snapshot's in chunk {i}"));
                 }
             }
