@@ -71,9 +71,8 @@ pub fn origin() -> KeyOrigin {
     KeyOrigin {
         created: super::now_rfc3339(),
         host: super::host(),
-        username: std::env::var("USER")
-            .or_else(|_| std::env::var("LOGNAME"))
-            .unwrap_or_else(|_| "unknown".into()),
+        username: dedelta_store::repository::lock::current_user()
+            .unwrap_or_else(|| "unknown".into()),
     }
 }
 
