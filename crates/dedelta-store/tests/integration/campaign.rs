@@ -836,6 +836,12 @@ impl World {
                     .then(|| hex.to_string())
             })
             .collect();
+        self.whereabouts_of(&missing)
+    }
+
+    /// Where the chunks `missing` (hex ids) are stored, whether the index took their
+    /// containers in and names their bases, and the damage records.
+    fn whereabouts_of(&self, missing: &BTreeSet<String>) -> String {
         if missing.is_empty() {
             return String::new();
         }
@@ -1888,15 +1894,16 @@ fn index_as_rebuilt(w: &World) -> Outcome {
     let (have, want) = (ids(w.repo())?, ids(&fresh)?);
     drop(fresh);
     let _ = fs::remove_dir_all(fresh_path.parent().unwrap());
-    let missing: Vec<&String> = want.difference(&have).collect();
+    let missing: BTreeSet<String> = want.difference(&have).cloned().collect();
     let extra: Vec<&String> = have.difference(&want).collect();
     ensure!(
         missing.is_empty() && extra.is_empty(),
-        "the caught-up index differs from a fresh one: {} missing (first {:?}), {} extra (first {:?})",
+        "the caught-up index differs from a fresh one: {} missing (first {:?}), {} extra (first {:?}){}",
         missing.len(),
         missing.first(),
         extra.len(),
-        extra.first()
+        extra.first(),
+        w.whereabouts_of(&missing)
     );
     Ok(())
 }

@@ -327,6 +327,35 @@ fn assert_consistent(repo: &IndexedRepository, model: &Model, trial: &Trial, whe
     }
 }
 
+/// The index `repo` caught up after a crash names the same chunks as one built afresh from the
+/// containers, as another client's would be: an index naming fewer cannot restore what such a
+/// client's backup deduplicated against (a prune crashed between taking dead chunks out of the
+/// index and deleting their containers left them named by a fresh index only).
+fn assert_index_as_rebuilt(t: &Trial, repo: &IndexedRepository, when: &str) {
+    let ids = |r: &IndexedRepository| {
+        let mut ids = BTreeSet::new();
+        r.index()
+            .for_each(|id, _| {
+                ids.insert(id.to_hex());
+            })
+            .unwrap();
+        ids
+    };
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = Repository::open(t.fault.clone(), fresh_dir.path().join("chunks.idx"))
+        .and_then(Repository::open_index)
+        .unwrap_or_else(|e| panic!("{when}: a fresh index: {e}"));
+    let (have, want) = (ids(repo), ids(&fresh));
+    assert_eq!(
+        (
+            want.difference(&have).collect::<Vec<_>>(),
+            have.difference(&want).collect::<Vec<_>>()
+        ),
+        (vec![], vec![]),
+        "{when}: chunks a fresh index names and this one does not, and the other way round"
+    );
+}
+
 /// After a fault: a new backup works and restores, and check still passes.
 fn assert_takes_new_backups(repo: &IndexedRepository, trial: &Trial, n: u64, when: &str) {
     let files = tree(n);
@@ -603,6 +632,7 @@ fn inversed_prune_crashed_at_every_write() {
         0,
         prune,
         |t, repo, _, _, when| {
+            assert_index_as_rebuilt(t, repo, when);
             assert_consistent(repo, &base.model, t, when);
             prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
             assert_consistent(repo, &base.model, t, when);
@@ -737,27 +767,34 @@ fn prune_crash_at_every_write(store: Store) {
         "{plan:?}"
     );
     let prune = |repo: &IndexedRepository, _: &Trial| prune_all(repo, &gone(), false).map(|_| ());
-    let trials = at_every_crash_point(
-        &base,
-        store,
-        "prune",
-        &log,
-        0,
-        prune,
-        |t, repo, _, _, when| {
-            assert_consistent(repo, &base.model, t, when);
-            // The next prune finishes the job: nothing is left to delete or rewrite.
-            prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
-            let again = prune_all(repo, &me(), true).unwrap();
-            assert!(
-                again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
-                "{when}: a prune after the next one still plans {:?}",
-                again.plan
-            );
-            assert_consistent(repo, &base.model, t, when);
-            assert_takes_new_backups(repo, t, 9, when);
-        },
-    );
+    // Every crash point reopened both with the index kept and rebuilt: a crash at the first
+    // container deletion, with the index kept, is where the index lacked the dead chunks of
+    // containers still there.
+    let mut trials = 0;
+    for rebuild_parity in [0, 1] {
+        trials += at_every_crash_point(
+            &base,
+            store,
+            "prune",
+            &log,
+            rebuild_parity,
+            prune,
+            |t, repo, _, _, when| {
+                assert_index_as_rebuilt(t, repo, when);
+                assert_consistent(repo, &base.model, t, when);
+                // The next prune finishes the job: nothing is left to delete or rewrite.
+                prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+                let again = prune_all(repo, &me(), true).unwrap();
+                assert!(
+                    again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
+                    "{when}: a prune after the next one still plans {:?}",
+                    again.plan
+                );
+                assert_consistent(repo, &base.model, t, when);
+                assert_takes_new_backups(repo, t, 9, when);
+            },
+        );
+    }
     println!("{store:?}: {trials} prune crash points verified");
 }
 

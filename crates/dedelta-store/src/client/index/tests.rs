@@ -505,7 +505,9 @@ fn the_fingerprint_filter_follows_the_index() {
     index.insert_container(b, &meta_b).unwrap();
     let other = ContainerId([9; 32]);
     let dead_b: HashSet<ChunkId> = [meta_b.entries[0].id].into();
-    index.remove_chunks_trimming(&dead_b, &[other]).unwrap();
+    index
+        .remove_chunks_trimming(&dead_b, &[other], &[])
+        .unwrap();
     let r = index.reader().unwrap();
     assert_eq!(r.trust(&b), Trust::Nothing);
     // `other` has no slot: nothing to mark, and an unknown container is never prefetched.

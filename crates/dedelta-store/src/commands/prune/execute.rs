@@ -91,27 +91,25 @@ pub(super) fn execute(
     promote_in_index(repo, work, &index)?;
     // 2. Forget dead chunks whose copies go (and deltas on them) before any container
     // disappears; dead chunks in containers kept stay indexed (see `PruneWork::unindexed`).
-    repo.index()
-        .remove_chunks_trimming(&work.unindexed, &work.trimmed)?;
-    // 3. Delete old containers.
-    let mut deleted = Vec::new();
-    for cid in plan.delete.iter().chain(plan.rewrite.iter()) {
-        if !written.contains(cid) {
-            backend.delete(FileKind::Container, &cid.to_hex())?;
-            deleted.push(*cid);
-        }
-    }
-    repo.index().forget_containers(&deleted)?;
-    // 4. Dense container lists (LoopDelta §4.6): removed containers leave them. Rewritten
-    // containers too: their live chunks moved to new containers no list names yet, which
-    // the next backup lists again if it references them densely.
-    let removed: HashSet<ContainerId> = plan
+    // The containers about to go are forgotten in the same commit: if this process dies
+    // before deleting one, the next open takes it in again, as an index built afresh would.
+    let going: Vec<ContainerId> = plan
         .delete
         .iter()
         .chain(plan.rewrite.iter())
         .filter(|c| !written.contains(c))
         .copied()
         .collect();
+    repo.index()
+        .remove_chunks_trimming(&work.unindexed, &work.trimmed, &going)?;
+    // 3. Delete old containers.
+    for cid in &going {
+        backend.delete(FileKind::Container, &cid.to_hex())?;
+    }
+    // 4. Dense container lists (LoopDelta §4.6): removed containers leave them. Rewritten
+    // containers too: their live chunks moved to new containers no list names yet, which
+    // the next backup lists again if it references them densely.
+    let removed: HashSet<ContainerId> = going.into_iter().collect();
     let live = repo
         .snapshots()?
         .snapshots
