@@ -456,6 +456,7 @@ fn backup_at_every_crash_point(
         1,
         backup,
         |t, repo, n, effect, when| {
+            assert_index_as_rebuilt(t, repo, when);
             // The snapshot exists exactly when its write happened.
             let written = n as usize > snapshot_write
                 || (n as usize == snapshot_write && effect == CrashEffect::Durable);
@@ -624,20 +625,23 @@ fn inversed_prune_crashed_at_every_write() {
     let plan = plan.unwrap();
     assert!(plan.inversed_promoted > 0, "{plan:?}");
     let prune = |repo: &IndexedRepository, _: &Trial| prune_all(repo, &gone(), false).map(|_| ());
-    let trials = at_every_crash_point(
-        &base,
-        Store::Memory,
-        "inversed prune",
-        &log,
-        0,
-        prune,
-        |t, repo, _, _, when| {
-            assert_index_as_rebuilt(t, repo, when);
-            assert_consistent(repo, &base.model, t, when);
-            prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
-            assert_consistent(repo, &base.model, t, when);
-        },
-    );
+    let mut trials = 0;
+    for rebuild_parity in [0, 1] {
+        trials += at_every_crash_point(
+            &base,
+            Store::Memory,
+            "inversed prune",
+            &log,
+            rebuild_parity,
+            prune,
+            |t, repo, _, _, when| {
+                assert_index_as_rebuilt(t, repo, when);
+                assert_consistent(repo, &base.model, t, when);
+                prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+                assert_consistent(repo, &base.model, t, when);
+            },
+        );
+    }
     println!("{trials} inversed prune crash points verified");
 }
 
