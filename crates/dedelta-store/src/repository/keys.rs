@@ -193,6 +193,28 @@ impl Repository {
         Self::init_encrypted_on(raw, config, cache_root, password, kdf, origin)
     }
 
+    /// Creates an encrypted repository on `raw`, any backend holding no config yet (tests
+    /// put fault injectors and memory backends under one); see
+    /// [`Self::init_local_encrypted`].
+    pub fn init_encrypted(
+        raw: Arc<dyn Backend>,
+        config: RepoConfig,
+        cache_root: &Path,
+        password: &str,
+        kdf: KdfParams,
+        origin: &KeyOrigin,
+    ) -> Result<Self> {
+        let config = config.encrypted();
+        config.validate()?;
+        if raw.exists(FileKind::Config, "config")? {
+            return Err(Error::RepoExists(raw.location().into()));
+        }
+        if password.is_empty() {
+            return Err(Error::InvalidOption("an empty password".into()));
+        }
+        Self::init_encrypted_on(raw, config, cache_root, password, kdf, origin)
+    }
+
     /// Writes a new master key (in one key file under `password`) and the sealed config
     /// `config` (already [`RepoConfig::encrypted`] and validated) to `raw`.
     fn init_encrypted_on(

@@ -30,6 +30,7 @@ use dedelta_store::commands::backup::rewrite::Capping;
 use dedelta_store::commands::backup::BackupOptions;
 use dedelta_store::commands::backup::{FingerprintIndexKind, FingerprintIndexOptions};
 use dedelta_store::commands::{prune, restore};
+use dedelta_store::crypto::{KdfParams, KeyOrigin};
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::{ContainerId, FOOTER_LEN, HEADER_LEN};
 use dedelta_store::repository::damage::DamageSet;
@@ -62,13 +63,19 @@ fn tree(v: u64) -> Files {
 enum Store {
     Memory,
     Local,
+    /// In memory, encrypted (`init`'s default): the faults hit the sealed objects.
+    Sealed,
 }
+
+/// The password of [`Store::Sealed`] repositories.
+const PASSWORD: &str = "pw";
 
 /// A repository for one trial: a backend behind a [`FaultBackend`], and its index path.
 struct Trial {
     dir: tempfile::TempDir,
     fault: Arc<FaultBackend>,
     index: PathBuf,
+    encrypted: bool,
 }
 
 impl Trial {
@@ -76,7 +83,7 @@ impl Trial {
     fn new(store: Store, objects: Option<&dyn Backend>, index: Option<&IndexFiles>) -> Trial {
         let dir = tempfile::tempdir().unwrap();
         let inner: Arc<dyn Backend> = match store {
-            Store::Memory => Arc::new(MemoryBackend::default()),
+            Store::Memory | Store::Sealed => Arc::new(MemoryBackend::default()),
             Store::Local => {
                 let b = LocalBackend::new(dir.path().join("repo"));
                 b.create_layout().unwrap();
@@ -85,6 +92,17 @@ impl Trial {
         };
         match objects {
             Some(from) => copy_objects(from, inner.as_ref()),
+            None if store == Store::Sealed => {
+                Repository::init_encrypted(
+                    inner.clone(),
+                    config(1, DeltaConfig::recommended()),
+                    &dir.path().join("init-cache"),
+                    PASSWORD,
+                    KdfParams::insecure_for_tests(),
+                    &KeyOrigin::default(),
+                )
+                .unwrap();
+            }
             None => inner
                 .put(
                     FileKind::Config,
@@ -104,6 +122,7 @@ impl Trial {
             dir,
             fault: Arc::new(FaultBackend::new(inner)),
             index: index_path,
+            encrypted: store == Store::Sealed,
         }
     }
 
@@ -117,7 +136,18 @@ impl Trial {
     }
 
     fn open(&self) -> Result<IndexedRepository> {
-        Repository::open(self.fault.clone(), self.index.clone())?.open_index()
+        self.open_at(self.index.clone())
+    }
+
+    /// The repository with its index at `index` (a fresh one if there is none).
+    fn open_at(&self, index: PathBuf) -> Result<IndexedRepository> {
+        let mut password = || Ok(zeroize::Zeroizing::new(PASSWORD.to_string()));
+        let repo = if self.encrypted {
+            Repository::open_unlocking(self.fault.clone(), index, &mut password)?
+        } else {
+            Repository::open(self.fault.clone(), index)?
+        };
+        repo.open_index()
     }
 
     /// The restart after a crash: faults off, and with `rebuild` the index deleted.
@@ -180,7 +210,19 @@ struct Base {
 
 /// Backs up `versions`, then forgets the first `forget` of them.
 fn base(versions: std::ops::Range<u64>, forget: usize) -> Base {
-    let trial = Trial::new(Store::Memory, None, None);
+    base_in(Store::Memory, versions, forget)
+}
+
+/// [`base`] in a repository of `store`'s kind (the trials copy its objects: a [`Store::Sealed`]
+/// trial needs a sealed base).
+fn base_in(store: Store, versions: std::ops::Range<u64>, forget: usize) -> Base {
+    // A local trial copies a base built in memory (the objects are the same).
+    let store = if store == Store::Local {
+        Store::Memory
+    } else {
+        store
+    };
+    let trial = Trial::new(store, None, None);
     let mut model = Model::new();
     let mut ids = Vec::new();
     {
@@ -342,8 +384,8 @@ fn assert_index_as_rebuilt(t: &Trial, repo: &IndexedRepository, when: &str) {
         ids
     };
     let fresh_dir = tempfile::tempdir().unwrap();
-    let fresh = Repository::open(t.fault.clone(), fresh_dir.path().join("chunks.idx"))
-        .and_then(Repository::open_index)
+    let fresh = t
+        .open_at(fresh_dir.path().join("chunks.idx"))
         .unwrap_or_else(|e| panic!("{when}: a fresh index: {e}"));
     let (have, want) = (ids(repo), ids(&fresh));
     assert_eq!(
@@ -486,7 +528,7 @@ fn backup_crash_at_every_write(store: Store) {
 
 /// [`backup_crash_at_every_write`] finding duplicates with `lookup`.
 fn backup_crash_at_every_write_with(store: Store, lookup: FingerprintIndexOptions) {
-    let base = base(0..2, 0);
+    let base = base_in(store, 0..2, 0);
     let next = tree(2);
     let backup_next = |repo: &IndexedRepository, t: &Trial| {
         backup_files_with(repo, &t.src(), &next, 2, &gone(), lookup).map(|_| ())
@@ -501,6 +543,12 @@ fn backup_crash_at_every_write_with(store: Store, lookup: FingerprintIndexOption
     );
     let trials = backup_at_every_crash_point(&base, &next, store, "backup", &log, backup_next);
     println!("{store:?}: {trials} backup crash points verified");
+}
+
+/// In an encrypted repository, the default: the crashes hit sealed objects.
+#[test]
+fn backup_crashed_at_every_write_sealed() {
+    backup_crash_at_every_write(Store::Sealed);
 }
 
 #[test]
@@ -754,7 +802,7 @@ fn loopdelta_backup_crashed_at_every_write() {
 
 /// Prune (after forget) crashed at every write: nothing is lost, and the next prune finishes.
 fn prune_crash_at_every_write(store: Store) {
-    let base = base(0..4, 2);
+    let base = base_in(store, 0..4, 2);
     let mut plan = None;
     let log = writes_of(&base, store, |repo, _| {
         plan = Some(prune_all(repo, &gone(), false).unwrap().plan);
@@ -810,6 +858,12 @@ fn prune_crashed_at_every_write_memory() {
 #[test]
 fn prune_crashed_at_every_write_local() {
     prune_crash_at_every_write(Store::Local);
+}
+
+/// In an encrypted repository, the default: the crashes hit sealed objects.
+#[test]
+fn prune_crashed_at_every_write_sealed() {
+    prune_crash_at_every_write(Store::Sealed);
 }
 
 /// Forget deletes snapshot files one by one: a crash leaves the named ones partly deleted and
