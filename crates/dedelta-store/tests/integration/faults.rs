@@ -1622,3 +1622,83 @@ fn rebuilt_index_keeps_a_live_delta_copy_of_a_chunk_with_a_dead_one() {
         assert_restores_exact(&repo, &s5, &v2, &t);
     }
 }
+
+/// Found by the strict campaign (seed 199436801, step 230): a dead chunk whose indexed copy
+/// goes with its container, but which has another copy in a container prune keeps (here made
+/// by taking the chunk out of the index, so that a later backup stores it again; in the
+/// campaign, a copy left by an interrupted backup), left the index, while an index built
+/// afresh names that copy: another client could deduplicate against it and this one could
+/// not restore that snapshot. Prune now points the index at the surviving copy instead.
+#[test]
+fn a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed() {
+    for store in [Store::Memory, Store::Sealed] {
+        let t = Trial::new(store, None, None);
+        let repo = t.open().unwrap();
+        let x = noise(6_000, 1);
+        let y = noise(6_000, 2);
+        let z = noise(6_000, 3);
+        let files = |named: &[(&str, &Vec<u8>)]| -> Files {
+            named
+                .iter()
+                .map(|(n, d)| (n.to_string(), (*d).clone()))
+                .collect()
+        };
+        // S1 stores X and Y in one container (K).
+        let s1 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("y", &y)]), 1, &me())
+            .unwrap()
+            .snapshot_id;
+        // X leaves this index, so S2 stores it again beside Z (container C), where the index
+        // names it from then on; K keeps a copy the index does not name.
+        let x_ids: std::collections::HashSet<_> = {
+            let (_, snap) = snapshots::load(repo.backend().as_ref(), &s1.to_hex()).unwrap();
+            let mut ids = std::collections::HashSet::new();
+            dedelta_store::read::walk_tree(&repo, &snap, |node, chunks| {
+                if node.path.ends_with(b"x") {
+                    ids.extend(chunks.iter().map(|c| c.id));
+                }
+                Ok(())
+            })
+            .unwrap();
+            ids
+        };
+        assert!(!x_ids.is_empty());
+        repo.index().remove_chunks(&x_ids).unwrap();
+        let s2 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("z", &z)]), 2, &me())
+            .unwrap()
+            .snapshot_id;
+        // S3 keeps Y (and so K) alive; S1 and S2 go, and with them X and Z.
+        let s3 = backup_files(&repo, &t.src(), &files(&[("y", &y)]), 3, &me())
+            .unwrap()
+            .snapshot_id;
+        locked(&repo, &me(), |lock| {
+            forget_ids(&repo, lock, &[s1.to_hex(), s2.to_hex()])
+        })
+        .unwrap();
+        // Keep every container with a live entry as it is (K), delete the dead ones (C).
+        let stats = locked(&repo, &me(), |lock| prune_with(&repo, lock, 1.0, false)).unwrap();
+        assert!(!stats.plan.delete.is_empty(), "{:?}", stats.plan);
+        let when = format!("{store:?}: after the prune");
+        assert_index_as_rebuilt(&t, &repo, &when);
+        for id in &x_ids {
+            assert!(
+                repo.index().get(id).unwrap().is_some(),
+                "{when}: {id} not indexed"
+            );
+        }
+        let mut model = Model::new();
+        model.insert(s3.to_hex(), files(&[("y", &y)]));
+        assert_consistent(&repo, &model, &t, &when);
+        // A backup of X deduplicates against the copy kept, and restores.
+        let where_x = |repo: &IndexedRepository| -> Vec<_> {
+            x_ids
+                .iter()
+                .map(|id| repo.index().get(id).unwrap().map(|l| l.container))
+                .collect()
+        };
+        let before = where_x(&repo);
+        let s4 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("y", &y)]), 4, &me()).unwrap();
+        assert_eq!(where_x(&repo), before, "{when}: X stored again");
+        model.insert(s4.snapshot_id.to_hex(), files(&[("x", &x), ("y", &y)]));
+        assert_consistent(&repo, &model, &t, &when);
+    }
+}

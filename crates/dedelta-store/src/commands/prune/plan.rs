@@ -44,8 +44,9 @@ pub(super) struct PruneWork {
     /// (left by an interrupted backup): the index marks them trimmed with the removal, as it
     /// does the containers of the copies it names (see `ChunkIndex::remove_chunks_trimming`).
     pub trimmed: Vec<ContainerId>,
-    /// Inversed deltas that become their chunk's indexed copy (see [`promote_inversed`]):
-    /// chunk -> (container, entry).
+    /// Copies in containers kept that become their chunk's indexed copy: inversed deltas
+    /// (see [`promote_inversed`]), and other copies of dead chunks whose indexed copy goes
+    /// (see [`leaving_the_index`]): chunk -> (container, entry).
     pub promoted: HashMap<ChunkId, (ContainerId, u32)>,
 }
 
@@ -211,7 +212,19 @@ pub(super) fn plan(
     }
     plan.dead_chunks = dead.len() as u64;
     let deleted: HashSet<&ContainerId> = plan.delete.iter().collect();
-    let unindexed = leaving_the_index(&metas, &dead, &deleted, &rewrite, &index)?;
+    let (unindexed, rescued) = leaving_the_index(
+        &metas,
+        &Leaving {
+            dead: &dead,
+            deleted: &deleted,
+            rewrite: &rewrite,
+            live: &live,
+            damage: &damage,
+        },
+        &index,
+    )?;
+    let mut promoted = promoted;
+    promoted.extend(rescued);
     let trimmed = metas
         .iter()
         .filter(|(cid, _, _)| !rewrite.contains(cid) && !deleted.contains(cid))
@@ -234,28 +247,71 @@ pub(super) fn plan(
     ))
 }
 
+/// What [`leaving_the_index`] decides by.
+struct Leaving<'a> {
+    /// Indexed chunks no snapshot needs.
+    dead: &'a HashSet<ChunkId>,
+    /// Containers deleted and rewritten: their copies the index does not name go.
+    deleted: &'a HashSet<&'a ContainerId>,
+    rewrite: &'a HashSet<ContainerId>,
+    /// Chunks that stay indexed (a delta on one of them stays readable).
+    live: &'a HashSet<ChunkId>,
+    /// Copies `check` recorded as damaged are never named.
+    damage: &'a DamageSet,
+}
+
 /// The dead chunks that leave the index (see [`PruneWork::unindexed`]): those whose indexed
-/// copy is in a container `deleted` or in `rewrite`, then, down delta chains, those whose
-/// indexed copy is a delta on a chunk that leaves it or that the index does not name.
+/// copy is in a container deleted or rewritten, then, down delta chains, those whose indexed
+/// copy is a delta on a chunk that leaves it or that the index does not name. And the copies
+/// the index names instead (chunk -> container, entry): a dead chunk whose indexed copy goes
+/// but which has another copy in a container kept (one the index does not name, left by an
+/// interrupted backup or stored again after the index lost it), full or a delta on a chunk
+/// that stays, stays indexed at that copy, as an index rebuilt from the containers (another
+/// client's) names it (strict campaign, seed 199436801; test
+/// `faults::a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed`).
 fn leaving_the_index(
     metas: &[ContainerEntries],
-    dead: &HashSet<ChunkId>,
-    deleted: &HashSet<&ContainerId>,
-    rewrite: &HashSet<ContainerId>,
+    by: &Leaving<'_>,
     index: &crate::client::index::IndexReader,
-) -> Result<HashSet<ChunkId>> {
+) -> Result<(HashSet<ChunkId>, HashMap<ChunkId, (ContainerId, u32)>)> {
+    let goes = |cid: &ContainerId| by.deleted.contains(cid) || by.rewrite.contains(cid);
+    // The copies that stay, of dead chunks, that an index rebuilt would name: a full one
+    // before a delta.
+    let mut staying: HashMap<ChunkId, (ContainerId, u32, bool)> = HashMap::new();
+    for (cid, _, entries) in metas.iter().filter(|(cid, _, _)| !goes(cid)) {
+        for (i, (e, indexed)) in entries.iter().enumerate() {
+            let readable = e.base.is_none_or(|b| by.live.contains(&b));
+            if *indexed
+                || !by.dead.contains(&e.id)
+                || !readable
+                || by.damage.reason(cid, &e.id).is_some()
+            {
+                continue;
+            }
+            let full = e.base.is_none();
+            let copy = staying.entry(e.id).or_insert((*cid, i as u32, full));
+            if full && !copy.2 {
+                *copy = (*cid, i as u32, full);
+            }
+        }
+    }
     let mut leaving: HashSet<ChunkId> = HashSet::new();
+    let mut rescued: HashMap<ChunkId, (ContainerId, u32)> = HashMap::new();
     let mut kept_deltas: Vec<(ChunkId, ChunkId)> = Vec::new();
     for (cid, _, entries) in metas {
-        let goes = deleted.contains(cid) || rewrite.contains(cid);
         for (e, indexed) in entries {
-            if !*indexed || !dead.contains(&e.id) {
+            if !*indexed || !by.dead.contains(&e.id) {
                 continue;
             }
             match e.base {
-                _ if goes => {
-                    leaving.insert(e.id);
-                }
+                _ if goes(cid) => match staying.get(&e.id) {
+                    Some(&(c, i, _)) => {
+                        rescued.insert(e.id, (c, i));
+                    }
+                    None => {
+                        leaving.insert(e.id);
+                    }
+                },
                 Some(base) if index.get(&base)?.is_none() => {
                     leaving.insert(e.id);
                 }
@@ -272,7 +328,7 @@ fn leaving_the_index(
             }
         }
         if leaving.len() == before {
-            return Ok(leaving);
+            return Ok((leaving, rescued));
         }
     }
 }
