@@ -46,8 +46,9 @@
 //!
 //! `DEDELTA_CAMPAIGN_SECONDS` runs episodes (seed, seed+1, ...) until the budget is spent;
 //! `DEDELTA_CAMPAIGN_LOG=1` prints the operation log of passing episodes too;
-//! `DEDELTA_CAMPAIGN_STRICT_INDEX=1` also checks at every reopen that the caught-up index names
-//! the same chunks as one built afresh (see `index_as_rebuilt`).
+//! at every reopen the caught-up index must name the same chunks as one built afresh (see
+//! `index_as_rebuilt`); `DEDELTA_CAMPAIGN_STRICT_INDEX=0` leaves that out (a rebuild per
+//! reopen; on by default since 2026-11-29, seventh session).
 
 use crate::support::{
     backup_options, backup_with, config, gone, locked, me, noise, panic_message, prune_with,
@@ -1829,7 +1830,7 @@ fn step_reopen(w: &mut World) -> Outcome {
     // Before any check (which would rebuild an index that does not match): the index the
     // open caught up names only containers that exist, and no copy recorded as damaged.
     index_caught_up(w.repo())?;
-    if std::env::var_os("DEDELTA_CAMPAIGN_STRICT_INDEX").is_some() {
+    if std::env::var_os("DEDELTA_CAMPAIGN_STRICT_INDEX").is_none_or(|v| v != "0") {
         index_as_rebuilt(w)?;
     }
     w.verify_check(false)
@@ -1874,9 +1875,11 @@ fn index_caught_up(repo: &IndexedRepository) -> Outcome {
 /// The index names the same chunks as one built afresh from the containers (a client
 /// opening the repository for the first time): an index that names fewer cannot restore
 /// what another client's backup deduplicated against (seed 696826238, fixed in prune).
-/// Only with `DEDELTA_CAMPAIGN_STRICT_INDEX=1` (a rebuild at every reopen): it found check's
-/// removal of damaged copies (seed 25482355068, step 24: a fresh index named another copy of
-/// a chunk whose indexed copy check recorded as damaged), fixed since.
+/// Off with `DEDELTA_CAMPAIGN_STRICT_INDEX=0` (it costs a rebuild at every reopen). It found
+/// check's removal of damaged copies (seed 25482355068, step 24: a fresh index named another
+/// copy of a chunk whose indexed copy check recorded as damaged), a prune killed between its
+/// index removal and its deletions (seed 3997919634) and a dead chunk with a copy in a
+/// container kept (seed 199436801), all fixed since.
 fn index_as_rebuilt(w: &World) -> Outcome {
     let ids = |repo: &IndexedRepository| -> Result<BTreeSet<String>, String> {
         let mut ids = BTreeSet::new();
