@@ -47,7 +47,7 @@ pub(super) struct PruneWork {
     /// Copies in containers kept that become their chunk's indexed copy: inversed deltas
     /// (see [`promote_inversed`]), and other copies of dead chunks whose indexed copy goes
     /// (see [`leaving_the_index`]): chunk -> (container, entry).
-    pub promoted: HashMap<ChunkId, (ContainerId, u32)>,
+    pub promoted: CopiesNamed,
 }
 
 /// Marks and plans.
@@ -247,6 +247,9 @@ pub(super) fn plan(
     ))
 }
 
+/// Where the index names a chunk instead: chunk -> (container, entry).
+type CopiesNamed = HashMap<ChunkId, (ContainerId, u32)>;
+
 /// What [`leaving_the_index`] decides by.
 struct Leaving<'a> {
     /// Indexed chunks no snapshot needs.
@@ -273,7 +276,7 @@ fn leaving_the_index(
     metas: &[ContainerEntries],
     by: &Leaving<'_>,
     index: &crate::client::index::IndexReader,
-) -> Result<(HashSet<ChunkId>, HashMap<ChunkId, (ContainerId, u32)>)> {
+) -> Result<(HashSet<ChunkId>, CopiesNamed)> {
     let goes = |cid: &ContainerId| by.deleted.contains(cid) || by.rewrite.contains(cid);
     // The copies that stay, of dead chunks, that an index rebuilt would name: a full one
     // before a delta.
@@ -296,7 +299,7 @@ fn leaving_the_index(
         }
     }
     let mut leaving: HashSet<ChunkId> = HashSet::new();
-    let mut rescued: HashMap<ChunkId, (ContainerId, u32)> = HashMap::new();
+    let mut rescued: CopiesNamed = HashMap::new();
     let mut kept_deltas: Vec<(ChunkId, ChunkId)> = Vec::new();
     for (cid, _, entries) in metas {
         for (e, indexed) in entries {
