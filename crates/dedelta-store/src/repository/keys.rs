@@ -126,6 +126,18 @@ pub(crate) fn unlock_config(
     ))
 }
 
+/// Refuses an empty password for a new encrypted repository.
+fn password_given(password: &str) -> Result<()> {
+    if password.is_empty() {
+        return Err(Error::InvalidOption(
+            "an empty password (use --insecure-no-password for a repository without \
+             encryption)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Repository {
     /// Creates an encrypted repository in a local directory (absent or empty): a new random
     /// master key, one key file holding it under `password` (Argon2id with `kdf`), and the
@@ -141,13 +153,7 @@ impl Repository {
         let config = config.encrypted();
         config.validate()?;
         Self::check_new_local(path)?;
-        if password.is_empty() {
-            return Err(Error::InvalidOption(
-                "an empty password (use --insecure-no-password for a repository without \
-                 encryption)"
-                    .into(),
-            ));
-        }
+        password_given(password)?;
         let local = LocalBackend::new(path);
         local.create_layout()?;
         let mut repo =
@@ -177,24 +183,11 @@ impl Repository {
                 origin,
             );
         };
-        let raw = raw?;
-        let config = config.encrypted();
-        config.validate()?;
-        if raw.exists(FileKind::Config, "config")? {
-            return Err(Error::RepoExists(location.into()));
-        }
-        if password.is_empty() {
-            return Err(Error::InvalidOption(
-                "an empty password (use --insecure-no-password for a repository without \
-                 encryption)"
-                    .into(),
-            ));
-        }
-        Self::init_encrypted_on(raw, config, cache_root, password, kdf, origin)
+        Self::init_encrypted(raw?, config, cache_root, password, kdf, origin)
     }
 
-    /// Creates an encrypted repository on `raw`, any backend holding no config yet (tests
-    /// put fault injectors and memory backends under one); see
+    /// Creates an encrypted repository on `raw`, any backend holding no config yet (an
+    /// object store; tests put fault injectors and memory backends under one); see
     /// [`Self::init_local_encrypted`].
     pub fn init_encrypted(
         raw: Arc<dyn Backend>,
@@ -209,9 +202,7 @@ impl Repository {
         if raw.exists(FileKind::Config, "config")? {
             return Err(Error::RepoExists(raw.location().into()));
         }
-        if password.is_empty() {
-            return Err(Error::InvalidOption("an empty password".into()));
-        }
+        password_given(password)?;
         Self::init_encrypted_on(raw, config, cache_root, password, kdf, origin)
     }
 
