@@ -1771,3 +1771,68 @@ fn prune_keeping_partly_dead_containers_crashed_at_every_write() {
     }
     assert!(trials >= 4, "{trials}");
 }
+
+/// A dead delta in a container a prune keeps, whose dead base is in a container it deletes:
+/// the prune takes both out of the index, then deletes the base's container. Killed at that
+/// deletion, it leaves the base's container in place, which the next open takes in again (it
+/// was forgotten with the removal); the delta's container must be taken in again too, as an
+/// index built afresh names the delta (strict campaign, seed 2637096359, step 245).
+#[test]
+fn a_killed_prune_leaves_the_index_naming_a_dead_delta_whose_base_stayed() {
+    let trial = Trial::new(Store::Memory, None, None);
+    let mut model = Model::new();
+    let b = versioned_text(7, 30_000, 0);
+    let d = versioned_text(7, 30_000, 1);
+    let y = noise(20_000, 9);
+    {
+        let repo = trial.open().unwrap();
+        let one = |files: &[(&str, &Vec<u8>)], n| {
+            let files: Files = files
+                .iter()
+                .map(|(k, v)| (k.to_string(), (*v).clone()))
+                .collect();
+            (
+                backup_files(&repo, &trial.src(), &files, n, &me()).unwrap(),
+                files,
+            )
+        };
+        let (s1, _) = one(&[("b", &b)], 1);
+        let (s2, _) = one(&[("b", &d), ("y", &y)], 2);
+        assert!(
+            s2.summary.bytes_after_delta < s2.summary.bytes_new,
+            "no delta stored"
+        );
+        let (s3, f3) = one(&[("y", &y)], 3);
+        model.insert(s3.snapshot_id.to_hex(), f3);
+        let gone_ids = [s1.snapshot_id.to_hex(), s2.snapshot_id.to_hex()];
+        locked(&repo, &me(), |lock| forget_ids(&repo, lock, &gone_ids)).unwrap();
+    }
+    let base = Base {
+        index: index_files(&trial.index),
+        trial,
+        model,
+    };
+    let prune = |repo: &IndexedRepository, _: &Trial| {
+        locked(repo, &gone(), |lock| prune_with(repo, lock, 1.0, false)).map(|_| ())
+    };
+    let log = writes_of(&base, Store::Memory, |repo, t| prune(repo, t).unwrap());
+    assert!(
+        log.iter().any(|(k, _)| *k == FileKind::Container),
+        "the prune deletes nothing: {:?}",
+        kinds(&log)
+    );
+    for rebuild_parity in [0, 1] {
+        at_every_crash_point(
+            &base,
+            Store::Memory,
+            "prune keeping the delta's container",
+            &log,
+            rebuild_parity,
+            prune,
+            |t, repo, _, _, when| {
+                assert_index_as_rebuilt(t, repo, when);
+                assert_consistent(repo, &base.model, t, when);
+            },
+        );
+    }
+}

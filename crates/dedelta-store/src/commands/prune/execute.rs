@@ -93,6 +93,8 @@ pub(super) fn execute(
     // disappears; dead chunks in containers kept stay indexed (see `PruneWork::unindexed`).
     // The containers about to go are forgotten in the same commit: if this process dies
     // before deleting one, the next open takes it in again, as an index built afresh would.
+    // So are the containers kept whose dead deltas leave with their bases, until the
+    // deletions are done (see `PruneWork::relinked`).
     let going: Vec<ContainerId> = plan
         .delete
         .iter()
@@ -100,11 +102,23 @@ pub(super) fn execute(
         .filter(|c| !written.contains(c))
         .copied()
         .collect();
+    let forgotten: Vec<ContainerId> = going
+        .iter()
+        .copied()
+        .chain(work.relinked.iter().map(|(c, _)| *c))
+        .collect();
     repo.index()
-        .remove_chunks_trimming(&work.unindexed, &work.trimmed, &going)?;
-    // 3. Delete old containers.
+        .remove_chunks_trimming(&work.unindexed, &work.trimmed, &forgotten)?;
+    // 3. Delete old containers, then know the containers kept again.
     for cid in &going {
         backend.delete(FileKind::Container, &cid.to_hex())?;
+    }
+    if !work.relinked.is_empty() {
+        repo.index().take_in(
+            std::iter::empty(),
+            |_, _, _| false,
+            work.relinked.iter().copied(),
+        )?;
     }
     // 4. Dense container lists (LoopDelta §4.6): removed containers leave them. Rewritten
     // containers too: their live chunks moved to new containers no list names yet, which

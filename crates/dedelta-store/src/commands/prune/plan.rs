@@ -40,6 +40,14 @@ pub(super) struct PruneWork {
     pub unindexed: HashSet<ChunkId>,
     /// Containers whose live entries are copied forward.
     pub rewrite: HashSet<ContainerId>,
+    /// Containers kept whose indexed entries leave the index (dead deltas on bases that
+    /// leave it), with their entry counts. The index forgets them with the removal and knows
+    /// them again once the deletions are done: a prune killed in between leaves the bases'
+    /// containers in place, and the next open takes these in again with them, so that the
+    /// index names those deltas as an index built afresh does (strict campaign, seed
+    /// 2637096359; test
+    /// `faults::a_killed_prune_leaves_the_index_naming_a_dead_delta_whose_base_stayed`).
+    pub relinked: Vec<(ContainerId, usize)>,
     /// Containers kept whose metadata lists a dead chunk in a copy the index does not name
     /// (left by an interrupted backup): the index marks them trimmed with the removal, as it
     /// does the containers of the copies it names (see `ChunkIndex::remove_chunks_trimming`).
@@ -225,6 +233,18 @@ pub(super) fn plan(
     )?;
     let mut promoted = promoted;
     promoted.extend(rescued);
+    // Containers kept whose indexed entries leave the index (dead deltas on a base that
+    // leaves it): see `PruneWork::relinked`.
+    let relinked = metas
+        .iter()
+        .filter(|(cid, _, _)| !rewrite.contains(cid) && !deleted.contains(cid))
+        .filter(|(_, _, entries)| {
+            entries
+                .iter()
+                .any(|(e, indexed)| *indexed && unindexed.contains(&e.id))
+        })
+        .map(|(cid, _, entries)| (*cid, entries.len()))
+        .collect();
     let trimmed = metas
         .iter()
         .filter(|(cid, _, _)| !rewrite.contains(cid) && !deleted.contains(cid))
@@ -242,6 +262,7 @@ pub(super) fn plan(
             unindexed,
             rewrite,
             trimmed,
+            relinked,
             promoted,
         },
     ))
