@@ -54,8 +54,10 @@ use std::time::{Duration, SystemTime};
 
 pub mod refresh;
 pub mod settle;
+mod user;
 
 pub use refresh::{LockHealth, LockTiming};
+pub use user::current_user;
 
 /// Who takes a lock (the caller fills it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -580,21 +582,6 @@ fn is_zombie(pid: libc::pid_t) -> bool {
     stat.rfind(')')
         .and_then(|i| stat[i + 1..].split_whitespace().next())
         .is_some_and(|state| state == "Z" || state == "X")
-}
-
-/// The name of the user running this process: `$USER`, else `$LOGNAME`, else the name the
-/// password database gives its real uid (a service or container often sets neither
-/// variable); `None` when nothing names it.
-pub fn current_user() -> Option<String> {
-    user_named_by(|v| std::env::var(v).ok())
-}
-
-/// [`current_user`] with the environment's variables given by `var`.
-fn user_named_by(var: impl Fn(&str) -> Option<String>) -> Option<String> {
-    ["USER", "LOGNAME"]
-        .iter()
-        .find_map(|v| var(v).filter(|u| !u.is_empty()))
-        .or_else(|| uzers::get_current_username().map(|n| n.to_string_lossy().into_owned()))
 }
 
 #[cfg(test)]

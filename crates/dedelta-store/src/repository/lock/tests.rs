@@ -436,17 +436,3 @@ impl Backend for Quick {
         true
     }
 }
-
-/// Without `$USER` and `$LOGNAME` (a service, a container) the owner came out empty, and key
-/// files recorded "unknown": the password database names the uid.
-#[test]
-fn the_user_is_named_without_the_environment() {
-    let from_passwd = uzers::get_current_username().map(|n| n.to_string_lossy().into_owned());
-    assert!(from_passwd.is_some(), "the test's uid has no name");
-    assert_eq!(user_named_by(|_| None), from_passwd);
-    assert_eq!(user_named_by(|_| Some(String::new())), from_passwd);
-    let env = |v: &str| (v == "LOGNAME").then(|| "logname".to_string());
-    assert_eq!(user_named_by(env).as_deref(), Some("logname"));
-    let env = |v: &str| Some(v.to_lowercase());
-    assert_eq!(user_named_by(env).as_deref(), Some("user"));
-}
