@@ -474,6 +474,37 @@ fn at_every_crash_point(
     trials
 }
 
+/// [`at_every_crash_point`] twice, with the index kept at the odd crash points and then at the
+/// even ones, so that every crash point is reopened both with the index kept and rebuilt;
+/// before `verify`, the caught-up index must name what a fresh one does
+/// ([`assert_index_as_rebuilt`]). Returns the number of crash points tried.
+fn at_every_crash_point_kept_and_rebuilt(
+    base: &Base,
+    store: Store,
+    name: &str,
+    log: &WriteLog,
+    command: impl Fn(&IndexedRepository, &Trial) -> Result<()>,
+    mut verify: impl FnMut(&Trial, &IndexedRepository, u64, CrashEffect, &str),
+) -> usize {
+    [0, 1]
+        .into_iter()
+        .map(|rebuild_parity| {
+            at_every_crash_point(
+                base,
+                store,
+                name,
+                log,
+                rebuild_parity,
+                &command,
+                |t, repo, n, effect, when| {
+                    assert_index_as_rebuilt(t, repo, when);
+                    verify(t, repo, n, effect, when);
+                },
+            )
+        })
+        .sum()
+}
+
 /// Runs `backup` (named `name`, writing the writes of `log`) crashed at every write (see
 /// [`at_every_crash_point`]) and checks each result: a snapshot of `next` exists exactly when
 /// its write happened, the repository is consistent and takes new backups. Returns the number
@@ -673,23 +704,18 @@ fn inversed_prune_crashed_at_every_write() {
     let plan = plan.unwrap();
     assert!(plan.inversed_promoted > 0, "{plan:?}");
     let prune = |repo: &IndexedRepository, _: &Trial| prune_all(repo, &gone(), false).map(|_| ());
-    let mut trials = 0;
-    for rebuild_parity in [0, 1] {
-        trials += at_every_crash_point(
-            &base,
-            Store::Memory,
-            "inversed prune",
-            &log,
-            rebuild_parity,
-            prune,
-            |t, repo, _, _, when| {
-                assert_index_as_rebuilt(t, repo, when);
-                assert_consistent(repo, &base.model, t, when);
-                prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
-                assert_consistent(repo, &base.model, t, when);
-            },
-        );
-    }
+    let trials = at_every_crash_point_kept_and_rebuilt(
+        &base,
+        Store::Memory,
+        "inversed prune",
+        &log,
+        prune,
+        |t, repo, _, _, when| {
+            assert_consistent(repo, &base.model, t, when);
+            prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+            assert_consistent(repo, &base.model, t, when);
+        },
+    );
     println!("{trials} inversed prune crash points verified");
 }
 
@@ -822,31 +848,26 @@ fn prune_crash_at_every_write(store: Store) {
     // Every crash point reopened both with the index kept and rebuilt: a crash at the first
     // container deletion, with the index kept, is where the index lacked the dead chunks of
     // containers still there.
-    let mut trials = 0;
-    for rebuild_parity in [0, 1] {
-        trials += at_every_crash_point(
-            &base,
-            store,
-            "prune",
-            &log,
-            rebuild_parity,
-            prune,
-            |t, repo, _, _, when| {
-                assert_index_as_rebuilt(t, repo, when);
-                assert_consistent(repo, &base.model, t, when);
-                // The next prune finishes the job: nothing is left to delete or rewrite.
-                prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
-                let again = prune_all(repo, &me(), true).unwrap();
-                assert!(
-                    again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
-                    "{when}: a prune after the next one still plans {:?}",
-                    again.plan
-                );
-                assert_consistent(repo, &base.model, t, when);
-                assert_takes_new_backups(repo, t, 9, when);
-            },
-        );
-    }
+    let trials = at_every_crash_point_kept_and_rebuilt(
+        &base,
+        store,
+        "prune",
+        &log,
+        prune,
+        |t, repo, _, _, when| {
+            assert_consistent(repo, &base.model, t, when);
+            // The next prune finishes the job: nothing is left to delete or rewrite.
+            prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+            let again = prune_all(repo, &me(), true).unwrap();
+            assert!(
+                again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
+                "{when}: a prune after the next one still plans {:?}",
+                again.plan
+            );
+            assert_consistent(repo, &base.model, t, when);
+            assert_takes_new_backups(repo, t, 9, when);
+        },
+    );
     println!("{store:?}: {trials} prune crash points verified");
 }
 
@@ -1754,21 +1775,16 @@ fn prune_keeping_partly_dead_containers_crashed_at_every_write() {
         locked(repo, &gone(), |lock| prune_with(repo, lock, 0.5, false)).map(|_| ())
     };
     let log = writes_of(&base, Store::Memory, |repo, t| prune(repo, t).unwrap());
-    let mut trials = 0;
-    for rebuild_parity in [0, 1] {
-        trials += at_every_crash_point(
-            &base,
-            Store::Memory,
-            "prune (max_unused 0.5)",
-            &log,
-            rebuild_parity,
-            prune,
-            |t, repo, _, _, when| {
-                assert_index_as_rebuilt(t, repo, when);
-                assert_consistent(repo, &base.model, t, when);
-            },
-        );
-    }
+    let trials = at_every_crash_point_kept_and_rebuilt(
+        &base,
+        Store::Memory,
+        "prune (max_unused 0.5)",
+        &log,
+        prune,
+        |t, repo, _, _, when| {
+            assert_consistent(repo, &base.model, t, when);
+        },
+    );
     assert!(trials >= 4, "{trials}");
 }
 
@@ -1821,18 +1837,14 @@ fn a_killed_prune_leaves_the_index_naming_a_dead_delta_whose_base_stayed() {
         "the prune deletes nothing: {:?}",
         kinds(&log)
     );
-    for rebuild_parity in [0, 1] {
-        at_every_crash_point(
-            &base,
-            Store::Memory,
-            "prune keeping the delta's container",
-            &log,
-            rebuild_parity,
-            prune,
-            |t, repo, _, _, when| {
-                assert_index_as_rebuilt(t, repo, when);
-                assert_consistent(repo, &base.model, t, when);
-            },
-        );
-    }
+    at_every_crash_point_kept_and_rebuilt(
+        &base,
+        Store::Memory,
+        "prune keeping the delta's container",
+        &log,
+        prune,
+        |t, repo, _, _, when| {
+            assert_consistent(repo, &base.model, t, when);
+        },
+    );
 }
