@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::format::container::ContainerId;
 use crate::format::damage::{DamageRecord, DamagedCopy};
 use dedelta_core::ChunkId;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Every damage record of a repository, merged.
 #[derive(Clone, Debug, Default)]
@@ -15,8 +15,9 @@ pub struct DamageSet {
     copies: HashMap<(ContainerId, ChunkId), String>,
     /// Wholly damaged containers, with the reason.
     containers: HashMap<ContainerId, String>,
-    /// Damaged copies by chunk (any container), for messages about missing chunks.
-    by_chunk: HashMap<ChunkId, (ContainerId, String)>,
+    /// The containers of each chunk's damaged copies, in order: a chunk may be recorded in
+    /// several (stored again after its first copy was damaged, and that copy damaged too).
+    by_chunk: HashMap<ChunkId, BTreeSet<ContainerId>>,
     /// Names of the record files this set was read from.
     pub record_names: Vec<String>,
     /// The latest `time` of those records (kept when the set is rewritten without a new
@@ -70,7 +71,7 @@ impl DamageSet {
                 }
                 Some(chunk) => {
                     self.copies.insert((c.container, chunk), c.reason.clone());
-                    self.by_chunk.insert(chunk, (c.container, c.reason.clone()));
+                    self.by_chunk.entry(chunk).or_default().insert(c.container);
                 }
             }
         }
@@ -94,9 +95,19 @@ impl DamageSet {
         self.chunk_damage(chunk).map(|(_, r)| r)
     }
 
-    /// The container of a recorded damaged copy of `chunk`, and why, if there is one.
+    /// The container of a recorded damaged copy of `chunk` (the first in order, if there are
+    /// several), and why, if there is one.
     pub fn chunk_damage(&self, chunk: &ChunkId) -> Option<(ContainerId, &str)> {
-        self.by_chunk.get(chunk).map(|(c, r)| (*c, r.as_str()))
+        let c = *self.by_chunk.get(chunk)?.first()?;
+        Some((c, self.copies.get(&(c, *chunk))?.as_str()))
+    }
+
+    /// The containers of every recorded damaged copy of `chunk`, in order.
+    pub fn chunk_containers(&self, chunk: &ChunkId) -> Vec<ContainerId> {
+        self.by_chunk
+            .get(chunk)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Whether this one copy is recorded (not counting a record of its whole container).
@@ -170,11 +181,10 @@ impl DamageSet {
     }
 
     fn rebuild_by_chunk(&mut self) {
-        self.by_chunk = self
-            .copies
-            .iter()
-            .map(|((c, k), reason)| (*k, (*c, reason.clone())))
-            .collect();
+        self.by_chunk.clear();
+        for (c, k) in self.copies.keys() {
+            self.by_chunk.entry(*k).or_default().insert(*c);
+        }
     }
 
     /// Forgets everything recorded about `container` (it was deleted).

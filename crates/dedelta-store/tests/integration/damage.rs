@@ -748,3 +748,72 @@ fn a_damaged_copy_gives_way_to_an_intact_one() {
     assert_eq!(env.restore(&first).unwrap(), v);
     assert_eq!(env.restore(&second).unwrap(), v);
 }
+
+/// Found by the campaign (seed 1981319826, step 258): a base stored twice, both copies
+/// damaged and recorded, then one copy healed. Check read a recorded base from one recorded
+/// copy only (whichever the merged records happened to name), so when that was the copy still
+/// damaged, a delta on the base stayed recorded although its base read whole from the other:
+/// its snapshot reported damaged after every check. Check now tries every recorded copy.
+/// Each way round (the first copy healed, or the second), on two inputs, so that the copy the
+/// records named first is the damaged one in at least one run.
+#[test]
+fn check_clears_a_delta_whose_base_has_another_recorded_copy_that_heals() {
+    for seed in [12, 13] {
+        for heal_first in [false, true] {
+            delta_on_a_base_stored_twice(seed, heal_first);
+        }
+    }
+}
+
+fn delta_on_a_base_stored_twice(seed: u64, heal_first: bool) {
+    let mut env = Env::new(true);
+    let mut v = text(200_000, seed);
+    let original = files([("a.txt", v.clone())]);
+    env.write(&original);
+    let first = env.backup().snapshot_id;
+    // The first copy of the file's first chunks damaged and recorded, then stored again.
+    let c1 = env.container_of(&first, "a.txt");
+    let path1 = env.container_path(&c1);
+    let whole1 = fs::read(&path1).unwrap();
+    damage_first_region(&path1);
+    assert!(!env.check(true).damage_recorded.is_empty());
+    env.backup();
+    let c2 = env.container_of(&first, "a.txt");
+    assert_ne!(c1, c2, "the first chunk is stored again elsewhere");
+    // A version whose first chunk is a delta on the copy stored again.
+    for i in (0..v.len()).step_by(1_000) {
+        v[i] = b'#';
+    }
+    let edited = files([("a.txt", v.clone())]);
+    env.write(&edited);
+    let b = env.backup();
+    assert!(b.summary.delta_chunks > 0, "{:?}", b.summary);
+    let path2 = env.container_path(&c2);
+    let whole2 = fs::read(&path2).unwrap();
+    damage_first_region(&path2);
+    let report = env.check(true);
+    assert!(
+        report
+            .damage_recorded
+            .iter()
+            .any(|c| c.container != c2 && c.container != c1),
+        "a delta elsewhere is recorded with its base: {:?}",
+        report.damage_recorded
+    );
+    assert!(env.restore(&b.snapshot_id).is_err());
+    // One copy of the base is whole again: the delta verifies, nothing is a problem.
+    if heal_first {
+        fs::write(&path1, whole1).unwrap();
+    } else {
+        fs::write(&path2, whole2).unwrap();
+    }
+    let report = env.check(true);
+    assert!(
+        report.problems.is_empty(),
+        "seed {seed}, healed the {} copy: {:?}",
+        if heal_first { "first" } else { "second" },
+        report.problems
+    );
+    assert_eq!(env.restore(&b.snapshot_id).unwrap(), edited);
+    assert_eq!(env.restore(&first).unwrap(), original);
+}

@@ -204,11 +204,11 @@ pub fn check(
                 }
             }
         }
+        // Every recorded copy is tried: one may have healed while another stays damaged.
         let recorded_copy = |b: &ChunkId| {
-            damage
-                .chunk_damage(b)
-                .map(|(c, _)| c)
-                .or_else(|| in_recorded_whole.get(b).copied())
+            let mut at = damage.chunk_containers(b);
+            at.extend(in_recorded_whole.get(b).filter(|c| !at.contains(c)));
+            at
         };
         for (name, size) in &containers {
             let Some(cid) = ContainerId::from_hex(name) else {
@@ -515,18 +515,37 @@ pub fn check(
     Ok(report)
 }
 
-/// The bytes of the recorded copy of `chunk` (in the container `recorded` names, read
-/// straight from it and verified), for a base whose copy is recorded as damaged and so out of
-/// the index. A delta copy is decoded against its base, read through `reader`, else (when that
-/// base is recorded as damaged too) the same way, at most [`MAX_DELTA_DEPTH`] links down.
+/// The bytes of a recorded copy of `chunk` (in a container `recorded` names, read straight
+/// from it and verified; the first that reads whole), for a base whose copies are recorded as
+/// damaged and so out of the index. A delta copy is decoded against its base, read through
+/// `reader`, else (when that base is recorded as damaged too) the same way, at most
+/// [`MAX_DELTA_DEPTH`] links down.
 fn read_recorded_copy(
     backend: &dyn crate::backend::Backend,
     reader: &mut crate::read::ChunkReader<'_>,
-    recorded: &dyn Fn(&ChunkId) -> Option<ContainerId>,
+    recorded: &dyn Fn(&ChunkId) -> Vec<ContainerId>,
     chunk: &ChunkId,
     depth: u8,
 ) -> Result<Vec<u8>> {
-    let container = recorded(chunk).ok_or_else(|| Error::chunk_missing(chunk.to_hex()))?;
+    let mut last = Error::chunk_missing(chunk.to_hex());
+    for container in recorded(chunk) {
+        match read_copy_in(backend, reader, recorded, &container, chunk, depth) {
+            Ok(bytes) => return Ok(bytes),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// [`read_recorded_copy`] from one container.
+fn read_copy_in(
+    backend: &dyn crate::backend::Backend,
+    reader: &mut crate::read::ChunkReader<'_>,
+    recorded: &dyn Fn(&ChunkId) -> Vec<ContainerId>,
+    container: &ContainerId,
+    chunk: &ChunkId,
+    depth: u8,
+) -> Result<Vec<u8>> {
     let name = container.to_hex();
     let what = format!("container {name}");
     let file = backend.get(FileKind::Container, &name)?;
