@@ -10,6 +10,7 @@ use crate::render::{mb, outln, print_json};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::diff::{diff, Modifier, SideCounts};
+use dedelta_store::read::Subtree;
 use serde_json::json;
 
 /// Arguments of `dedelta diff`.
@@ -17,9 +18,10 @@ use serde_json::json;
 pub struct DiffArgs {
     #[command(flatten)]
     repo: RepoArg,
-    /// The first snapshot (id prefix or `latest`).
+    /// The first snapshot (id prefix or `latest`); `SNAPSHOT:SUBFOLDER` compares what that
+    /// directory holds (give the second one too).
     a: String,
-    /// The second snapshot (id prefix or `latest`).
+    /// The second snapshot (id prefix or `latest`, or `SNAPSHOT:SUBFOLDER`).
     b: String,
     #[command(flatten)]
     filter: SnapshotFilterArgs,
@@ -37,9 +39,10 @@ pub fn run(args: DiffArgs) -> Result<u8> {
     let filter = args.filter.filter()?;
     // The snapshots are listed beside the index's catch-up, and the snapshot found there.
     let (r, _lock) = open_reader_then(&args.repo, "diff", |r| r.listing_snapshots_at_open())?;
-    let a = r.find_snapshot_filtered(&args.a, &filter)?;
-    let b = r.find_snapshot_filtered(&args.b, &filter)?;
-    let rep = diff(&r, &a, &b)?;
+    let (a_id, a_snap, a_sub) = super::select::find_with_subtree(&r, &args.a, &filter)?;
+    let (b_id, b_snap, b_sub) = super::select::find_with_subtree(&r, &args.b, &filter)?;
+    let (a, b) = ((a_id, a_snap), (b_id, b_snap));
+    let rep = diff(&r, &a, &b, (&a_sub, &b_sub))?;
     let shown = rep
         .changes
         .iter()
@@ -60,7 +63,18 @@ pub fn run(args: DiffArgs) -> Result<u8> {
         }))
         .map(|()| 0);
     }
-    outln!("comparing snapshot {} to {}:", a.0.short(), b.0.short());
+    let named = |id: &dedelta_store::format::snapshot::SnapshotId, sub: &Subtree| {
+        if sub.is_whole() {
+            id.short()
+        } else {
+            format!("{}:/{}", id.short(), String::from_utf8_lossy(sub.prefix()))
+        }
+    };
+    outln!(
+        "comparing snapshot {} to {}:",
+        named(&a.0, &a_sub),
+        named(&b.0, &b_sub)
+    );
     outln!();
     for c in shown {
         outln!("{}    {}", c.modifier.code(), c.path);

@@ -21,7 +21,8 @@ use std::os::unix::ffi::OsStrExt;
 pub struct DumpArgs {
     #[command(flatten)]
     repo: RepoArg,
-    /// Snapshot id (a unique prefix) or `latest`.
+    /// Snapshot id (a unique prefix) or `latest`; with `SNAPSHOT:SUBFOLDER` the path is
+    /// relative to that directory of the snapshot.
     snapshot: String,
     #[command(flatten)]
     filter: super::select::SnapshotFilterArgs,
@@ -48,9 +49,11 @@ pub fn run(args: DumpArgs) -> Result<u8> {
     args.io_models.models()?;
     // The snapshots are listed beside the index's catch-up, and the snapshot found there.
     let (r, _lock) = open_reader_then(&args.repo, "dump", |r| r.listing_snapshots_at_open())?;
-    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
+    let (id, snap, subtree) =
+        super::select::find_with_subtree(&r, &args.snapshot, &args.filter.filter()?)?;
     let (cache, cache_bytes) = args.cache.choice()?;
-    let want = ls::normalize_path(args.path.as_bytes());
+    let full = subtree.path_in_snapshot(args.path.as_bytes());
+    let want = full.as_slice();
     // The tree is walked once: the node found says what to write.
     let found = if want.is_empty() {
         None

@@ -16,7 +16,8 @@ use std::io::Write;
 pub struct LsArgs {
     #[command(flatten)]
     repo: RepoArg,
-    /// Snapshot id (a unique prefix) or `latest`.
+    /// Snapshot id (a unique prefix) or `latest`; `SNAPSHOT:SUBFOLDER` lists what that
+    /// directory holds, with paths below it.
     snapshot: String,
     #[command(flatten)]
     filter: super::select::SnapshotFilterArgs,
@@ -30,7 +31,8 @@ pub struct LsArgs {
 pub fn run(args: LsArgs) -> Result<u8> {
     // The snapshots are listed beside the index's catch-up, and the snapshot found there.
     let (r, _lock) = open_reader_then(&args.repo, "ls", |r| r.listing_snapshots_at_open())?;
-    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
+    let (id, snap, subtree) =
+        super::select::find_with_subtree(&r, &args.snapshot, &args.filter.filter()?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if args.json {
@@ -47,6 +49,9 @@ pub fn run(args: LsArgs) -> Result<u8> {
         writeln!(out, "{line}").map_err(|e| Error::io("writing to standard output", e))?;
     }
     dedelta_store::read::walk_tree(&r, &snap, |n, _| {
+        let Some(n) = subtree.view(n) else {
+            return Ok(());
+        };
         let line = if args.json {
             json_line(&n)
         } else {

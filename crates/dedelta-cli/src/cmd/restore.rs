@@ -30,7 +30,9 @@ pub const RESTORE_CACHE_MIB: usize = 256;
 pub struct RestoreArgs {
     #[command(flatten)]
     repo: RepoArg,
-    /// Snapshot id (a unique prefix) or `latest`.
+    /// Snapshot id (a unique prefix) or `latest`; `SNAPSHOT:SUBFOLDER` restores what that
+    /// directory of the snapshot holds straight into the target (patterns are then relative
+    /// to it).
     snapshot: String,
     #[command(flatten)]
     filter: super::select::SnapshotFilterArgs,
@@ -127,11 +129,13 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
     args.io_models.models()?;
     // The snapshots are listed beside the index's catch-up, and the snapshot found there.
     let (r, _lock) = open_reader_then(&args.repo, "restore", |r| r.listing_snapshots_at_open())?;
-    let (id, snap) = r.find_snapshot_filtered(&args.snapshot, &args.filter.filter()?)?;
+    let (id, snap, subtree) =
+        super::select::find_with_subtree(&r, &args.snapshot, &args.filter.filter()?)?;
     let progress = progress_stream(args.json, "restore");
     let (cache, cache_bytes) = args.cache.choice()?;
     let started = std::time::Instant::now();
     let opts = restore::RestoreOptions {
+        subtree,
         target: args.target.clone(),
         include: bytes_of(&args.include),
         exclude: bytes_of(&args.exclude),

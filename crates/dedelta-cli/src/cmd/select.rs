@@ -1,9 +1,13 @@
 //! The snapshot selection options every command that takes snapshots shares (`--host`,
-//! `--tag`, `--path`), turned into dedelta-store's one [`SnapshotFilter`].
+//! `--tag`, `--path`), turned into dedelta-store's one [`SnapshotFilter`]; and the
+//! `SNAPSHOT[:SUBFOLDER]` argument of `restore`, `ls`, `dump` and `diff`.
 
 use anyhow::Result;
 use clap::Args;
+use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
+use dedelta_store::read::Subtree;
 use dedelta_store::repository::snapshot_filter::{GroupBy, SnapshotFilter};
+use dedelta_store::IndexedRepository;
 
 /// The `--help` heading of the selection options.
 const HEADING: &str = "Snapshot selection";
@@ -42,4 +46,24 @@ impl SnapshotFilterArgs {
 /// Parses `--group-by` for clap.
 pub fn parse_group_by(s: &str) -> Result<GroupBy, String> {
     GroupBy::parse(s).map_err(|e| e.to_string())
+}
+
+/// The snapshot a `SNAPSHOT[:SUBFOLDER]` argument names (an id prefix or `latest`, among
+/// those `filter` selects), and the part of it the command sees: the whole tree, or the
+/// directory after the `:` (restic's syntax), checked to be one.
+///
+/// # Errors
+/// No such snapshot; no such directory in it.
+pub fn find_with_subtree(
+    r: &IndexedRepository,
+    spec: &str,
+    filter: &SnapshotFilter,
+) -> Result<(SnapshotId, Snapshot, Subtree)> {
+    let (snapshot, sub) = Subtree::split_spec(spec);
+    let (id, snap) = r.find_snapshot_filtered(snapshot, filter)?;
+    let subtree = match sub {
+        Some(path) => Subtree::find(r, &id, &snap, path.as_bytes())?,
+        None => Subtree::whole(),
+    };
+    Ok((id, snap, subtree))
 }

@@ -20,4 +20,5 @@ mod restore_safety;
 mod s3;
 mod select;
 mod selection;
+mod subfolder;
 mod support;

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::format::container::ContainerId;
 use crate::format::snapshot::{Snapshot, SnapshotId};
 use crate::format::tree::{ChunkRef, Node, NodeKind};
-use crate::read::walk_tree;
+use crate::read::{walk_tree, Subtree};
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use serde::Serialize;
@@ -155,16 +155,21 @@ fn path_of(n: &Node) -> String {
     format!("/{}", n.path_lossy())
 }
 
-/// Compares snapshot `a` (source) with `b` (target).
+/// Compares snapshot `a` (source) with `b` (target): the parts `subtrees` name (restic's
+/// `diff A:SUB B:SUB`; nodes compared by their paths below them).
 pub fn diff(
     repo: &IndexedRepository,
     a: &(SnapshotId, Snapshot),
     b: &(SnapshotId, Snapshot),
+    subtrees: (&Subtree, &Subtree),
 ) -> Result<DiffReport> {
     let mut held: HashMap<Vec<u8>, Held> = HashMap::new();
     let mut order: Vec<Vec<u8>> = Vec::new();
     let mut chunks_a: HashMap<ChunkId, u32> = HashMap::new();
     walk_tree(repo, &a.1, |n, c| {
+        let Some(n) = subtrees.0.view(n) else {
+            return Ok(());
+        };
         for r in &c {
             chunks_a.insert(r.id, r.len);
         }
@@ -183,6 +188,9 @@ pub fn diff(
     let mut rep = DiffReport::default();
     let mut chunks_b: HashSet<ChunkId> = HashSet::new();
     walk_tree(repo, &b.1, |n, c| {
+        let Some(n) = subtrees.1.view(n) else {
+            return Ok(());
+        };
         for r in &c {
             if chunks_b.insert(r.id) && !chunks_a.contains_key(&r.id) {
                 rep.added.chunks += 1;

@@ -55,11 +55,11 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
-use crate::read::walk_tree_restoring;
 use crate::read::{
     receive_batch, speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats,
     RestoreCacheChoice, RestoreCacheStats,
 };
+use crate::read::{walk_tree_restoring, Subtree};
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use select::{is_ancestor, Overwrite, Selector};
@@ -76,6 +76,9 @@ const MIN_CACHE_BYTES: usize = 8 << 20;
 /// What to restore and where.
 #[derive(Clone, Debug, Default)]
 pub struct RestoreOptions {
+    /// The part of the snapshot to restore: the whole tree, or what one directory holds,
+    /// restored straight into the target (restic's `SNAPSHOT:SUBFOLDER`).
+    pub subtree: Subtree,
     /// Target directory (created if missing). It may be given through a symlink; nothing
     /// below it is ever followed.
     pub target: PathBuf,
@@ -236,12 +239,16 @@ pub fn restore(
         &opts.iexclude,
         true,
     )?);
-    if selector.has_includes() || opts.dry_run {
+    // The plan walk also gives the progress bar its total when only part of the snapshot is
+    // restored.
+    let mut total = snapshot.summary.bytes_read;
+    if selector.has_includes() || opts.dry_run || !opts.subtree.is_whole() {
         let quiet = crate::progress::NoProgress;
         let report: &dyn Progress = if opts.dry_run { progress } else { &quiet };
         let planned = passes::plan(
             repo,
             snapshot,
+            &opts.subtree,
             &selector,
             opts.overwrite,
             &opts.target,
@@ -253,6 +260,7 @@ pub fn restore(
                 ..planned
             });
         }
+        total = planned.bytes_written;
     }
     // What the snapshot does not hold goes first: the restore then sets the directories'
     // times last, as it always does.
@@ -261,18 +269,26 @@ pub fn restore(
         passes::delete(
             repo,
             snapshot,
+            &opts.subtree,
             &selector,
             &opts.target,
             &mut pruned,
             progress,
         )?;
     }
-    let mut stats = restore_selected(repo, snapshot, opts, &selector, progress)?;
+    let mut stats = restore_selected(repo, snapshot, opts, &selector, total, progress)?;
     stats.deleted = pruned.deleted;
     stats.errors.extend(pruned.errors);
     stats.warnings.extend(pruned.warnings);
     if opts.verify {
-        passes::verify(repo, snapshot, &selector, &opts.target, &mut stats)?;
+        passes::verify(
+            repo,
+            snapshot,
+            &opts.subtree,
+            &selector,
+            &opts.target,
+            &mut stats,
+        )?;
     }
     Ok(stats)
 }
@@ -283,10 +299,11 @@ fn restore_selected(
     snapshot: &Snapshot,
     opts: &RestoreOptions,
     selector: &Selector,
+    total: u64,
     progress: &dyn Progress,
 ) -> Result<RestoreStats> {
     let target = Target::open(&opts.target, std::process::id())?;
-    progress.set_total(snapshot.summary.bytes_read);
+    progress.set_total(total);
     let (tx, rx) = crossbeam_channel::bounded::<Event>(CHANNEL_EVENTS);
     let cache_bytes = opts.cache_bytes.max(MIN_CACHE_BYTES);
     std::thread::scope(|s| {
@@ -337,7 +354,7 @@ fn read_events(
     // Directories not selected themselves, above the node: created only if something below
     // them is selected (with include patterns).
     let mut above: Vec<Node> = Vec::new();
-    let walked = walk_tree_restoring(repo, snapshot, |node, chunks| {
+    let walked = walk_tree_restoring(repo, snapshot, &opts.subtree, |node, chunks| {
         if stopped {
             return Ok(());
         }

@@ -27,6 +27,7 @@ mod reader;
 mod restore_cache;
 mod restore_plan;
 mod stream;
+mod subtree;
 mod tree;
 
 pub use decoder::ChunkDecoder;
@@ -41,6 +42,7 @@ pub use restore_cache::{
     RestoreCacheStats, DEFAULT_ASSEMBLY_BYTES, PAPER_CACHE_CONTAINERS,
 };
 pub use stream::ChunkStreamReader;
+pub use subtree::Subtree;
 pub use tree::{
     walk_tree, walk_tree_chunks, walk_tree_measured, walk_tree_reading, walk_tree_restoring,
 };

@@ -1,7 +1,7 @@
 //! A snapshot's tree, streamed node by node from its chunks (for ls, restore, check, prune,
 //! repair and backup's parent recipe).
 
-use super::{ChunkReader, ChunkStreamReader};
+use super::{ChunkReader, ChunkStreamReader, Subtree};
 use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, TreeDecoder};
@@ -31,13 +31,22 @@ pub fn walk_tree(
 /// cache: [`crate::read::ChunkLocator::reading_metas_whole`]). Every tree chunk is still
 /// verified against its id. Check, prune and the repairs walk with [`walk_tree`], which reads
 /// every byte of metadata it judges by.
+///
+/// Only the nodes of `subtree` reach `f`, with their paths below it.
 pub fn walk_tree_restoring(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
-    f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
+    subtree: &Subtree,
+    mut f: impl FnMut(Node, Vec<ChunkRef>) -> Result<()>,
 ) -> Result<()> {
     let mut reader = ChunkReader::new(repo, TREE_CACHE_BYTES)?.reading_metas_whole();
-    walk_tree_reading(&mut reader, repo, snapshot, f).map(|_| ())
+    walk_tree_reading(&mut reader, repo, snapshot, |node, chunks| {
+        match subtree.view(node) {
+            Some(node) => f(node, chunks),
+            None => Ok(()),
+        }
+    })
+    .map(|_| ())
 }
 
 /// [`walk_tree`], returning the lengths of the tree's chunks (where each lies in the stream,

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::Snapshot;
 use crate::format::tree::NodeKind;
 use crate::progress::Progress;
-use crate::read::walk_tree_restoring;
+use crate::read::{walk_tree_restoring, Subtree};
 use crate::repository::IndexedRepository;
 use std::collections::HashSet;
 use std::io::Read;
@@ -26,6 +26,7 @@ pub(super) fn existing(target: &Path, path: &[u8]) -> Option<std::fs::Metadata> 
 pub(super) fn plan(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
+    subtree: &Subtree,
     selector: &Selector,
     overwrite: Overwrite,
     target: &Path,
@@ -33,7 +34,7 @@ pub(super) fn plan(
 ) -> Result<RestoreStats> {
     let mut hit = selector.no_hits();
     let mut st = RestoreStats::default();
-    walk_tree_restoring(repo, snapshot, |node, _| {
+    walk_tree_restoring(repo, snapshot, subtree, |node, _| {
         selector.mark_hits(&node.path, &mut hit);
         if !selector.selects(&node.path) {
             return Ok(());
@@ -63,6 +64,7 @@ pub(super) fn plan(
 pub(super) fn verify(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
+    subtree: &Subtree,
     selector: &Selector,
     target: &Path,
     st: &mut RestoreStats,
@@ -73,7 +75,7 @@ pub(super) fn verify(
     let mut buf = Vec::new();
     // An encrypted repository's chunk ids are keyed hashes: plain BLAKE3 differs from every one.
     let hasher = repo.chunk_hasher();
-    walk_tree_restoring(repo, snapshot, |node, chunks| {
+    walk_tree_restoring(repo, snapshot, subtree, |node, chunks| {
         if node.kind != NodeKind::File
             || !selector.selects(&node.path)
             || failed.contains(&node.path)
@@ -126,13 +128,14 @@ fn open_nofollow(p: &Path) -> std::io::Result<std::fs::File> {
 pub(super) fn delete(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
+    subtree: &Subtree,
     selector: &Selector,
     target: &Path,
     st: &mut RestoreStats,
     progress: &dyn Progress,
 ) -> Result<()> {
     let mut keep: HashSet<Vec<u8>> = HashSet::new();
-    walk_tree_restoring(repo, snapshot, |node, _| {
+    walk_tree_restoring(repo, snapshot, subtree, |node, _| {
         // The directories above the sources are in the target but not in the tree.
         for (i, b) in node.path.iter().enumerate() {
             if *b == b'/' && !keep.contains(&node.path[..i]) {
