@@ -15,6 +15,7 @@ mod bench;
 mod bench_delta;
 mod cmd;
 mod eval_cmd;
+mod interrupt;
 mod password;
 mod progress;
 mod render;
@@ -142,7 +143,17 @@ enum BenchWhat {
 fn main() -> ExitCode {
     alloc_tuning::tune();
     let cli = Cli::parse();
-    match run(cli) {
+    if !matches!(cli.command, Command::Mount(_)) {
+        interrupt::install();
+    }
+    let result = run(cli);
+    if interrupt::happened() {
+        // The signal's thread removes the locks and exits with the signal's code.
+        loop {
+            std::thread::park();
+        }
+    }
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {

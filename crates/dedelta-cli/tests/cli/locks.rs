@@ -152,3 +152,56 @@ fn commands_beside_one_holding_the_index_use_a_private_copy() {
     }
     assert_eq!(copies, 1, "no private copy was made");
 }
+
+/// Ctrl-C left the lock of a `backup` behind (the process died at the signal): other hosts'
+/// `prune` then waited for it to go stale. Now the first SIGINT or SIGTERM stops the writes,
+/// removes the lock and exits with 128 + the signal; the repository checks clean.
+#[test]
+fn an_interrupted_command_removes_its_lock() {
+    use std::io::Write;
+    let f = Fixture::new();
+    // A backup of standard input, fed a first part and then kept waiting for more.
+    let mut backup = std::process::Command::new(assert_cmd::cargo::cargo_bin("dedelta"))
+        .args(["backup", "--stdin", "--stdin-name", "part.bin", "-r"])
+        .arg(f.repo())
+        .env_remove("DEDELTA_REPO")
+        .env("DEDELTA_CACHE_DIR", f.path("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = backup.stdin.take().unwrap();
+    input.write_all(&bytes(4 << 20, 7)).unwrap();
+    wait_for("the backup's lock", || {
+        f.repo().join("locks").exists() && lock_count(&f) == 1
+    });
+    unsafe {
+        libc::kill(backup.id() as i32, libc::SIGINT);
+    }
+    let out = backup.wait_with_output().unwrap();
+    drop(input);
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+    assert_eq!(lock_count(&f), 0);
+    assert!(f.ok(&["snapshots", "--json"]).trim() == "[]");
+    f.ok(&["check", "--read-data"]);
+
+    // A reader too (a dump blocked on its output, holding a shared lock), by SIGTERM.
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("big.bin"), bytes(8 << 20, 8)).unwrap();
+    let id = f.backup(&[&src])["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = format!("{}/big.bin", src.display());
+    let dump = BlockedDump::spawn(&f, &id, &file, &f.path("cache-dump"), &[]);
+    wait_for("the dump's lock", || lock_count(&f) == 1);
+    unsafe {
+        libc::kill(dump.0.id() as i32, libc::SIGTERM);
+    }
+    let out = dump.0.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{out:?}");
+    assert_eq!(lock_count(&f), 0);
+}

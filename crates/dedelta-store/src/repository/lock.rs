@@ -52,6 +52,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+pub mod interrupt;
 pub mod refresh;
 pub mod settle;
 mod user;
@@ -337,6 +338,7 @@ impl RepoLock {
         } else {
             (write()?, None)
         };
+        interrupt::note_held(&name, &backend, None, Duration::ZERO);
         Ok(WrittenLock {
             backend,
             name,
@@ -418,6 +420,7 @@ impl RepoLock {
     /// Releases the lock now, reporting errors (drop ignores them).
     pub fn release(mut self) -> Result<()> {
         self.stop();
+        interrupt::note_released(&self.name);
         Ok(self.backend.delete(FileKind::Lock, &self.name)?)
     }
 
@@ -439,6 +442,7 @@ impl Drop for RepoLock {
     fn drop(&mut self) {
         if !self.released {
             self.stop();
+            interrupt::note_released(&self.name);
             let _ = self.backend.delete(FileKind::Lock, &self.name);
         }
     }
@@ -520,6 +524,12 @@ impl WrittenLock {
             }
         }
         let record = self.record.clone();
+        let settle = if self.mode == LockMode::Exclusive && backend.requests_are_round_trips() {
+            SETTLE
+        } else {
+            Duration::ZERO
+        };
+        interrupt::note_held(&name, &backend, Some(&health), settle);
         lock.refresher = Some(refresh::Refresher::start(backend, name, record, health));
         Ok(lock)
     }
@@ -528,6 +538,7 @@ impl WrittenLock {
 impl Drop for WrittenLock {
     fn drop(&mut self) {
         if !self.done {
+            interrupt::note_released(&self.name);
             let _ = self.backend.delete(FileKind::Lock, &self.name);
         }
     }

@@ -50,31 +50,31 @@ impl WriteGuard {
             .extend(listings);
     }
 
-    /// Refuses a write while the lock is lost; else the lock whose [`LockHealth::writes`]
-    /// the write is noted in (none for lock objects, or when no lock is watched).
-    fn may_write(&self, kind: FileKind) -> Result<Option<Arc<LockHealth>>> {
+    /// The lock whose [`LockHealth::writes`] a write of `kind` is noted in (none for lock
+    /// objects, or when no lock is watched).
+    fn watched(&self, kind: FileKind) -> Option<Arc<LockHealth>> {
         if kind == FileKind::Lock {
-            return Ok(None);
+            return None;
         }
-        let held = self.held.read().unwrap_or_else(|e| e.into_inner());
-        match held.as_ref() {
-            Some(h) => match h.check() {
-                Err(e) => Err(BackendError::Refused(e.to_string())),
-                Ok(()) => Ok(Some(h.clone())),
-            },
-            None => Ok(None),
-        }
+        self.held.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Runs `write` if the lock allows it, noted as a write in flight under that lock.
+    /// Runs `write` if the lock allows it, noted as a write in flight under that lock. The
+    /// write is noted *before* the lock is checked: whoever marks the lock lost and then
+    /// waits for the writes in flight ([`super::lock::interrupt`]) waits for every write that
+    /// passed the check.
     fn write<T>(&self, kind: FileKind, write: impl FnOnce(&dyn Backend) -> Result<T>) -> Result<T> {
-        let health = self.may_write(kind)?;
+        let health = self.watched(kind);
+        let _writing = health.as_ref().map(|h| h.writes().start());
+        if let Some(h) = &health {
+            h.check()
+                .map_err(|e| BackendError::Refused(e.to_string()))?;
+        }
         // A listing made before this process wrote would miss its own writes: no longer served.
         self.served
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
-        let _writing = health.as_ref().map(|h| h.writes().start());
         write(self.inner.as_ref())
     }
 }

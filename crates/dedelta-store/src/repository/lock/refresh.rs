@@ -100,6 +100,11 @@ impl LockHealth {
         l.get_or_insert(why);
     }
 
+    /// The process was interrupted: no write under this lock may start any more.
+    pub fn interrupt(&self) {
+        self.mark_lost("the command was interrupted".into());
+    }
+
     pub(super) fn release(&self) {
         self.released.store(true, Ordering::Relaxed);
     }
@@ -177,6 +182,10 @@ impl Refresher {
                             let _ = health.check();
                             continue;
                         }
+                    }
+                    // Lost (or interrupted): the record must not come back.
+                    if health.check().is_err() {
+                        return;
                     }
                     let now = SystemTime::now();
                     record.refreshed = epoch_secs(now);
