@@ -18,8 +18,13 @@ pub struct CheckArgs {
     #[command(flatten)]
     repo: RepoArg,
     /// Also read and verify every stored chunk.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "read_data_subset")]
     read_data: bool,
+    /// Read and verify the chunks of some containers only (restic's forms): `n/t`, part n of
+    /// t (by container id: the parts 1/t to t/t cover every container once), `x%` of the
+    /// containers at random, or a size (`500M`, `2G`) of them at random.
+    #[arg(long, value_name = "SUBSET", value_parser = parse_subset)]
+    read_data_subset: Option<check::DataSubset>,
     /// Print restic-style JSON lines: `status` while it runs, an `error` line per problem on
     /// standard error, then the `summary` (the report).
     #[arg(long)]
@@ -30,14 +35,23 @@ pub struct CheckArgs {
 pub fn run(args: CheckArgs) -> Result<u8> {
     let (r, lock) = super::open_shared(&args.repo, "check")?;
     let progress = progress_stream(args.json, "check");
-    let report = check::check(&r, &lock, args.read_data, &now_rfc3339(), &progress)?;
+    let read = match args.read_data_subset {
+        Some(subset) => check::ReadData::Subset(subset),
+        None => args.read_data.into(),
+    };
+    let report = check::check(&r, &lock, read, &now_rfc3339(), &progress)?;
     progress.finish();
     finish(&r, lock)?;
     print_notices(&report.notices);
-    render::check(&report, args.read_data, args.json)?;
+    render::check(&report, read != check::ReadData::Metadata, args.json)?;
     Ok(if report.problems.is_empty() {
         0
     } else {
         EXIT_ERROR
     })
+}
+
+/// Parses `--read-data-subset` for clap.
+fn parse_subset(s: &str) -> Result<check::DataSubset, String> {
+    s.parse().map_err(|e: dedelta_store::Error| e.to_string())
 }

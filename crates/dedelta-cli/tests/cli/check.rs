@@ -3,6 +3,33 @@
 use crate::support::*;
 use std::fs;
 
+/// `--read-data-subset`: a subset that holds every container finds the damage; a
+/// malformed subset is refused.
+#[test]
+fn a_read_data_subset_reads_its_containers() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("data.bin"), bytes(2 << 20, 5)).unwrap();
+    f.backup(&[&src]);
+    let out = f.ok(&["check", "--read-data-subset", "1/1"]);
+    assert!(out.contains("chunks read: no errors"), "{out}");
+    let c = f.containers().into_iter().next().unwrap();
+    let mut b = fs::read(&c).unwrap();
+    b[1000] ^= 0xff;
+    fs::write(&c, b).unwrap();
+    let out = f
+        .cmd(&["check", "--read-data-subset", "100%"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = f
+        .cmd(&["check", "--read-data-subset", "0/3"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("between 1 and t"));
+}
+
 #[test]
 fn corrupt_container_is_named_and_restore_fails() {
     let f = Fixture::new();
@@ -23,6 +50,7 @@ fn corrupt_container_is_named_and_restore_fails() {
     fs::write(&c, bytes).unwrap();
     // Without --read-data the metadata still checks out.
     f.ok(&["check"]);
+
     let out = f.cmd(&["check", "--read-data"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let report = String::from_utf8_lossy(&out.stdout);

@@ -817,3 +817,42 @@ fn delta_on_a_base_stored_twice(seed: u64, heal_first: bool) {
     assert_eq!(env.restore(&b.snapshot_id).unwrap(), edited);
     assert_eq!(env.restore(&first).unwrap(), original);
 }
+
+/// `check --read-data-subset n/t`: the parts read every container once between them, and
+/// damage is found by the part that holds it only.
+#[test]
+fn read_data_subsets_read_each_container_once_and_find_damage_in_their_part() {
+    let mut env = Env::new(false);
+    for i in 0..6 {
+        env.write(&files([("f.bin", noise(60_000, 100 + i))]));
+        env.backup();
+    }
+    let whole = env.check(true);
+    assert!(whole.problems.is_empty(), "{:?}", whole.problems);
+    let parts = |env: &Env| -> Vec<check::CheckReport> {
+        (1..=3)
+            .map(|n| {
+                run_check(
+                    &env.repo,
+                    check::ReadData::Subset(check::DataSubset::Part { n, t: 3 }),
+                )
+                .unwrap()
+            })
+            .collect()
+    };
+    let reports = parts(&env);
+    let read: u64 = reports.iter().map(|r| r.chunks_read).sum();
+    assert_eq!(read, whole.chunks_read);
+    assert!(reports.iter().all(|r| r.chunks_read < whole.chunks_read));
+    // Damage in the last snapshot's container: found by one part only.
+    let last = env.backup().snapshot_id;
+    let c = env.container_of(&last, "f.bin");
+    damage_first_region(&env.container_path(&c));
+    let corrupt = |r: &check::CheckReport| {
+        r.problems
+            .iter()
+            .any(|p| p.message.contains("corrupt chunk"))
+    };
+    let finding: Vec<bool> = parts(&env).iter().map(corrupt).collect();
+    assert_eq!(finding.iter().filter(|f| **f).count(), 1, "{finding:?}");
+}

@@ -368,7 +368,10 @@ pub fn prune_with(
 }
 
 /// `check`, under the exclusive lock it needs (it records damage).
-pub fn run_check(repo: &IndexedRepository, read_data: bool) -> Result<CheckReport> {
+pub fn run_check(
+    repo: &IndexedRepository,
+    read_data: impl Into<check::ReadData>,
+) -> Result<CheckReport> {
     let lock = repo.lock(&me())?;
     check::check(repo, &lock, read_data, "2026-01-01T00:00:00Z", &NoProgress)
 }

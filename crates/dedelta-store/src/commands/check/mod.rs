@@ -8,9 +8,9 @@
 //! 3. The index is compared with the containers: every entry must name an existing container
 //!    whose metadata lists that chunk at that position. An index that does not match is
 //!    rebuilt (it is a cache); a container whose metadata is unreadable is damage.
-//! 4. With `read_data`: every container is read whole; its name must be its hash, every region
-//!    must pass its CRC and decompress, and every chunk (deltas decoded against their bases)
-//!    must match its fingerprint.
+//! 4. With `read_data`: every container (or a subset: [`DataSubset`]) is read whole; its name
+//!    must be its hash, every region must pass its CRC and decompress, and every chunk (deltas
+//!    decoded against their bases) must match its fingerprint.
 //! 5. Deltas whose base is damaged or lost are damaged too.
 //! 6. Damage is recorded (see [`crate::format::damage`]) and the damaged copies leave the index, so
 //!    that the next backup stores those chunks again instead of deduplicating against them.
@@ -19,7 +19,10 @@
 //!    Damaged chunks are traced to every snapshot and file that needs them.
 
 mod index_files;
+mod subset;
 mod verify;
+
+pub use subset::{DataSubset, ReadData};
 
 pub(crate) use verify::{entry_pair, verify_entries, RefChecker};
 
@@ -86,10 +89,12 @@ pub(crate) type EntryIds = HashMap<ContainerId, Vec<(ChunkId, Option<ChunkId>)>>
 pub fn check(
     repo: &IndexedRepository,
     _lock: &RepoLock,
-    read_data: bool,
+    read_data: impl Into<ReadData>,
     time: &str,
     progress: &dyn Progress,
 ) -> Result<CheckReport> {
+    let read = read_data.into();
+    let read_data = read != ReadData::Metadata;
     let mut report = CheckReport::default();
     let backend = repo.backend().clone();
     // 1. The index file.
@@ -187,7 +192,28 @@ pub fn check(
     let mut cleared: Vec<(ContainerId, ChunkId)> = Vec::new();
     let mut cleared_whole: Vec<ContainerId> = Vec::new();
     if read_data {
-        let total: u64 = containers.iter().map(|(_, s)| s).sum();
+        // The containers read whole: all, or the subset asked for.
+        let chosen: Option<HashSet<String>> = match read {
+            ReadData::Subset(subset) => {
+                let mut seed = [0u8; 8];
+                getrandom::getrandom(&mut seed)
+                    .map_err(|e| Error::InvalidOption(format!("no random numbers: {e}")))?;
+                let chosen = subset.choose(&containers, u64::from_le_bytes(seed));
+                report.notices.push(format!(
+                    "read {} of {} containers (--read-data-subset {subset})",
+                    chosen.len(),
+                    containers.len()
+                ));
+                Some(chosen)
+            }
+            _ => None,
+        };
+        let reads = |name: &String| chosen.as_ref().is_none_or(|c| c.contains(name));
+        let total: u64 = containers
+            .iter()
+            .filter(|(n, _)| reads(n))
+            .map(|(_, s)| s)
+            .sum();
         progress.set_total(total);
         let mut reader = crate::read::ChunkReader::new(repo, 64 << 20)?;
         let index = repo.index().reader()?;
@@ -214,6 +240,9 @@ pub fn check(
             let Some(cid) = ContainerId::from_hex(name) else {
                 continue;
             };
+            if !reads(name) {
+                continue;
+            }
             progress.inc(*size);
             if bad_meta.contains_key(&cid) {
                 continue; // reported and recorded whole
