@@ -67,7 +67,7 @@ impl std::str::FromStr for DataSubset {
         }
         if let Some(p) = s.strip_suffix('%') {
             let x: f64 = p.trim().parse().map_err(|_| bad("not a percentage"))?;
-            if !(x > 0.0 && x <= 100.0) {
+            if x.is_nan() || x <= 0.0 || x > 100.0 {
                 return Err(bad("the percentage must be above 0 and at most 100"));
             }
             return Ok(DataSubset::Percent(x));
@@ -86,7 +86,7 @@ impl std::str::FromStr for DataSubset {
         };
         let num = &sized[..at];
         let x: f64 = num.trim().parse().map_err(|_| bad("not a size"))?;
-        if !(x > 0.0) {
+        if x.is_nan() || x <= 0.0 {
             return Err(bad("the size must be above 0"));
         }
         Ok(DataSubset::Bytes((x * (1u64 << shift) as f64) as u64))
