@@ -24,6 +24,10 @@ pub struct BackupArgs {
     /// Tag the snapshot (repeatable).
     #[arg(long)]
     tag: Vec<String>,
+    /// The host name the snapshot records (and whose snapshots give the parent), instead of
+    /// `$DEDELTA_HOST` or this machine's name.
+    #[arg(long, short = 'H', value_name = "HOST")]
+    host: Option<String>,
     /// Show what would be backed up (with -v, each entry); read no file, write nothing.
     #[arg(long, short = 'n')]
     dry_run: bool,
@@ -366,7 +370,7 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
         excludes: Vec::new(),
         tags: args.tag,
         stdin: stdin_src,
-        host: host(),
+        host: args.host.clone().unwrap_or_else(host),
         time: now_rfc3339(),
         delta: Some(delta_cfg),
         cache_dir: if args.no_cache {

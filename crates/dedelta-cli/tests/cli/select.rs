@@ -232,3 +232,31 @@ fn selection_options_have_their_own_help_heading() {
         );
     }
 }
+
+/// `backup --host` records the host given (over `$DEDELTA_HOST`), and takes the parent
+/// among that host's snapshots.
+#[test]
+fn backup_host_names_the_snapshot_host_and_its_parent() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a.txt"), b"a").unwrap();
+    let run = |host: &str| -> Value {
+        let out = f
+            .cmd(&["backup", "--json", "--host", host])
+            .arg(&src)
+            .env("DEDELTA_HOST", "from-env")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        summary(&out.stdout)
+    };
+    let first = run("box-a");
+    assert_eq!(first["files_new"], 1, "{first}");
+    assert_eq!(listed(&f, &["--host", "box-a"]).len(), 1);
+    assert!(listed(&f, &["--host", "from-env"]).is_empty());
+    // The second backup as box-a compares with box-a's snapshot: nothing new.
+    assert_eq!(run("box-a")["files_unmodified"], 1);
+    // As another host there is no parent of its own.
+    assert_eq!(run("box-b")["files_new"], 1);
+}
