@@ -3,18 +3,28 @@
 use crate::support::*;
 use std::fs;
 
-/// `--read-data-subset`: a subset that holds every container finds the damage; a
-/// malformed subset is refused.
-#[test]
-fn a_read_data_subset_reads_its_containers() {
+/// A repository with one snapshot of `src/data.bin` (2 MiB of noise).
+fn one_file_backed_up() -> Fixture {
     let f = Fixture::new();
     let src = f.path("src");
     fs::create_dir_all(&src).unwrap();
     fs::write(src.join("data.bin"), bytes(2 << 20, 5)).unwrap();
     f.backup(&[&src]);
+    f
+}
+
+/// `--read-data-subset`: a subset that holds every container finds the damage; a
+/// malformed subset is refused.
+#[test]
+fn a_read_data_subset_reads_its_containers() {
+    let f = one_file_backed_up();
     let out = f.ok(&["check", "--read-data-subset", "1/1"]);
     assert!(out.contains("chunks read: no errors"), "{out}");
-    let c = f.containers().into_iter().next().unwrap();
+    let c = f
+        .containers()
+        .into_iter()
+        .max_by_key(|p| fs::metadata(p).unwrap().len())
+        .unwrap();
     let mut b = fs::read(&c).unwrap();
     b[1000] ^= 0xff;
     fs::write(&c, b).unwrap();
@@ -32,11 +42,7 @@ fn a_read_data_subset_reads_its_containers() {
 
 #[test]
 fn corrupt_container_is_named_and_restore_fails() {
-    let f = Fixture::new();
-    let src = f.path("src");
-    fs::create_dir_all(&src).unwrap();
-    fs::write(src.join("data.bin"), bytes(2 << 20, 5)).unwrap();
-    f.backup(&[&src]);
+    let f = one_file_backed_up();
     f.ok(&["check", "--read-data"]);
     // Flip a byte in the data of the largest container (not its metadata).
     let c = f
@@ -75,7 +81,7 @@ fn corrupt_container_is_named_and_restore_fails() {
     );
     let out = f
         .cmd(&["dump", "latest"])
-        .arg(src.join("data.bin"))
+        .arg(f.path("src/data.bin"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
