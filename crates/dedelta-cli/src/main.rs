@@ -81,6 +81,8 @@ enum Command {
     Key(cmd::key::KeyArgs),
     /// Add, remove or set the tags of snapshots.
     Tag(cmd::tag::TagArgs),
+    /// Remove files from existing snapshots (each is written anew without them).
+    Rewrite(cmd::rewrite::RewriteArgs),
     /// Find files by name or path in snapshots.
     Find(cmd::find::FindArgs),
     /// Show the differences between two snapshots.
@@ -206,6 +208,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Unlock(args) => cmd::unlock::run(args),
         Command::Key(args) => cmd::key::run(args),
         Command::Tag(args) => cmd::tag::run(args),
+        Command::Rewrite(args) => cmd::rewrite::run(args),
         Command::Find(args) => cmd::find::run(args),
         Command::Diff(args) => cmd::diff::run(args),
         Command::Cat(args) => cmd::cat::run(args),

@@ -26,6 +26,7 @@ pub mod mount;
 pub mod prune;
 pub mod repair;
 pub mod restore;
+pub mod rewrite;
 pub mod select;
 pub mod snapshots;
 pub mod stats;

@@ -17,6 +17,7 @@ mod mount;
 mod reliability;
 mod restore_options;
 mod restore_safety;
+mod rewrite;
 mod s3;
 mod select;
 mod selection;

@@ -12,5 +12,6 @@ pub mod repair;
 pub mod repair_packs;
 pub mod repair_snapshots;
 pub mod restore;
+pub mod rewrite;
 pub mod stats;
 pub mod tag;

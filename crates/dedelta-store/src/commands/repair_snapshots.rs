@@ -173,7 +173,7 @@ pub fn repair_snapshots(
 
 /// Encodes `nodes` as a tree stream and stores it: chunks the index holds usable are reused,
 /// the others are written in new containers (durable and indexed before the snapshot).
-fn store_tree(
+pub(crate) fn store_tree(
     repo: &IndexedRepository,
     nodes: &[(Node, Vec<ChunkRef>)],
     usable: &mut dyn FnMut(&ChunkId) -> bool,

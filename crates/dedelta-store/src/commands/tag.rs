@@ -82,6 +82,32 @@ pub struct Retagged {
     pub tags: Vec<String>,
 }
 
+/// The snapshots named in `ids` (unique id prefixes, or `latest`: the newest `filter`
+/// selects; as in restic, a named snapshot counts whatever the filter), or, with none named,
+/// every snapshot `filter` selects. For the commands that change snapshots (`tag`, `rewrite`).
+pub(crate) fn chosen_snapshots(
+    repo: &Repository,
+    ids: &[String],
+    filter: &SnapshotFilter,
+) -> Result<Vec<(SnapshotId, Snapshot)>> {
+    let backend = repo.backend().as_ref();
+    if ids.is_empty() {
+        return Ok(filter.apply(list(backend)?.snapshots));
+    }
+    let mut v: Vec<(SnapshotId, Snapshot)> = Vec::new();
+    for spec in ids {
+        let s = if spec == "latest" {
+            repo.find_snapshot_filtered(spec, filter)?
+        } else {
+            load(backend, &resolve_name(backend, spec)?)?
+        };
+        if !v.iter().any(|(id, _)| *id == s.0) {
+            v.push(s);
+        }
+    }
+    Ok(v)
+}
+
 /// Changes the tags of the snapshots named in `ids` (unique id prefixes; as in restic, a
 /// named snapshot is changed whatever the filter), or, with none named, of every snapshot
 /// `filter` selects; returns the snapshots that changed (one whose
@@ -95,24 +121,7 @@ pub fn tag(
 ) -> Result<Vec<Retagged>> {
     change.validate()?;
     let backend = repo.backend().as_ref();
-    let chosen: Vec<(SnapshotId, Snapshot)> = if ids.is_empty() {
-        let listed = list(backend)?;
-        filter.apply(listed.snapshots)
-    } else {
-        let mut v = Vec::new();
-        for spec in ids {
-            // `latest` is the newest snapshot the filter selects, as everywhere else.
-            let s = if spec == "latest" {
-                repo.find_snapshot_filtered(spec, filter)?
-            } else {
-                load(backend, &resolve_name(backend, spec)?)?
-            };
-            if !v.iter().any(|(id, _)| *id == s.0) {
-                v.push(s);
-            }
-        }
-        v
-    };
+    let chosen = chosen_snapshots(repo, ids, filter)?;
     let mut out = Vec::new();
     for (id, snap) in chosen {
         let tags = change.applied(&snap.tags);
