@@ -33,15 +33,19 @@ pub struct CheckArgs {
 
 /// Runs the check and prints its report.
 pub fn run(args: CheckArgs) -> Result<u8> {
-    let (r, lock) = super::open_shared(&args.repo, "check")?;
+    // A repository this process cannot write (read-only media) is checked without a lock,
+    // and the damage found is reported but not recorded.
+    let (r, lock) = super::open_reader(&args.repo, "check")?;
     let progress = progress_stream(args.json, "check");
     let read = match args.read_data_subset {
         Some(subset) => check::ReadData::Subset(subset),
         None => args.read_data.into(),
     };
-    let report = check::check(&r, &lock, read, &now_rfc3339(), &progress)?;
+    let report = check::check(&r, lock.as_ref(), read, &now_rfc3339(), &progress)?;
     progress.finish();
-    finish(&r, lock)?;
+    if let Some(lock) = lock {
+        finish(&r, lock)?;
+    }
     print_notices(&report.notices);
     render::check(&report, read != check::ReadData::Metadata, args.json)?;
     Ok(if report.problems.is_empty() {

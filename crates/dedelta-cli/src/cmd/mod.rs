@@ -5,7 +5,7 @@
 //!
 //! This file holds what several commands share: the option groups [`RepoArg`],
 //! [`DeltaArgs`] and [`IoModelArgs`], and opening (metered, for the `io` report), locking and
-//! describing the caller ([`open_reader`], [`open_shared`], [`open_locked`], [`lock_info`]).
+//! describing the caller ([`open_reader`], [`open_locked`], [`lock_info`]).
 //! `bench` and `eval` are not here: they use no repository.
 
 pub mod backup;
@@ -492,12 +492,6 @@ fn is_read_only(e: &anyhow::Error) -> bool {
                 std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
             )
         })
-}
-
-/// Opens the repository, takes a shared lock for `command` (a writer that only adds: backup,
-/// or check), then opens the index.
-pub fn open_shared(repo: &RepoArg, command: &str) -> Result<(IndexedRepository, RepoLock)> {
-    open_with(repo, command, LockMode::Shared)
 }
 
 /// Opens the index of an open repository (after the lock, for commands that take it),

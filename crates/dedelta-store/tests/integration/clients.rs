@@ -86,7 +86,7 @@ impl TwoClients {
     fn check(&self, who: &str) -> check::CheckReport {
         let repo = self.open(who);
         locked(&repo, &me(), |lock| {
-            check::check(&repo, lock, true, "2026-01-01T00:00:00Z", &NoProgress)
+            check::check(&repo, Some(lock), true, "2026-01-01T00:00:00Z", &NoProgress)
         })
         .unwrap()
     }

@@ -856,3 +856,32 @@ fn read_data_subsets_read_each_container_once_and_find_damage_in_their_part() {
     let finding: Vec<bool> = parts(&env).iter().map(corrupt).collect();
     assert_eq!(finding.iter().filter(|f| **f).count(), 1, "{finding:?}");
 }
+
+/// A check without a lock (a repository on read-only media, which the CLI checks without
+/// one) reports the damage it finds and writes nothing: no damage record, so a later check
+/// where the repository can be written still finds and records it.
+#[test]
+fn a_check_without_a_lock_reports_damage_and_records_nothing() {
+    let mut env = Env::new(false);
+    env.write(&files([("f.bin", noise(120_000, 41))]));
+    let id = env.backup().snapshot_id;
+    let c = env.container_of(&id, "f.bin");
+    damage_first_region(&env.container_path(&c));
+    let report = check::check(&env.repo, None, true, "2026-01-01T00:00:00Z", &NoProgress).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.message.contains("corrupt chunk")),
+        "{:?}",
+        report.problems
+    );
+    assert!(report.damage_recorded.is_empty());
+    assert!(report
+        .notices
+        .iter()
+        .any(|n| n.contains("cannot be written here")));
+    let backend = env.repo.backend().clone();
+    assert!(DamageSet::load(backend.as_ref()).unwrap().0.is_empty());
+    assert!(!env.check(true).damage_recorded.is_empty());
+}

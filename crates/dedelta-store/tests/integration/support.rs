@@ -373,7 +373,13 @@ pub fn run_check(
     read_data: impl Into<check::ReadData>,
 ) -> Result<CheckReport> {
     let lock = repo.lock(&me())?;
-    check::check(repo, &lock, read_data, "2026-01-01T00:00:00Z", &NoProgress)
+    check::check(
+        repo,
+        Some(&lock),
+        read_data,
+        "2026-01-01T00:00:00Z",
+        &NoProgress,
+    )
 }
 
 /// Every restore cache, in sizes that stress it: the default LRU (512 containers), an LRU of

@@ -85,10 +85,12 @@ pub(crate) type EntryIds = HashMap<ContainerId, Vec<(ChunkId, Option<ChunkId>)>>
 
 /// Runs the check; `time` stamps a damage record. The caller holds a repository lock: the
 /// CLI takes a shared one, so check runs beside backups and restores (docs/format.md,
-/// "Locks").
+/// "Locks"). Without one (`None`: a repository this process cannot write, such as read-only
+/// media) the check writes nothing to the repository: the damage it finds is reported but not
+/// recorded (only the client's own index may be rebuilt).
 pub fn check(
     repo: &IndexedRepository,
-    _lock: &RepoLock,
+    lock: Option<&RepoLock>,
     read_data: impl Into<ReadData>,
     time: &str,
     progress: &dyn Progress,
@@ -427,14 +429,22 @@ pub fn check(
         damage.forget_container(cid);
     }
     let cleared_any = !cleared.is_empty() || !cleared_whole.is_empty();
-    if cleared_any {
+    if lock.is_none() && (cleared_any || !found.is_empty()) {
+        report.notices.push(format!(
+            "the repository cannot be written here: {} damaged copies found and {} records \
+             that verify again were not recorded; run check where it can be written",
+            found.len(),
+            cleared.len() + cleared_whole.len()
+        ));
+        damage.extend(&found);
+    } else if cleared_any {
         report.notices.push(format!(
             "{} stored copies recorded as damaged verify again (the damage was transient, or the \
              containers were restored); they are no longer recorded",
             cleared.len()
         ));
     }
-    if !found.is_empty() {
+    if lock.is_some() && !found.is_empty() {
         report.notices.push(format!(
             "recorded {} damaged stored copies: they left the index, so the next backup of \
              their files stores them again; `dedelta repair packs` salvages and removes the \
@@ -442,8 +452,10 @@ pub fn check(
             found.len()
         ));
     }
-    damage.extend(&found);
-    if cleared_any {
+    if lock.is_none() {
+        // Nothing is written (above).
+    } else if cleared_any {
+        damage.extend(&found);
         // The new record set is durable before the old records go; the index is then rebuilt
         // so that it names the copies that verify again and none of the damaged ones.
         damage::rewrite(backend.as_ref(), &damage, &old_records, time.to_string())?;
@@ -452,6 +464,7 @@ pub fn check(
             report.problem(None, None, format!("index rebuild: {p}"));
         }
     } else if !found.is_empty() {
+        damage.extend(&found);
         damage::write_record(
             backend.as_ref(),
             &crate::format::damage::DamageRecord {
@@ -478,7 +491,7 @@ pub fn check(
             damage.containers().len()
         ));
     }
-    report.damage_recorded = found;
+    report.damage_recorded = if lock.is_some() { found } else { Vec::new() };
     // 7. Every reference of every snapshot.
     let index = repo.index().reader()?;
     let listed = crate::repository::snapshots::list(backend.as_ref())?;
