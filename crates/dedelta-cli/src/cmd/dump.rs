@@ -65,7 +65,9 @@ pub fn run(args: DumpArgs) -> Result<u8> {
         _ => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-            super::dump_tar::write_tar(&r, &snap, want, &mut out)?;
+            // Entries are named below the subfolder, as `ls SNAPSHOT:SUBFOLDER` shows them.
+            let rel = ls::normalize_path(args.path.as_bytes());
+            super::dump_tar::write_tar(&r, &snap, &subtree, rel, &mut out)?;
             return Ok(0);
         }
     };

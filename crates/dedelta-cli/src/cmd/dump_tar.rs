@@ -10,7 +10,7 @@
 use anyhow::Result;
 use dedelta_store::format::snapshot::Snapshot;
 use dedelta_store::format::tree::{Node, NodeKind};
-use dedelta_store::read::{walk_tree, ChunkReader, ChunkStreamReader};
+use dedelta_store::read::{walk_tree, ChunkReader, ChunkStreamReader, Subtree};
 use dedelta_store::{Error, IndexedRepository};
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -24,11 +24,13 @@ fn under(path: &[u8], dir: &[u8]) -> bool {
     dir.is_empty() || path == dir || (path.starts_with(dir) && path.get(dir.len()) == Some(&b'/'))
 }
 
-/// Writes the nodes at and below `dir` (stored form) as a tar stream to `out`; returns the
-/// number of entries, or an error if `dir` names nothing.
+/// Writes the nodes at and below `dir` (stored form, relative to `subtree`, whose paths the
+/// entries carry) as a tar stream to `out`; returns the number of entries, or an error if
+/// `dir` names nothing.
 pub fn write_tar(
     repo: &IndexedRepository,
     snapshot: &Snapshot,
+    subtree: &Subtree,
     dir: &[u8],
     out: &mut dyn Write,
 ) -> Result<u64> {
@@ -38,6 +40,9 @@ pub fn write_tar(
     let mut entries = 0u64;
     let tar_err = |e: std::io::Error| Error::io("writing the tar stream", e);
     walk_tree(repo, snapshot, |node, chunks| {
+        let Some(node) = subtree.view(node) else {
+            return Ok(());
+        };
         if !under(&node.path, dir) || node.kind == NodeKind::Socket {
             return Ok(());
         }

@@ -49,6 +49,18 @@ fn ls_dump_and_diff_take_a_subfolder() {
     );
     assert!(!listed.contains("top.txt"), "{listed}");
     assert_eq!(f.ok(&["dump", &spec, "/deep/x.txt"]), "x");
+    // A directory's tar names its entries below the subfolder too.
+    let out = f.cmd(&["dump", &spec, "/deep"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut names: Vec<String> = tar::Archive::new(&out.stdout[..])
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names[0], "deep");
+    assert!(names.iter().all(|n| n.starts_with("deep")), "{names:?}");
+    assert!(names.iter().any(|n| n == "deep/x.txt"), "{names:?}");
     // A second snapshot with one more file below the subfolder.
     fs::write(src.join("sub/deep/y.txt"), b"y").unwrap();
     fs::write(src.join("top2.txt"), b"t").unwrap();
