@@ -246,6 +246,17 @@ pub struct FaultBackend {
     log: Mutex<Vec<(FileKind, String)>>,
     /// The faults injected since the last arm.
     injections: Mutex<Vec<Injection>>,
+    /// Run once write `.0` is performed (see [`FaultBackend::after_write`]).
+    hook: Mutex<Option<(u64, WriteHook)>>,
+}
+
+/// What [`FaultBackend::after_write`] runs.
+struct WriteHook(Box<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for WriteHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteHook")
+    }
 }
 
 impl FaultBackend {
@@ -261,7 +272,16 @@ impl FaultBackend {
             injected: AtomicU64::new(0),
             log: Mutex::new(Vec::new()),
             injections: Mutex::new(Vec::new()),
+            hook: Mutex::new(None),
         }
+    }
+
+    /// Runs `hook` on the writing thread once write `n` (counted as the plan counts them) is
+    /// performed, before the write returns: what a signal arriving just then does (a test
+    /// marks the command's lock lost, as Ctrl-C does). Cleared by [`FaultBackend::arm`]; set
+    /// it after arming.
+    pub fn after_write(&self, n: u64, hook: impl Fn() + Send + Sync + 'static) {
+        *self.hook.lock().unwrap_or_else(|e| e.into_inner()) = Some((n, WriteHook(Box::new(hook))));
     }
 
     /// The wrapped backend (reads and writes through it are neither counted nor faulted).
@@ -286,6 +306,7 @@ impl FaultBackend {
         self.crashed.store(false, Ordering::SeqCst);
         self.log().clear();
         self.injections().clear();
+        *self.hook.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     fn injections(&self) -> MutexGuard<'_, Vec<Injection>> {
@@ -435,7 +456,13 @@ impl FaultBackend {
             self.record(kind, name, n, InjectionDetail::NoSpace);
             return Err(self.fail(kind, name, InjectedFault::NoSpace { write: n }));
         }
-        self.perform(kind, name, op)
+        let done = self.perform(kind, name, op);
+        if let Some((at, hook)) = self.hook.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            if *at == n {
+                (hook.0)();
+            }
+        }
+        done
     }
 
     fn perform(&self, kind: FileKind, name: &str, op: Write<'_>) -> Result<bool> {

@@ -1848,3 +1848,131 @@ fn a_killed_prune_leaves_the_index_naming_a_dead_delta_whose_base_stayed() {
         },
     );
 }
+
+/// Runs `command` (named `name`, under an exclusive lock taken as a process that is then
+/// gone) on a fresh copy of `base` once per write of `log`, interrupted right after that
+/// write: its lock is marked lost on the writing thread, as the first Ctrl-C or SIGTERM does
+/// (`repository/lock/interrupt.rs`), so every later guarded write is refused and the command
+/// runs its error path (where a crash runs nothing). It must fail with the refusal, or finish;
+/// then the repository is reopened, with the index kept and rebuilt, its caught-up index must
+/// name what a fresh one does, and `verify(trial, repository, when)` judges the rest. Returns
+/// the number of interruption points tried.
+fn at_every_interrupt_point(
+    base: &Base,
+    store: Store,
+    name: &str,
+    log: &WriteLog,
+    command: impl Fn(
+        &IndexedRepository,
+        &Trial,
+        &dedelta_store::repository::lock::RepoLock,
+    ) -> Result<()>,
+    mut verify: impl FnMut(&Trial, &IndexedRepository, &str),
+) -> usize {
+    let (mut trials, mut refused) = (0, 0);
+    for rebuild in [false, true] {
+        for n in 0..log.len() as u64 {
+            let when = format!(
+                "{store:?} {name}, interrupted after write {n} ({:?}), index {}",
+                log[n as usize],
+                if rebuild { "rebuilt" } else { "kept" }
+            );
+            let t = Trial::of(base, store);
+            {
+                let repo = t.open().unwrap();
+                t.fault.arm(FaultPlan::none());
+                let result = locked(&repo, &gone(), |lock| {
+                    let health = lock.health().clone();
+                    t.fault.after_write(n, move || health.interrupt());
+                    command(&repo, &t, lock)
+                });
+                if let Err(e) = &result {
+                    assert!(
+                        format!("{e:#}").contains("interrupted"),
+                        "{when}: failed otherwise: {e:#}"
+                    );
+                    refused += 1;
+                }
+            }
+            let repo = t.reopen(rebuild);
+            assert_index_as_rebuilt(&t, &repo, &when);
+            verify(&t, &repo, &when);
+            trials += 1;
+        }
+    }
+    // Refused exactly where a guarded write (not a lock's) follows; write 0 is the lock's
+    // own, before the lock can be marked.
+    let guarded_after = (1..log.len())
+        .filter(|&n| log[n + 1..].iter().any(|(k, _)| *k != FileKind::Lock))
+        .count();
+    assert_eq!(refused, 2 * guarded_after, "{name}: refused of {trials}");
+    trials
+}
+
+/// Ctrl-C (or SIGTERM) during prune, after any of its writes: the prune stops at its next
+/// write and unwinds, and the repository is as after a crash there: consistent, every
+/// snapshot restores, the next prune finishes the job.
+#[test]
+fn prune_interrupted_after_every_write() {
+    for store in [Store::Memory, Store::Sealed] {
+        let base = base_in(store, 0..4, 2);
+        let log = writes_of(&base, store, |repo, _| {
+            prune_all(repo, &gone(), false).unwrap();
+        });
+        let prune = |repo: &IndexedRepository, _: &Trial, lock: &_| {
+            prune_with(repo, lock, 0.0, false).map(|_| ())
+        };
+        let trials =
+            at_every_interrupt_point(&base, store, "prune", &log, prune, |t, repo, when| {
+                assert_consistent(repo, &base.model, t, when);
+                prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+                let again = prune_all(repo, &me(), true).unwrap();
+                assert!(
+                    again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
+                    "{when}: a prune after the next one still plans {:?}",
+                    again.plan
+                );
+                assert_consistent(repo, &base.model, t, when);
+                assert_takes_new_backups(repo, t, 9, when);
+            });
+        println!("{store:?}: {trials} prune interruption points verified");
+    }
+}
+
+/// Ctrl-C (or SIGTERM) during backup, after any of its writes: no snapshot, or the whole
+/// one; the repository consistent and taking new backups.
+#[test]
+fn backup_interrupted_after_every_write() {
+    for store in [Store::Memory, Store::Sealed] {
+        let base = base_in(store, 0..2, 0);
+        let next = tree(2);
+        let backup_next = |repo: &IndexedRepository, t: &Trial, lock: &_| {
+            write_files(&t.src(), &next);
+            backup_with(repo, lock, backup_options(vec![t.src()], time_of(2))).map(|_| ())
+        };
+        let log = writes_of(&base, store, |repo, t| {
+            locked(repo, &gone(), |lock| backup_next(repo, t, lock)).unwrap()
+        });
+        let trials = at_every_interrupt_point(
+            &base,
+            store,
+            "backup",
+            &log,
+            backup_next,
+            |t, repo, when| {
+                let mut model = base.model.clone();
+                let extra: Vec<String> = snapshot_ids(repo)
+                    .into_iter()
+                    .filter(|id| !model.contains_key(id))
+                    .collect();
+                assert!(extra.len() <= 1, "{when}: new snapshots {extra:?}");
+                for id in extra {
+                    model.insert(id, next.clone());
+                }
+                assert_consistent(repo, &model, t, when);
+                assert_takes_new_backups(repo, t, 3, when);
+            },
+        );
+        println!("{store:?}: {trials} backup interruption points verified");
+    }
+}
