@@ -854,21 +854,25 @@ fn prune_crash_at_every_write(store: Store) {
         "prune",
         &log,
         prune,
-        |t, repo, _, _, when| {
-            assert_consistent(repo, &base.model, t, when);
-            // The next prune finishes the job: nothing is left to delete or rewrite.
-            prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
-            let again = prune_all(repo, &me(), true).unwrap();
-            assert!(
-                again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
-                "{when}: a prune after the next one still plans {:?}",
-                again.plan
-            );
-            assert_consistent(repo, &base.model, t, when);
-            assert_takes_new_backups(repo, t, 9, when);
-        },
+        |t, repo, _, _, when| assert_prune_stopped_safely(&base, t, repo, when),
     );
     println!("{store:?}: {trials} prune crash points verified");
+}
+
+/// After a prune of `base` stopped part-way (crashed or interrupted): the repository is
+/// consistent, the next prune finishes the job (nothing is left to delete or rewrite), and new
+/// backups work.
+fn assert_prune_stopped_safely(base: &Base, t: &Trial, repo: &IndexedRepository, when: &str) {
+    assert_consistent(repo, &base.model, t, when);
+    prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
+    let again = prune_all(repo, &me(), true).unwrap();
+    assert!(
+        again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
+        "{when}: a prune after the next one still plans {:?}",
+        again.plan
+    );
+    assert_consistent(repo, &base.model, t, when);
+    assert_takes_new_backups(repo, t, 9, when);
 }
 
 #[test]
@@ -1924,16 +1928,7 @@ fn prune_interrupted_after_every_write() {
         };
         let trials =
             at_every_interrupt_point(&base, store, "prune", &log, prune, |t, repo, when| {
-                assert_consistent(repo, &base.model, t, when);
-                prune_all(repo, &me(), false).unwrap_or_else(|e| panic!("{when}: next prune: {e}"));
-                let again = prune_all(repo, &me(), true).unwrap();
-                assert!(
-                    again.plan.delete.is_empty() && again.plan.rewrite.is_empty(),
-                    "{when}: a prune after the next one still plans {:?}",
-                    again.plan
-                );
-                assert_consistent(repo, &base.model, t, when);
-                assert_takes_new_backups(repo, t, 9, when);
+                assert_prune_stopped_safely(&base, t, repo, when)
             });
         println!("{store:?}: {trials} prune interruption points verified");
     }
