@@ -84,7 +84,7 @@ pub fn run(args: RewriteArgs) -> Result<u8> {
     }
     let verbose = super::global::verbosity() > 0;
     for s in &st.rewritten {
-        let what = format!("{} nodes ({} MiB)", s.removed.len(), mb(s.removed_bytes));
+        let what = format!("{} nodes ({})", s.removed.len(), mb(s.removed_bytes));
         match &s.new {
             Some(new) => outln!(
                 "{} -> {}: removed {what}{}",

@@ -39,6 +39,7 @@ fn rewrite_removes_files_from_every_snapshot_and_prune_frees_them() {
 
     let out = f.ok(&[&args[..], &["--forget"]].concat());
     assert!(out.contains("2 snapshots rewritten, 0 unchanged"), "{out}");
+    assert!(out.contains(" MiB)") && !out.contains("MiB MiB"), "{out}");
     let after = ids(&f);
     assert_eq!(after.len(), 2);
     assert!(after.iter().all(|id| !before.contains(id)));
