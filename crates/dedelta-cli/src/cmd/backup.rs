@@ -6,7 +6,7 @@
 
 use super::{finish, host, now_rfc3339, progress_stream, DeltaArgs, IoModelArgs, RepoArg};
 use crate::{render, EXIT_PARTIAL};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use dedelta_store::commands::backup;
 use dedelta_store::repository::lock::LockMode;
@@ -28,6 +28,10 @@ pub struct BackupArgs {
     /// `$DEDELTA_HOST` or this machine's name.
     #[arg(long, short = 'H', value_name = "HOST")]
     host: Option<String>,
+    /// The time the snapshot records instead of now (`2026-11-24 15:04:05` in local time, or
+    /// RFC 3339): for importing older data in order, as restic's `--time`.
+    #[arg(long, value_name = "TIME")]
+    time: Option<String>,
     /// Show what would be backed up (with -v, each entry); read no file, write nothing.
     #[arg(long, short = 'n')]
     dry_run: bool,
@@ -365,13 +369,19 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
     };
     dedelta_store::progress::Progress::set_total(&progress, total);
     let preset = args.delta.preset()?;
+    let time = match &args.time {
+        Some(t) => chrono::DateTime::from_timestamp(super::find::parse_time(t, false)?, 0)
+            .context("--time is out of range")?
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        None => now_rfc3339(),
+    };
     let opts = backup::BackupOptions {
         paths: args.paths,
         excludes: Vec::new(),
         tags: args.tag,
         stdin: stdin_src,
         host: args.host.clone().unwrap_or_else(host),
-        time: now_rfc3339(),
+        time,
         delta: Some(delta_cfg),
         cache_dir: if args.no_cache {
             None

@@ -45,7 +45,7 @@ pub struct FindArgs {
 }
 
 /// Parses `--oldest`/`--newest`; `end` makes a bare date mean its last second.
-fn parse_time(s: &str, end: bool) -> Result<i64> {
+pub fn parse_time(s: &str, end: bool) -> Result<i64> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(t.timestamp());
     }

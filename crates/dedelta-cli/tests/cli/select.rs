@@ -260,3 +260,34 @@ fn backup_host_names_the_snapshot_host_and_its_parent() {
     // As another host there is no parent of its own.
     assert_eq!(run("box-b")["files_new"], 1);
 }
+
+/// `backup --time` records the time given (restic's), so older data imported later sorts
+/// before newer snapshots; a time that does not parse is refused.
+#[test]
+fn backup_time_is_the_time_given() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("a.txt"), b"a").unwrap();
+    f.backup(&[&src]);
+    let out = f
+        .cmd(&["backup", "--json", "--time", "2020-01-02T03:04:05Z"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let old = summary(&out.stdout)["snapshot_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v: Value = serde_json::from_str(&f.ok(&["snapshots", "--json"])).unwrap();
+    let first = &v.as_array().unwrap()[0];
+    assert_eq!(first["id"], old.as_str());
+    assert_eq!(first["time"], "2020-01-02T03:04:05.000000Z");
+    let bad = f
+        .cmd(&["backup", "--time", "yesterday"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+}
