@@ -29,6 +29,28 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
+/// A stored name (a path or a link target) as `ls`, `find` and `diff` print it: on a terminal
+/// its control characters (a newline, an escape sequence a hostile file name could hold) as
+/// `?`, as GNU `ls` shows them; into a pipe or a file as it is, for scripts.
+pub fn shown_name(name: &str) -> std::borrow::Cow<'_, str> {
+    use std::sync::OnceLock;
+    static TERMINAL: OnceLock<bool> = OnceLock::new();
+    let terminal = *TERMINAL.get_or_init(|| std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    name_for(name, terminal)
+}
+
+/// [`shown_name`] with the terminal question answered.
+fn name_for(name: &str, terminal: bool) -> std::borrow::Cow<'_, str> {
+    if terminal && name.chars().any(char::is_control) {
+        name.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        name.into()
+    }
+}
+
 /// `bytes` in MiB with one decimal, e.g. `12.5 MiB`.
 pub fn mb(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
@@ -522,4 +544,16 @@ pub fn repair_snapshots(
         }
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::name_for;
+
+    #[test]
+    fn control_characters_of_names_are_question_marks_on_a_terminal_only() {
+        assert_eq!(name_for("a\nb\x1b[31mc\u{7f}", true), "a?b?[31mc?");
+        assert_eq!(name_for("a\nb", false), "a\nb");
+        assert_eq!(name_for("plain é", true), "plain é");
+    }
 }

@@ -6,7 +6,7 @@
 
 use super::select::SnapshotFilterArgs;
 use super::{open_reader_then, RepoArg};
-use crate::render::{mb, outln, print_json};
+use crate::render::{mb, outln, print_json, shown_name};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::diff::{diff, Modifier, SideCounts};
@@ -77,7 +77,7 @@ pub fn run(args: DiffArgs) -> Result<u8> {
     );
     outln!();
     for c in shown {
-        outln!("{}    {}", c.modifier.code(), c.path);
+        outln!("{}    {}", c.modifier.code(), shown_name(&c.path));
     }
     outln!();
     let side = |s: &SideCounts| {

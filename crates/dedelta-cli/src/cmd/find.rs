@@ -6,7 +6,7 @@
 
 use super::select::SnapshotFilterArgs;
 use super::{open_reader, RepoArg};
-use crate::render::{outln, print_json};
+use crate::render::{outln, print_json, shown_name};
 use anyhow::Result;
 use chrono::{DateTime, Local, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use clap::Args;
@@ -183,10 +183,13 @@ pub fn run(args: FindArgs) -> Result<u8> {
                 permissions(n),
                 n.size,
                 rfc3339(n.mtime_secs, 0),
-                n.path_lossy()
+                shown_name(&n.path_lossy())
             );
             if !n.target.is_empty() {
-                line.push_str(&format!(" -> {}", String::from_utf8_lossy(&n.target)));
+                line.push_str(&format!(
+                    " -> {}",
+                    shown_name(&String::from_utf8_lossy(&n.target))
+                ));
             }
             outln!("{line}");
         }

@@ -4,6 +4,7 @@
 //! Exit codes: 0 listed; 1 no such snapshot or a tree could not be read; 10 no repository.
 
 use super::{open_reader_then, RepoArg};
+use crate::render::shown_name;
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::format::tree::{Node, NodeKind};
@@ -122,10 +123,13 @@ fn text_line(n: &Node) -> String {
         "{t}{:04o} {:>12} /{}",
         n.mode & 0o7777,
         n.size,
-        n.path_lossy()
+        shown_name(&n.path_lossy())
     );
     if !n.target.is_empty() {
-        l.push_str(&format!(" -> {}", String::from_utf8_lossy(&n.target)));
+        l.push_str(&format!(
+            " -> {}",
+            shown_name(&String::from_utf8_lossy(&n.target))
+        ));
     }
     l
 }
