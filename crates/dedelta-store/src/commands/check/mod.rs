@@ -440,7 +440,6 @@ pub fn check(
             found.len(),
             cleared.len() + cleared_whole.len()
         ));
-        damage.extend(&found);
     } else if cleared_any {
         report.notices.push(format!(
             "{} stored copies recorded as damaged verify again (the damage was transient, or the \
@@ -456,10 +455,9 @@ pub fn check(
             found.len()
         ));
     }
-    if lock.is_none() {
-        // Nothing is written (above).
-    } else if cleared_any {
-        damage.extend(&found);
+    damage.extend(&found);
+    let writable = lock.is_some();
+    if writable && cleared_any {
         // The new record set is durable before the old records go; the index is then rebuilt
         // so that it names the copies that verify again and none of the damaged ones.
         damage::rewrite(backend.as_ref(), &damage, &old_records, time.to_string())?;
@@ -467,8 +465,7 @@ pub fn check(
         for p in rebuilt.problems {
             report.problem(None, None, format!("index rebuild: {p}"));
         }
-    } else if !found.is_empty() {
-        damage.extend(&found);
+    } else if writable && !found.is_empty() {
         damage::write_record(
             backend.as_ref(),
             &crate::format::damage::DamageRecord {
@@ -495,7 +492,7 @@ pub fn check(
             damage.containers().len()
         ));
     }
-    report.damage_recorded = if lock.is_some() { found } else { Vec::new() };
+    report.damage_recorded = if writable { found } else { Vec::new() };
     // 7. Every reference of every snapshot.
     let index = repo.index().reader()?;
     let listed = crate::repository::snapshots::list(backend.as_ref())?;
