@@ -234,7 +234,7 @@ fn lines_of(path: &Path, format: ListFormat) -> Result<Vec<Vec<u8>>> {
 
 /// The patterns of an exclude file: its lines, comments skipped, `$NAME` and `${NAME}`
 /// replaced by the environment's values (as restic does; an unset variable is empty).
-fn patterns_of(path: &Path) -> Result<Vec<String>> {
+pub(super) fn patterns_of(path: &Path) -> Result<Vec<String>> {
     Ok(lines_of(path, ListFormat::Commented)?
         .into_iter()
         .map(|b| expand_env(&String::from_utf8_lossy(&b), |k| std::env::var(k).ok()))

@@ -9,7 +9,7 @@
 use super::select::SnapshotFilterArgs;
 use super::{finish, open_locked, progress_bar, RepoArg};
 use crate::render::{mb, outln, print_json};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::rewrite;
 use std::ffi::OsString;
@@ -34,7 +34,8 @@ pub struct RewriteArgs {
     /// As --exclude, ignoring case.
     #[arg(long, value_name = "PATTERN")]
     iexclude: Vec<OsString>,
-    /// Read --exclude patterns from FILE, one a line (`#` starts a comment).
+    /// Read --exclude patterns from FILE, one a line, as backup's --exclude-file (`#` starts a
+    /// comment; `$NAME` is expanded).
     #[arg(long, value_name = "FILE")]
     exclude_file: Vec<PathBuf>,
     /// Delete each original snapshot once its rewritten one is saved.
@@ -51,16 +52,13 @@ pub struct RewriteArgs {
 /// Rewrites the snapshots and prints what each lost.
 pub fn run(args: RewriteArgs) -> Result<u8> {
     let mut exclude: Vec<Vec<u8>> = args.exclude.iter().map(|p| p.as_bytes().to_vec()).collect();
+    // Read as backup's --exclude-file: comments skipped, `$NAME` expanded (restic's rules).
     for f in &args.exclude_file {
-        let text =
-            std::fs::read(f).with_context(|| format!("reading --exclude-file {}", f.display()))?;
-        for line in text.split(|b| *b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let trimmed = line.trim_ascii();
-            if !trimmed.is_empty() && !trimmed.starts_with(b"#") {
-                exclude.push(trimmed.to_vec());
-            }
-        }
+        exclude.extend(
+            super::backup::patterns_of(f)?
+                .into_iter()
+                .map(String::into_bytes),
+        );
     }
     let opts = rewrite::RewriteOptions {
         exclude,
