@@ -190,6 +190,7 @@ pub fn run_config(
                 reader: Box::new(std::io::BufReader::with_capacity(1 << 20, f)),
                 name: STREAM_NAME.into(),
                 mtime_secs: 1_700_000_000,
+                whole_or_nothing: false,
             })
         };
         let started = Instant::now();

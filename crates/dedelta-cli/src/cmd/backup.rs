@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 pub struct BackupArgs {
     #[command(flatten)]
     repo: RepoArg,
-    /// Files and directories to back up.
+    /// Files and directories to back up (with --stdin-from-command: the command and its
+    /// arguments).
     paths: Vec<PathBuf>,
     /// Tag the snapshot (repeatable).
     #[arg(long)]
@@ -40,10 +41,15 @@ pub struct BackupArgs {
     #[arg(long)]
     json: bool,
     /// Back up standard input as one file.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "stdin_from_command")]
     stdin: bool,
-    /// File name for --stdin.
-    #[arg(long, default_value = "stdin")]
+    /// Back up the standard output of a command as one file: the arguments are the command
+    /// and its own arguments (after `--`, run without a shell). When the command exits with
+    /// an error, no snapshot is saved (a pipe into --stdin cannot tell).
+    #[arg(long)]
+    stdin_from_command: bool,
+    /// File name for --stdin and --stdin-from-command.
+    #[arg(long, alias = "stdin-filename", default_value = "stdin")]
     stdin_name: String,
     /// Compare files with this snapshot (an id prefix or `latest`) instead of the newest
     /// snapshot of the same host and paths.
@@ -340,6 +346,16 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
     args.io_models.models()?;
     let select = args.select.options()?;
     args.paths.extend(args.select.listed_paths()?);
+    let from_stdin = args.stdin || args.stdin_from_command;
+    if args.stdin && !args.paths.is_empty() {
+        return Err(Error::InvalidOption("--stdin takes no paths".into()).into());
+    }
+    if args.stdin_from_command && args.paths.is_empty() {
+        return Err(Error::InvalidOption(
+            "--stdin-from-command needs the command to run, e.g. `-- pg_dump mydb`".into(),
+        )
+        .into());
+    }
     if args.dry_run {
         return dry_run(&args, select);
     }
@@ -352,17 +368,28 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
     let mut delta_cfg = r.config().default_delta();
     args.delta.apply(&mut delta_cfg)?;
     let progress = progress_stream(args.json, "archival");
-    let stdin_src = args.stdin.then(|| backup::StdinSource {
-        reader: Box::new(std::io::stdin()),
+    // The command starts once the repository is open and locked, as restic's does: a
+    // locked or missing repository runs no dump.
+    let reader: Option<Box<dyn std::io::Read + Send>> = if args.stdin_from_command {
+        let argv: Vec<std::ffi::OsString> = std::mem::take(&mut args.paths)
+            .into_iter()
+            .map(PathBuf::into_os_string)
+            .collect();
+        Some(Box::new(super::stdin_command::CommandOutput::spawn(&argv)?))
+    } else if args.stdin {
+        Some(Box::new(std::io::stdin()))
+    } else {
+        None
+    };
+    let stdin_src = reader.map(|reader| backup::StdinSource {
+        reader,
         name: args.stdin_name,
         mtime_secs: chrono::Utc::now().timestamp(),
+        whole_or_nothing: args.stdin_from_command,
     });
-    if stdin_src.is_some() && !args.paths.is_empty() {
-        return Err(Error::InvalidOption("--stdin takes no paths".into()).into());
-    }
     // The total only sizes the bar: no walk of the sources when there is none to show.
     let bar_shown = !args.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let total: u64 = if args.stdin || !(bar_shown || args.json) {
+    let total: u64 = if from_stdin || !(bar_shown || args.json) {
         0
     } else {
         args.paths.iter().map(|p| du(p)).sum()
@@ -439,8 +466,11 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
 /// `--dry-run`: walks the sources with the selection, reports what a backup would store
 /// (each entry with -v), and touches no repository file.
 fn dry_run(args: &BackupArgs, select: backup::SelectOptions) -> Result<u8> {
-    if args.stdin {
-        return Err(Error::InvalidOption("--dry-run does not apply to --stdin".into()).into());
+    if args.stdin || args.stdin_from_command {
+        return Err(Error::InvalidOption(
+            "--dry-run does not apply to --stdin or --stdin-from-command".into(),
+        )
+        .into());
     }
     // The repository must exist (as for a real backup), but nothing in it is read.
     args.repo.open_repository()?;

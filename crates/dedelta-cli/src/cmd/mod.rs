@@ -30,6 +30,7 @@ pub mod rewrite;
 pub mod select;
 pub mod snapshots;
 pub mod stats;
+pub mod stdin_command;
 pub mod tag;
 pub mod unlock;
 

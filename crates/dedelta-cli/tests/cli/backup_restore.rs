@@ -137,6 +137,64 @@ fn stdin_backup_and_dump() {
     );
 }
 
+/// `--stdin-from-command` stores a command's output, and saves no snapshot when the command
+/// fails (a pipe into `--stdin` would store the truncated output as a good snapshot).
+#[test]
+fn stdin_from_command_saves_only_what_a_command_that_succeeded_wrote() {
+    let f = Fixture::new();
+    let data = text(400_000, 11);
+    let src = f.path("dump.src");
+    std::fs::write(&src, &data).unwrap();
+    let src = src.to_str().unwrap();
+    f.cmd(&[
+        "backup",
+        "--stdin-from-command",
+        "--stdin-filename",
+        "db.sql",
+    ])
+    .args(["--", "cat", src])
+    .assert()
+    .success();
+    assert!(
+        f.cmd(&["dump", "latest", "db.sql"])
+            .output()
+            .unwrap()
+            .stdout
+            == data
+    );
+
+    // The dump fails after writing most of its output: nothing is saved, and the backup says why.
+    let failing = format!("cat {src}; echo 'dump failed' >&2; exit 4");
+    let out = f
+        .cmd(&["backup", "--stdin-from-command", "--stdin-name", "db.sql"])
+        .args(["--", "sh", "-c", &failing])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("exit status: 4") && err.contains("no snapshot"),
+        "{err}"
+    );
+    assert!(
+        err.contains("dump failed"),
+        "the command's stderr is shown: {err}"
+    );
+    let snaps: Vec<serde_json::Value> =
+        serde_json::from_str(&f.ok(&["snapshots", "--json"])).unwrap();
+    assert_eq!(snaps.len(), 1, "{snaps:?}");
+    assert_eq!(lock_count(&f), 0);
+    f.ok(&["check", "--read-data"]);
+
+    // No command, or --stdin beside it: refused before anything runs.
+    let out = f.cmd(&["backup", "--stdin-from-command"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs the command"));
+    f.cmd(&["backup", "--stdin", "--stdin-from-command", "--", "true"])
+        .assert()
+        .failure();
+}
+
 #[test]
 fn stats_json_and_repair_index() {
     let f = Fixture::new();

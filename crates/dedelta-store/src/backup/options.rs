@@ -22,6 +22,11 @@ pub struct StdinSource {
     pub name: String,
     /// Modification time to record (seconds since the epoch).
     pub mtime_secs: i64,
+    /// A read error fails the backup (no snapshot is saved) instead of storing the stream
+    /// as far as it was read, with a warning. For a command's output
+    /// (`--stdin-from-command`), whose reader reports the command's failure as a read error
+    /// at the end: a dump cut short by a failing `pg_dump` must not become a snapshot.
+    pub whole_or_nothing: bool,
 }
 
 /// What to back up and how.

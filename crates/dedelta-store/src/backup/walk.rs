@@ -151,7 +151,7 @@ impl Walker<'_> {
                 // What the open file says, with the attributes read from the path.
                 let mut opened = self.meta.node(node.path, &before, NodeKind::File);
                 opened.meta.xattrs = node.meta.xattrs;
-                let read = self.file(opened, &mut f, &display)?;
+                let read = self.file(opened, &mut f, &display, false)?;
                 self.progress.item(action, &display, read);
                 if let Some(change) = changed_while_read(&before, f.metadata(), read) {
                     self.warn(format!(
@@ -179,12 +179,20 @@ impl Walker<'_> {
             meta: NodeMeta::default(),
         };
         let mut reader = src.reader;
-        self.file(node, &mut reader, &src.name).map(|_| ())
+        self.file(node, &mut reader, &src.name, src.whole_or_nothing)
+            .map(|_| ())
     }
 
     /// Streams one file: blocks of chunks are fingerprinted on the pool. Returns the number of
-    /// bytes read, which is the size the snapshot records (whatever `stat` said before).
-    fn file(&mut self, node: Node, f: &mut dyn Read, display: &str) -> Result<u64> {
+    /// bytes read, which is the size the snapshot records (whatever `stat` said before). A
+    /// read error ends the file with a warning, or fails the backup when `whole_or_nothing`.
+    fn file(
+        &mut self,
+        node: Node,
+        f: &mut dyn Read,
+        display: &str,
+        whole_or_nothing: bool,
+    ) -> Result<u64> {
         self.stats.files += 1;
         self.tx.send(Item::FileStart(node)).map_err(closed)?;
         let mut total = 0u64;
@@ -206,6 +214,9 @@ impl Walker<'_> {
             self.tx.send(Item::FileData(rx)).map_err(closed)?;
         }
         if let Some(e) = blocks.error.take() {
+            if whole_or_nothing {
+                return Err(Error::io(format!("reading {display}"), e));
+            }
             self.warn(format!("{display}: read error, file stored truncated: {e}"));
         }
         self.tx.send(Item::FileEnd).map_err(closed)?;

@@ -472,6 +472,7 @@ fn stdin_records_and_latest() {
         reader: Box::new(std::io::Cursor::new(data)),
         name: name.into(),
         mtime_secs: 1_700_000_000,
+        whole_or_nothing: false,
     };
     let t = "2026-11-23T10:00:00.000000Z";
     let a = run(

@@ -71,6 +71,7 @@ fn container_names(format_version: u32, delta: DeltaConfig, threads: usize) -> V
                 reader: Box::new(std::io::Cursor::new(version(v))),
                 name: "stream.tar".into(),
                 mtime_secs: 1_700_000_000 + v as i64,
+                whole_or_nothing: false,
             }),
             host: "golden".into(),
             ..backup_options(vec![], time_of(v))
