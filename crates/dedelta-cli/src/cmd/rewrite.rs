@@ -44,7 +44,8 @@ pub struct RewriteArgs {
     /// Show what would be removed (with -v, each path); write nothing.
     #[arg(long, short = 'n')]
     dry_run: bool,
-    /// Print `{"rewritten": [{"original", "new", "removed", "removed_bytes"}], "unchanged"}`.
+    /// Print `{"rewritten": [{"original", "new", "removed", "removed_bytes"}], "unchanged",
+    /// "would_be_empty"}`.
     #[arg(long)]
     json: bool,
 }
@@ -101,6 +102,13 @@ pub fn run(args: RewriteArgs) -> Result<u8> {
                 outln!("  - {p}");
             }
         }
+    }
+    for id in &st.would_be_empty {
+        outln!(
+            "{}: every file matches the patterns; left as it is (`dedelta forget {}` removes it)",
+            id.short(),
+            id.short()
+        );
     }
     outln!(
         "{} snapshots {}, {} unchanged{}",

@@ -69,3 +69,41 @@ fn rewrite_removes_files_from_every_snapshot_and_prune_frees_them() {
     let out = f.cmd(&["rewrite"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// Without `--forget` a rewritten snapshot ties with its original in time: `latest` names the
+/// rewritten one (it named either, by id, before). A rewrite that would leave nothing writes
+/// nothing and deletes nothing.
+#[test]
+fn latest_names_the_rewritten_snapshot_and_nothing_is_rewritten_empty() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("big.bin"), bytes(300_000, 3)).unwrap();
+    fs::write(src.join("small.txt"), b"small").unwrap();
+    f.backup(&[&src]);
+    let original = ids(&f);
+    // Several tries, since the old order depended on the new snapshot's random-looking id.
+    for round in 0..4 {
+        fs::write(src.join("small.txt"), format!("small {round}")).unwrap();
+        f.backup(&[&src]);
+        f.ok(&["rewrite", "latest", "--exclude", "big.bin"]);
+        let listed = f.ok(&["ls", "latest"]);
+        assert!(
+            !listed.contains("big.bin") && listed.contains("small.txt"),
+            "round {round}: {listed}"
+        );
+    }
+    let before = ids(&f);
+    assert!(before.contains(&original[0]));
+
+    let out = f.ok(&["rewrite", "latest", "--exclude", "/*"]);
+    assert!(
+        out.contains("left as it is") && out.contains("0 snapshots rewritten"),
+        "{out}"
+    );
+    let v: Value =
+        serde_json::from_str(&f.ok(&["rewrite", "latest", "--exclude", "*", "--forget", "--json"]))
+            .unwrap();
+    assert_eq!(v["would_be_empty"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(ids(&f), before, "nothing written or deleted");
+}

@@ -7,6 +7,8 @@
 //! counts those of the new tree. The new tree's chunks go into new containers (durable and
 //! indexed before the snapshot); file content is referenced as before, nothing is read. With
 //! `forget` the originals are then deleted (new before old: a crash in between leaves both).
+//! A snapshot the patterns would empty is left alone and reported: an empty snapshot restores
+//! nothing, and deleting one is `forget`'s decision, not a side effect of a pattern.
 //! The removed files' data stays in the repository until no snapshot needs it and `prune`
 //! runs.
 
@@ -57,6 +59,9 @@ pub struct RewriteStats {
     pub rewritten: Vec<RewrittenSnapshot>,
     /// Snapshots the patterns match nothing in (left as they are).
     pub unchanged: u64,
+    /// Snapshots the patterns match every node of: left as they are, not rewritten empty nor
+    /// deleted (restic deletes them; removing a whole snapshot is `forget`'s to do).
+    pub would_be_empty: Vec<SnapshotId>,
 }
 
 /// Rewrites the snapshots named in `ids` (or, with none, every snapshot `filter` selects),
@@ -105,6 +110,10 @@ pub fn rewrite(
         })?;
         if done.removed.is_empty() {
             stats.unchanged += 1;
+            continue;
+        }
+        if kept.is_empty() {
+            stats.would_be_empty.push(sid);
             continue;
         }
         if !opts.dry_run {

@@ -176,8 +176,15 @@ pub fn list_cached(backend: &dyn Backend, cache_dir: Option<&Path>) -> Result<Sn
         c.retain(|id| listed.contains(id));
         c.save();
     }
-    out.snapshots
-        .sort_by(|a, b| a.1.time.cmp(&b.1.time).then(a.0.cmp(&b.0)));
+    // Oldest first. A snapshot written in another's place (`rewrite`, `repair snapshots`,
+    // `tag`) keeps its time: of two that tie, the one made from another (`original` set)
+    // counts as the newer, so that `latest` names it and not the snapshot it replaced.
+    out.snapshots.sort_by(|a, b| {
+        a.1.time
+            .cmp(&b.1.time)
+            .then(a.1.original.is_some().cmp(&b.1.original.is_some()))
+            .then(a.0.cmp(&b.0))
+    });
     Ok(out)
 }
 
