@@ -122,7 +122,14 @@ pub fn apply_policy_grouped(
     }
     let mut out = Vec::new();
     for (_, mut group) in groups {
-        group.sort_by(|a, b| time_of(&b.1).cmp(&time_of(&a.1)).then(b.0.cmp(&a.0)));
+        // Newest first; of two tied in time, the one made from another (a rewrite) is the
+        // newer, as in the snapshot listing (`repository::snapshots`).
+        group.sort_by(|a, b| {
+            time_of(&b.1)
+                .cmp(&time_of(&a.1))
+                .then(b.1.original.is_some().cmp(&a.1.original.is_some()))
+                .then(b.0.cmp(&a.0))
+        });
         let newest = group.first().map(|s| time_of(&s.1)).unwrap_or_default();
         type Bucket = fn(&DateTime<Utc>) -> String;
         let rules: [(&str, usize, Bucket); 5] = [
@@ -287,6 +294,27 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// A rewritten snapshot keeps its original's time: keep-last 1 keeps the rewrite, whatever
+    /// the two ids (the ids of the two orders both ways round).
+    #[test]
+    fn of_two_tied_in_time_the_rewritten_one_is_the_newer() {
+        let (old_id, old) = snap("2026-01-01T10:00:00Z", &[]);
+        let rewritten = Snapshot {
+            original: Some(old_id.to_hex()),
+            ..old.clone()
+        };
+        let p = KeepPolicy {
+            last: 1,
+            ..Default::default()
+        };
+        for new_id in [SnapshotId([0; 32]), SnapshotId([0xff; 32])] {
+            let snaps = vec![(old_id, old.clone()), (new_id, rewritten.clone())];
+            let d = apply_policy(&snaps, &p);
+            let kept: Vec<&str> = d.iter().filter(|d| d.keep).map(|d| d.id.as_str()).collect();
+            assert_eq!(kept, vec![new_id.to_hex()], "{d:?}");
+        }
     }
 
     #[test]

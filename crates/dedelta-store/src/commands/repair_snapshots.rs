@@ -145,7 +145,8 @@ pub fn repair_snapshots(
             let new = Snapshot {
                 tags,
                 tree,
-                original: Some(sid.to_hex()),
+                // The first snapshot of the chain, as `tag` and `rewrite` (and restic) keep it.
+                original: Some(snap.original.clone().unwrap_or_else(|| sid.to_hex())),
                 damaged_paths,
                 tree_truncated: snap.tree_truncated || tree_truncated,
                 ..snap.clone()

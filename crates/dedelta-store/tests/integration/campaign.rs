@@ -65,6 +65,7 @@ use dedelta_store::commands::check::CheckReport;
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::repair_packs;
 use dedelta_store::commands::repair_snapshots::{self, RepairSnapshotsOptions};
+use dedelta_store::commands::rewrite;
 use dedelta_store::format::config::DeltaConfig;
 use dedelta_store::format::container::{ContainerId, EntryKind};
 use dedelta_store::format::tree::NodeKind;
@@ -72,6 +73,7 @@ use dedelta_store::progress::NoProgress;
 use dedelta_store::read::walk_tree;
 use dedelta_store::repository::damage::DamageSet;
 use dedelta_store::repository::lock::{remove_locks, LockInfo, RepoLock};
+use dedelta_store::repository::snapshot_filter::SnapshotFilter;
 use dedelta_store::repository::snapshots;
 use dedelta_store::{Error, IndexedRepository, Repository};
 use std::collections::{BTreeMap, BTreeSet};
@@ -371,6 +373,9 @@ struct Expected {
     damaged: BTreeMap<String, Vec<usize>>,
     /// `repair snapshots` could read only part of the original's tree: entries may be missing.
     truncated: bool,
+    /// The snapshot a `rewrite` or `repair snapshots` first made this one from (what its
+    /// `original` names); such a snapshot keeps that one's time and counts as the newer.
+    origin: Option<String>,
 }
 
 impl Expected {
@@ -380,7 +385,25 @@ impl Expected {
             time,
             damaged: BTreeMap::new(),
             truncated: false,
+            origin: None,
         }
+    }
+
+    /// Its place among snapshots oldest first, as the repository orders them: by time, then
+    /// one made from another after one that was not (then by id, `id`).
+    fn order<'a>(&self, id: &'a String) -> (u64, bool, &'a String) {
+        (self.time, self.origin.is_some(), id)
+    }
+
+    /// The same snapshot without `rel` and what lies below it, as `rewrite` leaves it.
+    fn without(&self, rel: &str, made_from: &str) -> Expected {
+        let below = format!("{rel}/");
+        let gone = |p: &String| p == rel || p.starts_with(&below);
+        let mut e = self.clone();
+        e.tree.retain(|p, _| !gone(p));
+        e.damaged.retain(|p, _| !gone(p));
+        e.origin = Some(self.origin.clone().unwrap_or_else(|| made_from.to_string()));
+        e
     }
 }
 
@@ -411,6 +434,13 @@ enum Command {
     Prune {
         max_unused: f64,
     },
+    /// `rewrite` snapshot `id` without the source-relative path `path` (a file or directory
+    /// of its tree), deleting the original once the new one is saved with `forget`.
+    Rewrite {
+        id: String,
+        path: String,
+        forget: bool,
+    },
 }
 
 impl Command {
@@ -419,6 +449,7 @@ impl Command {
             Command::Backup => "backup",
             Command::Forget { .. } => "forget",
             Command::Prune { .. } => "prune",
+            Command::Rewrite { .. } => "rewrite",
         }
     }
 }
@@ -535,9 +566,9 @@ impl World {
     /// Snapshot ids oldest first. Random picks go through this order, not the ids' (hashes
     /// of files holding wall times), so that a seed replays.
     fn ids_by_time(&self) -> Vec<String> {
-        let mut v: Vec<(u64, &String)> = self.model.iter().map(|(id, e)| (e.time, id)).collect();
+        let mut v: Vec<_> = self.model.iter().map(|(id, e)| e.order(id)).collect();
         v.sort();
-        v.into_iter().map(|(_, id)| id.clone()).collect()
+        v.into_iter().map(|(_, _, id)| id.clone()).collect()
     }
 
     fn damaged(&self) -> bool {
@@ -596,6 +627,24 @@ impl World {
                 prune_with(repo, lock, *max_unused, false)?;
                 Ok(None)
             }
+            Command::Rewrite { id, path, forget } => {
+                // Anchored at the snapshot's root: the source's absolute path, then `path`.
+                let pattern = format!("{}/{path}", self.src.display());
+                let opts = rewrite::RewriteOptions {
+                    exclude: vec![pattern.into_bytes()],
+                    forget: *forget,
+                    ..Default::default()
+                };
+                let st = rewrite::rewrite(
+                    repo,
+                    lock,
+                    std::slice::from_ref(id),
+                    &SnapshotFilter::default(),
+                    &opts,
+                    &NoProgress,
+                )?;
+                Ok(st.rewritten.first().and_then(|r| r.new).map(|n| n.to_hex()))
+            }
         }
     }
 
@@ -615,15 +664,30 @@ impl World {
                 } else {
                     let keep = 1 + self.rng.index(4);
                     // One group (same host and path): keep-last keeps the newest `keep`.
-                    let mut by_time: Vec<(&u64, &String)> =
-                        self.model.iter().map(|(id, e)| (&e.time, id)).collect();
-                    by_time.sort();
+                    let by_time = self.ids_by_time();
                     let n = by_time.len().saturating_sub(keep);
-                    let ids = by_time[..n].iter().map(|(_, id)| (*id).clone()).collect();
+                    let ids = by_time[..n].to_vec();
                     Command::Forget {
                         ids,
                         keep_last: Some(keep),
                     }
+                }
+            }
+            "rewrite" => {
+                let ids = self.ids_by_time();
+                if ids.is_empty() {
+                    return Command::Backup;
+                }
+                let id = self.rng.pick(&ids).clone();
+                let paths: Vec<String> = self.model[&id].tree.keys().cloned().collect();
+                if paths.is_empty() {
+                    return Command::Backup;
+                }
+                let path = self.rng.pick(&paths).clone();
+                Command::Rewrite {
+                    id,
+                    path,
+                    forget: self.rng.chance(50),
                 }
             }
             _ => Command::Prune {
@@ -680,6 +744,39 @@ impl World {
             }
             Command::Prune { .. } => {
                 ensure!(now == *before, "prune changed the snapshots");
+            }
+            Command::Rewrite { id, path, forget } => {
+                let extra: Vec<&String> = now.difference(before).collect();
+                let gone: Vec<&String> = before.difference(&now).collect();
+                ensure!(
+                    extra.len() <= 1,
+                    "rewrite made several snapshots: {extra:?}"
+                );
+                ensure!(
+                    gone.iter().all(|g| *g == id),
+                    "rewrite of {id} removed {gone:?}"
+                );
+                // New before old: the original goes only after its replacement is saved.
+                ensure!(
+                    gone.is_empty() || (*forget && extra.len() == 1),
+                    "rewrite removed {id} without a replacement (new: {extra:?})"
+                );
+                let e = self.model[id].clone();
+                // A truncated tree (repair snapshots) may not hold the path any more.
+                if complete && !e.truncated {
+                    ensure!(
+                        extra.len() == 1 && Some(extra[0].as_str()) == made,
+                        "rewrite returned {made:?} but the new snapshots are {extra:?}"
+                    );
+                    ensure!(
+                        !*forget || gone.len() == 1,
+                        "rewrite --forget kept the original {id}"
+                    );
+                }
+                for new in extra {
+                    self.model.insert(new.clone(), e.without(path, id));
+                }
+                self.model.retain(|id, _| now.contains(id));
             }
         }
         let model: BTreeSet<String> = self.model.keys().cloned().collect();
@@ -1085,10 +1182,12 @@ impl World {
                 Some(InjectedFault::NoSpace { .. }) => {}
                 // Only damage, at rest or in reads, may make a command fail by itself; and prune
                 // refuses while snapshots need lost chunks.
+                // A rewrite reads its snapshot's tree, which a lost chunk may be part of.
                 _ => ensure!(
                     self.damaged()
                         || reads_faulted
-                        || (self.lost && matches!(cmd, Command::Prune { .. })),
+                        || (self.lost
+                            && matches!(cmd, Command::Prune { .. } | Command::Rewrite { .. })),
                     "{} failed: {e}",
                     cmd.name()
                 ),
@@ -1176,6 +1275,11 @@ const STEPS: &[Step] = &[
         name: "prune",
         weight: 2,
         run: step_prune,
+    },
+    Step {
+        name: "rewrite",
+        weight: 1,
+        run: step_rewrite,
     },
     Step {
         name: "check",
@@ -1395,6 +1499,20 @@ fn step_forget(w: &mut World) -> Outcome {
     w.run_faulted(cmd, FaultPlan::none(), &me())
 }
 
+/// A rewrite removing one file or directory from a snapshot; its restore must come out as the
+/// original's without it.
+fn step_rewrite(w: &mut World) -> Outcome {
+    let cmd = w.draw_command("rewrite");
+    w.note(format!("  {cmd:?}"));
+    let before = w.snapshot_ids()?;
+    w.run_faulted(cmd, FaultPlan::none(), &me())?;
+    let new: Vec<String> = w.snapshot_ids()?.difference(&before).cloned().collect();
+    for id in new {
+        w.verify_restore(&id)?;
+    }
+    Ok(())
+}
+
 fn step_prune(w: &mut World) -> Outcome {
     let cmd = w.draw_command("prune");
     w.note(format!("  {cmd:?}"));
@@ -1414,7 +1532,9 @@ fn step_check(w: &mut World) -> Outcome {
 /// Draws a command and a write index from the last unfaulted run of that command (one past
 /// its end too, so that "no crash" stays in the mix).
 fn draw_faulted(w: &mut World) -> (Command, u64) {
-    let kind = *w.rng.pick(&["backup", "backup", "prune", "forget"]);
+    let kind = *w
+        .rng
+        .pick(&["backup", "backup", "prune", "forget", "rewrite"]);
     if kind == "backup" && w.rng.chance(70) {
         mutate_once(w);
     }
@@ -1776,6 +1896,7 @@ fn step_repair_snapshots(w: &mut World) -> Outcome {
             }
         }
         e.truncated |= r.tree_truncated;
+        e.origin = Some(e.origin.clone().unwrap_or_else(|| old.clone()));
         let (_, snap) = snapshots::load(w.repo().backend().as_ref(), &new)
             .map_err(|e| format!("the repaired snapshot {new}: {e}"))?;
         let listed: BTreeSet<String> = snap
@@ -1786,13 +1907,14 @@ fn step_repair_snapshots(w: &mut World) -> Outcome {
         let damaged: BTreeSet<String> = e.damaged.keys().cloned().collect();
         ensure!(
             listed == damaged
-                && snap.original.as_deref() == Some(old.as_str())
+                && snap.original == e.origin
                 && snap.tags.iter().any(|t| t == repair_snapshots::REPAIRED_TAG)
                 && snap.tree_truncated == e.truncated,
-            "the repaired snapshot {new} says damaged {listed:?}, original {:?}, tags {:?}, truncated {}; the model: damaged {damaged:?}, original {old}, truncated {}",
+            "the repaired snapshot {new} says damaged {listed:?}, original {:?}, tags {:?}, truncated {}; the model: damaged {damaged:?}, original {:?}, truncated {}",
             snap.original,
             snap.tags,
             snap.tree_truncated,
+            e.origin,
             e.truncated
         );
         w.note(format!(
