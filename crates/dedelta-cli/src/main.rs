@@ -83,6 +83,8 @@ enum Command {
     Tag(cmd::tag::TagArgs),
     /// Remove files from existing snapshots (each is written anew without them).
     Rewrite(cmd::rewrite::RewriteArgs),
+    /// Copy snapshots from another repository into this one (each stored by this one's own dedup and delta)
+    Copy(cmd::copy::CopyArgs),
     /// Find files by name or path in snapshots.
     Find(cmd::find::FindArgs),
     /// Show the differences between two snapshots.
@@ -209,6 +211,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Key(args) => cmd::key::run(args),
         Command::Tag(args) => cmd::tag::run(args),
         Command::Rewrite(args) => cmd::rewrite::run(args),
+        Command::Copy(args) => cmd::copy::run(args),
         Command::Find(args) => cmd::find::run(args),
         Command::Diff(args) => cmd::diff::run(args),
         Command::Cat(args) => cmd::cat::run(args),

@@ -21,6 +21,33 @@ pub struct PasswordArgs {
     /// repository made with `init --insecure-no-password` needs none.
     #[arg(long, value_name = "CMD", env = "DEDELTA_PASSWORD_COMMAND")]
     pub password_command: Option<String>,
+    /// The password is the source repository's of `copy` ([`FromPasswordArgs`]): taken from
+    /// `DEDELTA_FROM_PASSWORD`, and the prompt says so.
+    #[arg(skip)]
+    pub of_source: bool,
+}
+
+/// The source repository's password options of `copy` (restic's `--from-password-*`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct FromPasswordArgs {
+    /// Read the source repository's password from the first line of FILE.
+    #[arg(long, value_name = "FILE", env = "DEDELTA_FROM_PASSWORD_FILE")]
+    pub from_password_file: Option<PathBuf>,
+    /// Run CMD (with `sh -c`) and take the first line it prints as the source repository's
+    /// password. Without this or --from-password-file: $DEDELTA_FROM_PASSWORD, else a prompt
+    /// on a terminal.
+    #[arg(long, value_name = "CMD", env = "DEDELTA_FROM_PASSWORD_COMMAND")]
+    pub from_password_command: Option<String>,
+}
+
+impl From<FromPasswordArgs> for PasswordArgs {
+    fn from(a: FromPasswordArgs) -> Self {
+        PasswordArgs {
+            password_file: a.from_password_file,
+            password_command: a.from_password_command,
+            of_source: true,
+        }
+    }
 }
 
 /// The first line of `bytes`, as the password.
@@ -56,10 +83,19 @@ impl PasswordArgs {
             }
             return first_line(out.stdout, "the password command's output").map(Some);
         }
-        if let Ok(p) = std::env::var("DEDELTA_PASSWORD") {
+        if let Ok(p) = std::env::var(self.env_var()) {
             return Ok(Some(Zeroizing::new(p)));
         }
         Ok(None)
+    }
+
+    /// The environment variable that may hold the password.
+    fn env_var(&self) -> &'static str {
+        if self.of_source {
+            "DEDELTA_FROM_PASSWORD"
+        } else {
+            "DEDELTA_PASSWORD"
+        }
     }
 
     /// Whether [`Self::password`] may wait for a user: no password is given (by file,
@@ -68,7 +104,7 @@ impl PasswordArgs {
     pub fn may_prompt(&self) -> bool {
         self.password_file.is_none()
             && self.password_command.is_none()
-            && std::env::var_os("DEDELTA_PASSWORD").is_none()
+            && std::env::var_os(self.env_var()).is_none()
             && std::io::stdin().is_terminal()
     }
 
@@ -76,7 +112,11 @@ impl PasswordArgs {
     pub fn password(&self) -> dedelta_store::Result<Zeroizing<String>> {
         match self.given() {
             Ok(Some(p)) => Ok(p),
-            Ok(None) if std::io::stdin().is_terminal() => prompt("enter password for repository: "),
+            Ok(None) if std::io::stdin().is_terminal() => prompt(if self.of_source {
+                "enter password for the source repository: "
+            } else {
+                "enter password for repository: "
+            }),
             Ok(None) => Err(Error::PasswordNeeded),
             Err(e) => Err(Error::InvalidOption(format!("{e:#}"))),
         }

@@ -206,6 +206,7 @@ pub fn run_config(
                 excludes: vec![],
                 tags: vec![format!("v{i}")],
                 stdin,
+                copy: None,
                 host: opts.host.clone(),
                 time: version_time(&opts.time, i as u64),
                 delta: None,

@@ -407,6 +407,7 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
         excludes: Vec::new(),
         tags: args.tag,
         stdin: stdin_src,
+        copy: None,
         host: args.host.clone().unwrap_or_else(host),
         time,
         delta: Some(delta_cfg),

@@ -12,6 +12,7 @@ pub mod backup;
 pub mod cache;
 pub mod cat;
 pub mod check;
+pub mod copy;
 pub mod diff;
 pub mod dump;
 pub mod dump_tar;
@@ -63,13 +64,19 @@ pub struct RepoArg {
     /// Where the password of an encrypted repository comes from.
     #[command(flatten)]
     pub password: crate::password::PasswordArgs,
+    /// The repository's location when it is not `-r`'s (`copy`'s source).
+    #[arg(skip)]
+    pub location: Option<PathBuf>,
 }
 
 impl RepoArg {
     /// The repository path (`-r` or `DEDELTA_REPO`), or an error that says how to give one
     /// or that names another tool's repository.
     pub fn path(&self) -> Result<PathBuf> {
-        global::repo_path()
+        match &self.location {
+            Some(l) => Ok(l.clone()),
+            None => global::repo_path(),
+        }
     }
 
     /// The cache root: `--cache-dir`, else the default from the environment.

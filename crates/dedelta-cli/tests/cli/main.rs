@@ -4,6 +4,7 @@
 mod backup_restore;
 mod check;
 mod conventions;
+mod copy;
 mod crash;
 mod debug;
 mod delta;

@@ -19,6 +19,10 @@ pub fn dedelta() -> Command {
         .env_remove("DEDELTA_PASSWORD")
         .env_remove("DEDELTA_PASSWORD_FILE")
         .env_remove("DEDELTA_PASSWORD_COMMAND")
+        .env_remove("DEDELTA_FROM_REPO")
+        .env_remove("DEDELTA_FROM_PASSWORD")
+        .env_remove("DEDELTA_FROM_PASSWORD_FILE")
+        .env_remove("DEDELTA_FROM_PASSWORD_COMMAND")
         .env("DEDELTA_CACHE_DIR", test_cache_dir());
     c
 }

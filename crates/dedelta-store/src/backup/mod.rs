@@ -98,7 +98,10 @@ use delta::DeltaStage;
 use fingerprint::{FingerprintJob, Fingerprinted};
 use fingerprint_index::{ExactIndex, FingerprintIndexKind};
 use metrics::{BackupMetrics, StageTimes};
-pub use options::{BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS};
+pub use options::{
+    BackupOptions, BackupResult, CopySource, NodeSink, NodeSource, StdinSource, Workers,
+    MAX_THREADS,
+};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -177,7 +180,7 @@ pub fn backup(
         ..opts.sources.select.clone()
     })?;
     let sources = walk::resolve_sources(&opts.paths)?;
-    if sources.is_empty() && opts.stdin.is_none() {
+    if sources.is_empty() && opts.stdin.is_none() && opts.copy.is_none() {
         return Err(Error::InvalidOption(
             "nothing to back up: give a path or --stdin".into(),
         ));
@@ -195,9 +198,10 @@ pub fn backup(
     repo.index().set_sketch_keep(delta_cfg.sketch_keep);
     let _restore_keep = RestoreSketchKeep(repo.index(), config.delta.sketch_keep);
     let times = Arc::new(StageTimes::default());
-    let snapshot_paths: Vec<String> = match &opts.stdin {
-        Some(src) => vec![src.name.clone()],
-        None => sources
+    let snapshot_paths: Vec<String> = match (&opts.stdin, &opts.copy) {
+        (Some(src), _) => vec![src.name.clone()],
+        (None, Some(copy)) => copy.nodes.paths(),
+        (None, None) => sources
             .iter()
             .map(|p| p.to_string_lossy().into_owned())
             .collect(),
@@ -212,7 +216,7 @@ pub fn backup(
     // LoopDelta (§4.2-§4.3): the lineage's dense containers, loaded whole when prefetched.
     // The snapshots are listed once, for the parent and the dense list: each listing reads
     // every snapshot file (a request each).
-    let want_files = !opts.sources.force && opts.stdin.is_none();
+    let want_files = !opts.sources.force && opts.stdin.is_none() && opts.copy.is_none();
     // Listed beside the index's catch-up when the open was asked to
     // (Repository::listing_snapshots_at_open).
     let listed_at_open = repo.snapshots_listed_at_open();
@@ -400,9 +404,10 @@ pub fn backup(
             presence: Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone())),
             one_file_system: opts.sources.one_file_system,
         };
-        let walk_result = match opts.stdin.take() {
-            Some(src) => walker.stdin(src),
-            None => sources.iter().try_for_each(|src| walker.walk(src)),
+        let walk_result = match (opts.stdin.take(), &opts.copy) {
+            (Some(src), _) => walker.stdin(src),
+            (None, Some(copy)) => walker.nodes(copy.nodes.as_ref()),
+            (None, None) => sources.iter().try_for_each(|src| walker.walk(src)),
         };
         drop(walker); // closes the item channel: the dedup thread drains and finishes
         let dedup_result = dedup
@@ -461,7 +466,13 @@ pub fn backup(
             c.dedup();
             c
         },
-        ..Default::default()
+        original: opts.copy.as_ref().map(|c| c.original.clone()),
+        damaged_paths: opts
+            .copy
+            .as_ref()
+            .map(|c| c.damaged_paths.clone())
+            .unwrap_or_default(),
+        tree_truncated: opts.copy.as_ref().is_some_and(|c| c.tree_truncated),
     };
     // The client's index work runs beside the snapshot's write (a round trip on an object
     // store; both wait on fsyncs on a disk): the last batch of containers taken in, the

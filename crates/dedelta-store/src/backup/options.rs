@@ -1,4 +1,4 @@
-//! What a backup is asked to do ([`BackupOptions`], [`StdinSource`]), with which threads
+//! What a backup is asked to do ([`BackupOptions`], [`StdinSource`], [`CopySource`]), with which threads
 //! ([`Workers`]), and what it reports ([`BackupResult`]).
 
 use super::fingerprint_index::FingerprintIndexOptions;
@@ -7,6 +7,7 @@ use super::{caf, rewrite, unchanged};
 use crate::error::{Error, Result};
 use crate::format::config::DeltaConfig;
 use crate::format::snapshot::{BackupSummary, SnapshotId};
+use crate::format::tree::Node;
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -29,6 +30,36 @@ pub struct StdinSource {
     pub whole_or_nothing: bool,
 }
 
+/// What a [`NodeSource`] calls with each node: the node and, for a file, a reader of its
+/// content.
+pub type NodeSink<'a> = dyn FnMut(Node, Option<&mut dyn Read>) -> Result<()> + 'a;
+
+/// Nodes and file contents from somewhere other than the file system: a snapshot of another
+/// repository, for `copy`.
+pub trait NodeSource: Send + Sync {
+    /// The paths the snapshot records.
+    fn paths(&self) -> Vec<String>;
+
+    /// Calls `emit` with each node in tree order (paths as stored, metadata as recorded) and,
+    /// for a file, a reader of its content.
+    ///
+    /// # Errors
+    /// The source cannot be read, or `emit` failed.
+    fn walk(&self, emit: &mut NodeSink<'_>) -> Result<()>;
+}
+
+/// A snapshot stored again from a [`NodeSource`] (`copy`).
+pub struct CopySource {
+    /// Its nodes and content; a read error fails the backup (no snapshot).
+    pub nodes: std::sync::Arc<dyn NodeSource>,
+    /// What the new snapshot's `original` names: the first snapshot of the chain it copies.
+    pub original: String,
+    /// The source snapshot's files whose content `repair snapshots` left incomplete.
+    pub damaged_paths: Vec<String>,
+    /// The source snapshot's tree was cut short by `repair snapshots`.
+    pub tree_truncated: bool,
+}
+
 /// What to back up and how.
 pub struct BackupOptions {
     /// Files and directories to back up (made absolute).
@@ -39,6 +70,8 @@ pub struct BackupOptions {
     pub tags: Vec<String>,
     /// Back up one stream instead of `paths`.
     pub stdin: Option<StdinSource>,
+    /// Back up another repository's snapshot instead of `paths` (`copy`).
+    pub copy: Option<CopySource>,
     /// Host name recorded in the snapshot.
     pub host: String,
     /// Start time recorded in the snapshot (RFC 3339).

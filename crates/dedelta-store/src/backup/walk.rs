@@ -14,7 +14,7 @@ use super::fingerprint_index::FingerprintIndex;
 use super::meta::{kind_of, MetaReader};
 use super::select::{Entry, SelectedWalk, Selection};
 use super::unchanged::{ParentFiles, Verdict};
-use super::{closed, Item, StdinSource};
+use super::{closed, Item, NodeSource, StdinSource};
 use crate::error::{Error, Result};
 use crate::format::tree::{Node, NodeKind, NodeMeta};
 use crate::progress::Progress;
@@ -163,6 +163,36 @@ impl Walker<'_> {
             Err(e) => self.warn(format!("{}: {e}", path.display())),
         }
         Ok(())
+    }
+
+    /// Backs up the nodes of `src` as they are recorded there (`copy`); every file is read
+    /// whole or the backup fails.
+    pub fn nodes(&mut self, src: &dyn NodeSource) -> Result<()> {
+        src.walk(&mut |node, content| {
+            match (node.kind, content) {
+                (NodeKind::File, Some(r)) => {
+                    let display = format!("/{}", node.path_lossy());
+                    self.progress.message(&display);
+                    let read = self.file(node, r, &display, true)?;
+                    self.progress.item("new", &display, read);
+                }
+                (NodeKind::File, None) => {
+                    return Err(Error::Pipeline(format!(
+                        "/{}: a file without content from its source",
+                        node.path_lossy()
+                    )))
+                }
+                (kind, _) => {
+                    match kind {
+                        NodeKind::Dir => self.stats.dirs += 1,
+                        NodeKind::Symlink => self.stats.symlinks += 1,
+                        _ => self.stats.special += 1,
+                    }
+                    self.tx.send(Item::Node(node)).map_err(closed)?;
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Backs up one stream as a file named `src.name`.

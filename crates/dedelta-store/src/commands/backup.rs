@@ -10,5 +10,5 @@ pub use crate::backup::{
     rewrite,
     select::{self, dry_run, parse_size, DryRun, SelectOptions},
     unchanged::SourceOptions,
-    BackupOptions, BackupResult, StdinSource, Workers, MAX_THREADS,
+    BackupOptions, BackupResult, CopySource, NodeSource, StdinSource, Workers, MAX_THREADS,
 };

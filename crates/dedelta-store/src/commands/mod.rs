@@ -2,6 +2,7 @@
 
 pub mod backup;
 pub mod check;
+pub mod copy;
 pub mod diff;
 pub mod find;
 pub mod forget;

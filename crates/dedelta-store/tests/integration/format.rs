@@ -282,6 +282,7 @@ fn backup_opts(
 ) -> backup::BackupOptions {
     backup::BackupOptions {
         stdin,
+        copy: None,
         ..backup_options(paths, time.into())
     }
 }

@@ -283,6 +283,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         excludes: vec![],
         tags: vec![],
         stdin: None,
+        copy: None,
         host: "test".into(),
         time,
         delta: None,
