@@ -775,6 +775,11 @@ impl World {
                 }
                 for new in extra {
                     self.model.insert(new.clone(), e.without(path, id));
+                    // What check named in the original holds for the rewritten snapshot: the
+                    // same files, with the same chunks (a lost one is lost for both).
+                    if let Some(n) = self.named.get(&id[..8]).cloned() {
+                        self.named.insert(new[..8].to_string(), n);
+                    }
                 }
                 self.model.retain(|id, _| now.contains(id));
             }
