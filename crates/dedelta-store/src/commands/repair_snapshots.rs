@@ -153,7 +153,10 @@ pub fn repair_snapshots(
             };
             let new_id = crate::repository::snapshots::save(backend.as_ref(), &new)?;
             repaired.new = Some(new_id);
-            if opts.forget {
+            // A snapshot repaired before whose tree is stored again as it was is written
+            // anew with the same content, so the same name: that file is the repaired one,
+            // not an original to delete.
+            if opts.forget && new_id != *sid {
                 backend.delete(FileKind::Snapshot, &sid.to_hex())?;
             }
         }

@@ -756,17 +756,30 @@ impl World {
                     gone.iter().all(|g| *g == id),
                     "rewrite of {id} removed {gone:?}"
                 );
+                let e = self.model[id].clone();
+                let rewritten = e.without(path, id);
+                // The same rewrite made before (without --forget, or stopped before its
+                // delete) is the same file: the replacement may be a snapshot that was there.
+                let earlier: Option<String> = before
+                    .iter()
+                    .find(|b| {
+                        *b != id
+                            && self.model.get(*b).is_some_and(|m| {
+                                m.tree == rewritten.tree && m.origin == rewritten.origin
+                            })
+                    })
+                    .cloned();
                 // New before old: the original goes only after its replacement is saved.
                 ensure!(
-                    gone.is_empty() || (*forget && extra.len() == 1),
+                    gone.is_empty() || (*forget && (extra.len() == 1 || earlier.is_some())),
                     "rewrite removed {id} without a replacement (new: {extra:?})"
                 );
-                let e = self.model[id].clone();
                 // A truncated tree (repair snapshots) may not hold the path any more.
                 if complete && !e.truncated {
+                    let replacement = extra.first().map(|n| n.as_str()).or(earlier.as_deref());
                     ensure!(
-                        extra.len() == 1 && Some(extra[0].as_str()) == made,
-                        "rewrite returned {made:?} but the new snapshots are {extra:?}"
+                        replacement.is_some() && replacement == made,
+                        "rewrite returned {made:?} but the new snapshots are {extra:?} (an earlier rewrite: {earlier:?})"
                     );
                     ensure!(
                         !*forget || gone.len() == 1,
@@ -774,7 +787,7 @@ impl World {
                     );
                 }
                 for new in extra {
-                    self.model.insert(new.clone(), e.without(path, id));
+                    self.model.insert(new.clone(), rewritten.clone());
                     // What check named in the original holds for the rewritten snapshot: the
                     // same files, with the same chunks (a lost one is lost for both).
                     if let Some(n) = self.named.get(&id[..8]).cloned() {

@@ -258,6 +258,48 @@ fn repair_snapshots_keeps_what_is_readable_and_unblocks_prune() {
     assert!(got["x.txt"].len() < files["x.txt"].len());
 }
 
+/// A repaired snapshot whose tree is lost again and comes out of the second repair as it
+/// was (a truncated tree, stored again the same) is written anew with the same content, so
+/// under the same name; `--forget` must not then delete it as the original. Found by the
+/// campaign (seed 3801009937, step 193) once repairs kept the chain's first `original`:
+/// before, the new snapshot named the repaired one and always differed from it.
+#[test]
+fn a_second_repair_that_changes_nothing_keeps_the_snapshot() {
+    let mut env = Env::new(false);
+    env.write(&files([("x.txt", text(20_000, 5))]));
+    let id = env.backup().snapshot_id;
+    let tree_container = |env: &Env, id: &SnapshotId| {
+        let t = env.snapshot(id).tree.chunks[0];
+        env.repo.index().get(&t).unwrap().unwrap().container
+    };
+    let opts = RepairSnapshotsOptions {
+        forget: true,
+        dry_run: false,
+    };
+    let mut current = id;
+    for round in 0..2 {
+        let c = tree_container(&env, &current);
+        fs::remove_file(env.container_path(&c)).unwrap();
+        let lock = env.repo.lock(&me()).unwrap();
+        let st = repair_snapshots::repair_snapshots(&env.repo, &lock, &opts, &NoProgress).unwrap();
+        drop(lock);
+        assert_eq!(st.repaired.len(), 1, "round {round}: {st:?}");
+        assert!(st.repaired[0].tree_truncated);
+        current = st.repaired[0].new.unwrap();
+        assert!(
+            env.repo
+                .backend()
+                .exists(FileKind::Snapshot, &current.to_hex())
+                .unwrap(),
+            "round {round}: the repaired snapshot is gone"
+        );
+        assert_eq!(
+            env.snapshot(&current).original.as_deref(),
+            Some(id.to_hex().as_str())
+        );
+    }
+}
+
 #[test]
 fn unreadable_parent_tree_does_not_block_backup() {
     let mut env = Env::new(true);
