@@ -100,7 +100,14 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         v["total_bytes_processed"] = json!(s.bytes_read);
         v["data_added"] = json!(s.bytes_added);
         v["total_duration"] = json!(s.seconds);
-        v["snapshot_id"] = json!(res.snapshot_id.to_hex());
+        // Skipped: no snapshot saved; `parent_snapshot_id` names the one that holds the same.
+        if res.skipped {
+            v["snapshot_id"] = json!(null);
+            v["parent_snapshot_id"] = json!(res.snapshot_id.to_hex());
+        } else {
+            v["snapshot_id"] = json!(res.snapshot_id.to_hex());
+        }
+        v["skipped"] = json!(res.skipped);
         v["dedup_factor"] = json!(s.dedup_factor());
         v["dcr"] = json!(s.dcr());
         v["dce"] = json!(s.dce());
@@ -146,7 +153,14 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
     if crate::cmd::global::quiet() {
         return Ok(());
     }
-    outln!("snapshot {} saved", res.snapshot_id.short());
+    if res.skipped {
+        outln!(
+            "nothing changed since snapshot {}: no snapshot saved (--skip-if-unchanged)",
+            res.snapshot_id.short()
+        );
+    } else {
+        outln!("snapshot {} saved", res.snapshot_id.short());
+    }
     outln!(
         "files: {} ({} new, {} changed, {} unmodified, not read), dirs: {}, symlinks: {}, special: {}",
         s.files,

@@ -207,6 +207,7 @@ pub fn run_config(
                 tags: vec![format!("v{i}")],
                 stdin,
                 copy: None,
+                skip_if_unchanged: false,
                 host: opts.host.clone(),
                 time: version_time(&opts.time, i as u64),
                 delta: None,

@@ -58,6 +58,10 @@ pub struct BackupArgs {
     /// Read every file, even those unchanged since the parent snapshot.
     #[arg(long)]
     force: bool,
+    /// Save no snapshot when nothing changed since the parent snapshot (its tree would be
+    /// the parent's): for frequent backups of data that rarely changes.
+    #[arg(long)]
+    skip_if_unchanged: bool,
     /// A file whose inode changed but nothing else is unchanged (network and FUSE mounts).
     #[arg(long)]
     ignore_inode: bool,
@@ -408,6 +412,7 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
         tags: args.tag,
         stdin: stdin_src,
         copy: None,
+        skip_if_unchanged: args.skip_if_unchanged,
         host: args.host.clone().unwrap_or_else(host),
         time,
         delta: Some(delta_cfg),

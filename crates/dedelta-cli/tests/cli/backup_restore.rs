@@ -195,6 +195,47 @@ fn stdin_from_command_saves_only_what_a_command_that_succeeded_wrote() {
         .failure();
 }
 
+/// `--skip-if-unchanged` (restic's): no snapshot when the tree is the parent's, read or not;
+/// a change, or a first backup of the paths, is saved.
+#[test]
+fn skip_if_unchanged_saves_only_a_changed_tree() {
+    let f = Fixture::new();
+    let src = f.path("src");
+    make_tree(&src, 21);
+    let s = src.to_str().unwrap();
+    let count = |f: &Fixture| {
+        serde_json::from_str::<serde_json::Value>(&f.ok(&["snapshots", "--json"]))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let run = |extra: &[&str]| {
+        summary(
+            &f.cmd(&[&["backup", "--skip-if-unchanged", "--json", s], extra].concat())
+                .output()
+                .unwrap()
+                .stdout,
+        )
+    };
+    let first = run(&[]);
+    assert_eq!(first["skipped"], false, "no parent: saved");
+    assert_eq!(count(&f), 1);
+    for extra in [&[][..], &["--force"][..]] {
+        let again = run(extra);
+        assert_eq!(again["skipped"], true, "{extra:?}: {again}");
+        assert_eq!(again["snapshot_id"], serde_json::Value::Null);
+        assert_eq!(again["parent_snapshot_id"], first["snapshot_id"]);
+        assert_eq!(count(&f), 1, "{extra:?}");
+    }
+    let out = f.ok(&["backup", "--skip-if-unchanged", s]);
+    assert!(out.contains("no snapshot saved"), "{out}");
+    fs::write(src.join("changed.txt"), b"new").unwrap();
+    assert_eq!(run(&[])["skipped"], false);
+    assert_eq!(count(&f), 2);
+    f.ok(&["check"]);
+}
+
 #[test]
 fn stats_json_and_repair_index() {
     let f = Fixture::new();

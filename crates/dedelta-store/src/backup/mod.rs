@@ -268,7 +268,7 @@ pub fn backup(
         loader.tree_chunks(repo, prefetch_backend.as_ref(), ids)
     };
     let sketches_misses_only = delta_cfg.sketch_dupadj_misses && delta_cfg.dupadj;
-    let mut parent = if delta_cfg.enabled() || want_files {
+    let mut parent = if delta_cfg.enabled() || want_files || opts.skip_if_unchanged {
         let want = parent::ParentWants {
             recipe: delta_cfg.enabled() && delta_cfg.dupadj,
             files: want_files.then_some(&opts.sources),
@@ -288,6 +288,7 @@ pub fn backup(
     } else {
         None
     };
+    let continued = parent.as_ref().and_then(|p| p.continued.clone());
     // Without a parent (or an unreadable one) every file is new.
     let parent_files = parent
         .as_mut()
@@ -474,6 +475,11 @@ pub fn backup(
             .unwrap_or_default(),
         tree_truncated: opts.copy.as_ref().is_some_and(|c| c.tree_truncated),
     };
+    // Nothing changed since the snapshot this backup continues: with --skip-if-unchanged no
+    // snapshot is saved (what the backup stored, if anything, is indexed as usual).
+    let skipped_for = continued
+        .filter(|(_, tree)| opts.skip_if_unchanged && *tree == snapshot.tree && warnings.is_empty())
+        .map(|(id, _)| id);
     // The client's index work runs beside the snapshot's write (a round trip on an object
     // store; both wait on fsyncs on a disk): the last batch of containers taken in, the
     // filter and hints saved, then the index's compaction (a merge of its runs, which the
@@ -489,7 +495,10 @@ pub fn backup(
             }
             notices
         });
-        let saved = repo.save_snapshot(&snapshot);
+        let saved = match skipped_for {
+            Some(parent) => Ok(parent),
+            None => repo.save_snapshot(&snapshot),
+        };
         (saved, client_index.join())
     });
     match client_index {
@@ -517,7 +526,7 @@ pub fn backup(
     };
     // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
     // killed before it leaves a snapshot without one (see crate::format::dense).
-    if let (Some(m), Some(p)) = (&dedup_out.monitor, metrics.prefetch.as_mut()) {
+    if let (Some(m), Some(p), None) = (&dedup_out.monitor, metrics.prefetch.as_mut(), skipped_for) {
         let list = crate::format::dense::DenseList {
             snapshot: snapshot_id,
             threshold: dense_threshold,
@@ -533,6 +542,7 @@ pub fn backup(
     notices.extend(cache_save.wait());
     Ok(BackupResult {
         snapshot_id,
+        skipped: skipped_for.is_some(),
         summary,
         warnings,
         notices,

@@ -72,6 +72,9 @@ pub struct BackupOptions {
     pub stdin: Option<StdinSource>,
     /// Back up another repository's snapshot instead of `paths` (`copy`).
     pub copy: Option<CopySource>,
+    /// Save no snapshot when the new tree is the parent's (restic's `--skip-if-unchanged`):
+    /// the parent of the same host and paths, or `--parent`, already records every file.
+    pub skip_if_unchanged: bool,
     /// Host name recorded in the snapshot.
     pub host: String,
     /// Start time recorded in the snapshot (RFC 3339).
@@ -95,8 +98,10 @@ pub struct BackupOptions {
 /// The result of a backup.
 #[derive(Debug)]
 pub struct BackupResult {
-    /// The new snapshot.
+    /// The new snapshot; with [`Self::skipped`], the parent that records the same tree.
     pub snapshot_id: SnapshotId,
+    /// No snapshot was saved: nothing changed since the parent (`skip_if_unchanged`).
+    pub skipped: bool,
     /// What was done.
     pub summary: BackupSummary,
     /// Sources that could not be read.

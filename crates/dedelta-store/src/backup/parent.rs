@@ -32,6 +32,10 @@ pub(super) struct Parent<'a> {
     /// Its tree's chunks, when they came from the local tree cache instead of a read: the
     /// new tree's delta bases (see [`super::bases::BaseFetcher::hold`]).
     pub(super) tree_chunks: Vec<(dedelta_core::ChunkId, bytes::Bytes)>,
+    /// Its id and tree when it is the snapshot the backup continues (`--parent`, or the
+    /// newest of the same host and paths): a backup whose tree is this one changed nothing
+    /// (`--skip-if-unchanged`).
+    pub(super) continued: Option<(SnapshotId, crate::format::snapshot::TreeRef)>,
 }
 
 /// What to learn from the parent.
@@ -83,6 +87,7 @@ pub(super) fn find<'a>(
                 return Ok(read_parent(
                     repo,
                     chosen,
+                    false,
                     (want.recipe, None, want.tree_cache),
                     tree_chunks,
                     notices,
@@ -94,6 +99,7 @@ pub(super) fn find<'a>(
     Ok(read_parent(
         repo,
         chosen,
+        true,
         (want.recipe, want.files, want.tree_cache),
         tree_chunks,
         notices,
@@ -104,6 +110,7 @@ pub(super) fn find<'a>(
 fn read_parent<'a>(
     repo: &'a IndexedRepository,
     (id, snap): (SnapshotId, Snapshot),
+    continued: bool,
     (want_recipe, files, tree_cache): (
         bool,
         Option<&unchanged::SourceOptions>,
@@ -163,6 +170,7 @@ fn read_parent<'a>(
             files: parent_files,
             reader,
             tree_chunks: held,
+            continued: continued.then(|| (id, snap.tree.clone())),
         }),
         Err(e) => {
             notices.push(format!(

@@ -161,6 +161,7 @@ pub fn copy(
                 tree_truncated: snap.tree_truncated,
                 nodes: Arc::new(SnapshotNodes::new(src.clone(), snap.clone())),
             }),
+            skip_if_unchanged: false,
             host: snap.host.clone(),
             time: snap.time.clone(),
             delta: None,

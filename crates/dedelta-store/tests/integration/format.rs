@@ -283,6 +283,7 @@ fn backup_opts(
     backup::BackupOptions {
         stdin,
         copy: None,
+        skip_if_unchanged: false,
         ..backup_options(paths, time.into())
     }
 }

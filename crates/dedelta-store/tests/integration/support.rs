@@ -284,6 +284,7 @@ pub fn backup_options(paths: Vec<PathBuf>, time: String) -> BackupOptions {
         tags: vec![],
         stdin: None,
         copy: None,
+        skip_if_unchanged: false,
         host: "test".into(),
         time,
         delta: None,
