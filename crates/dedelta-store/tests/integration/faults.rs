@@ -2042,3 +2042,64 @@ fn rewrite_crashed_at_every_write() {
     );
     println!("{trials} rewrite crash points verified");
 }
+
+/// `copy` of two snapshots from another repository, crashed at every write of the destination
+/// (plain and encrypted), the index kept and rebuilt: the destination's own snapshot is kept,
+/// each snapshot there is its own or a whole copy of a source snapshot (a restore gives the
+/// source's files), and the repository is consistent.
+#[test]
+fn copy_crashed_at_every_write() {
+    use dedelta_store::commands::copy;
+    for store in [Store::Memory, Store::Sealed] {
+        let source = base_in(Store::Memory, 0..2, 0);
+        let src = Arc::new(source.trial.open().unwrap());
+        let base = base_in(store, 2..3, 0);
+        let workers = dedelta_store::commands::backup::Workers::new(2).unwrap();
+        let filter = dedelta_store::repository::snapshot_filter::SnapshotFilter::default();
+        let command = |repo: &IndexedRepository, _: &Trial| {
+            locked(repo, &gone(), |lock| {
+                copy::copy(
+                    &src,
+                    repo,
+                    lock,
+                    &[],
+                    &filter,
+                    &copy::CopyOptions::default(),
+                    &workers,
+                    &dedelta_store::progress::NoProgress,
+                )
+            })
+            .map(|st| assert_eq!(st.copied.len(), 2))
+        };
+        let log = writes_of(&base, store, |repo, t| command(repo, t).unwrap());
+        println!("copy writes ({store:?}): {:?}", kinds(&log));
+        let trials = at_every_crash_point_kept_and_rebuilt(
+            &base,
+            store,
+            "copy",
+            &log,
+            command,
+            |t, repo, _, _, when| {
+                let ids = snapshot_ids(repo);
+                let mut model = Model::new();
+                for id in &ids {
+                    let files = base.model.get(id).cloned().unwrap_or_else(|| {
+                        let got = restore_files(repo, id, &t.path("probe")).1;
+                        assert!(
+                            source.model.values().any(|f| *f == got),
+                            "{when}: snapshot {id} is no whole copy: {:?}",
+                            got.keys()
+                        );
+                        got
+                    });
+                    model.insert(id.clone(), files);
+                }
+                for id in base.model.keys() {
+                    assert!(ids.contains(id), "{when}: the destination's {id} is gone");
+                }
+                assert_consistent(repo, &model, t, when);
+            },
+        );
+        println!("{trials} copy crash points verified ({store:?})");
+    }
+}
