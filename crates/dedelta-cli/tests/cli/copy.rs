@@ -172,6 +172,22 @@ fn a_damaged_source_copies_nothing_and_says_why() {
     assert_eq!(snapshots(&dst, ("DEDELTA_UNUSED", "")).len(), 0);
     assert_eq!(lock_count(&dst), 0);
 
+    // Repaired, the source copies; once. (A repaired snapshot keeps its original's summary,
+    // so a copy made before is recognised by what the tree holds, not by that summary.)
+    // check --read-data records the damage that repair then works from.
+    assert!(!src
+        .cmd(&["check", "--read-data"])
+        .output()
+        .unwrap()
+        .status
+        .success());
+    src.ok(&["repair", "snapshots", "--forget"]);
+    let out = dst.ok(&["copy", "--from-repo", &from(&src)]);
+    assert!(out.contains("1 snapshots copied"), "{out}");
+    let out = dst.ok(&["copy", "--from-repo", &from(&src)]);
+    assert!(out.contains("0 snapshots copied, 1 copied before"), "{out}");
+    assert_eq!(snapshots(&dst, ("DEDELTA_UNUSED", "")).len(), 1);
+
     // The same repository on both sides, and an encrypted source without its password.
     let out = dst
         .cmd(&["copy", "--from-repo", &from(&dst)])

@@ -10,8 +10,9 @@
 //! names the first snapshot of the chain it copies (the source's own `original`, else its id).
 //!
 //! A snapshot is skipped when the destination holds one with the same `original`, time, host,
-//! paths and tags and the same file, directory and byte counts: a copy made before (a source
-//! snapshot rewritten since differs in its counts). Any read error of the source fails its
+//! paths, tags and repaired files, whose summary counts the files, directories, symlinks and
+//! bytes the source's tree holds: a copy made before (a source snapshot rewritten or repaired
+//! since differs in its counts or repairs). Any read error of the source fails its
 //! snapshot's copy (no snapshot is saved; what was stored is garbage for the next prune) and
 //! the command.
 
@@ -97,16 +98,49 @@ impl NodeSource for SnapshotNodes {
     }
 }
 
-/// Whether `copy` in the destination is a copy of `source` (see the module doc).
-fn is_copy_of(copy: &Snapshot, source: &Snapshot, origin: &str) -> bool {
-    let (a, b) = (&copy.summary, &source.summary);
-    copy.original.as_deref() == Some(origin)
+/// What a snapshot's tree holds: files, directories, symlinks and file bytes, the counts a
+/// backup's summary records. Counted from the tree, not taken from the source's summary,
+/// which `repair snapshots` keeps from before its repair.
+type TreeCounts = (u64, u64, u64, u64);
+
+fn tree_counts(repo: &IndexedRepository, snap: &Snapshot) -> Result<TreeCounts> {
+    let mut c: TreeCounts = (0, 0, 0, 0);
+    walk_tree(repo, snap, |node, _| {
+        match node.kind {
+            NodeKind::File => {
+                c.0 += 1;
+                c.3 += node.size;
+            }
+            NodeKind::Dir => c.1 += 1,
+            NodeKind::Symlink => c.2 += 1,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok(c)
+}
+
+/// Whether `copy` in the destination is a copy of `source` (see the module doc): the same
+/// chain, time, host, paths, tags and repairs, and the counts of what `source`'s tree holds
+/// (`counts`, computed only when the rest matches).
+fn is_copy_of(
+    copy: &Snapshot,
+    source: &Snapshot,
+    origin: &str,
+    counts: &mut dyn FnMut() -> Result<TreeCounts>,
+) -> Result<bool> {
+    let same = copy.original.as_deref() == Some(origin)
         && copy.time == source.time
         && copy.host == source.host
         && copy.paths == source.paths
         && copy.tags == source.tags
-        && (a.files, a.dirs, a.symlinks, a.bytes_read)
-            == (b.files, b.dirs, b.symlinks, b.bytes_read)
+        && copy.damaged_paths == source.damaged_paths
+        && copy.tree_truncated == source.tree_truncated;
+    if !same {
+        return Ok(false);
+    }
+    let s = &copy.summary;
+    Ok((s.files, s.dirs, s.symlinks, s.bytes_read) == counts()?)
 }
 
 /// Copies the snapshots of `src` named in `ids` (or, with none, every snapshot `filter`
@@ -133,11 +167,23 @@ pub fn copy(
     let mut stats = CopyStats::default();
     for (sid, snap) in chosen {
         let origin = snap.original.clone().unwrap_or_else(|| sid.to_hex());
-        if existing
-            .snapshots
-            .iter()
-            .any(|(_, d)| is_copy_of(d, &snap, &origin))
-        {
+        let mut counted: Option<TreeCounts> = None;
+        let mut counts = || -> Result<TreeCounts> {
+            if let Some(c) = counted {
+                return Ok(c);
+            }
+            let c = tree_counts(src, &snap)?;
+            counted = Some(c);
+            Ok(c)
+        };
+        let mut copied_before = false;
+        for (_, d) in &existing.snapshots {
+            if is_copy_of(d, &snap, &origin, &mut counts)? {
+                copied_before = true;
+                break;
+            }
+        }
+        if copied_before {
             stats.already_copied.push(sid);
             continue;
         }
