@@ -452,11 +452,7 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
                     .is_some_and(|p| p.loopdelta.keep_dense_local),
         },
     };
-    let workers = backup::Workers::new(args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-    }))?;
+    let workers = super::workers(args.threads)?;
     let res = backup::backup(&r, &lock, opts, &workers, &progress)?;
     progress.finish();
     finish(&r, lock)?;

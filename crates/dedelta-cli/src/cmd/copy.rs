@@ -11,7 +11,6 @@ use crate::password::FromPasswordArgs;
 use crate::render::{mb, outln, print_json};
 use anyhow::{bail, Result};
 use clap::Args;
-use dedelta_store::commands::backup::Workers;
 use dedelta_store::commands::copy;
 use dedelta_store::repository::lock::LockMode;
 use dedelta_store::Error;
@@ -69,11 +68,7 @@ pub fn run(args: CopyArgs) -> Result<u8> {
         ));
     }
     let src = Arc::new(src);
-    let workers = Workers::new(args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-    }))?;
+    let workers = super::workers(args.threads)?;
     let progress = progress_bar(args.json);
     let opts = copy::CopyOptions {
         cache_dir: Some(args.repo.cache_root()),

@@ -69,6 +69,16 @@ pub struct RepoArg {
     pub location: Option<PathBuf>,
 }
 
+/// The worker threads of `backup` and `copy`: `--threads`, else one per core.
+pub fn workers(threads: Option<usize>) -> Result<dedelta_store::commands::backup::Workers> {
+    let n = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+    });
+    Ok(dedelta_store::commands::backup::Workers::new(n)?)
+}
+
 impl RepoArg {
     /// The repository path (`-r` or `DEDELTA_REPO`), or an error that says how to give one
     /// or that names another tool's repository.

@@ -162,7 +162,7 @@ pub fn copy(
 ) -> Result<CopyStats> {
     let mut chosen = crate::commands::tag::chosen_snapshots(src, ids, filter)?;
     // Oldest first, so that each copy finds the one before as its parent (DupAdj's bases).
-    chosen.sort_by(|a, b| a.1.time.cmp(&b.1.time).then(a.0.cmp(&b.0)));
+    chosen.sort_by(crate::repository::snapshots::oldest_first);
     let existing = dst.snapshots()?;
     let mut stats = CopyStats::default();
     for (sid, snap) in chosen {

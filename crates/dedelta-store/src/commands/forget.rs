@@ -122,13 +122,11 @@ pub fn apply_policy_grouped(
     }
     let mut out = Vec::new();
     for (_, mut group) in groups {
-        // Newest first; of two tied in time, the one made from another (a rewrite) is the
-        // newer, as in the snapshot listing (`repository::snapshots`).
+        // Newest first; ties as in the snapshot listing.
         group.sort_by(|a, b| {
             time_of(&b.1)
                 .cmp(&time_of(&a.1))
-                .then(b.1.original.is_some().cmp(&a.1.original.is_some()))
-                .then(b.0.cmp(&a.0))
+                .then_with(|| crate::repository::snapshots::tie_order(b, a))
         });
         let newest = group.first().map(|s| time_of(&s.1)).unwrap_or_default();
         type Bucket = fn(&DateTime<Utc>) -> String;

@@ -176,16 +176,25 @@ pub fn list_cached(backend: &dyn Backend, cache_dir: Option<&Path>) -> Result<Sn
         c.retain(|id| listed.contains(id));
         c.save();
     }
-    // Oldest first. A snapshot written in another's place (`rewrite`, `repair snapshots`,
-    // `tag`) keeps its time: of two that tie, the one made from another (`original` set)
-    // counts as the newer, so that `latest` names it and not the snapshot it replaced.
-    out.snapshots.sort_by(|a, b| {
-        a.1.time
-            .cmp(&b.1.time)
-            .then(a.1.original.is_some().cmp(&b.1.original.is_some()))
-            .then(a.0.cmp(&b.0))
-    });
+    out.snapshots.sort_by(oldest_first);
     Ok(out)
+}
+
+/// Snapshots oldest first, as listed and as `latest` picks them: by their `time` strings,
+/// then [`tie_order`].
+pub fn oldest_first(a: &(SnapshotId, Snapshot), b: &(SnapshotId, Snapshot)) -> std::cmp::Ordering {
+    a.1.time.cmp(&b.1.time).then_with(|| tie_order(a, b))
+}
+
+/// The order of two snapshots with the same time. A snapshot written in another's place
+/// (`rewrite`, `repair snapshots`, `tag`) keeps its time: of two that tie, the one made from
+/// another (`original` set) counts as the newer, so that `latest` names it and not the
+/// snapshot it replaced; then ids decide.
+pub fn tie_order(a: &(SnapshotId, Snapshot), b: &(SnapshotId, Snapshot)) -> std::cmp::Ordering {
+    a.1.original
+        .is_some()
+        .cmp(&b.1.original.is_some())
+        .then(a.0.cmp(&b.0))
 }
 
 /// Snapshot files read at once by [`list_cached`]: on an object store each is a round trip
