@@ -1,23 +1,25 @@
-//! The working memory of an Argon2id derivation, on huge pages where the system gives them.
+//! The working memory of an Argon2id derivation, mapped before the derivation starts.
 //!
-//! Why: Argon2id (64 MiB, 3 passes) reads its memory at data-dependent places, so on 4 KiB
-//! pages almost every reference block misses the TLB, and the 16,384 first touches fault
-//! (and zero) the memory a page at a time. On 2 MiB pages (transparent huge pages, asked for
-//! with `madvise`) the default derivation took 0.092-0.10 s of CPU instead of 0.125-0.139 s
-//! on the development machine, a quarter of every encrypted command's fixed cost. The
-//! function and its result do not depend on where its memory lies.
+//! Why: the 16,384 first touches of Argon2id's 64 MiB faulted (and zeroed) the memory a page
+//! at a time on the derivation's threads. Now it is mapped first with
+//! `madvise(MADV_POPULATE_WRITE)`, one call per half on two threads, on 4 KiB pages.
+//!
+//! Huge pages (`MADV_HUGEPAGE`, used until 2026-11-30) saved TLB misses and took 0.092-0.10 s
+//! of CPU instead of 0.125-0.139 s when commands ran back to back. But in a virtual machine
+//! that hands freed memory back to its host (Linux's free page reporting, as on the cloud VMs
+//! of this project's benchmarks), a huge page is taken from the memory the host was given
+//! back, and its first touch costs the host's fault: 64 MiB took 120-260 ms to touch on huge
+//! pages against 22-36 ms on 4 KiB pages, and a command run 2.5 s after the last one spent
+//! 0.26 s of CPU in the derivation against 0.17 s (docs/benchmarks.md, 2026-11-30). A
+//! backup run every hour meets the second case. The function and its result do not depend on
+//! where its memory lies.
 
 use argon2::Block;
 use memmap2::MmapMut;
 
-/// A transparent huge page on x86-64 and most aarch64 kernels.
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Zeroed memory for a number of Argon2 blocks, starting on a huge page boundary.
+/// Zeroed memory for a number of Argon2 blocks, mapped in.
 pub(super) struct KdfMemory {
     map: MmapMut,
-    /// Where the blocks start in `map` (the first huge page boundary).
-    offset: usize,
     blocks: usize,
 }
 
@@ -26,30 +28,42 @@ impl KdfMemory {
     /// `argon2` allocate it).
     pub(super) fn new(blocks: usize) -> Option<Self> {
         let len = blocks.checked_mul(Block::SIZE)?;
-        // One huge page more, so that the blocks can start on a boundary.
-        let map = MmapMut::map_anon(len.checked_add(HUGE_PAGE)?).ok()?;
-        let start = map.as_ptr() as usize;
-        let offset = start.next_multiple_of(HUGE_PAGE) - start;
+        let map = MmapMut::map_anon(len).ok()?;
         #[cfg(target_os = "linux")]
         {
-            // A refusal (no transparent huge pages) leaves 4 KiB pages, which work.
-            let _ = map.advise_range(memmap2::Advice::HugePage, offset, len);
+            let (start, half) = (map.as_ptr() as usize, len / 2 / 4096 * 4096);
+            rayon::join(
+                || populate(start, half),
+                || populate(start + half, len - half),
+            );
         }
-        Some(KdfMemory {
-            map,
-            offset,
-            blocks,
-        })
+        Some(KdfMemory { map, blocks })
     }
 
     /// The blocks.
     pub(super) fn blocks(&mut self) -> &mut [Block] {
-        let bytes = &mut self.map[self.offset..self.offset + self.blocks * Block::SIZE];
-        // SAFETY: `bytes` lies in the mapping, which `self` owns and this borrow holds
-        // exclusively; it starts on a huge page boundary (so at Block's 64-byte alignment)
-        // and holds exactly `blocks` blocks of `Block::SIZE` bytes. A block is an array of
-        // u64, for which every bit pattern (here zeros, from the anonymous mapping) is valid.
+        let bytes = &mut self.map[..self.blocks * Block::SIZE];
+        // SAFETY: `bytes` is the mapping, which `self` owns and this borrow holds exclusively;
+        // it starts on a page boundary (so at Block's 64-byte alignment) and holds exactly
+        // `blocks` blocks of `Block::SIZE` bytes. A block is an array of u64, for which every
+        // bit pattern (here zeros, from the anonymous mapping) is valid.
         unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<Block>(), self.blocks) }
+    }
+}
+
+/// Maps in the `len` bytes at address `start` (a page-aligned part of a private anonymous
+/// mapping); a kernel older than 5.14 refuses, and the pages then fault in as they are touched.
+#[cfg(target_os = "linux")]
+fn populate(start: usize, len: usize) {
+    /// Linux 5.14's `MADV_POPULATE_WRITE`, absent from older libc crates.
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    if len == 0 {
+        return;
+    }
+    // SAFETY: the range lies in a mapping that the caller owns and that nothing reads or
+    // writes while this runs; populating only maps its pages, whose contents stay zero.
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE);
     }
 }
 
@@ -62,7 +76,7 @@ mod tests {
         let mut m = KdfMemory::new(3000).unwrap();
         let blocks = m.blocks();
         assert_eq!(blocks.len(), 3000);
-        assert_eq!(blocks.as_ptr() as usize % HUGE_PAGE, 0);
+        assert_eq!(blocks.as_ptr() as usize % 4096, 0);
         assert!(blocks.iter().all(|b| b.as_ref().iter().all(|&w| w == 0)));
         blocks[2999].as_mut()[127] = 7;
         assert_eq!(m.blocks()[2999].as_ref()[127], 7);

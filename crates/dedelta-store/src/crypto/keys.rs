@@ -62,7 +62,7 @@ impl KdfParams {
         let blocks = params.block_count();
         let a = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
         let mut out = Zeroizing::new([0u8; 32]);
-        // Huge pages where the system has them (see kdf_memory), else argon2's allocation.
+        // Memory mapped in before the derivation (see kdf_memory), else argon2's allocation.
         let done = match KdfMemory::new(blocks) {
             Some(mut memory) => {
                 a.hash_password_into_with_memory(password, salt, out.as_mut(), memory.blocks())
