@@ -1,5 +1,5 @@
 //! The reliability campaign: a seeded random sequence of operations (mutate the source tree,
-//! backup, restore, forget, prune, check, crashes and disk-fulls at random writes, damage at
+//! backup, restore, forget, prune, rewrite, copy, check, crashes and disk-fulls at random writes, damage at
 //! rest and the repairs that follow it) checked against a model of what must be restorable.
 //!
 //! Models: kopia's robustness engine (random actions against a file tree, every snapshot
@@ -26,6 +26,9 @@
 //! - With one damaged read (short or a flipped byte), a restore is exact or fails safely as
 //!   above, `check --read-data` reports it, and a backup fails or makes a snapshot that
 //!   restores bit-exact.
+//! - `copy` into a mirror repository (see [`copy`]) never removes a mirror snapshot, every
+//!   mirror snapshot restores bit-exact to what its source snapshot restored to, a copy that
+//!   succeeded leaves nothing to copy again, and the mirror checks clean, crashed or not.
 //! - The repair path, as a user follows it after damage at rest: `check --read-data` then a
 //!   backup makes every snapshot restore bit-exact again whose damaged files (those check
 //!   names) are still in the source unchanged; `repair packs` leaves no damaged container,
@@ -258,6 +261,8 @@ struct Figures {
     corruptions_injected: u64,
     corruptions_detected: u64,
     damaged_reads_injected: u64,
+    /// Snapshots `copy` steps made in the mirror.
+    copies: u64,
     damaged_reads_reported_by_check: u64,
     restores_exact: u64,
     restores_failed_safely: u64,
@@ -294,6 +299,7 @@ impl Figures {
         self.corruptions_injected += o.corruptions_injected;
         self.corruptions_detected += o.corruptions_detected;
         self.damaged_reads_injected += o.damaged_reads_injected;
+        self.copies += o.copies;
         self.damaged_reads_reported_by_check += o.damaged_reads_reported_by_check;
         self.restores_exact += o.restores_exact;
         self.restores_failed_safely += o.restores_failed_safely;
@@ -328,6 +334,7 @@ impl Figures {
             self.client_switches
         );
         let _ = writeln!(s, "  disk-fulls injected {}", self.no_space_injected);
+        let _ = writeln!(s, "  snapshots copied into the mirror {}", self.copies);
         let _ = writeln!(
             s,
             "  corruptions injected {}, detected by check {}",
@@ -465,6 +472,9 @@ macro_rules! ensure {
     };
 }
 
+/// The `copy` step and its mirror repository.
+mod copy;
+
 struct World {
     rng: Rng,
     /// `target/tmp/campaign-<seed>`: the source path is stored in every snapshot, so a fixed
@@ -492,6 +502,8 @@ struct World {
     next_name: u64,
     /// Writes of the last unfaulted run of each command: where crash points are drawn from.
     writes_of: BTreeMap<&'static str, u64>,
+    /// The repository `copy` steps copy into, made by the first.
+    mirror: Option<copy::Mirror>,
     log: Vec<String>,
     figures: Figures,
 }
@@ -536,6 +548,7 @@ impl World {
             clock: 0,
             next_name: 0,
             writes_of: BTreeMap::new(),
+            mirror: None,
             log: Vec::new(),
             figures: Figures::default(),
         };
@@ -1298,6 +1311,11 @@ const STEPS: &[Step] = &[
         name: "rewrite",
         weight: 1,
         run: step_rewrite,
+    },
+    Step {
+        name: "copy",
+        weight: 2,
+        run: copy::step_copy,
     },
     Step {
         name: "check",
