@@ -7,7 +7,9 @@
 #   2. all-duplicate: the last version backed up once more;
 #   3. restore of a large file: the last version to tmpfs (dump/extract to /dev/shm);
 #   4. restore of a tree: TREE (default: the last version, unpacked) backed up as a directory,
-#      then restored into /dev/shm.
+#      then backed up again with every file read (all duplicates, at the throughput of the
+#      pipeline rather than of a process's fixed costs: step `tree_dup`), then restored into
+#      /dev/shm.
 # Prints one JSON line per tool: wall and CPU (user + system) seconds of each step, MB/s, the
 # restores' peak RSS (KB); then one line of dedelta's speed ratios to each peer (> 1: faster).
 # A tool that is not installed is skipped (scripts/install-peers.sh [--rustic]).
@@ -44,6 +46,7 @@ run() {
         init) "$bin" init -r "$repo" ;;
         backup) "$bin" backup -r "$repo" --stdin --stdin-name data < "$arg" ;;
         tree) (cd "$arg" && "$bin" backup -r "$repo" .) ;;
+        tree_dup) (cd "$arg" && "$bin" backup -r "$repo" --force .) ;;
         dump) "$bin" dump -r "$repo" latest data > "$arg" ;;
         restore) "$bin" restore -r "$repo" latest --target "$arg" ;;
       esac ;;
@@ -53,6 +56,7 @@ run() {
         init) restic -r "$repo" -q init ;;
         backup) restic -r "$repo" -q backup --stdin --stdin-filename data < "$arg" ;;
         tree) (cd "$arg" && restic -r "$repo" -q backup .) ;;
+        tree_dup) (cd "$arg" && restic -r "$repo" -q backup --force .) ;;
         dump) restic -r "$repo" -q dump latest data > "$arg" ;;
         restore) restic -r "$repo" -q restore latest --target "$arg" ;;
       esac ;;
@@ -64,6 +68,7 @@ run() {
         # Without --force rustic 0.11 stores a later stdin backup as its parent's content.
         backup) "${r[@]}" backup --force - --stdin-filename data < "$arg" ;;
         tree) (cd "$arg" && "${r[@]}" backup .) ;;
+        tree_dup) (cd "$arg" && "${r[@]}" backup --force .) ;;
         dump) "${r[@]}" dump latest:data > "$arg" ;;
         restore) "${r[@]}" restore latest "$arg" ;;
       esac ;;
@@ -73,6 +78,7 @@ run() {
         init) borg init -e repokey-blake2 "$repo" ;;
         backup) borg create "$repo::v$(date +%s%N)" - --stdin-name data < "$arg" ;;
         tree) (cd "$arg" && borg create "$repo::tree" .) ;;
+        tree_dup) (cd "$arg" && borg create --files-cache=disabled "$repo::tree-again" .) ;;
         dump) borg extract --stdout "$repo::$(borg list --last 1 --short "$repo")" > "$arg" ;;
         restore) mkdir -p "$arg" && (cd "$arg" && borg extract "$repo::tree") ;;
       esac ;;
@@ -126,6 +132,7 @@ if [ -z "$tree" ]; then
 fi
 tree_bytes=$(du -sb --apparent-size "$tree" | cut -f1)
 for t in "${tools[@]}"; do REPO_SUFFIX=tree timed "$t" tree "$t" tree "$tree"; done
+for t in "${tools[@]}"; do REPO_SUFFIX=tree timed "$t" tree_dup "$t" tree_dup "$tree"; done
 for t in "${tools[@]}"; do
   rm -rf "$shm/tree"
   REPO_SUFFIX=tree timed "$t" restore "$t" restore "$shm/tree"
@@ -143,7 +150,8 @@ for line in open(times):
     r = rows.setdefault(t, {}).setdefault(k, {"wall_s": 0.0, "cpu_s": 0.0, "max_rss_kb": 0})
     r["wall_s"] += float(wall); r["cpu_s"] += float(user) + float(sys_)
     r["max_rss_kb"] = max(r["max_rss_kb"], int(rss))
-size = {"backup": total, "dup": last, "dump": last, "tree": tree, "restore": tree}
+size = {"backup": total, "dup": last, "dump": last, "tree": tree, "tree_dup": tree,
+        "restore": tree}
 out = {}
 for t in tools:
     o = {"tool": t}
