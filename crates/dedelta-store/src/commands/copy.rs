@@ -104,20 +104,12 @@ impl NodeSource for SnapshotNodes {
 type TreeCounts = (u64, u64, u64, u64);
 
 fn tree_counts(repo: &IndexedRepository, snap: &Snapshot) -> Result<TreeCounts> {
-    let mut c: TreeCounts = (0, 0, 0, 0);
+    let mut s = BackupSummary::default();
     walk_tree(repo, snap, |node, _| {
-        match node.kind {
-            NodeKind::File => {
-                c.0 += 1;
-                c.3 += node.size;
-            }
-            NodeKind::Dir => c.1 += 1,
-            NodeKind::Symlink => c.2 += 1,
-            _ => {}
-        }
+        s.count_node(&node);
         Ok(())
     })?;
-    Ok(c)
+    Ok((s.files, s.dirs, s.symlinks, s.bytes_read))
 }
 
 /// Whether `copy` in the destination is a copy of `source` (see the module doc): the same

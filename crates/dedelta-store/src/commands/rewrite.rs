@@ -17,7 +17,7 @@ use crate::commands::repair_snapshots::store_tree;
 use crate::commands::restore::select::Selector;
 use crate::error::Result;
 use crate::format::snapshot::{Snapshot, SnapshotId};
-use crate::format::tree::{ChunkRef, Node, NodeKind};
+use crate::format::tree::{ChunkRef, Node};
 use crate::progress::Progress;
 use crate::read::walk_tree;
 use crate::repository::lock::RepoLock;
@@ -124,15 +124,7 @@ pub fn rewrite(
             summary.symlinks = 0;
             summary.bytes_read = 0;
             for (n, _) in &kept {
-                match n.kind {
-                    NodeKind::File => {
-                        summary.files += 1;
-                        summary.bytes_read += n.size;
-                    }
-                    NodeKind::Dir => summary.dirs += 1,
-                    NodeKind::Symlink => summary.symlinks += 1,
-                    _ => {}
-                }
+                summary.count_node(n);
             }
             summary.tree_bytes = tree.len;
             let removed = &done.removed;

@@ -140,6 +140,21 @@ pub struct BackupSummary {
 }
 
 impl BackupSummary {
+    /// Counts `node` in the files, directories, symlinks and file bytes, as a backup counts
+    /// what its tree holds (`rewrite` recounts a tree it cut, `copy` a source's tree).
+    pub fn count_node(&mut self, node: &crate::format::tree::Node) {
+        use crate::format::tree::NodeKind;
+        match node.kind {
+            NodeKind::File => {
+                self.files += 1;
+                self.bytes_read += node.size;
+            }
+            NodeKind::Dir => self.dirs += 1,
+            NodeKind::Symlink => self.symlinks += 1,
+            _ => {}
+        }
+    }
+
     /// bytes read / new bytes.
     pub fn dedup_factor(&self) -> f64 {
         ratio(self.bytes_read, self.bytes_new)
