@@ -64,20 +64,33 @@ pub fn populated(capacity: usize, touched: usize) -> Vec<u8> {
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
-        /// Linux 5.14's `MADV_POPULATE_WRITE`, absent from older libc crates.
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
         let touched = touched.min(capacity);
         let start = buf.as_ptr() as usize;
         let (from, to) = (start.div_ceil(PAGE) * PAGE, (start + touched) / PAGE * PAGE);
         if touched >= 64 * PAGE && to > from {
-            // SAFETY: the range lies within the allocation just made, which nothing else
-            // uses; populating only maps pages (their contents stay zero, and unread).
-            unsafe {
-                libc::madvise(from as *mut libc::c_void, to - from, MADV_POPULATE_WRITE);
-            }
+            // The range lies within the allocation just made, which nothing else uses.
+            populate(from, to - from);
         }
     }
     buf
+}
+
+/// Maps in the pages of the `len` bytes at address `start` (page-aligned, within a private
+/// anonymous mapping or allocation that nothing reads or writes meanwhile) in one call,
+/// without a trap per page (`madvise(MADV_POPULATE_WRITE)`); a kernel older than 5.14
+/// refuses, and the pages then fault in as they are touched.
+#[cfg(target_os = "linux")]
+pub(crate) fn populate(start: usize, len: usize) {
+    /// Linux 5.14's `MADV_POPULATE_WRITE`, absent from older libc crates.
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    if len == 0 {
+        return;
+    }
+    // SAFETY: the caller's range is page-aligned and unused by anything else; populating
+    // only maps its pages, whose contents stay zero (and unread).
+    unsafe {
+        libc::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE);
+    }
 }
 
 #[cfg(test)]

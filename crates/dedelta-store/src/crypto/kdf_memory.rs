@@ -31,6 +31,8 @@ impl KdfMemory {
         let map = MmapMut::map_anon(len).ok()?;
         #[cfg(target_os = "linux")]
         {
+            use crate::buffers::populate;
+            // The mapping was just made and nothing else uses it.
             let (start, half) = (map.as_ptr() as usize, len / 2 / 4096 * 4096);
             rayon::join(
                 || populate(start, half),
@@ -48,22 +50,6 @@ impl KdfMemory {
         // `blocks` blocks of `Block::SIZE` bytes. A block is an array of u64, for which every
         // bit pattern (here zeros, from the anonymous mapping) is valid.
         unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<Block>(), self.blocks) }
-    }
-}
-
-/// Maps in the `len` bytes at address `start` (a page-aligned part of a private anonymous
-/// mapping); a kernel older than 5.14 refuses, and the pages then fault in as they are touched.
-#[cfg(target_os = "linux")]
-fn populate(start: usize, len: usize) {
-    /// Linux 5.14's `MADV_POPULATE_WRITE`, absent from older libc crates.
-    const MADV_POPULATE_WRITE: libc::c_int = 23;
-    if len == 0 {
-        return;
-    }
-    // SAFETY: the range lies in a mapping that the caller owns and that nothing reads or
-    // writes while this runs; populating only maps its pages, whose contents stay zero.
-    unsafe {
-        libc::madvise(start as *mut libc::c_void, len, MADV_POPULATE_WRITE);
     }
 }
 
