@@ -1,6 +1,7 @@
 //! The reliability campaign: a seeded random sequence of operations (mutate the source tree,
-//! backup, restore, forget, prune, rewrite, copy, check, crashes and disk-fulls at random writes, damage at
-//! rest and the repairs that follow it) checked against a model of what must be restorable.
+//! backup, restore, forget, prune, rewrite, copy, check, crashes and disk-fulls at random
+//! writes, damage at rest and the repairs that follow it) checked against a model of what
+//! must be restorable.
 //!
 //! Models: kopia's robustness engine (random actions against a file tree, every snapshot
 //! verified against a record of what it held) and redb's `fuzz_redb` (random workloads with

@@ -123,11 +123,15 @@ fn source_trees(w: &World) -> Result<BTreeMap<String, Option<Tree>>, String> {
 }
 
 /// Runs `copy` of every source snapshot into the mirror (`dry_run`: only what it would copy).
-fn run_copy(w: &mut World, dry_run: bool, crashing: bool) -> Result<CopyStats, String> {
+fn run_copy(
+    w: &mut World,
+    mirror: &Mirror,
+    dry_run: bool,
+    crashing: bool,
+) -> Result<CopyStats, String> {
     // `copy` reads the source through an `Arc` (its node source outlives the call's borrow);
     // the world gets its repository back afterwards.
     let src = Arc::new(w.repo.take().expect("repository open"));
-    let mirror = w.mirror.as_ref().expect("mirror made");
     let dst_owner = if crashing { gone() } else { me() };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         locked(&src, &me(), |_src_lock| {
@@ -172,16 +176,24 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
         w.note("  copy: not while reads are damaged".into());
         return Ok(());
     }
-    if w.mirror.is_none() {
-        w.mirror = Some(Mirror::new(&w.dir)?);
-    }
+    // The mirror is out of the world while the step runs (a failure ends the episode).
+    let mut mirror = match w.mirror.take() {
+        Some(m) => m,
+        None => Mirror::new(&w.dir)?,
+    };
+    let outcome = copy_into(w, &mut mirror);
+    w.mirror = Some(mirror);
+    outcome
+}
+
+/// One copy step into `mirror`.
+fn copy_into(w: &mut World, mirror: &mut Mirror) -> Outcome {
     // Now and then a copy forgotten (and its data pruned) first: the next copy stores it
     // again, against what the mirror holds.
-    let held: Vec<String> = w.mirror.as_ref().unwrap().copies.keys().cloned().collect();
+    let held: Vec<String> = mirror.copies.keys().cloned().collect();
     if !held.is_empty() && w.rng.chance(20) {
         let id = w.rng.pick(&held).clone();
         w.note(format!("  mirror: forget {} and prune", &id[..8]));
-        let mirror = w.mirror.as_mut().unwrap();
         locked(mirror.repo(), &me(), |lock| {
             forget::forget(
                 mirror.repo(),
@@ -196,13 +208,13 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
         mirror.copies.remove(&id);
     }
     let sources = source_trees(w)?;
-    let before = w.mirror.as_ref().unwrap().snapshot_ids()?;
+    let before = mirror.snapshot_ids()?;
     ensure!(
-        before == w.mirror.as_ref().unwrap().copies.keys().cloned().collect(),
+        before == mirror.copies.keys().cloned().collect(),
         "the mirror holds {before:?}, its model {:?}",
-        w.mirror.as_ref().unwrap().copies.keys()
+        mirror.copies.keys()
     );
-    let writes = w.mirror.as_ref().unwrap().writes;
+    let writes = mirror.writes;
     let crash_at = (writes > 0 && w.rng.chance(30)).then(|| w.rng.below(writes + 1));
     let effect = *w
         .rng
@@ -211,9 +223,8 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
         Some(n) => FaultPlan::crash(n, effect),
         None => FaultPlan::none(),
     };
-    w.mirror.as_ref().unwrap().fault.arm(plan);
-    let result = run_copy(w, false, crash_at.is_some());
-    let mirror = w.mirror.as_mut().unwrap();
+    mirror.fault.arm(plan);
+    let result = run_copy(w, mirror, false, crash_at.is_some());
     let crashed = mirror.fault.crashed();
     let wrote = mirror.fault.counts().total_writes();
     for inj in mirror.fault.injection_log() {
@@ -241,11 +252,9 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
     }
     line += &format!(" ({wrote} mirror writes)");
     w.note(line);
-    let mirror = w.mirror.as_mut().unwrap();
     if crashed {
         let rebuild = w.rng.chance(30);
         w.note(format!("  mirror restart (rebuild the index: {rebuild})"));
-        let mirror = w.mirror.as_mut().unwrap();
         mirror.reopen(rebuild)?;
     } else {
         mirror.fault.disarm();
@@ -287,7 +296,6 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
             );
         }
     }
-    let mirror = w.mirror.as_mut().unwrap();
     let now = mirror.snapshot_ids()?;
     ensure!(
         before.is_subset(&now),
@@ -324,7 +332,8 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
     }
     w.figures.copies += (now.len() - before.len()) as u64;
     if result.is_ok() {
-        let again = run_copy(w, true, false).map_err(|e| format!("copy again (dry run): {e}"))?;
+        let again =
+            run_copy(w, mirror, true, false).map_err(|e| format!("copy again (dry run): {e}"))?;
         ensure!(
             again.copied.is_empty(),
             "a second copy would copy {:?} again",
@@ -336,11 +345,9 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
         );
     }
     // One earlier copy restored again, and the mirror checked whole.
-    let mirror = w.mirror.as_ref().unwrap();
     let held: Vec<String> = mirror.copies.keys().cloned().collect();
     if !held.is_empty() {
         let id = w.rng.pick(&held).clone();
-        let mirror = w.mirror.as_ref().unwrap();
         let got = mirror.restored(&id, &w.src, &w.dir)?;
         ensure!(
             got == mirror.copies[&id],
@@ -349,7 +356,6 @@ pub(super) fn step_copy(w: &mut World) -> Outcome {
             diff(&mirror.copies[&id], &got)
         );
     }
-    let mirror = w.mirror.as_ref().unwrap();
     let report =
         run_check(mirror.repo(), true).map_err(|e| format!("check of the mirror failed: {e}"))?;
     ensure!(
