@@ -32,6 +32,12 @@
 //! container was taken into that view and the potential base chunk cache: the view is the
 //! one deduplication has at that position, as at the paper's fingerprint indexing stage.
 //!
+//! A duplicate stored twice before (the old delta and an earlier rewrite of it) is judged by
+//! the copy the index names, the rewrite: the fingerprint cache leaves out copies a newer
+//! one superseded (see [`super::fingerprint_index`]). Before, it judged whichever copy's
+//! container was loaded last, and asked the on-disk index before calling a duplicate
+//! fragmented; the stored bytes of a backup with the filter varied from run to run.
+//!
 //! The view costs no read of its own: it takes each container's metadata from what the
 //! pool's lookups read for deduplication. The paper's filter only looks at "the recently
 //! prefetched metadata" and so adds no I/O to backup; before, the view read a container's

@@ -27,7 +27,9 @@ struct Cached {
 /// The cache's state: the containers (LRU) and where each fingerprint is in them.
 struct ContainerCache {
     containers: LruCache<ContainerId, Cached>,
-    /// Fingerprint -> (container, entry number) in the container loaded last holding it.
+    /// Fingerprint -> (container, entry number) of the copy the index names, among the
+    /// cached containers' entries (entries a newer copy superseded are left out, see
+    /// [`Self::load`]).
     map: HashMap<ChunkId, (ContainerId, u32)>,
 }
 
@@ -67,20 +69,32 @@ impl ContainerCache {
 
     /// Takes in container `id`'s metadata as the most recently used, evicting the least
     /// recently used container if full; the evicted container and its metadata.
+    /// `superseded` are its entries whose chunk the index names in a newer copy (in order):
+    /// left out, so that a chunk stored twice (rewritten by Capping or the cache-aware
+    /// filter) is answered with the copy the index names whichever containers are cached,
+    /// and so whatever order the pool's threads loaded them in. Before, the container loaded
+    /// last won, and what the stream then took in (the filter's view, the potential base
+    /// chunk cache, the reuse-ratio monitor) depended on thread timing.
     fn load(
         &mut self,
         id: ContainerId,
         meta: Arc<ContainerMeta>,
         trust: Trust,
+        superseded: &[u32],
     ) -> Option<(ContainerId, Arc<ContainerMeta>)> {
         if self.containers.contains(&id) {
             return None;
         }
+        let mut superseded = superseded.iter().peekable();
         for (i, e) in meta.entries.iter().enumerate() {
+            let i = i as u32;
+            if superseded.next_if(|&&s| s <= i).is_some_and(|&s| s == i) {
+                continue;
+            }
             // An inversed delta does not replace the chunk's full copy in the index while
             // that is indexed (see `crate::backup::inverse`); the cache follows the index.
             if !e.kind.is_inversed() {
-                self.map.insert(e.id, (id, i as u32));
+                self.map.insert(e.id, (id, i));
             }
         }
         let (old, gone) = self.containers.push(id, Cached { meta, trust })?;
@@ -296,7 +310,7 @@ impl LocalityIndex {
             Ok(meta) => {
                 let trust = self.reader.trust(&id);
                 let mut cache = self.cache();
-                let evicted = cache.load(id, Arc::new(meta), trust);
+                let evicted = cache.load(id, Arc::new(meta), trust, self.reader.superseded(&id));
                 self.counts
                     .cached_containers_max
                     .fetch_max(cache.containers.len() as u64, Ordering::Relaxed);
@@ -371,21 +385,8 @@ impl FingerprintIndex for LocalityIndex {
         let Some(&(c, entry)) = cache().map.get(id) else {
             return CachedCopy::Unknown;
         };
-        let judged = cache().judge(c, entry);
-        if judged != CachedCopy::DeltaBaseMissing {
-            return judged;
-        }
-        // A chunk stored more than once (rewritten, by Capping or by this filter) is mapped
-        // to the cached container loaded last that holds it, which may not be the copy the
-        // index names (the newest) and restore reads: before judging it fragmented, the
-        // index is asked (one on-disk lookup, for such chunks only).
-        match self.counts.disk_get(&self.reader, id) {
-            Ok(Some(loc)) if (loc.container, loc.entry) != (c, entry) => {
-                cache().judge(loc.container, loc.entry)
-            }
-            Ok(Some(_)) => judged,
-            _ => CachedCopy::Unknown,
-        }
+        // The copy the index names: the cache leaves out copies a newer one superseded.
+        cache().judge(c, entry)
     }
 
     fn has_cache(&self) -> bool {
@@ -430,7 +431,8 @@ impl FingerprintIndex for LocalityIndex {
             }
         };
         let trust = self.reader.trust(container);
-        let evicted = judged.lock().load(*container, meta, trust);
+        let superseded = self.reader.superseded(container);
+        let evicted = judged.lock().load(*container, meta, trust, superseded);
         // Parked under the pool cache's lock, as the pool parks its evictions (see
         // `prefetch`): the stream meets a container again after the view evicted it, and
         // the pool, which found its chunks while the view still held it, has let it go too.

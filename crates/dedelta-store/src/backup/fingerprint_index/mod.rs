@@ -35,9 +35,17 @@
 //! same chunk is not marked, so a cache hit on it (only through a filter false positive,
 //! since the filter is rebuilt after every removal) would name a chunk that is stored but
 //! not indexed: `repair index` takes it back in, and prune refuses to run until then, so no
-//! data is lost. The cache maps a fingerprint to the container loaded last
-//! that holds it; evicting that container forgets the fingerprint even if an older cached
-//! container holds it too (a miss more, never a wrong answer).
+//! data is lost.
+//!
+//! A chunk stored twice (a rewrite by Capping or the cache-aware filter beside the old copy)
+//! is answered with the copy the index names: the index records the entries a newer copy
+//! superseded ([`IndexReader::superseded`]) and the cache leaves them out, so the answer does
+//! not depend on which of the two containers the pool's threads happened to load last, and
+//! neither does what the stream takes in after it (the filter's view, LoopDelta's base
+//! cache, the reuse-ratio monitor, the snapshot's containers). Where two cached copies are
+//! both unrecorded (an index of manifest version 3, until it is rebuilt) the container
+//! loaded last wins; evicting it forgets the fingerprint even if the other holds it too (a
+//! miss more, never a wrong answer).
 //!
 //! Alternative rejected: an in-memory map of every fingerprint (DDFS before the summary
 //! vector; 40+ bytes a chunk, 40 GB for a billion chunks). Sparse indexing (Lillibridge et

@@ -156,3 +156,55 @@ fn the_filters_view_reads_no_container_the_pool_read() {
     let l = locality.counters();
     assert_eq!((l.prefetches, l.view_rereads), (3, 0), "{l:?}");
 }
+
+/// A chunk stored twice (an old delta, then its rewrite by the cache-aware filter) is
+/// answered with the copy the index names, in whichever order the pool's threads loaded the
+/// two containers, and judged by that copy. Before, the cache mapped it to the container
+/// loaded last: here the old delta's, loaded after the rewrite's, so the pool's answer and
+/// the filter's judgement (and what the stream took in after them) depended on which lookup
+/// ran first.
+#[test]
+fn a_chunk_stored_twice_is_answered_with_the_copy_the_index_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(crate::backend::memory::MemoryBackend::default());
+    let (base, twice, beside_old, beside_new) = (
+        ChunkId::of(b"base"),
+        ChunkId::of(b"twice"),
+        ChunkId::of(b"beside the old copy"),
+        ChunkId::of(b"beside the new copy"),
+    );
+    let c_base = stored(backend.as_ref(), &index, &[(base, EntryKind::Full)]);
+    let c_old = stored(
+        backend.as_ref(),
+        &index,
+        &[(beside_old, EntryKind::Full), (twice, EntryKind::delta(base))],
+    );
+    let c_new = stored(
+        backend.as_ref(),
+        &index,
+        &[(twice, EntryKind::Full), (beside_new, EntryKind::Full)],
+    );
+    let reader = index.reader().unwrap();
+    assert_eq!(reader.superseded(&c_old), &[1]);
+    assert!(reader.superseded(&c_new).is_empty());
+    let locality = LocalityIndex::new(
+        reader,
+        Arc::new(DamageSet::default()),
+        Arc::new(FingerprintFilter::all_set()),
+        backend,
+        4,
+    )
+    .judging_in_stream_order();
+    // The new copy's container is loaded first, the old one's last.
+    assert_eq!(locality.container_of(&beside_new).unwrap(), Some(c_new));
+    assert_eq!(locality.container_of(&beside_old).unwrap(), Some(c_old));
+    assert_eq!(locality.container_of(&twice).unwrap(), Some(c_new));
+    locality.reached(&c_new);
+    locality.reached(&c_old);
+    assert_eq!(locality.cached_copy(&twice), CachedCopy::Full);
+    // The old copy, a delta whose base is not cached, would have been judged fragmented.
+    let l = locality.counters();
+    assert_eq!((l.cache_hits, l.prefetches, l.index_lookups), (1, 2, 2), "{l:?}");
+    let _ = c_base;
+}

@@ -73,9 +73,6 @@ pub(super) fn add_batch_with<'m>(
                 }
                 continue;
             }
-            if let Some(f) = &c.filter {
-                f.insert(&e.id);
-            }
             chunks.push((e.id.0, first + i as u64));
             if e.kind != EntryKind::Full {
                 continue;
@@ -103,12 +100,62 @@ pub(super) fn add_batch_with<'m>(
     if chunks.is_empty() {
         return Ok(());
     }
-    let seq = new_seq(path, m);
-    if let Some(run) = run::write_batch(&run_path(path, seq), seq, chunks, sketches, c.keep)? {
+    write_run(path, c, chunks, sketches)
+}
+
+/// Writes `chunks` (in the order recorded) and `sketches` as a new run of `c`, noting the
+/// entries they supersede ([`Manifest::superseded`]) and adding the chunks to the loaded
+/// fingerprint filter, then merges runs if there are too many.
+pub(super) fn write_run(
+    path: &Path,
+    c: &mut Change,
+    chunks: Vec<([u8; 32], u64)>,
+    sketches: Vec<(u64, [u8; 32])>,
+) -> Result<()> {
+    let mut superseded = indexed_elsewhere(c, &chunks)?;
+    if let Some(f) = &c.filter {
+        for (id, _) in &chunks {
+            f.insert(&ChunkId(*id));
+        }
+    }
+    let seq = new_seq(path, &mut c.manifest);
+    let run = run::write_batch_noting(
+        &run_path(path, seq),
+        seq,
+        chunks,
+        sketches,
+        c.keep,
+        &mut superseded,
+    )?;
+    c.manifest.note_superseded(superseded);
+    if let Some(run) = run {
         c.runs.push(Arc::new(run));
         merge_as_needed(path, c)?;
     }
     Ok(())
+}
+
+/// The global entry numbers at which `c`'s runs name chunks of `chunks` other than the
+/// numbers `chunks` gives them: copies the new entries supersede. The loaded fingerprint
+/// filter, which holds every indexed chunk, spares the runs' lookups of the others (new
+/// chunks, nearly all of a backup's); without it each run's own filter does.
+fn indexed_elsewhere(c: &Change, chunks: &[([u8; 32], u64)]) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for (id, n) in chunks {
+        let id = ChunkId(*id);
+        if c.filter.as_ref().is_some_and(|f| !f.contains(&id)) {
+            continue;
+        }
+        for run in c.runs.iter().rev() {
+            if let Some(old) = run.get(&id)? {
+                if old != *n {
+                    out.push(old);
+                }
+                break;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A number for a new run file: the manifest's next one that names no file (another handle

@@ -7,7 +7,8 @@
 //! u64, chunk entries u64, super-feature keys u64, file length u64, tail CRC-32C u32;
 //! container count u32, then per container: id (32 bytes), first global entry number u64,
 //! entry count u32, flags u8 (bit 0 known, bit 1 trimmed, bit 2 deltas left out, the others
-//! zero); CRC-32C of everything before it (u32).
+//! zero); (version 4) superseded count u32, then that many global entry numbers u64, strictly
+//! increasing, each inside a container's range; CRC-32C of everything before it (u32).
 
 use crate::error::{Error, Result};
 use crate::format::container::ContainerId;
@@ -20,7 +21,9 @@ const MAGIC: [u8; 8] = *b"DDIXMAN\0";
 /// 3: a container's byte is a set of flags (trimmed, deltas left out); a manifest of
 /// version 2 is still read, every container counting as trimmed (nothing is known of what
 /// was removed from it, so the locality fingerprint index trusts none of its entries).
-pub const VERSION: u32 = 3;
+/// 4: the entries superseded by a newer copy of their chunk are listed
+/// ([`Manifest::superseded`]); a manifest of version 2 or 3 is still read, with none listed.
+pub const VERSION: u32 = 4;
 
 /// The oldest manifest version this build reads.
 const OLDEST_VERSION: u32 = 2;
@@ -94,6 +97,13 @@ pub struct Manifest {
     pub runs: Vec<RunRecord>,
     /// Containers in order of their global entry numbers.
     pub slots: Vec<Slot>,
+    /// Global entry numbers whose chunk the index names at a newer number: a copy stored
+    /// again (a rewrite by Capping or the cache-aware filter, a prune's repack, a rebuild
+    /// meeting two copies), which the container's metadata still lists. Sorted. The locality
+    /// fingerprint cache leaves them out, so that it answers with the copy the index names
+    /// whichever containers it holds (see `crate::backup::fingerprint_index`). Only numbers
+    /// of known, untrimmed containers are kept ([`Manifest::tidy_superseded`]).
+    pub superseded: Vec<u64>,
 }
 
 impl Manifest {
@@ -119,6 +129,10 @@ impl Manifest {
             out.extend_from_slice(&s.first.to_le_bytes());
             out.extend_from_slice(&s.entries.to_le_bytes());
             out.push(s.flags());
+        }
+        out.extend_from_slice(&(self.superseded.len() as u32).to_le_bytes());
+        for n in &self.superseded {
+            out.extend_from_slice(&n.to_le_bytes());
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -193,6 +207,18 @@ impl Manifest {
                 deltas_left_out: flags & FLAG_DELTAS_LEFT_OUT != 0,
             });
         }
+        let mut superseded = Vec::new();
+        if version >= 4 {
+            let n = r.u32().ok_or_else(bad)? as usize;
+            superseded.reserve(n.min(body.len() / 8));
+            for _ in 0..n {
+                let e = r.u64().ok_or_else(bad)?;
+                if superseded.last().is_some_and(|&last| e <= last) || e >= next_entry {
+                    return Err(bad());
+                }
+                superseded.push(e);
+            }
+        }
         let seqs_ok = runs.iter().all(|run| run.seq < next_seq);
         if r.at != body.len() || end > next_entry || !seqs_ok {
             return Err(bad());
@@ -204,7 +230,30 @@ impl Manifest {
             next_entry,
             runs,
             slots,
+            superseded,
         })
+    }
+
+    /// Records that global entry numbers `numbers` are superseded (see [`Self::superseded`]).
+    pub fn note_superseded(&mut self, numbers: impl IntoIterator<Item = u64>) {
+        let before = self.superseded.len();
+        self.superseded.extend(numbers);
+        if self.superseded.len() != before {
+            self.superseded.sort_unstable();
+            self.superseded.dedup();
+        }
+    }
+
+    /// Keeps only the superseded numbers of known, untrimmed containers: the others' entries
+    /// are not trusted by the fingerprint cache anyway, or are gone with their container.
+    pub fn tidy_superseded(&mut self) {
+        let slots = &self.slots;
+        self.superseded.retain(|&n| {
+            let i = slots.partition_point(|s| s.first + u64::from(s.entries) <= n);
+            slots
+                .get(i)
+                .is_some_and(|s| s.first <= n && s.known && !s.trimmed)
+        });
     }
 
     /// Replaces the manifest at `path` atomically: a temporary file renamed over it, without
@@ -292,7 +341,19 @@ mod tests {
                     deltas_left_out: false,
                 },
             ],
+            superseded: vec![3, 12],
         }
+    }
+
+    /// `m` encoded as a manifest of `version` 2 or 3 (no superseded list).
+    fn encode_before_4(m: &Manifest, version: u8) -> Vec<u8> {
+        let mut bytes = m.encode();
+        let n = bytes.len();
+        bytes.truncate(n - 4 - 4 - 8 * m.superseded.len());
+        bytes[8] = version;
+        let crc = crc32c::crc32c(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes
     }
 
     #[test]
@@ -327,21 +388,41 @@ mod tests {
             s.trimmed = false;
             s.deltas_left_out = false;
         }
-        let mut bytes = m.encode();
-        bytes[8] = 2;
-        let n = bytes.len();
-        let crc = crc32c::crc32c(&bytes[..n - 4]);
-        bytes[n - 4..].copy_from_slice(&crc.to_le_bytes());
-        let read = Manifest::decode(&bytes).unwrap();
+        let read = Manifest::decode(&encode_before_4(&m, 2)).unwrap();
         assert!(read.slots.iter().all(|s| s.trimmed));
         assert!(read.slots[0].known);
         assert!(!read.slots[1].known);
+        assert!(read.superseded.is_empty());
         // Flags other than known are refused in a version 2 manifest.
-        let mut bad = sample().encode();
-        bad[8] = 2;
-        let crc = crc32c::crc32c(&bad[..n - 4]);
-        bad[n - 4..].copy_from_slice(&crc.to_le_bytes());
-        assert!(Manifest::decode(&bad).is_err());
+        assert!(Manifest::decode(&encode_before_4(&sample(), 2)).is_err());
+    }
+
+    /// A version 3 manifest is read as it was written, with no superseded entry listed.
+    #[test]
+    fn version_3_reads_with_nothing_superseded() {
+        let m = sample();
+        let read = Manifest::decode(&encode_before_4(&m, 3)).unwrap();
+        assert_eq!(read.slots, m.slots);
+        assert!(read.superseded.is_empty());
+    }
+
+    #[test]
+    fn superseded_numbers_out_of_order_or_range_are_refused() {
+        for bad in [vec![12, 3], vec![3, 3], vec![30]] {
+            let mut m = sample();
+            m.superseded = bad;
+            assert!(Manifest::decode(&m.encode()).is_err(), "{:?}", m.superseded);
+        }
+    }
+
+    #[test]
+    fn tidying_keeps_the_superseded_entries_of_known_untrimmed_containers() {
+        let mut m = sample();
+        m.note_superseded([25, 3, 0]);
+        assert_eq!(m.superseded, vec![0, 3, 12, 25]);
+        m.tidy_superseded();
+        // The second container is neither known nor untrimmed.
+        assert_eq!(m.superseded, vec![0, 3]);
     }
 
     #[test]

@@ -260,7 +260,11 @@ impl ChunkIndex {
             sketch_budget: Arc::new(FilterBudget::new(DEFAULT_SKETCH_FILTER_BYTES)),
             sketch_counts: Arc::default(),
         });
-        shared.install(View::new(runs, manifest.slots.clone()));
+        shared.install(View::new(
+            runs,
+            manifest.slots.clone(),
+            &manifest.superseded,
+        ));
         Ok(ChunkIndex {
             shared,
             state: Mutex::new(manifest),
@@ -298,6 +302,7 @@ impl ChunkIndex {
         let r = f(&mut change);
         self.shared.guard(r)?;
         change.manifest.runs = change.runs.iter().map(|r| record_of(r)).collect();
+        change.manifest.tidy_superseded();
         // Before the manifest: a filter file written while this commit lands still names
         // the previous runs, and is rebuilt if the commit lands.
         if change.drops_filter {
@@ -310,8 +315,11 @@ impl ChunkIndex {
         if let (Some(f), false) = (&change.filter, change.drops_filter) {
             f.set_digest(index_digest(&change.manifest.runs));
         }
-        self.shared
-            .install(View::new(change.runs, change.manifest.slots.clone()));
+        self.shared.install(View::new(
+            change.runs,
+            change.manifest.slots.clone(),
+            &change.manifest.superseded,
+        ));
         *state = change.manifest;
         Ok(())
     }

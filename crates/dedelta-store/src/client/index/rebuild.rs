@@ -2,11 +2,11 @@
 //! batch of containers becomes a run at once, and delta copies, which can be chosen only once
 //! the copies they rest on are known, wait in a file beside the index.
 
-use super::change::{add_batch_with, merge_as_needed, new_seq, slots_by_id, Change};
+use super::change::{add_batch_with, slots_by_id, write_run, Change};
 use super::manifest::Manifest;
-use super::run::{self, Run};
+use super::run::Run;
 use super::view::View;
-use super::{run_path, ChunkLocation};
+use super::ChunkLocation;
 use crate::error::{Error, Result};
 use crate::format::config::MAX_DELTA_DEPTH;
 use crate::format::container::{ContainerId, ContainerMeta, EntryMeta};
@@ -283,14 +283,6 @@ impl Rebuild<'_> {
         if chunks.is_empty() {
             return Ok(());
         }
-        let seq = new_seq(self.path, &mut self.change.manifest);
-        let keep = self.change.keep;
-        if let Some(run) =
-            run::write_batch(&run_path(self.path, seq), seq, chunks, Vec::new(), keep)?
-        {
-            self.change.runs.push(Arc::new(run));
-            merge_as_needed(self.path, self.change)?;
-        }
-        Ok(())
+        write_run(self.path, self.change, chunks, Vec::new())
     }
 }

@@ -47,7 +47,9 @@ mod writer;
 pub use super::sketch_cost::SketchCounts;
 use buckets::Buckets;
 pub use cursor::{Cursor, Entry};
-pub use merge::{merge, write_batch};
+#[cfg(test)]
+pub use merge::write_batch;
+pub use merge::{merge, write_batch_noting};
 pub use writer::RunWriter;
 
 /// Bytes of a chunk entry: the id and a u40 entry number.

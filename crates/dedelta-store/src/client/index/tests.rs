@@ -618,3 +618,53 @@ fn a_torn_private_copy_is_rebuilt() {
     std::fs::write(&run, kept).unwrap();
     assert_eq!(ChunkIndex::open(&path).unwrap().len().unwrap(), 50);
 }
+
+/// The entries a newer copy of their chunk supersedes are recorded, whichever way the newer
+/// copy came in (a later commit, the same batch, a rebuild), kept across a reopen, and left
+/// out once their container is trimmed. The locality fingerprint cache leaves them out
+/// (`backup::fingerprint_index`).
+#[test]
+fn entries_superseded_by_a_newer_copy_are_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chunks.idx");
+    let index = ChunkIndex::open(&path).unwrap();
+    let (a, ma) = container_of(1, &[10, 11, 12]);
+    let (b, mb) = container_of(2, &[20, 11]);
+    let (c, mc) = container_of(3, &[12, 30]);
+    let (d, md) = container_of(4, &[30, 40]);
+    index.insert_container(a, &ma).unwrap();
+    index.insert_container(b, &mb).unwrap();
+    // Two copies in one batch: the later one wins, as the run keeps it.
+    index.insert_containers([(c, &mc), (d, &md)]).unwrap();
+    let expect = |index: &ChunkIndex| {
+        let r = index.reader().unwrap();
+        assert_eq!(r.superseded(&a), &[1, 2]);
+        assert!(r.superseded(&b).is_empty());
+        assert_eq!(r.superseded(&c), &[1]);
+        assert!(r.superseded(&d).is_empty());
+        assert_eq!(r.get(&chunk(11)).unwrap().unwrap().container, b);
+        assert_eq!(r.get(&chunk(30)).unwrap().unwrap().container, d);
+    };
+    expect(&index);
+    drop(index);
+    let index = ChunkIndex::open(&path).unwrap();
+    expect(&index);
+    // A rebuild meeting the copies in the same order finds the same.
+    index
+        .rebuild(
+            [(a, &ma), (b, &mb), (c, &mc), (d, &md)],
+            |_, _, _| true,
+            [(a, 3), (b, 2), (c, 2), (d, 2)],
+            0,
+        )
+        .unwrap();
+    expect(&index);
+    // A prune's removal trims the containers of the copies the index named: what they
+    // list is no longer trusted, and their superseded entries are forgotten.
+    index
+        .remove_chunks_trimming(&[chunk(10)].into_iter().collect(), &[], &[])
+        .unwrap();
+    let r = index.reader().unwrap();
+    assert!(r.superseded(&a).is_empty());
+    assert_eq!(r.superseded(&c), &[1]);
+}

@@ -34,10 +34,13 @@ pub(super) struct View {
     /// The containers whose metadata the index does not wholly agree with (the newest slot
     /// of each container id decides).
     pub(super) partial: HashMap<ContainerId, Trust>,
+    /// Per container, its entries superseded by a newer copy of their chunk (see
+    /// [`super::manifest::Manifest::superseded`]), in order.
+    pub(super) superseded: HashMap<ContainerId, Vec<u32>>,
 }
 
 impl View {
-    pub(super) fn new(runs: Vec<Arc<Run>>, slots: Vec<Slot>) -> Self {
+    pub(super) fn new(runs: Vec<Arc<Run>>, slots: Vec<Slot>, superseded: &[u64]) -> Self {
         let mut partial = HashMap::new();
         for s in &slots {
             let t = if s.trimmed {
@@ -53,10 +56,21 @@ impl View {
                 partial.insert(s.id, t);
             }
         }
+        let mut by_container: HashMap<ContainerId, Vec<u32>> = HashMap::new();
+        for &n in superseded {
+            let i = slots.partition_point(|s| s.first + u64::from(s.entries) <= n);
+            if let Some(s) = slots.get(i).filter(|s| s.first <= n) {
+                by_container
+                    .entry(s.id)
+                    .or_default()
+                    .push((n - s.first) as u32);
+            }
+        }
         View {
             runs,
             slots,
             partial,
+            superseded: by_container,
         }
     }
 
@@ -200,6 +214,12 @@ impl IndexReader {
     /// chunk its metadata lists can be taken as indexed without looking it up.
     pub fn trust(&self, id: &ContainerId) -> Trust {
         self.view.partial.get(id).copied().unwrap_or(Trust::Whole)
+    }
+
+    /// The entries of container `id` whose chunk the index names in a newer copy, in order
+    /// (as far as recorded: see [`super::manifest::Manifest::superseded`]).
+    pub fn superseded(&self, id: &ContainerId) -> &[u32] {
+        self.view.superseded.get(id).map_or(&[], |v| v.as_slice())
     }
 
     /// The first full chunk recorded with super-feature `sf` at `position`, or the last one

@@ -8,16 +8,30 @@ use dedelta_core::ChunkId;
 use std::collections::HashSet;
 use std::path::Path;
 
-/// Writes a run of one batch: `chunks` in the order they were recorded (a later entry for the
-/// same id replaces an earlier one) and `sketches` (key, chunk id) in order (the first chunk
-/// recorded with a key keeps it, FirstFit; the last with [`SketchKeep::Newest`]). Returns
-/// `None` when there is nothing to write.
+/// [`write_batch_noting`] without noting what was replaced.
+#[cfg(test)]
 pub fn write_batch(
+    path: &Path,
+    seq: u64,
+    chunks: Vec<([u8; 32], u64)>,
+    sketches: Vec<(u64, [u8; 32])>,
+    keep: SketchKeep,
+) -> Result<Option<Run>> {
+    write_batch_noting(path, seq, chunks, sketches, keep, &mut Vec::new())
+}
+
+/// Writes a run of one batch: `chunks` in the order they were recorded (a later entry for the
+/// same id replaces an earlier one, whose number is added to `replaced` when the two differ)
+/// and `sketches` (key, chunk id) in order (the first chunk recorded with a key keeps it,
+/// FirstFit; the last with [`SketchKeep::Newest`]). Returns `None` when there is nothing to
+/// write.
+pub fn write_batch_noting(
     path: &Path,
     seq: u64,
     mut chunks: Vec<([u8; 32], u64)>,
     mut sketches: Vec<(u64, [u8; 32])>,
     keep: SketchKeep,
+    replaced: &mut Vec<u64>,
 ) -> Result<Option<Run>> {
     // Stable sorts: among equal ids the last recorded is last, among equal keys the first
     // recorded is first.
@@ -25,7 +39,12 @@ pub fn write_batch(
     let mut kept: Vec<([u8; 32], u64)> = Vec::with_capacity(chunks.len());
     for c in chunks {
         match kept.last_mut() {
-            Some(last) if last.0 == c.0 => *last = c,
+            Some(last) if last.0 == c.0 => {
+                if last.1 != c.1 {
+                    replaced.push(last.1);
+                }
+                *last = c;
+            }
             _ => kept.push(c),
         }
     }
