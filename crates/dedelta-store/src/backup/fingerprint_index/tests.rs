@@ -174,11 +174,14 @@ fn a_chunk_stored_twice_is_answered_with_the_copy_the_index_names() {
         ChunkId::of(b"beside the old copy"),
         ChunkId::of(b"beside the new copy"),
     );
-    let c_base = stored(backend.as_ref(), &index, &[(base, EntryKind::Full)]);
+    stored(backend.as_ref(), &index, &[(base, EntryKind::Full)]);
     let c_old = stored(
         backend.as_ref(),
         &index,
-        &[(beside_old, EntryKind::Full), (twice, EntryKind::delta(base))],
+        &[
+            (beside_old, EntryKind::Full),
+            (twice, EntryKind::delta(base)),
+        ],
     );
     let c_new = stored(
         backend.as_ref(),
@@ -205,6 +208,9 @@ fn a_chunk_stored_twice_is_answered_with_the_copy_the_index_names() {
     assert_eq!(locality.cached_copy(&twice), CachedCopy::Full);
     // The old copy, a delta whose base is not cached, would have been judged fragmented.
     let l = locality.counters();
-    assert_eq!((l.cache_hits, l.prefetches, l.index_lookups), (1, 2, 2), "{l:?}");
-    let _ = c_base;
+    assert_eq!(
+        (l.cache_hits, l.prefetches, l.index_lookups),
+        (1, 2, 2),
+        "{l:?}"
+    );
 }
