@@ -2,10 +2,14 @@
 
 use super::*;
 
-/// Decodes `bytes` as a manifest; one that decodes encodes back to the same bytes (a
-/// version 2 one to a version 3 manifest that decodes to the same).
+/// Decodes `bytes` as a manifest; one that decodes encodes back to the same bytes (an older
+/// version's to a current manifest that decodes to the same), and gives a reader's view
+/// (its superseded entries placed in their containers) without a panic.
 pub fn manifest(bytes: &[u8]) {
     if let Ok(m) = Manifest::decode(bytes) {
+        let view = View::new(Vec::new(), m.slots.clone(), &m.superseded);
+        let placed: usize = view.superseded.values().map(Vec::len).sum();
+        assert!(placed <= m.superseded.len());
         let again = m.encode();
         if bytes.get(8..12) == Some(&manifest::VERSION.to_le_bytes()[..]) {
             assert_eq!(again, bytes);

@@ -382,7 +382,11 @@ fn damaged_files_never_panic_the_decoders() {
         let (id, meta) = container(seed, 200);
         index.insert_container(id, &meta).unwrap();
     }
+    // Two chunks stored again: the manifest lists superseded entries.
+    let (id, meta) = container_of(9, &[5, 100_005]);
+    index.insert_container(id, &meta).unwrap();
     index.compact_if_worthwhile().unwrap();
+    assert_eq!(index.reader().unwrap().superseded(&container(0, 1).0), &[5]);
     let manifest = std::fs::read(&path).unwrap();
     let run = run_path(&path, index.runs()[0].0);
     let run_bytes = std::fs::read(&run).unwrap();
