@@ -252,6 +252,8 @@ fn is_chunk_subsequence(original: &[u8], lens: &[usize], got: &[u8]) -> bool {
 struct Figures {
     steps: BTreeMap<&'static str, u64>,
     backups: u64,
+    /// Of those, with LoopDelta's options (see [`backup_style`]).
+    loopdelta_backups: u64,
     crash_points: u64,
     crash_points_by_write: BTreeMap<String, u64>,
     crashes_armed_past_the_end: u64,
@@ -292,6 +294,7 @@ impl Figures {
             *self.crash_points_by_write.entry(k.clone()).or_default() += v;
         }
         self.backups += o.backups;
+        self.loopdelta_backups += o.loopdelta_backups;
         self.crash_points += o.crash_points;
         self.crashes_armed_past_the_end += o.crashes_armed_past_the_end;
         self.index_rebuilds += o.index_rebuilds;
@@ -326,8 +329,9 @@ impl Figures {
         );
         let _ = writeln!(
             s,
-            "  backups completed {}; crash points hit {} {:?} (+{} armed past the end); index rebuilds {}; client switches {}",
+            "  backups completed {} ({} with LoopDelta's options); crash points hit {} {:?} (+{} armed past the end); index rebuilds {}; client switches {}",
             self.backups,
+            self.loopdelta_backups,
             self.crash_points,
             self.crash_points_by_write,
             self.crashes_armed_past_the_end,
@@ -433,7 +437,8 @@ struct Damage {
 /// A command whose writes can be faulted.
 #[derive(Clone, Debug)]
 enum Command {
-    Backup,
+    /// A backup of the source, with the defaults or LoopDelta's options.
+    Backup(backup_style::BackupStyle),
     /// Forget these snapshots (named, or chosen by the model from a keep-last policy).
     Forget {
         ids: Vec<String>,
@@ -454,7 +459,7 @@ enum Command {
 impl Command {
     fn name(&self) -> &'static str {
         match self {
-            Command::Backup => "backup",
+            Command::Backup(_) => "backup",
             Command::Forget { .. } => "forget",
             Command::Prune { .. } => "prune",
             Command::Rewrite { .. } => "rewrite",
@@ -474,6 +479,7 @@ macro_rules! ensure {
 }
 
 /// The `copy` step and its mirror repository.
+mod backup_style;
 mod copy;
 
 struct World {
@@ -622,9 +628,9 @@ impl World {
     fn run_locked(&self, cmd: &Command, lock: &RepoLock) -> Result<Option<String>, Error> {
         let repo = self.repo();
         match cmd {
-            Command::Backup => {
+            Command::Backup(style) => {
                 freeze_times(&self.src, self.clock);
-                let opts = backup_options(vec![self.src.clone()], time_of(self.clock));
+                let opts = style.apply(backup_options(vec![self.src.clone()], time_of(self.clock)));
                 let r = backup_with(repo, lock, opts)?;
                 Ok(Some(r.snapshot_id.to_hex()))
             }
@@ -666,7 +672,7 @@ impl World {
     /// prune with a random threshold. The model's expectation for forget is fixed here.
     fn draw_command(&mut self, kind: &str) -> Command {
         match kind {
-            "backup" => Command::Backup,
+            "backup" => Command::Backup(backup_style::BackupStyle::draw(&mut self.rng)),
             "forget" => {
                 if self.rng.chance(50) && !self.model.is_empty() {
                     let ids = self.ids_by_time();
@@ -690,12 +696,12 @@ impl World {
             "rewrite" => {
                 let ids = self.ids_by_time();
                 if ids.is_empty() {
-                    return Command::Backup;
+                    return Command::Backup(Default::default());
                 }
                 let id = self.rng.pick(&ids).clone();
                 let paths: Vec<String> = self.model[&id].tree.keys().cloned().collect();
                 if paths.is_empty() {
-                    return Command::Backup;
+                    return Command::Backup(Default::default());
                 }
                 let path = self.rng.pick(&paths).clone();
                 Command::Rewrite {
@@ -722,7 +728,7 @@ impl World {
     ) -> Outcome {
         let now = self.snapshot_ids()?;
         match cmd {
-            Command::Backup => {
+            Command::Backup(_) => {
                 let extra: Vec<&String> = now.difference(before).collect();
                 ensure!(
                     before.is_subset(&now),
@@ -1189,8 +1195,13 @@ impl World {
         let crashed = self.fault.crashed();
         let made = result.as_ref().ok().cloned().flatten();
         let mut line = match cmd {
-            Command::Backup => format!(
+            Command::Backup(style) if style.is_default() => format!(
                 "  backup of {} entries, {} bytes -> ",
+                tree.len(),
+                tree_bytes(&tree)
+            ),
+            Command::Backup(style) => format!(
+                "  backup ({style}) of {} entries, {} bytes -> ",
                 tree.len(),
                 tree_bytes(&tree)
             ),
@@ -1260,11 +1271,14 @@ impl World {
         } else {
             self.fault.disarm();
         }
-        if result.is_ok() && matches!(cmd, Command::Backup) {
+        if let (Ok(_), Command::Backup(style)) = (&result, &cmd) {
             self.figures.backups += 1;
+            if !style.is_default() {
+                self.figures.loopdelta_backups += 1;
+            }
         }
         self.reconcile(&cmd, &before, &tree, made.as_deref(), result.is_ok())?;
-        if matches!(cmd, Command::Backup) {
+        if matches!(cmd, Command::Backup(_)) {
             self.clock += 1;
         }
         Ok(())
@@ -1510,7 +1524,8 @@ fn step_mutate(w: &mut World) -> Outcome {
 }
 
 fn step_backup(w: &mut World) -> Outcome {
-    w.run_faulted(Command::Backup, FaultPlan::none(), &me())?;
+    let style = backup_style::BackupStyle::draw(&mut w.rng);
+    w.run_faulted(Command::Backup(style), FaultPlan::none(), &me())?;
     // The new snapshot restores (exactly, unless damage got in the way).
     if let Some((id, _)) = w.model.iter().max_by_key(|(_, e)| e.time) {
         let id = id.clone();
@@ -1696,7 +1711,8 @@ fn step_flaky_read(w: &mut World) -> Outcome {
                 mutate_once(w);
             }
             let before = w.snapshot_ids()?;
-            w.run_faulted(Command::Backup, plan, &me())?;
+            let style = backup_style::BackupStyle::draw(&mut w.rng);
+            w.run_faulted(Command::Backup(style), plan, &me())?;
             let new: Vec<String> = w.snapshot_ids()?.difference(&before).cloned().collect();
             for id in new {
                 w.verify_restore(&id)?;
@@ -1810,7 +1826,8 @@ fn step_check_then_backup(w: &mut World) -> Outcome {
     let source = scan(&w.src);
     let before = w.snapshot_ids()?;
     w.figures.heal_backups += 1;
-    w.run_faulted(Command::Backup, FaultPlan::none(), &me())?;
+    let style = backup_style::BackupStyle::draw(&mut w.rng);
+    w.run_faulted(Command::Backup(style), FaultPlan::none(), &me())?;
     let new: Vec<String> = w.snapshot_ids()?.difference(&before).cloned().collect();
     ensure!(
         new.len() == 1,
@@ -2199,8 +2216,12 @@ fn own_delta_copies_through_heals() {
 /// A world after one backup, and the name of its first container.
 fn world_after_a_backup(seed: u64) -> (World, String) {
     let mut w = World::new(seed);
-    w.run_faulted(Command::Backup, FaultPlan::none(), &me())
-        .unwrap();
+    w.run_faulted(
+        Command::Backup(Default::default()),
+        FaultPlan::none(),
+        &me(),
+    )
+    .unwrap();
     let (name, _) = w.fault.inner().list(FileKind::Container).unwrap()[0].clone();
     (w, name)
 }
