@@ -672,3 +672,37 @@ fn entries_superseded_by_a_newer_copy_are_recorded() {
     assert!(r.superseded(&a).is_empty());
     assert_eq!(r.superseded(&c), &[1]);
 }
+
+/// A catch-up's delta copies, taken in once their bases are known, reach the loaded
+/// fingerprint filter as every other entry does. Before, the rounds that take them in wrote
+/// their runs without it, so a locality backup's filter turned those chunks away as new and
+/// the backup stored them again.
+#[test]
+fn delta_copies_taken_in_by_a_catch_up_reach_the_loaded_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let index = ChunkIndex::open(&dir.path().join("chunks.idx")).unwrap();
+    let (a, ma) = container_of(1, &[1, 2]);
+    index.insert_container(a, &ma).unwrap();
+    let (filter, _) = index.fingerprint_filter().unwrap();
+    let (b, mut mb) = container_of(2, &[3, 4]);
+    mb.entries[1].kind = EntryKind::delta(chunk(1));
+    let delta = mb.entries[1].id;
+    assert!(!filter.contains(&delta));
+    index
+        .take_in_steps(|r| {
+            r.add([(b, &mb)], |_, _, e| e.kind == EntryKind::Full, [(b, 2)])?;
+            r.set_aside(&DeltaCopy {
+                id: delta,
+                base: chunk(1),
+                at: ChunkLocation {
+                    container: b,
+                    entry: 1,
+                },
+            })?;
+            r.take_in_set_aside(|copy, full| Ok(!full(&copy.id)? && full(&copy.base)?))
+        })
+        .unwrap();
+    assert_eq!(index.get(&delta).unwrap().unwrap().container, b);
+    assert!(filter.contains(&chunk(3)));
+    assert!(filter.contains(&delta), "the delta copy is not in the filter");
+}
