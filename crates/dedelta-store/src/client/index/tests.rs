@@ -704,5 +704,8 @@ fn delta_copies_taken_in_by_a_catch_up_reach_the_loaded_filter() {
         .unwrap();
     assert_eq!(index.get(&delta).unwrap().unwrap().container, b);
     assert!(filter.contains(&chunk(3)));
-    assert!(filter.contains(&delta), "the delta copy is not in the filter");
+    assert!(
+        filter.contains(&delta),
+        "the delta copy is not in the filter"
+    );
 }
