@@ -69,6 +69,13 @@ pub struct Slot {
     pub deltas_left_out: bool,
 }
 
+/// The slot whose range holds global entry number `n`, among `slots` in order of their
+/// ranges (a binary search).
+pub(super) fn slot_holding(slots: &[Slot], n: u64) -> Option<&Slot> {
+    let i = slots.partition_point(|s| s.first + u64::from(s.entries) <= n);
+    slots.get(i).filter(|s| s.first <= n)
+}
+
 impl Slot {
     fn flags(&self) -> u8 {
         [
@@ -248,12 +255,8 @@ impl Manifest {
     /// are not trusted by the fingerprint cache anyway, or are gone with their container.
     pub fn tidy_superseded(&mut self) {
         let slots = &self.slots;
-        self.superseded.retain(|&n| {
-            let i = slots.partition_point(|s| s.first + u64::from(s.entries) <= n);
-            slots
-                .get(i)
-                .is_some_and(|s| s.first <= n && s.known && !s.trimmed)
-        });
+        self.superseded
+            .retain(|&n| slot_holding(slots, n).is_some_and(|s| s.known && !s.trimmed));
     }
 
     /// Replaces the manifest at `path` atomically: a temporary file renamed over it, without

@@ -1,7 +1,7 @@
 //! What a reader sees of the index: the runs and container ranges of one committed manifest
 //! ([`View`]), and the handle commands read through ([`IndexReader`]).
 
-use super::manifest::Slot;
+use super::manifest::{slot_holding, Slot};
 use super::run::{self, Run};
 use super::{sketch_key, ChunkLocation, Shared};
 use crate::error::{Error, Result};
@@ -58,8 +58,7 @@ impl View {
         }
         let mut by_container: HashMap<ContainerId, Vec<u32>> = HashMap::new();
         for &n in superseded {
-            let i = slots.partition_point(|s| s.first + u64::from(s.entries) <= n);
-            if let Some(s) = slots.get(i).filter(|s| s.first <= n) {
+            if let Some(s) = slot_holding(&slots, n) {
                 by_container
                     .entry(s.id)
                     .or_default()
@@ -76,11 +75,8 @@ impl View {
 
     /// The container and entry of global entry number `n`.
     pub(super) fn location(&self, n: u64, path: &Path) -> Result<ChunkLocation> {
-        let i = self
-            .slots
-            .partition_point(|s| s.first + u64::from(s.entries) <= n);
-        match self.slots.get(i) {
-            Some(s) if s.first <= n => Ok(ChunkLocation {
+        match slot_holding(&self.slots, n) {
+            Some(s) => Ok(ChunkLocation {
                 container: s.id,
                 entry: (n - s.first) as u32,
             }),
