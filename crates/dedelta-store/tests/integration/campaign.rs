@@ -1195,13 +1195,13 @@ impl World {
         let crashed = self.fault.crashed();
         let made = result.as_ref().ok().cloned().flatten();
         let mut line = match cmd {
-            Command::Backup(style) if style.is_default() => format!(
-                "  backup of {} entries, {} bytes -> ",
-                tree.len(),
-                tree_bytes(&tree)
-            ),
             Command::Backup(style) => format!(
-                "  backup ({style}) of {} entries, {} bytes -> ",
+                "  backup{} of {} entries, {} bytes -> ",
+                if style.is_default() {
+                    String::new()
+                } else {
+                    format!(" ({style})")
+                },
                 tree.len(),
                 tree_bytes(&tree)
             ),
