@@ -580,3 +580,5 @@ pub mod fuzzing;
 mod memory_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod write_run_tests;
