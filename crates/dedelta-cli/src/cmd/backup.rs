@@ -436,7 +436,7 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
             ignore_ctime: args.ignore_ctime,
             one_file_system: args.select.one_file_system,
             select,
-            parent_tree_from_repository: false,
+            ..Default::default()
         },
         // The flags add to what the preset turns on.
         loopdelta: backup::caf::LoopDeltaOptions {

@@ -49,6 +49,11 @@ impl Drop for Pooled {
     }
 }
 
+/// `buf` as shared bytes, back to `pool` when the last slice of it is dropped.
+pub(super) fn pooled_bytes(buf: Vec<u8>, pool: BlockPool) -> Bytes {
+    Bytes::from_owner(Pooled { buf, pool })
+}
+
 /// Reads one file as blocks of chunks.
 pub(super) struct BlockReader<'c> {
     chunker: &'c dyn Chunker,
@@ -101,10 +106,7 @@ impl<'c> BlockReader<'c> {
             StageTimes::add(&times.chunk, t);
             let mut next = self.pool.take(BLOCK_SIZE + max);
             next.extend_from_slice(&self.buf[len..]);
-            let bytes = Bytes::from_owner(Pooled {
-                buf: std::mem::replace(&mut self.buf, next),
-                pool: self.pool.clone(),
-            });
+            let bytes = pooled_bytes(std::mem::replace(&mut self.buf, next), self.pool.clone());
             if !cuts.is_empty() {
                 return Some(Block { bytes, cuts, len });
             }

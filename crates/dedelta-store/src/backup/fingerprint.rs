@@ -1,4 +1,5 @@
-//! Runs on: the worker pool, one job per block of a file.
+//! Runs on: the worker pool, one job per block of a file or per run of small files
+//! ([`super::small_files`]).
 //!
 //! A job fingerprints the block's chunks (BLAKE3), looks each one up in the index as it was
 //! when the backup started, and sketches the ones it did not find. Doing all three on the pool

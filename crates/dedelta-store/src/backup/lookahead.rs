@@ -30,8 +30,9 @@
 //! reached before any of its chunks is delta-checked ([`super::dedup`]).
 
 use super::fingerprint::Fingerprinted;
+use super::small_files::{Packed, PackedRun};
 use super::{closed, Item};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::container::ContainerId;
 use crate::format::tree::{ChunkRef, Node};
 use crossbeam_channel::Receiver;
@@ -100,24 +101,69 @@ impl LookAhead {
         let ahead = match item {
             Item::FileData(rx) => {
                 let chunks = rx.recv().map_err(closed)?;
-                let block = chunks
-                    .into_iter()
-                    .map(|chunk| {
-                        self.queued_bytes += chunk.data.len() as u64;
-                        Judged {
-                            base_fragmented: enter(&chunk),
-                            chunk,
-                        }
-                    })
-                    .collect();
-                Ahead::Block(block)
+                self.block(chunks.into_iter(), enter)
             }
             Item::Node(n) => Ahead::Node(n),
             Item::FileStart(n) => Ahead::FileStart(n),
             Item::Unchanged(n, chunks) => Ahead::Unchanged(n, chunks),
             Item::FileEnd => Ahead::FileEnd,
+            Item::Packed(run) => return self.unpack(run, enter),
         };
         self.queue.push_back(ahead);
+        Ok(true)
+    }
+
+    /// A block of file data entering the window: each chunk judged, in order.
+    fn block(
+        &mut self,
+        chunks: impl Iterator<Item = Fingerprinted>,
+        enter: &mut dyn FnMut(&Fingerprinted) -> bool,
+    ) -> Ahead {
+        let block = chunks
+            .map(|chunk| {
+                self.queued_bytes += chunk.data.len() as u64;
+                Judged {
+                    base_fragmented: enter(&chunk),
+                    chunk,
+                }
+            })
+            .collect();
+        Ahead::Block(block)
+    }
+
+    /// A packed run entering the window as the items its entries would have been alone (a
+    /// small file: its start, its one block, its end).
+    ///
+    /// # Errors
+    /// The pool dropped the run's result, or it held fewer chunks than the run's files.
+    fn unpack(
+        &mut self,
+        run: PackedRun,
+        enter: &mut dyn FnMut(&Fingerprinted) -> bool,
+    ) -> Result<bool> {
+        let mut chunks = match run.chunks {
+            Some(rx) => rx.recv().map_err(closed)?.into_iter(),
+            None => Vec::new().into_iter(),
+        };
+        for entry in run.entries {
+            match entry {
+                Packed::Node(n) => self.queue.push_back(Ahead::Node(n)),
+                Packed::Unchanged(n, c) => self.queue.push_back(Ahead::Unchanged(n, c)),
+                Packed::File(n, count) => {
+                    self.queue.push_back(Ahead::FileStart(n));
+                    if count > 0 {
+                        if chunks.len() < count {
+                            return Err(Error::Pipeline(
+                                "a packed run's chunks ended before its files".into(),
+                            ));
+                        }
+                        let block = self.block(chunks.by_ref().take(count), enter);
+                        self.queue.push_back(block);
+                    }
+                    self.queue.push_back(Ahead::FileEnd);
+                }
+            }
+        }
         Ok(true)
     }
 

@@ -6,7 +6,9 @@
 //!
 //! ```text
 //! caller's thread  walk.rs, chunk.rs     walk sources, read 1 MiB blocks, cut chunks
-//!                                          |  one job per block
+//!                  small_files.rs        small files read whole into one block, sent as a
+//!                                          run with the nodes around them
+//!                                          |  one job per block (or run)
 //!                                          v
 //! worker pool      fingerprint.rs        BLAKE3, index lookup (fingerprint_index/),
 //!                                          super-features
@@ -76,6 +78,7 @@ mod recent_containers;
 pub mod resemble;
 pub mod rewrite;
 pub mod select;
+mod small_files;
 mod stages;
 mod store;
 mod tree_writer;
@@ -142,6 +145,9 @@ enum Item {
     FileData(Receiver<Vec<Fingerprinted>>),
     /// End of the current file.
     FileEnd,
+    /// Nodes, unchanged files and small files read whole, in stream order, with one job's
+    /// receiver for the small files' chunks (see [`small_files`]).
+    Packed(small_files::PackedRun),
 }
 
 /// The error of a stage whose neighbour closed its channel: secondary to the neighbour's own.
@@ -389,6 +395,7 @@ pub fn backup(
                 )
             })
             .map_err(|e| Error::io("starting a thread", e))?;
+        let block_pool = chunk::BlockPool::default();
         let mut walker = walk::Walker {
             chunker: chunker.as_ref(),
             pool: &workers.pool,
@@ -399,17 +406,21 @@ pub fn backup(
             stats: &mut walked,
             job,
             jobs_in_flight: jobs_in_flight.clone(),
-            blocks: chunk::BlockPool::default(),
+            blocks: block_pool.clone(),
             meta: meta::MetaReader::default(),
             parent: parent_files,
             presence: Arc::new(ExactIndex::new(repo.index().reader()?, damage.clone())),
             one_file_system: opts.sources.one_file_system,
+            run: (!opts.sources.one_job_per_file).then(|| {
+                small_files::RunBuilder::new(block_pool, chunk::BLOCK_SIZE + chunker.max_size())
+            }),
         };
         let walk_result = match (opts.stdin.take(), &opts.copy) {
             (Some(src), _) => walker.stdin(src),
             (None, Some(copy)) => walker.nodes(copy.nodes.as_ref()),
             (None, None) => sources.iter().try_for_each(|src| walker.walk(src)),
-        };
+        }
+        .and_then(|()| walker.finish());
         drop(walker); // closes the item channel: the dedup thread drains and finishes
         let dedup_result = dedup
             .join()

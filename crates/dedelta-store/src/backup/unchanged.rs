@@ -44,6 +44,10 @@ pub struct SourceOptions {
     /// ([`crate::client::tree_cache`]): the eval, which measures the papers' systems (they
     /// read the parent's recipe), counts that read in every configuration's I/O.
     pub parent_tree_from_repository: bool,
+    /// Sends every file to the pool in blocks of its own, small files too, as backups did
+    /// before small files were packed into runs ([`super::small_files`]; for tests, which
+    /// compare the two).
+    pub one_job_per_file: bool,
 }
 
 /// What the parent recorded of one file.

@@ -4,7 +4,8 @@
 //! symlink, special file and file into [`Item`]s for the dedup thread (with the metadata of
 //! [`super::meta`]), and reads each file as blocks of chunks ([`super::chunk`]) whose
 //! fingerprinting it hands to the worker pool, unless the parent snapshot holds it unchanged
-//! ([`super::unchanged`]): then it is not opened. A file that cannot be read, or that changes
+//! ([`super::unchanged`]): then it is not opened. Small files, and the nodes and unchanged
+//! files around them, go in runs ([`super::small_files`]). A file that cannot be read, or that changes
 //! while it is read, is a warning (exit code 3), not an error: the backup goes on, and the
 //! snapshot records what was read.
 
@@ -13,6 +14,7 @@ use super::fingerprint::{submit, FingerprintJob};
 use super::fingerprint_index::FingerprintIndex;
 use super::meta::{kind_of, MetaReader};
 use super::select::{Entry, SelectedWalk, Selection};
+use super::small_files::{Packed, PackedRun, RunBuilder, SmallRead, SMALL_FILE_BYTES};
 use super::unchanged::{ParentFiles, Verdict};
 use super::{closed, Item, NodeSource, StdinSource};
 use crate::error::{Error, Result};
@@ -70,6 +72,9 @@ pub(super) struct Walker<'a> {
     pub presence: Arc<dyn FingerprintIndex>,
     /// Stay on each source's file system.
     pub one_file_system: bool,
+    /// Nodes, unchanged files and small files not sent yet (see [`super::small_files`]);
+    /// `None`: every item is sent alone, every file read in blocks of its own.
+    pub run: Option<RunBuilder>,
 }
 
 impl Walker<'_> {
@@ -98,13 +103,13 @@ impl Walker<'_> {
             match kind {
                 NodeKind::Dir => {
                     self.stats.dirs += 1;
-                    self.tx.send(Item::Node(node)).map_err(closed)?;
+                    self.gather(Item::Node(node))?;
                 }
                 NodeKind::Symlink => match std::fs::read_link(path) {
                     Ok(t) => {
                         node.target = t.as_os_str().as_bytes().to_vec();
                         self.stats.symlinks += 1;
-                        self.tx.send(Item::Node(node)).map_err(closed)?;
+                        self.gather(Item::Node(node))?;
                     }
                     Err(e) => self.warn(format!("{}: {e}", path.display())),
                 },
@@ -114,11 +119,66 @@ impl Walker<'_> {
                 | NodeKind::CharDevice
                 | NodeKind::BlockDevice => {
                     self.stats.special += 1;
-                    self.tx.send(Item::Node(node)).map_err(closed)?;
+                    self.gather(Item::Node(node))?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// Sends `item` after the run gathered before it.
+    fn send(&mut self, item: Item) -> Result<()> {
+        self.send_run()?;
+        self.tx.send(item).map_err(closed)
+    }
+
+    /// Adds a node or an unchanged file to the run (sent when full); sends any other item,
+    /// or every item when nothing is packed.
+    fn gather(&mut self, item: Item) -> Result<()> {
+        let Some(run) = self.run.as_mut() else {
+            return self.tx.send(item).map_err(closed);
+        };
+        match item {
+            Item::Node(n) => run.push(Packed::Node(n)),
+            Item::Unchanged(n, chunks) => run.push(Packed::Unchanged(n, chunks)),
+            item => return self.send(item),
+        }
+        if run.is_full() {
+            self.send_run()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the run gathered so far, its small files' chunks handed to the pool in one job.
+    fn send_run(&mut self) -> Result<()> {
+        let Some(run) = self.run.as_mut().filter(|r| !r.is_empty()) else {
+            return Ok(());
+        };
+        let (entries, data) = run.take();
+        let chunks = data.map(|(bytes, cuts)| self.fingerprint(bytes, cuts));
+        self.tx
+            .send(Item::Packed(PackedRun { entries, chunks }))
+            .map_err(closed)
+    }
+
+    /// Sends what is still gathered: the end of a walk that succeeded.
+    pub fn finish(&mut self) -> Result<()> {
+        self.send_run()
+    }
+
+    /// Hands the chunks `cuts` of `bytes` to the pool (see [`FingerprintJob::run`]).
+    fn fingerprint(
+        &self,
+        bytes: bytes::Bytes,
+        cuts: Vec<std::ops::Range<usize>>,
+    ) -> crossbeam_channel::Receiver<Vec<super::fingerprint::Fingerprinted>> {
+        let job = self.job.clone();
+        let in_flight = self.jobs_in_flight.clone();
+        submit(self.pool, move || {
+            let out = job.run(bytes, cuts);
+            drop((job, in_flight));
+            out
+        })
     }
 
     /// A regular file, as `lstat` described it in `node`: stored with the parent's recipe if
@@ -135,7 +195,7 @@ impl Walker<'_> {
                     self.progress.inc(node.size);
                     self.progress
                         .item("unchanged", &path.display().to_string(), node.size);
-                    return self.tx.send(Item::Unchanged(node, chunks)).map_err(closed);
+                    return self.gather(Item::Unchanged(node, chunks));
                 }
                 Verdict::Changed => {
                     self.stats.files_changed += 1;
@@ -151,7 +211,11 @@ impl Walker<'_> {
                 // What the open file says, with the attributes read from the path.
                 let mut opened = self.meta.node(node.path, &before, NodeKind::File);
                 opened.meta.xattrs = node.meta.xattrs;
-                let read = self.file(opened, &mut f, &display, false)?;
+                let read = if before.len() <= SMALL_FILE_BYTES as u64 && self.run.is_some() {
+                    self.small_file(opened, &mut f, &display)?
+                } else {
+                    self.file(opened, &mut f, &display, false)?
+                };
                 self.progress.item(action, &display, read);
                 if let Some(change) = changed_while_read(&before, f.metadata(), read) {
                     self.warn(format!(
@@ -188,7 +252,7 @@ impl Walker<'_> {
                         NodeKind::Symlink => self.stats.symlinks += 1,
                         _ => self.stats.special += 1,
                     }
-                    self.tx.send(Item::Node(node)).map_err(closed)?;
+                    self.send(Item::Node(node))?;
                 }
             }
             Ok(())
@@ -224,7 +288,7 @@ impl Walker<'_> {
         whole_or_nothing: bool,
     ) -> Result<u64> {
         self.stats.files += 1;
-        self.tx.send(Item::FileStart(node)).map_err(closed)?;
+        self.send(Item::FileStart(node))?;
         let mut total = 0u64;
         let mut blocks = BlockReader::new(self.chunker, self.blocks.clone());
         loop {
@@ -234,13 +298,7 @@ impl Walker<'_> {
             self.stats.bytes_read += block.len as u64;
             total += block.len as u64;
             self.progress.inc(block.len as u64);
-            let job = self.job.clone();
-            let in_flight = self.jobs_in_flight.clone();
-            let rx = submit(self.pool, move || {
-                let out = job.run(block.bytes, block.cuts);
-                drop((job, in_flight));
-                out
-            });
+            let rx = self.fingerprint(block.bytes, block.cuts);
             self.tx.send(Item::FileData(rx)).map_err(closed)?;
         }
         if let Some(e) = blocks.error.take() {
@@ -251,6 +309,37 @@ impl Walker<'_> {
         }
         self.tx.send(Item::FileEnd).map_err(closed)?;
         Ok(total)
+    }
+
+    /// Reads a file that `stat` found small into the run (see [`super::small_files`]); one
+    /// that turns out larger is read as [`Self::file`] reads it. Returns the bytes read.
+    fn small_file(&mut self, node: Node, f: &mut std::fs::File, display: &str) -> Result<u64> {
+        if !self.run.as_ref().is_some_and(|r| r.has_room_for_a_file()) {
+            self.send_run()?;
+        }
+        let Some(run) = self.run.as_mut() else {
+            return self.file(node, f, display, false);
+        };
+        match run.read_file(self.chunker, f, &self.job.times) {
+            SmallRead::Read { len, chunks, error } => {
+                run.push(Packed::File(node, chunks));
+                let full = run.is_full();
+                self.stats.files += 1;
+                self.stats.bytes_read += len as u64;
+                self.progress.inc(len as u64);
+                if let Some(e) = error {
+                    self.warn(format!("{display}: read error, file stored truncated: {e}"));
+                }
+                if full {
+                    self.send_run()?;
+                }
+                Ok(len as u64)
+            }
+            SmallRead::TooBig(head) => {
+                let mut rest = std::io::Cursor::new(head).chain(f);
+                self.file(node, &mut rest, display, false)
+            }
+        }
     }
 }
 

@@ -66,6 +66,8 @@ mod restore_safety;
 mod rewrite;
 /// restore(backup(x)) == x on random trees.
 mod roundtrip;
+/// Small files packed into runs store what files sent alone store.
+mod small_files;
 /// The client's snapshot cache: reads that do not grow with the snapshots, damaged entries
 /// read again, forgotten snapshots dropped, the same parent.
 mod snapshot_cache;
