@@ -135,13 +135,13 @@ impl LookAhead {
     /// small file: its start, its one block, its end).
     ///
     /// # Errors
-    /// The pool dropped the run's result, or it held fewer chunks than the run's files.
+    /// The pool dropped the run's result, or it held fewer files than the run.
     fn unpack(
         &mut self,
         run: PackedRun,
         enter: &mut dyn FnMut(&Fingerprinted) -> bool,
     ) -> Result<bool> {
-        let mut chunks = match run.chunks {
+        let mut files = match run.chunks {
             Some(rx) => rx.recv().map_err(closed)?.into_iter(),
             None => Vec::new().into_iter(),
         };
@@ -149,15 +149,15 @@ impl LookAhead {
             match entry {
                 Packed::Node(n) => self.queue.push_back(Ahead::Node(n)),
                 Packed::Unchanged(n, c) => self.queue.push_back(Ahead::Unchanged(n, c)),
-                Packed::File(n, count) => {
+                Packed::File(n) => {
+                    let Some(chunks) = files.next() else {
+                        return Err(Error::Pipeline(
+                            "a packed run's chunks ended before its files".into(),
+                        ));
+                    };
                     self.queue.push_back(Ahead::FileStart(n));
-                    if count > 0 {
-                        if chunks.len() < count {
-                            return Err(Error::Pipeline(
-                                "a packed run's chunks ended before its files".into(),
-                            ));
-                        }
-                        let block = self.block(chunks.by_ref().take(count), enter);
+                    if !chunks.is_empty() {
+                        let block = self.block(chunks.into_iter(), enter);
                         self.queue.push_back(block);
                     }
                     self.queue.push_back(Ahead::FileEnd);

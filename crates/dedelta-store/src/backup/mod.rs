@@ -8,7 +8,7 @@
 //! caller's thread  walk.rs, chunk.rs     walk sources, read 1 MiB blocks, cut chunks
 //!                  small_files.rs        small files read whole into one block, sent as a
 //!                                          run with the nodes around them
-//!                                          |  one job per block (or run)
+//!                                          |  one job per block (or run: the pool cuts it)
 //!                                          v
 //! worker pool      fingerprint.rs        BLAKE3, index lookup (fingerprint_index/),
 //!                                          super-features
@@ -179,8 +179,10 @@ pub fn backup(
 ) -> Result<BackupResult> {
     let started = Instant::now();
     let config = repo.config().clone();
-    let chunker = new_chunker(config.chunker.kind, config.chunker.params)
-        .map_err(|e| Error::InvalidOption(e.to_string()))?;
+    let chunker: Arc<dyn dedelta_core::chunker::Chunker> =
+        new_chunker(config.chunker.kind, config.chunker.params)
+            .map_err(|e| Error::InvalidOption(e.to_string()))?
+            .into();
     let selection = select::Selection::new(&select::SelectOptions {
         excludes: [opts.excludes.as_slice(), &opts.sources.select.excludes].concat(),
         ..opts.sources.select.clone()
@@ -397,7 +399,7 @@ pub fn backup(
             .map_err(|e| Error::io("starting a thread", e))?;
         let block_pool = chunk::BlockPool::default();
         let mut walker = walk::Walker {
-            chunker: chunker.as_ref(),
+            chunker: chunker.clone(),
             pool: &workers.pool,
             tx: item_tx,
             selection: &selection,

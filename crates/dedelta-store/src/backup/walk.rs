@@ -14,7 +14,9 @@ use super::fingerprint::{submit, FingerprintJob};
 use super::fingerprint_index::FingerprintIndex;
 use super::meta::{kind_of, MetaReader};
 use super::select::{Entry, SelectedWalk, Selection};
-use super::small_files::{Packed, PackedRun, RunBuilder, SmallRead, SMALL_FILE_BYTES};
+use super::small_files::{
+    fingerprint_run, Packed, PackedRun, RunBuilder, SmallRead, SMALL_FILE_BYTES,
+};
 use super::unchanged::{ParentFiles, Verdict};
 use super::{closed, Item, NodeSource, StdinSource};
 use crate::error::{Error, Result};
@@ -50,7 +52,7 @@ pub(super) struct WalkStats {
 
 /// The walker's state for one backup.
 pub(super) struct Walker<'a> {
-    pub chunker: &'a dyn Chunker,
+    pub chunker: Arc<dyn Chunker>,
     pub pool: &'a rayon::ThreadPool,
     pub tx: Sender<Item>,
     /// What to leave out.
@@ -155,7 +157,15 @@ impl Walker<'_> {
             return Ok(());
         };
         let (entries, data) = run.take();
-        let chunks = data.map(|(bytes, cuts)| self.fingerprint(bytes, cuts));
+        let chunks = data.map(|files| {
+            let (job, chunker) = (self.job.clone(), self.chunker.clone());
+            let in_flight = self.jobs_in_flight.clone();
+            submit(self.pool, move || {
+                let out = fingerprint_run(&job, chunker.as_ref(), files);
+                drop((job, in_flight));
+                out
+            })
+        });
         self.tx
             .send(Item::Packed(PackedRun { entries, chunks }))
             .map_err(closed)
@@ -290,7 +300,8 @@ impl Walker<'_> {
         self.stats.files += 1;
         self.send(Item::FileStart(node))?;
         let mut total = 0u64;
-        let mut blocks = BlockReader::new(self.chunker, self.blocks.clone());
+        let chunker = self.chunker.clone();
+        let mut blocks = BlockReader::new(chunker.as_ref(), self.blocks.clone());
         loop {
             let Some(block) = blocks.next_block(f, &self.job.times) else {
                 break;
@@ -314,15 +325,16 @@ impl Walker<'_> {
     /// Reads a file that `stat` found small into the run (see [`super::small_files`]); one
     /// that turns out larger is read as [`Self::file`] reads it. Returns the bytes read.
     fn small_file(&mut self, node: Node, f: &mut std::fs::File, display: &str) -> Result<u64> {
-        if !self.run.as_ref().is_some_and(|r| r.has_room_for_a_file()) {
+        let size = node.size;
+        if !self.run.as_ref().is_some_and(|r| r.has_room_for(size)) {
             self.send_run()?;
         }
         let Some(run) = self.run.as_mut() else {
             return self.file(node, f, display, false);
         };
-        match run.read_file(self.chunker, f, &self.job.times) {
-            SmallRead::Read { len, chunks, error } => {
-                run.push(Packed::File(node, chunks));
+        match run.read_file(f) {
+            SmallRead::Read { len, error } => {
+                run.push(Packed::File(node));
                 let full = run.is_full();
                 self.stats.files += 1;
                 self.stats.bytes_read += len as u64;

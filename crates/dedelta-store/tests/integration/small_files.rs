@@ -9,11 +9,11 @@ use dedelta_store::IndexedRepository;
 use std::fs;
 use std::path::Path;
 
-/// Largest file packed (backup's `small_files::SMALL_FILE_BYTES`).
-const SMALL: usize = 128 << 10;
+/// Largest file packed (backup's `small_files::SMALL_FILE_BYTES`: a block).
+const SMALL: usize = 1 << 20;
 
 /// Version `v` of a tree: directories of small files of many sizes (empty, one byte, around
-/// the packing bound), large files between them, empty directories and symlinks; from
+/// the packing bound, some that fill a run and some that do not fit in what is left of one), large files between them, empty directories and symlinks; from
 /// version 1 on, some files edited, so that new chunks become deltas of the last version's.
 /// Files whose content is the same keep their inode and times (unchanged for the next
 /// backup).
@@ -31,13 +31,14 @@ fn write_tree(root: &Path, v: u64) {
         3000,
         9000,
         40_000,
+        131_072,
+        300_000,
         SMALL - 1,
         SMALL,
         SMALL + 1,
-        300_000,
         2_500_000,
     ];
-    for d in 0..6u64 {
+    for d in 0..3u64 {
         let dir = root.join(format!("d{d}"));
         fs::create_dir_all(dir.join("empty")).unwrap();
         for (i, &len) in sizes.iter().enumerate() {
