@@ -1,7 +1,7 @@
 //! Runs on: the caller's thread (the walker).
 //!
 //! Small files packed into runs: the walker reads each file of at most [`SMALL_FILE_BYTES`]
-//! (a block) whole into a shared block buffer and gathers it with the directories, symlinks and
+//! (under a block) whole into a shared block buffer and gathers it with the directories, symlinks and
 //! unchanged files around it into one [`Item::Packed`] run. One pool job cuts the run's files
 //! (each alone, the end of the file the end of its stream, as [`super::chunk::BlockReader`]
 //! cuts a file: the same chunks) and fingerprints their chunks. The dedup thread unpacks a
@@ -33,9 +33,10 @@ use std::io::Read;
 use std::ops::Range;
 use std::time::Instant;
 
-/// Files of at most this many bytes (by `stat`) are packed into runs: those that fit in a
-/// block (a run's buffer is a block's, [`BLOCK_SIZE`] and a chunk's look-ahead).
-pub(super) const SMALL_FILE_BYTES: usize = BLOCK_SIZE;
+/// Files of at most this many bytes (by `stat`) are packed into runs: those that the block
+/// reader reads as one block (it reads a file of exactly [`BLOCK_SIZE`] bytes as two, and the
+/// delta stage decides a block's new chunks together). A run's buffer is a block's.
+pub(super) const SMALL_FILE_BYTES: usize = BLOCK_SIZE - 1;
 
 /// Entries a run holds at most, so that a tree of empty files or directories still reaches
 /// the dedup thread in steps.

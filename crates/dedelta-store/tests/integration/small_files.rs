@@ -9,8 +9,8 @@ use dedelta_store::IndexedRepository;
 use std::fs;
 use std::path::Path;
 
-/// Largest file packed (backup's `small_files::SMALL_FILE_BYTES`: a block).
-const SMALL: usize = 1 << 20;
+/// Largest file packed (backup's `small_files::SMALL_FILE_BYTES`).
+const SMALL: usize = (1 << 20) - 1;
 
 /// Version `v` of a tree: directories of small files of many sizes (empty, one byte, around
 /// the packing bound, some that fill a run and some that do not fit in what is left of one), large files between them, empty directories and symlinks; from
