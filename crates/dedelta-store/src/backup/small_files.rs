@@ -237,16 +237,13 @@ mod tests {
         }
     }
 
+    /// `len` pseudo-random bytes (BLAKE3's output stream of `seed`).
     fn noise(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
+        let mut out = vec![0; len];
+        let mut h = blake3::Hasher::new();
+        h.update(&seed.to_le_bytes());
+        h.finalize_xof().fill(&mut out);
+        out
     }
 
     /// Files read into one run are cut as each file alone, and the run's chunks are theirs,

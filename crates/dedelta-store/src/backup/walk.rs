@@ -5,9 +5,9 @@
 //! [`super::meta`]), and reads each file as blocks of chunks ([`super::chunk`]) whose
 //! fingerprinting it hands to the worker pool, unless the parent snapshot holds it unchanged
 //! ([`super::unchanged`]): then it is not opened. Small files, and the nodes and unchanged
-//! files around them, go in runs ([`super::small_files`]). A file that cannot be read, or that changes
-//! while it is read, is a warning (exit code 3), not an error: the backup goes on, and the
-//! snapshot records what was read.
+//! files around them, go in runs ([`super::small_files`]). A file that cannot be read, or
+//! that changes while it is read, is a warning (exit code 3), not an error: the backup goes
+//! on, and the snapshot records what was read.
 
 use super::chunk::{BlockPool, BlockReader};
 use super::fingerprint::{submit, FingerprintJob};
@@ -158,13 +158,8 @@ impl Walker<'_> {
         };
         let (entries, data) = run.take();
         let chunks = data.map(|files| {
-            let (job, chunker) = (self.job.clone(), self.chunker.clone());
-            let in_flight = self.jobs_in_flight.clone();
-            submit(self.pool, move || {
-                let out = fingerprint_run(&job, chunker.as_ref(), files);
-                drop((job, in_flight));
-                out
-            })
+            let chunker = self.chunker.clone();
+            self.on_pool(move |job| fingerprint_run(job, chunker.as_ref(), files))
         });
         self.tx
             .send(Item::Packed(PackedRun { entries, chunks }))
@@ -176,16 +171,16 @@ impl Walker<'_> {
         self.send_run()
     }
 
-    /// Hands the chunks `cuts` of `bytes` to the pool (see [`FingerprintJob::run`]).
-    fn fingerprint(
+    /// Runs `work` on the pool with the fingerprinting job, counted in flight (see
+    /// [`Self::jobs_in_flight`]).
+    fn on_pool<T: Send + 'static>(
         &self,
-        bytes: bytes::Bytes,
-        cuts: Vec<std::ops::Range<usize>>,
-    ) -> crossbeam_channel::Receiver<Vec<super::fingerprint::Fingerprinted>> {
+        work: impl FnOnce(&FingerprintJob) -> T + Send + 'static,
+    ) -> crossbeam_channel::Receiver<T> {
         let job = self.job.clone();
         let in_flight = self.jobs_in_flight.clone();
         submit(self.pool, move || {
-            let out = job.run(bytes, cuts);
+            let out = work(&job);
             drop((job, in_flight));
             out
         })
@@ -309,7 +304,7 @@ impl Walker<'_> {
             self.stats.bytes_read += block.len as u64;
             total += block.len as u64;
             self.progress.inc(block.len as u64);
-            let rx = self.fingerprint(block.bytes, block.cuts);
+            let rx = self.on_pool(move |job| job.run(block.bytes, block.cuts));
             self.tx.send(Item::FileData(rx)).map_err(closed)?;
         }
         if let Some(e) = blocks.error.take() {
