@@ -118,7 +118,8 @@ impl RunBuilder {
         !self.is_full() && (self.buf.len() as u64).saturating_add(size) < self.capacity as u64
     }
 
-    /// Adds an entry that carries no file data.
+    /// Adds an entry: a node, an unchanged file, or the [`Packed::File`] of the file
+    /// [`Self::read_file`] just read.
     pub fn push(&mut self, entry: Packed) {
         self.entries.push(entry);
     }

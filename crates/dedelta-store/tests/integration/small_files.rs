@@ -105,21 +105,36 @@ fn backup(repo: &IndexedRepository, src: &Path, n: u64, sources: SourceOptions) 
 }
 
 /// What a backup stored that must not depend on how files were sent to the pool.
-fn stored(r: &BackupResult) -> Vec<u64> {
+#[derive(Debug, PartialEq)]
+struct Stored {
+    files: u64,
+    dirs: u64,
+    symlinks: u64,
+    bytes_read: u64,
+    chunks: u64,
+    new_chunks: u64,
+    bytes_new: u64,
+    bytes_added: u64,
+    delta_chunks: u64,
+    delta_bytes: u64,
+    files_unmodified: u64,
+}
+
+fn stored(r: &BackupResult) -> Stored {
     let s = &r.summary;
-    vec![
-        s.files,
-        s.dirs,
-        s.symlinks,
-        s.bytes_read,
-        s.chunks,
-        s.new_chunks,
-        s.bytes_new,
-        s.bytes_added,
-        s.delta_chunks,
-        s.delta_bytes,
-        s.files_unmodified,
-    ]
+    Stored {
+        files: s.files,
+        dirs: s.dirs,
+        symlinks: s.symlinks,
+        bytes_read: s.bytes_read,
+        chunks: s.chunks,
+        new_chunks: s.new_chunks,
+        bytes_new: s.bytes_new,
+        bytes_added: s.bytes_added,
+        delta_chunks: s.delta_chunks,
+        delta_bytes: s.delta_bytes,
+        files_unmodified: s.files_unmodified,
+    }
 }
 
 #[test]
@@ -162,11 +177,14 @@ fn packed_small_files_store_what_files_sent_alone_store() {
         assert_eq!(results[0], results[1], "step {n}: packed against alone");
         if n == 1 {
             assert!(
-                results[0].0[8] > 0,
+                results[0].0.delta_chunks > 0,
                 "version 1 stores deltas: {:?}",
                 results[0].0
             );
-            assert!(results[0].0[10] > 0, "version 1 has unchanged files");
+            assert!(
+                results[0].0.files_unmodified > 0,
+                "version 1 has unchanged files"
+            );
         }
     }
     for (repo, _) in &repos {
