@@ -189,7 +189,9 @@ impl Walker<'_> {
     /// A regular file, as `lstat` described it in `node`: stored with the parent's recipe if
     /// unchanged, else read.
     fn regular_file(&mut self, path: &Path, node: Node) -> Result<()> {
+        // Counted once the file is open: one that cannot be read is a warning, not a file.
         let mut action = "new";
+        let mut changed = None;
         if let Some(parent) = self.parent.as_mut() {
             match parent.judge(&node, self.presence.as_ref())? {
                 Verdict::Unchanged(chunks) => {
@@ -203,14 +205,19 @@ impl Walker<'_> {
                     return self.gather(Item::Unchanged(node, chunks));
                 }
                 Verdict::Changed => {
-                    self.stats.files_changed += 1;
+                    changed = Some(true);
                     action = "modified";
                 }
-                Verdict::New => self.stats.files_new += 1,
+                Verdict::New => changed = Some(false),
             }
         }
         match open_noatime(path).and_then(|f| Ok((f.metadata()?, f))) {
             Ok((before, mut f)) => {
+                match changed {
+                    Some(true) => self.stats.files_changed += 1,
+                    Some(false) => self.stats.files_new += 1,
+                    None => {}
+                }
                 let display = path.display().to_string();
                 self.progress.message(&display);
                 // What the open file says, with the attributes read from the path.

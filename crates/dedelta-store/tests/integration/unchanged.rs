@@ -250,3 +250,76 @@ fn a_file_modified_during_backup_is_read_again() {
     files.insert("growing".into(), fs::read(&growing).unwrap());
     restores_to(&repo, tmp.path(), &src, &files);
 }
+
+/// Runs `f` on this thread without the capabilities that let root open any file
+/// (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`), so that a file of mode 000 cannot be opened
+/// even by root; the effective set is put back after. Capabilities belong to a thread, and
+/// the threads `f` starts inherit them.
+fn without_dac_override<T>(f: impl FnOnce() -> T) -> T {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut caps = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data words, as the kernel's ABI.
+    let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, caps.as_mut_ptr()) };
+    assert_eq!(got, 0, "capget");
+    let saved = caps;
+    caps[0].effective &= !((1 << 1) | (1 << 2));
+    let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, caps.as_ptr()) };
+    assert_eq!(set, 0, "capset");
+    let out = f();
+    let back = unsafe { libc::syscall(libc::SYS_capset, &mut header, saved.as_ptr()) };
+    assert_eq!(back, 0, "capset back");
+    out
+}
+
+/// Regression: a file that cannot be opened was counted as a new (or changed) file though
+/// nothing of it was stored ("files: 1 (2 new, ...)"). It is a warning, and the counts are
+/// of the files stored.
+#[test]
+fn a_file_that_cannot_be_opened_is_a_warning_not_a_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = init_repo(&tmp.path().join("repo"), config(1, DeltaConfig::default()));
+    let src = tmp.path().join("src");
+    let files = three_files();
+    write_files(&src, &files);
+    let locked_out = src.join("b");
+    let first = without_dac_override(|| {
+        fs::set_permissions(&locked_out, fs::Permissions::from_mode(0o000)).unwrap();
+        backup_src(&repo, &src, 0, SourceOptions::default())
+    });
+    let s = &first.summary;
+    assert_eq!((s.files, s.files_new, s.files_changed), (2, 2, 0), "{s:?}");
+    assert_eq!(first.warnings.len(), 1, "{:?}", first.warnings);
+    assert!(first.warnings[0].contains("/b: "), "{:?}", first.warnings);
+
+    // Changed since (and still unreadable): not counted as changed either.
+    fs::set_permissions(&locked_out, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&locked_out, b"other bytes").unwrap();
+    let second = without_dac_override(|| {
+        fs::set_permissions(&locked_out, fs::Permissions::from_mode(0o000)).unwrap();
+        backup_src(&repo, &src, 1, SourceOptions::default())
+    });
+    let s = &second.summary;
+    assert_eq!(
+        (s.files, s.files_new, s.files_changed, s.files_unmodified),
+        (2, 0, 0, 2),
+        "{s:?}"
+    );
+    assert_eq!(second.warnings.len(), 1, "{:?}", second.warnings);
+}
