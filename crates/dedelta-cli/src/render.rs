@@ -51,9 +51,21 @@ fn name_for(name: &str, terminal: bool) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// `bytes` in MiB with one decimal, e.g. `12.5 MiB`.
-pub fn mb(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+/// `bytes` in the largest binary unit that leaves at least 1 of it, as restic shows sizes:
+/// `512 B`, `3.4 KiB`, `12.5 MiB`, `1.25 GiB`, `2.00 TiB`.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [(&str, u32); 4] = [("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)];
+    for (unit, shift) in UNITS {
+        if bytes >> shift == 0 {
+            continue;
+        }
+        let n = bytes as f64 / (1u64 << shift) as f64;
+        return match shift {
+            30.. => format!("{n:.2} {unit}"),
+            _ => format!("{n:.1} {unit}"),
+        };
+    }
+    format!("{bytes} B")
 }
 
 /// Prints each notice (something the user should know that did not stop the command) on
@@ -173,17 +185,17 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
     );
     outln!(
         "read {}, new {} ({} chunks of {}), added {} to the repository",
-        mb(s.bytes_read),
-        mb(s.bytes_new),
+        size(s.bytes_read),
+        size(s.bytes_new),
         s.new_chunks,
         s.chunks,
-        mb(s.bytes_added)
+        size(s.bytes_added)
     );
     if res.metrics.rewritten.chunks > 0 {
         outln!(
             "capping: {} duplicate chunks ({}) stored again over {} segments, for restore speed",
             res.metrics.rewritten.chunks,
-            mb(res.metrics.rewritten.bytes),
+            size(res.metrics.rewritten.bytes),
             res.metrics.rewritten.segments
         );
     }
@@ -194,7 +206,7 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
             p.dense_loaded,
             p.dense_listed,
             p.chunks_loaded,
-            mb(p.bytes_loaded),
+            size(p.bytes_loaded),
             p.bases_served,
             p.dense_written
         );
@@ -204,7 +216,7 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         outln!(
             "cache-aware filter: {} base-fragmented duplicates ({}) stored again, of {} old deltas met",
             caf.base_not_cached + caf.base_given_up,
-            mb(caf.bytes),
+            size(caf.bytes),
             caf.old_deltas
         );
     }
@@ -212,7 +224,7 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         outln!(
             "inversed delta: {} old chunks stored again as deltas ({}) against new ones; a prune reclaims their full copies",
             res.metrics.rewritten.inversed_chunks,
-            mb(res.metrics.rewritten.inversed_bytes)
+            size(res.metrics.rewritten.inversed_bytes)
         );
     }
     if s.delta_chunks > 0 {
@@ -221,7 +233,7 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
             s.delta_chunks,
             s.dupadj_deltas,
             s.sketch_deltas,
-            mb(s.bytes_after_delta),
+            size(s.bytes_after_delta),
             s.dcr(),
             s.dce()
         );
@@ -291,7 +303,7 @@ pub fn backup_dry_run(
     outln!(
         "dry run: would back up {} files ({}), {} dirs, {} symlinks, {} special; nothing was written",
         found.files,
-        mb(found.bytes),
+        size(found.bytes),
         found.dirs,
         found.symlinks,
         found.special_files
@@ -308,7 +320,7 @@ pub fn io_line(io: &IoReport) -> String {
     format!(
         "I/O: {} requests, {} (metadata {}, data {}, bases {} requests); modelled {:.2} s on disk, {:.2} s on an object store",
         t.requests,
-        mb(t.bytes),
+        size(t.bytes),
         req(Purpose::ContainerMeta),
         req(Purpose::ChunkData),
         req(Purpose::BaseRead),
@@ -365,7 +377,7 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
     if json {
         return print_json(s);
     }
-    let bytes = |n: u64| format!("{n} ({})", mb(n));
+    let bytes = |n: u64| format!("{n} ({})", size(n));
     outln!("snapshots:          {}", s.snapshots);
     outln!("logical bytes:      {}", bytes(s.logical_bytes));
     outln!("unique bytes:       {}", bytes(s.unique_bytes));
@@ -382,17 +394,17 @@ pub fn stats(s: &stats::RepoStats, json: bool) -> Result<()> {
     let b = &s.breakdown;
     outln!(
         "  full chunks {}, deltas {}, trees {}, container metadata {}, snapshots {}, other {}",
-        mb(b.full_chunks),
-        mb(b.deltas),
-        mb(b.trees),
-        mb(b.container_metadata),
-        mb(b.snapshots),
-        mb(b.other)
+        size(b.full_chunks),
+        size(b.deltas),
+        size(b.trees),
+        size(b.container_metadata),
+        size(b.snapshots),
+        size(b.other)
     );
     outln!(
         "client cache bytes: {} (index {})",
         bytes(s.cache_bytes),
-        mb(s.index_bytes)
+        size(s.index_bytes)
     );
     outln!("dedup factor:       {:.2}", s.dedup_factor);
     outln!(
@@ -464,7 +476,7 @@ pub fn prune(st: &prune::PruneStats, json: bool) -> Result<()> {
     } else {
         "freed"
     };
-    let bytes_freed = mb(st.bytes_freed.max(0) as u64);
+    let bytes_freed = size(st.bytes_freed.max(0) as u64);
     outln!("{freed} {bytes_freed} in {:.2} s", st.seconds);
     Ok(())
 }
@@ -561,13 +573,25 @@ pub fn repair_snapshots(
 }
 
 #[cfg(test)]
-mod name_tests {
-    use super::name_for;
+mod tests {
+    use super::{name_for, size};
 
     #[test]
     fn control_characters_of_names_are_question_marks_on_a_terminal_only() {
         assert_eq!(name_for("a\nb\x1b[31mc\u{7f}", true), "a?b?[31mc?");
         assert_eq!(name_for("a\nb", false), "a\nb");
         assert_eq!(name_for("plain é", true), "plain é");
+    }
+
+    #[test]
+    fn sizes_are_shown_in_the_largest_unit_that_fits() {
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(1024), "1.0 KiB");
+        assert_eq!(size(3500), "3.4 KiB");
+        assert_eq!(size(12 << 20 | 512 << 10), "12.5 MiB");
+        assert_eq!(size(5 << 29), "2.50 GiB");
+        assert_eq!(size(2 << 40), "2.00 TiB");
+        assert_eq!(size(u64::MAX), "16777216.00 TiB");
     }
 }

@@ -7,7 +7,7 @@
 //! Exit codes: 0 listed (or cleaned); 1 the cache root could not be listed or a cache not
 //! removed.
 
-use crate::render::{mb, outln, print_json};
+use crate::render::{outln, print_json, size};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::client::cache::{list_caches, remove_cache, CacheState};
@@ -62,7 +62,7 @@ pub fn run(args: CacheArgs) -> Result<u8> {
         outln!(
             "{:<34} {:>10} {:>7}d {:<8} {}{}",
             c.id,
-            mb(c.bytes),
+            size(c.bytes),
             c.age_secs / 86_400,
             match c.state {
                 CacheState::Current => "current",

@@ -8,7 +8,7 @@
 use super::select::SnapshotFilterArgs;
 use super::{finish, open_reader, open_then, progress_bar, RepoArg};
 use crate::password::FromPasswordArgs;
-use crate::render::{mb, outln, print_json};
+use crate::render::{outln, print_json, size};
 use anyhow::{bail, Result};
 use clap::Args;
 use dedelta_store::commands::copy;
@@ -100,8 +100,8 @@ pub fn run(args: CopyArgs) -> Result<u8> {
                 c.source.short(),
                 new.short(),
                 s.files,
-                mb(s.bytes_read),
-                mb(s.bytes_added)
+                size(s.bytes_read),
+                size(s.bytes_added)
             ),
             _ => outln!("{}: would be copied", c.source.short()),
         }

@@ -6,7 +6,7 @@
 
 use super::select::SnapshotFilterArgs;
 use super::{open_reader_then, RepoArg};
-use crate::render::{mb, outln, print_json, shown_name};
+use crate::render::{outln, print_json, shown_name, size};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::diff::{diff, Modifier, SideCounts};
@@ -84,11 +84,11 @@ pub fn run(args: DiffArgs) -> Result<u8> {
         format!(
             "{} files ({}), {} dirs, {} others; {} chunks ({})",
             s.files,
-            mb(s.file_bytes),
+            size(s.file_bytes),
             s.dirs,
             s.others,
             s.chunks,
-            mb(s.chunk_bytes)
+            size(s.chunk_bytes)
         )
     };
     outln!("added:    {}", side(&rep.added));
@@ -103,11 +103,11 @@ pub fn run(args: DiffArgs) -> Result<u8> {
             "{name} {} added to the repository when written: {} ({} new chunks, {} as deltas); \
              {} containers only it references ({})",
             &s.snapshot[..8],
-            mb(s.bytes_added),
+            size(s.bytes_added),
             s.new_chunks,
             s.delta_chunks,
             s.containers_only_here,
-            mb(s.container_bytes_only_here)
+            size(s.container_bytes_only_here)
         );
     }
     Ok(0)

@@ -6,7 +6,7 @@
 //! restore stopped (no such snapshot, a target that cannot be used); 10 no repository.
 
 use super::{open_reader_then, progress_stream, IoModelArgs, RepoArg};
-use crate::render::{io_line, mb, outln, print_json};
+use crate::render::{io_line, outln, print_json, size};
 use crate::EXIT_PARTIAL;
 use anyhow::Result;
 use clap::Args;
@@ -196,7 +196,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
             id.short(),
             args.target.display(),
             st.files,
-            mb(st.bytes_written),
+            size(st.bytes_written),
             st.dirs,
             st.symlinks,
             st.special_files,
@@ -213,7 +213,7 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
             st.dirs,
             st.symlinks,
             st.special_files,
-            mb(st.bytes_written),
+            size(st.bytes_written),
             secs,
             mibps,
             if st.errors.is_empty() {
@@ -241,7 +241,11 @@ pub fn run(args: RestoreArgs) -> Result<u8> {
                 format!("an LRU of {containers} containers")
             }
             RestoreCacheChoice::Forward { area_bytes } => {
-                format!("forward assembly, {} areas of {}", c.areas, mb(area_bytes))
+                format!(
+                    "forward assembly, {} areas of {}",
+                    c.areas,
+                    size(area_bytes)
+                )
             }
         };
         outln!(

@@ -8,7 +8,7 @@
 
 use super::select::SnapshotFilterArgs;
 use super::{finish, open_locked, progress_bar, RepoArg};
-use crate::render::{mb, outln, print_json};
+use crate::render::{outln, print_json, size};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::commands::rewrite;
@@ -83,7 +83,7 @@ pub fn run(args: RewriteArgs) -> Result<u8> {
     }
     let verbose = super::global::verbosity() > 0;
     for s in &st.rewritten {
-        let what = format!("{} nodes ({})", s.removed.len(), mb(s.removed_bytes));
+        let what = format!("{} nodes ({})", s.removed.len(), size(s.removed_bytes));
         match &s.new {
             Some(new) => outln!(
                 "{} -> {}: removed {what}{}",

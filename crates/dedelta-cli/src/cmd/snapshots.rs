@@ -7,7 +7,7 @@
 
 use super::select::{parse_group_by, SnapshotFilterArgs};
 use super::RepoArg;
-use crate::render::{mb, outln, print_json, print_warnings};
+use crate::render::{outln, print_json, print_warnings, size};
 use anyhow::Result;
 use clap::Args;
 use dedelta_store::format::snapshot::{Snapshot, SnapshotId};
@@ -122,7 +122,7 @@ fn table(snaps: &[(SnapshotId, Snapshot)]) -> Result<()> {
             id.short(),
             s.time,
             s.host,
-            mb(s.summary.bytes_read),
+            size(s.summary.bytes_read),
             s.paths.join(", "),
             if s.tags.is_empty() {
                 String::new()

@@ -190,8 +190,9 @@ impl Walker<'_> {
     /// unchanged, else read.
     fn regular_file(&mut self, path: &Path, node: Node) -> Result<()> {
         // Counted once the file is open: one that cannot be read is a warning, not a file.
+        // Without a parent (`--force`, or none found) every file is new, as restic counts.
         let mut action = "new";
-        let mut changed = None;
+        let mut changed = false;
         if let Some(parent) = self.parent.as_mut() {
             match parent.judge(&node, self.presence.as_ref())? {
                 Verdict::Unchanged(chunks) => {
@@ -205,18 +206,17 @@ impl Walker<'_> {
                     return self.gather(Item::Unchanged(node, chunks));
                 }
                 Verdict::Changed => {
-                    changed = Some(true);
+                    changed = true;
                     action = "modified";
                 }
-                Verdict::New => changed = Some(false),
+                Verdict::New => {}
             }
         }
         match open_noatime(path).and_then(|f| Ok((f.metadata()?, f))) {
             Ok((before, mut f)) => {
                 match changed {
-                    Some(true) => self.stats.files_changed += 1,
-                    Some(false) => self.stats.files_new += 1,
-                    None => {}
+                    true => self.stats.files_changed += 1,
+                    false => self.stats.files_new += 1,
                 }
                 let display = path.display().to_string();
                 self.progress.message(&display);
