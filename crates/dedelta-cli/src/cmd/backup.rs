@@ -4,7 +4,7 @@
 //! Exit codes: 0 saved; 3 saved, but some sources could not be read (each named in a
 //! warning); 1 nothing saved; 10 no repository; 11 locked.
 
-use super::{finish, host, now_rfc3339, progress_stream, DeltaArgs, IoModelArgs, RepoArg};
+use super::{host, now_rfc3339, progress_stream, DeltaArgs, IoModelArgs, RepoArg};
 use crate::{render, EXIT_PARTIAL};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -453,9 +453,11 @@ pub fn run(mut args: BackupArgs) -> Result<u8> {
         },
     };
     let workers = super::workers(args.threads)?;
-    let res = backup::backup(&r, &lock, opts, &workers, &progress)?;
+    // The lock goes as soon as the snapshot is saved (see backup_then_release).
+    let (res, released) = backup::backup_then_release(&r, lock, opts, &workers, &progress)?;
     progress.finish();
-    finish(&r, lock)?;
+    super::compact_index(&r);
+    released?;
     let io = args.io_models.report(&r)?;
     render::backup(&res, &io, args.json)?;
     Ok(if res.warnings.is_empty() {

@@ -554,11 +554,17 @@ pub fn open_then(
 /// Ends a command that wrote to the index: merges a small index into one run (a failure to
 /// do so is only a notice), then releases the lock.
 pub fn finish(r: &IndexedRepository, lock: RepoLock) -> Result<()> {
+    compact_index(r);
+    lock.release()?;
+    Ok(())
+}
+
+/// Compacts the client's chunk index if that is worthwhile (a notice if it fails): its own
+/// files, which need no lock on the repository.
+pub fn compact_index(r: &IndexedRepository) {
     if let Err(e) = r.index().compact_if_worthwhile() {
         print_notices(&[format!("the chunk index could not be compacted: {e}")]);
     }
-    lock.release()?;
-    Ok(())
 }
 
 /// A progress bar on stderr, drawn only when stderr is a terminal, the result is not JSON

@@ -168,15 +168,42 @@ impl Drop for RestoreSketchKeep<'_> {
     }
 }
 
-/// Backs up `opts` into the repository with `workers`' threads; the caller holds the
-/// exclusive lock.
+/// Backs up `opts` into the repository with `workers`' threads; the caller holds a lock on
+/// it (shared or exclusive).
 pub fn backup(
     repo: &IndexedRepository,
     _lock: &RepoLock,
-    mut opts: BackupOptions,
+    opts: BackupOptions,
     workers: &Workers,
     progress: &dyn Progress,
 ) -> Result<BackupResult> {
+    run(repo, None, opts, workers, progress).map(|(result, _)| result)
+}
+
+/// [`backup`], releasing `lock` as soon as the repository holds everything the backup
+/// writes (its snapshot last), beside the client's own work that ends it (the local base
+/// cache's save): on an object store the release is a round trip, which no longer comes
+/// after that work. The release's outcome comes beside the result; if the backup fails, the
+/// lock is released (dropped) before its error is returned.
+pub fn backup_then_release(
+    repo: &IndexedRepository,
+    lock: RepoLock,
+    opts: BackupOptions,
+    workers: &Workers,
+    progress: &dyn Progress,
+) -> Result<(BackupResult, Result<()>)> {
+    run(repo, Some(lock), opts, workers, progress)
+}
+
+/// The backup of [`backup`] and [`backup_then_release`]: with `release`, that lock is
+/// released once the repository holds everything the backup writes.
+fn run(
+    repo: &IndexedRepository,
+    release: Option<RepoLock>,
+    mut opts: BackupOptions,
+    workers: &Workers,
+    progress: &dyn Progress,
+) -> Result<(BackupResult, Result<()>)> {
     let started = Instant::now();
     let config = repo.config().clone();
     let chunker: Arc<dyn dedelta_core::chunker::Chunker> =
@@ -552,13 +579,27 @@ pub fn backup(
             ));
         }
     }
-    notices.extend(cache_save.wait());
-    Ok(BackupResult {
+    // Nothing more goes to the repository: its lock can go beside the client's own work.
+    let released = match release {
+        Some(lock) => std::thread::scope(|s| {
+            let release = s.spawn(move || lock.release());
+            notices.extend(cache_save.wait());
+            release
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        }),
+        None => {
+            notices.extend(cache_save.wait());
+            Ok(())
+        }
+    };
+    let result = BackupResult {
         snapshot_id,
         skipped: skipped_for.is_some(),
         summary,
         warnings,
         notices,
         metrics,
-    })
+    };
+    Ok((result, released))
 }

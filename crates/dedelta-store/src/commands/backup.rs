@@ -1,7 +1,7 @@
 //! `backup`: the command's options and entry point; the pipeline is in [`crate::backup`].
 
 pub use crate::backup::{
-    backup, caf, dense,
+    backup, backup_then_release, caf, dense,
     fingerprint_index::{
         FingerprintIndexKind, FingerprintIndexOptions, LookupCounters, DEFAULT_CACHE_CONTAINERS,
     },

@@ -6,7 +6,7 @@
 //! however loaded the machine is.
 
 use crate::intercept::{Hooks, Intercept};
-use crate::support::{backup_files, config, files, me, text};
+use crate::support::{backup_files, backup_options, config, files, me, text, time_of, write_files};
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::{Backend, FileKind, Result as BackendResult};
 use dedelta_store::crypto::{KdfParams, KeyOrigin};
@@ -950,4 +950,67 @@ fn an_object_store_backup_reads_its_bases_ahead_and_stores_the_same() {
         }
         assert_eq!(stored[0], stored[1], "v{v}");
     }
+}
+
+/// Records every write and delete that succeeded, in order.
+#[derive(Default)]
+struct Writes(Mutex<Vec<(FileKind, String)>>);
+
+impl Hooks for Writes {
+    fn write(
+        &self,
+        kind: FileKind,
+        name: &str,
+        write: &mut dyn FnMut() -> BackendResult<()>,
+    ) -> BackendResult<()> {
+        let done = write();
+        if done.is_ok() {
+            self.0.lock().unwrap().push((kind, name.to_string()));
+        }
+        done
+    }
+}
+
+/// `backup_then_release` (the CLI's backup) deletes its lock as the backup's last write,
+/// after the snapshot that needs what it wrote, and leaves none; a backup that fails leaves
+/// none either. (It deletes it without waiting for the local base cache's save, which is
+/// the client's own: on an object store the deletion is a round trip.)
+#[test]
+fn a_backup_releases_its_lock_after_its_snapshot() {
+    use dedelta_store::commands::backup::{backup_then_release, Workers};
+    use dedelta_store::progress::NoProgress;
+    use dedelta_store::repository::lock::list_locks;
+    let (tmp, path, cache) = plain();
+    let probe = Arc::new(Intercept {
+        inner: Arc::new(LocalBackend::new(&path)) as Arc<dyn Backend>,
+        hooks: Writes::default(),
+    });
+    let repo = Repository::open_in_cache(probe.clone(), &cache)
+        .unwrap()
+        .open_index()
+        .unwrap();
+    let src = tmp.path().join("src");
+    let workers = Workers::new(2).unwrap();
+    for n in 0..2 {
+        write_files(&src, &files([("f", text(300_000, n))]));
+        let lock = repo.lock(&me()).unwrap();
+        let name = lock.name().to_string();
+        let opts = backup_options(vec![src.clone()], time_of(n));
+        let (result, released) =
+            backup_then_release(&repo, lock, opts, &workers, &NoProgress).unwrap();
+        released.unwrap();
+        let log = std::mem::take(&mut *probe.hooks.0.lock().unwrap());
+        assert_eq!(log.last(), Some(&(FileKind::Lock, name)), "{log:?}");
+        let snapshot = log
+            .iter()
+            .rposition(|(k, _)| *k == FileKind::Snapshot)
+            .expect("the snapshot was written");
+        assert_eq!(snapshot, log.len() - 2, "{log:?}");
+        assert!(list_locks(repo.backend().as_ref()).unwrap().is_empty());
+        assert!(!result.skipped);
+    }
+    let lock = repo.lock(&me()).unwrap();
+    let nothing = backup_options(vec![], time_of(2));
+    assert!(backup_then_release(&repo, lock, nothing, &workers, &NoProgress).is_err());
+    assert!(list_locks(repo.backend().as_ref()).unwrap().is_empty());
 }
