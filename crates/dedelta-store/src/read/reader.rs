@@ -133,6 +133,12 @@ impl<'a> ChunkReader<'a> {
         self.locator.kind_of(id)
     }
 
+    /// How `id` is stored, if that is known without a request (see
+    /// [`ChunkLocator::kind_at_hand`]).
+    pub fn kind_at_hand(&mut self, id: &ChunkId) -> Option<EntryKind> {
+        self.locator.kind_at_hand(id)
+    }
+
     /// The verified bytes of chunk `id` (a delta rebuilt along its chain), for use as a
     /// delta base; `None` if it is not indexed.
     pub fn read_base(&mut self, id: &ChunkId) -> Result<Option<Vec<u8>>> {

@@ -422,6 +422,55 @@ fn a_backups_duplicates_held_by_the_local_base_cache_are_noted() {
     assert_eq!(uncached.metrics.bases.local_current, 0);
 }
 
+/// The bases of a backup's duplicates that are deltas are kept in the local base cache
+/// ahead of its other old entries too: a chunk at the depth bound that the next version
+/// changes gets its own base as base, which is not a chunk of the snapshot (on a 30-version
+/// Redis series such bases, fallen out of the cache, were most of the growing read-backs).
+#[test]
+fn the_bases_of_duplicate_deltas_are_noted_beside_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, chunk) = dupadj_only_fixed(tmp.path());
+    let cache = tmp.path().join("cache");
+    let src = tmp.path().join("src");
+    // The first half changes, the second half stays (DupAdj pairs the changed chunks
+    // through their unchanged neighbours).
+    // Each backup by a repository opened afresh, as each `backup` process opens it: the
+    // containers' metadata is then at hand from the open.
+    drop(repo);
+    let n = 16;
+    let mut data = text(2 * n * chunk, 3);
+    let mut version = |v: u64, edit: &dyn Fn(&mut Vec<u8>)| {
+        edit(&mut data);
+        write_files(&src, &files([("f", data.clone())]));
+        let repo = crate::support::open_repo(&tmp.path().join("repo"))
+            .unwrap()
+            .open_index()
+            .unwrap();
+        run_backup_cached(&repo, &src, v, Some(&cache))
+    };
+    version(0, &|_| {});
+    // Each chunk of the first half becomes a delta of its old version.
+    let second = version(1, &|d| {
+        for i in 0..n {
+            d[i * chunk + 100] = b'#';
+        }
+    });
+    assert!(
+        second.summary.delta_chunks >= n as u64 - 1,
+        "{:?}",
+        second.summary
+    );
+    // Only the first chunk changes again: the other deltas are duplicates now. With
+    // one-level deltas (this configuration) no delta is kept as a base, so the cache holds
+    // the n unchanged chunks and the bases of the n - 1 duplicate deltas (chunks of the
+    // first version), all noted; the duplicates alone were n.
+    let third = version(2, &|d| d[200] = b'%');
+    let s = &third.summary;
+    assert_eq!(s.chunks - s.new_chunks, 2 * n as u64 - 1, "{s:?}");
+    let noted = third.metrics.bases.local_current;
+    assert_eq!(noted, 2 * n as u64 - 1, "{s:?}");
+}
+
 /// Backs up versions 0..5 of the test tree twice, with and without a local base cache; the
 /// cache must serve bases and leave every stored byte as it was. A garbage cache file is a
 /// notice and is rebuilt; after everything is forgotten and pruned, cached bases that the

@@ -529,6 +529,17 @@ impl<'a> ChunkLocator<'a> {
         Ok(meta.entries.get(loc.entry as usize).map(|e| e.kind))
     }
 
+    /// [`Self::kind_of`] if it is known without a request (the chunk's container metadata
+    /// already in memory, see [`Self::meta_at_hand`]); `None` otherwise, or if not indexed.
+    pub fn kind_at_hand(&mut self, id: &ChunkId) -> Option<EntryKind> {
+        let loc = self.location(id, CopyRule::Own).ok().flatten()?;
+        if !self.meta_at_hand(&loc.container) {
+            return None;
+        }
+        let meta = self.metas.get(&loc.container)?;
+        meta.entries.get(loc.entry as usize).map(|e| e.kind)
+    }
+
     /// [`Self::locate`] in the copy the index names, even when reading own copies.
     pub fn locate_index_copy(&mut self, id: &ChunkId) -> Result<LocatedChunk> {
         self.locate_by(id, CopyRule::Index)
