@@ -211,9 +211,10 @@ impl<'a> BaseFetcher<'a> {
     }
 
     /// Notes duplicate `id` of the backup: a chunk of its snapshot, kept in the local base
-    /// cache ahead of other old entries (see [`LocalBaseCache::save_preferring`]), and so is
-    /// its base if it is a delta (on an object store, only when its container's metadata is
-    /// at hand: no request on the dedup thread).
+    /// cache ahead of other old entries (see [`LocalBaseCache::save_preferring`]). For one
+    /// the cache does not hold, its base is noted instead if it is a delta (on an object
+    /// store, only when its container's metadata is at hand: no request on the dedup
+    /// thread).
     ///
     /// Why the base: a chunk at the depth bound that the next version changes gets as its
     /// base the first chunk down its chain within the bound, its own base; that base is not
@@ -225,8 +226,12 @@ impl<'a> BaseFetcher<'a> {
         let Some(local) = self.local.as_ref() else {
             return;
         };
-        if local.contains(id) && self.current.insert(*id) {
-            self.counts.local_current += 1;
+        if local.contains(id) {
+            // It is its own next base (a chunk the cache holds is within the depth bound).
+            if self.current.insert(*id) {
+                self.counts.local_current += 1;
+            }
+            return;
         }
         let kind = if self.round_trips {
             // A metadata read would be a round trip on the dedup thread.
