@@ -191,7 +191,6 @@ impl Walker<'_> {
     fn regular_file(&mut self, path: &Path, node: Node) -> Result<()> {
         // Counted once the file is open: one that cannot be read is a warning, not a file.
         // Without a parent (`--force`, or none found) every file is new, as restic counts.
-        let mut action = "new";
         let mut changed = false;
         if let Some(parent) = self.parent.as_mut() {
             match parent.judge(&node, self.presence.as_ref())? {
@@ -205,18 +204,16 @@ impl Walker<'_> {
                         .item("unchanged", &path.display().to_string(), node.size);
                     return self.gather(Item::Unchanged(node, chunks));
                 }
-                Verdict::Changed => {
-                    changed = true;
-                    action = "modified";
-                }
+                Verdict::Changed => changed = true,
                 Verdict::New => {}
             }
         }
         match open_noatime(path).and_then(|f| Ok((f.metadata()?, f))) {
             Ok((before, mut f)) => {
-                match changed {
-                    true => self.stats.files_changed += 1,
-                    false => self.stats.files_new += 1,
+                if changed {
+                    self.stats.files_changed += 1;
+                } else {
+                    self.stats.files_new += 1;
                 }
                 let display = path.display().to_string();
                 self.progress.message(&display);
@@ -228,6 +225,7 @@ impl Walker<'_> {
                 } else {
                     self.file(opened, &mut f, &display, false)?
                 };
+                let action = if changed { "modified" } else { "new" };
                 self.progress.item(action, &display, read);
                 if let Some(change) = changed_while_read(&before, f.metadata(), read) {
                     self.warn(format!(

@@ -432,11 +432,10 @@ fn the_bases_of_duplicate_deltas_are_noted_beside_them() {
     let (repo, chunk) = dupadj_only_fixed(tmp.path());
     let cache = tmp.path().join("cache");
     let src = tmp.path().join("src");
+    // Each backup by a repository opened afresh, as each `backup` process opens it.
+    drop(repo);
     // The first half changes, the second half stays (DupAdj pairs the changed chunks
     // through their unchanged neighbours).
-    // Each backup by a repository opened afresh, as each `backup` process opens it: the
-    // containers' metadata is then at hand from the open.
-    drop(repo);
     let n = 16;
     let mut data = text(2 * n * chunk, 3);
     let mut version = |v: u64, edit: &dyn Fn(&mut Vec<u8>)| {

@@ -952,39 +952,19 @@ fn an_object_store_backup_reads_its_bases_ahead_and_stores_the_same() {
     }
 }
 
-/// Records every write and delete that succeeded, in order.
-#[derive(Default)]
-struct Writes(Mutex<Vec<(FileKind, String)>>);
-
-impl Hooks for Writes {
-    fn write(
-        &self,
-        kind: FileKind,
-        name: &str,
-        write: &mut dyn FnMut() -> BackendResult<()>,
-    ) -> BackendResult<()> {
-        let done = write();
-        if done.is_ok() {
-            self.0.lock().unwrap().push((kind, name.to_string()));
-        }
-        done
-    }
-}
-
 /// `backup_then_release` (the CLI's backup) deletes its lock as the backup's last write,
 /// after the snapshot that needs what it wrote, and leaves none; a backup that fails leaves
 /// none either. (It deletes it without waiting for the local base cache's save, which is
 /// the client's own: on an object store the deletion is a round trip.)
 #[test]
 fn a_backup_releases_its_lock_after_its_snapshot() {
+    use dedelta_store::backend::wrap::fault::{FaultBackend, FaultPlan};
     use dedelta_store::commands::backup::{backup_then_release, Workers};
     use dedelta_store::progress::NoProgress;
     use dedelta_store::repository::lock::list_locks;
     let (tmp, path, cache) = plain();
-    let probe = Arc::new(Intercept {
-        inner: Arc::new(LocalBackend::new(&path)) as Arc<dyn Backend>,
-        hooks: Writes::default(),
-    });
+    // The fault wrapper without faults: its log of the writes (and deletes), in order.
+    let probe = Arc::new(FaultBackend::new(Arc::new(LocalBackend::new(&path))));
     let repo = Repository::open_in_cache(probe.clone(), &cache)
         .unwrap()
         .open_index()
@@ -993,13 +973,14 @@ fn a_backup_releases_its_lock_after_its_snapshot() {
     let workers = Workers::new(2).unwrap();
     for n in 0..2 {
         write_files(&src, &files([("f", text(300_000, n))]));
+        probe.arm(FaultPlan::none());
         let lock = repo.lock(&me()).unwrap();
         let name = lock.name().to_string();
         let opts = backup_options(vec![src.clone()], time_of(n));
         let (result, released) =
             backup_then_release(&repo, lock, opts, &workers, &NoProgress).unwrap();
         released.unwrap();
-        let log = std::mem::take(&mut *probe.hooks.0.lock().unwrap());
+        let log = probe.write_log();
         assert_eq!(log.last(), Some(&(FileKind::Lock, name)), "{log:?}");
         let snapshot = log
             .iter()
