@@ -107,9 +107,9 @@ impl BaseCache {
         }
     }
 
-    /// The cached bases: the used ones, most recently used first, then the new chunks, most
-    /// recent first; with `fresh_first`, the new chunks first.
-    pub fn iter(&self, fresh_first: bool) -> impl Iterator<Item = (&ChunkId, &Bytes)> {
+    /// The cached bases with their delta depths: the used ones, most recently used first,
+    /// then the new chunks, most recent first; with `fresh_first`, the new chunks first.
+    pub fn iter(&self, fresh_first: bool) -> impl Iterator<Item = (&ChunkId, &Bytes, u8)> {
         let (first, second) = if fresh_first {
             (&self.fresh, &self.used)
         } else {
@@ -119,7 +119,7 @@ impl BaseCache {
             .map
             .iter()
             .chain(second.map.iter())
-            .map(|(id, (b, _))| (id, b))
+            .map(|(id, (b, depth))| (id, b, *depth))
     }
 }
 
@@ -152,8 +152,11 @@ mod tests {
         // The new chunks first, when asked (what a backup with delta chains saves).
         let (n, dn) = chunk(40, 60);
         c.put_fresh(n, dn, 1);
-        assert_eq!(c.iter(false).next().map(|(id, _)| *id), Some(a));
-        assert_eq!(c.iter(true).next().map(|(id, _)| *id), Some(n));
+        assert_eq!(
+            c.iter(false).next().map(|(id, _, d)| (*id, d)),
+            Some((a, 0))
+        );
+        assert_eq!(c.iter(true).next().map(|(id, _, d)| (*id, d)), Some((n, 1)));
         assert_eq!(
             (c.depth_of(&a), c.depth_of(&chunk(19, 60).0)),
             (Some(0), Some(1))

@@ -427,16 +427,18 @@ impl<'a> BaseFetcher<'a> {
         };
         let fresh_first = self.max_base_depth > 0;
         let budget = self.budget.min(local_cache::DEFAULT_BYTES);
-        // Only what the cache can hold: the bytes stay alive until the thread is done.
+        // Only what the cache can hold: the bytes stay alive until the thread is done. Each
+        // with whether it is stored in full (depth 0), which old entries the next saves
+        // keep first after the current chunks.
         let mut held = 0usize;
-        let fresh: Vec<(ChunkId, Bytes)> = self
+        let fresh: Vec<(ChunkId, Bytes, bool)> = self
             .cache
             .iter(fresh_first)
-            .take_while(|(_, b)| {
+            .take_while(|(_, b, _)| {
                 held += b.len();
                 held <= budget
             })
-            .map(|(id, b)| (*id, b.clone()))
+            .map(|(id, b, depth)| (*id, b.clone(), depth == 0))
             .collect();
         let old = self.local.take();
         let current = std::mem::take(&mut self.current);

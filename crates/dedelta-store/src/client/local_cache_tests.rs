@@ -67,13 +67,54 @@ fn current_chunks_are_kept_before_other_old_entries() {
     LocalBaseCache::save(dir, [a.clone(), b.clone(), c.clone()], None, 1000).unwrap();
     let old = LocalBaseCache::open(dir).unwrap().unwrap();
     // Room for d and two old entries: c (current, last in the file) and then a.
-    LocalBaseCache::save_preferring(dir, [d.clone()], Some(&old), 300, |id| *id == c.0).unwrap();
+    let d_fresh = [(d.0, d.1.clone(), false)];
+    LocalBaseCache::save_preferring(dir, d_fresh, Some(&old), 300, |id| *id == c.0).unwrap();
     let mut next = LocalBaseCache::open(dir).unwrap().unwrap();
     assert_eq!(next.len(), 3);
     for kept in [&d, &c, &a] {
         assert_eq!(next.get(&kept.0).as_deref(), Some(&kept.1[..]));
     }
     assert!(next.get(&b.0).is_none());
+}
+
+/// After the current chunks, old entries of chunks stored in full are kept before the
+/// others: they are the roots of the delta chains and the sketch index's candidates. The
+/// flag comes from the save that wrote or last chose the entry.
+#[test]
+fn chunks_stored_in_full_are_kept_before_other_old_entries() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b, c, d, e) = (
+        entry(1, 100),
+        entry(2, 100),
+        entry(3, 100),
+        entry(4, 100),
+        entry(5, 100),
+    );
+    let with = |(id, bytes): &(ChunkId, Bytes), full| (*id, bytes.clone(), full);
+    // a and b are deltas, c in full, in that file order.
+    let first = [with(&a, false), with(&b, false), with(&c, true)];
+    LocalBaseCache::save_preferring(dir, first, None, 1000, |_| false).unwrap();
+    let old = LocalBaseCache::open(dir).unwrap().unwrap();
+    // Room for d and two old entries: b (current), then c (in full) before a.
+    LocalBaseCache::save_preferring(dir, [with(&d, false)], Some(&old), 300, |id| *id == b.0)
+        .unwrap();
+    let mut next = LocalBaseCache::open(dir).unwrap().unwrap();
+    for kept in [&d, &b, &c] {
+        assert_eq!(next.get(&kept.0).as_deref(), Some(&kept.1[..]));
+    }
+    assert!(next.get(&a.0).is_none());
+    assert!(next.entries[&c.0].full && !next.entries[&b.0].full);
+    // A fresh entry's flag replaces the old one: d is now known to be stored in full ...
+    let fresh = [with(&e, false), with(&d, true)];
+    LocalBaseCache::save_preferring(dir, fresh, Some(&next), 300, |_| false).unwrap();
+    let last = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert!(last.entries[&d.0].full);
+    // ... and so is kept with c before e, which lies later in the file than both.
+    LocalBaseCache::save_preferring(dir, [with(&a, false)], Some(&last), 300, |_| false).unwrap();
+    let mut kept = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert!(kept.get(&d.0).is_some() && kept.get(&c.0).is_some());
+    assert!(kept.get(&b.0).is_none() && kept.get(&e.0).is_none());
 }
 
 /// Two processes saving beside each other (each on a private copy of the chunk index)
@@ -167,6 +208,7 @@ fn index_round_trips_and_decode_never_panics_on_short_or_lying_input() {
                 offset: 5,
                 len: 10,
                 xxh3: 77,
+                full: true,
             },
         )],
     };
@@ -184,4 +226,13 @@ fn index_round_trips_and_decode_never_panics_on_short_or_lying_input() {
     let mut lying = bytes.clone();
     lying[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(CacheIndex::decode(&lying).is_err());
+    // A flags byte with an undefined bit (its CRC made right) is rejected.
+    let mut flags = bytes.clone();
+    let at = HEAD_LEN + ENTRY_LEN - 1;
+    flags[at] = 0x03;
+    let crc = crc32c::crc32c(&flags[..flags.len() - 4]);
+    let n = flags.len();
+    flags[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    let err = CacheIndex::decode(&flags).unwrap_err();
+    assert!(err.contains("flags"), "{err}");
 }

@@ -470,6 +470,50 @@ fn the_bases_of_duplicate_deltas_are_noted_beside_them() {
     assert_eq!(noted, 2 * n as u64 - 1, "{s:?}");
 }
 
+/// The local base cache flags the chunks stored in full (the chains' roots, and the only
+/// chunks the sketch index names), which its later saves keep before other old entries; a
+/// delta kept as a base is not flagged.
+#[test]
+fn the_local_base_cache_flags_the_chunks_stored_in_full() {
+    use dedelta_store::client::local_cache::CacheIndex;
+    let tmp = tempfile::tempdir().unwrap();
+    let delta = DeltaConfig {
+        sketch: None,
+        dupadj: true,
+        max_depth: 2,
+        ..DeltaConfig::default()
+    };
+    let mut cfg = config(1, delta);
+    cfg.chunker.kind = ChunkerKind::Fixed;
+    let chunk = cfg.chunker.params.avg_size;
+    let repo = init_repo(&tmp.path().join("repo"), cfg);
+    let cache = tmp.path().join("cache");
+    let index = cache.join(&repo.config().id).join("bases.idx");
+    let src = tmp.path().join("src");
+    let n = 8;
+    let mut data = text(2 * n * chunk, 5);
+    let flags = |v: u64, data: &[u8]| {
+        write_files(&src, &files([("f", data.to_vec())]));
+        let summary = run_backup_cached(&repo, &src, v, Some(&cache)).summary;
+        let entries = CacheIndex::decode(&fs::read(&index).unwrap())
+            .unwrap()
+            .entries;
+        let full = entries.iter().filter(|(_, x)| x.full).count();
+        (summary, full, entries.len() - full)
+    };
+    let (first, full, deltas) = flags(0, &data);
+    assert_eq!((full, deltas), (2 * n, 0), "{first:?}");
+    // The first half changes (DupAdj pairs it through the unchanged second half): deltas of
+    // depth 1, the next version's bases, saved beside the first version's chunks.
+    for i in 0..n {
+        data[i * chunk + 100] = b'#';
+    }
+    let (second, full, deltas) = flags(1, &data);
+    assert!(second.delta_chunks >= n as u64 - 1, "{second:?}");
+    assert_eq!(deltas as u64, second.delta_chunks, "{second:?}");
+    assert_eq!(full, 2 * n, "{second:?}");
+}
+
 /// Backs up versions 0..5 of the test tree twice, with and without a local base cache; the
 /// cache must serve bases and leave every stored byte as it was. A garbage cache file is a
 /// notice and is rebuilt; after everything is forgotten and pruned, cached bases that the
