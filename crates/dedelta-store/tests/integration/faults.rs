@@ -1728,6 +1728,73 @@ fn a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed() {
     }
 }
 
+/// Found by the strict campaign (seeds 1876358308 and 76153341, the reopen after a prune):
+/// a dead chunk whose indexed copy goes with its container, and whose other copy in a
+/// container kept is a delta on a dead chunk that stays indexed (its copy is kept too), left
+/// the index, while an index built afresh names that copy (its base is indexed, so it is
+/// readable). Prune rescued only copies whose base was live.
+#[test]
+fn a_dead_chunk_whose_kept_copy_is_a_delta_on_a_dead_indexed_base_stays_indexed() {
+    for store in [Store::Memory, Store::Sealed] {
+        let t = Trial::new(store, None, None);
+        let repo = t.open().unwrap();
+        let b = text(12_000, 1);
+        let mut x = b.clone();
+        for i in (500..x.len()).step_by(2_000) {
+            x[i] = b'#';
+        }
+        let (y, y2, z) = (noise(6_000, 2), noise(6_000, 3), noise(6_000, 4));
+        let files = |named: &[(&str, &Vec<u8>)]| -> Files {
+            named
+                .iter()
+                .map(|(n, d)| (n.to_string(), (*d).clone()))
+                .collect()
+        };
+        let chunks_of = |id: &dedelta_store::format::snapshot::SnapshotId, name: &[u8]| {
+            let (_, snap) = snapshots::load(repo.backend().as_ref(), &id.to_hex()).unwrap();
+            let mut ids = std::collections::HashSet::new();
+            dedelta_store::read::walk_tree(&repo, &snap, |node, chunks| {
+                if node.path.ends_with(name) {
+                    ids.extend(chunks.iter().map(|c| c.id));
+                }
+                Ok(())
+            })
+            .unwrap();
+            ids
+        };
+        // S0 stores B beside Y (container K0); S1 stores X, deltas on B, beside Y2 (K1).
+        let s0 = backup_files(&repo, &t.src(), &files(&[("b", &b), ("y", &y)]), 1, &me())
+            .unwrap()
+            .snapshot_id;
+        let s1 =
+            backup_files(&repo, &t.src(), &files(&[("x", &x), ("y2", &y2)]), 2, &me()).unwrap();
+        assert!(s1.summary.delta_chunks > 0, "{:?}", s1.summary);
+        let s1 = s1.snapshot_id;
+        // X leaves this index, so S2 stores it again beside Z (container C), where the index
+        // names it from then on; K1 keeps the delta copies the index does not name.
+        let x_ids = chunks_of(&s1, b"x");
+        repo.index().remove_chunks(&x_ids).unwrap();
+        let s2 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("z", &z)]), 3, &me())
+            .unwrap()
+            .snapshot_id;
+        // S3 keeps Y and Y2 (and so K0 and K1) alive; B, X and Z die.
+        let s3 = backup_files(&repo, &t.src(), &files(&[("y", &y), ("y2", &y2)]), 4, &me())
+            .unwrap()
+            .snapshot_id;
+        locked(&repo, &me(), |lock| {
+            forget_ids(&repo, lock, &[s0.to_hex(), s1.to_hex(), s2.to_hex()])
+        })
+        .unwrap();
+        let stats = locked(&repo, &me(), |lock| prune_with(&repo, lock, 1.0, false)).unwrap();
+        assert!(!stats.plan.delete.is_empty(), "{:?}", stats.plan);
+        let when = format!("{store:?}: after the prune");
+        assert_index_as_rebuilt(&t, &repo, &when);
+        let mut model = Model::new();
+        model.insert(s3.to_hex(), files(&[("y", &y), ("y2", &y2)]));
+        assert_consistent(&repo, &model, &t, &when);
+    }
+}
+
 /// A container damaged at rest, checked (its copies recorded, and deltas elsewhere whose
 /// bases it holds), then put back as it was: the next `check --read-data` clears every record
 /// and finds nothing (the open campaign finding of seed 1981319826 left delta copies recorded

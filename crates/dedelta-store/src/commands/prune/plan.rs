@@ -229,8 +229,7 @@ pub(super) fn plan(
             live: &live,
             damage: &damage,
         },
-        &index,
-    )?;
+    );
     let mut promoted = promoted;
     promoted.extend(rescued);
     // Containers kept whose indexed entries leave the index (dead deltas on a base that
@@ -296,65 +295,75 @@ struct Leaving<'a> {
 fn leaving_the_index(
     metas: &[ContainerEntries],
     by: &Leaving<'_>,
-    index: &crate::client::index::IndexReader,
-) -> Result<(HashSet<ChunkId>, CopiesNamed)> {
+) -> (HashSet<ChunkId>, CopiesNamed) {
     let goes = |cid: &ContainerId| by.deleted.contains(cid) || by.rewrite.contains(cid);
-    // The copies that stay, of dead chunks, that an index rebuilt would name: a full one
-    // before a delta.
-    let mut staying: HashMap<ChunkId, (ContainerId, u32, bool)> = HashMap::new();
+    // The copies that stay, of dead chunks, that an index rebuilt might name: each with its
+    // base if it is a delta.
+    let mut staying: HashMap<ChunkId, Vec<(ContainerId, u32, Option<ChunkId>)>> = HashMap::new();
     for (cid, _, entries) in metas.iter().filter(|(cid, _, _)| !goes(cid)) {
         for (i, (e, indexed)) in entries.iter().enumerate() {
-            let readable = e.base.is_none_or(|b| by.live.contains(&b));
-            if *indexed
-                || !by.dead.contains(&e.id)
-                || !readable
-                || by.damage.reason(cid, &e.id).is_some()
-            {
+            if *indexed || !by.dead.contains(&e.id) || by.damage.reason(cid, &e.id).is_some() {
                 continue;
             }
-            let full = e.base.is_none();
-            let copy = staying.entry(e.id).or_insert((*cid, i as u32, full));
-            if full && !copy.2 {
-                *copy = (*cid, i as u32, full);
-            }
+            staying
+                .entry(e.id)
+                .or_default()
+                .push((*cid, i as u32, e.base));
         }
     }
-    let mut leaving: HashSet<ChunkId> = HashSet::new();
-    let mut rescued: CopiesNamed = HashMap::new();
-    let mut kept_deltas: Vec<(ChunkId, ChunkId)> = Vec::new();
+    // The dead chunks the index names: whether their copy goes, and their base.
+    let mut named: Vec<(ChunkId, bool, Option<ChunkId>)> = Vec::new();
     for (cid, _, entries) in metas {
         for (e, indexed) in entries {
-            if !*indexed || !by.dead.contains(&e.id) {
+            if *indexed && by.dead.contains(&e.id) {
+                named.push((e.id, goes(cid), e.base));
+            }
+        }
+    }
+    // The dead chunks that stay indexed, as an index rebuilt from the containers left names
+    // them: full copies first, then, a level per round, deltas on a chunk that stays (live,
+    // or dead and staying). A dead chunk whose copy goes stays at another copy that stays:
+    // a full one, else a delta on a chunk that stays. Deltas on a dead chunk that stays were
+    // left out before (strict campaign, seeds 1876358308 and 76153341; test
+    // `faults::a_dead_chunk_whose_kept_copy_is_a_delta_on_a_dead_indexed_base_stays_indexed`).
+    let mut stays: HashSet<ChunkId> = HashSet::new();
+    let mut rescued: CopiesNamed = HashMap::new();
+    loop {
+        let before = stays.len();
+        for (id, going, base) in &named {
+            if stays.contains(id) {
                 continue;
             }
-            match e.base {
-                _ if goes(cid) => match staying.get(&e.id) {
-                    Some(&(c, i, _)) => {
-                        rescued.insert(e.id, (c, i));
-                    }
-                    None => {
-                        leaving.insert(e.id);
-                    }
-                },
-                Some(base) if index.get(&base)?.is_none() => {
-                    leaving.insert(e.id);
+            let base_stays = |b: &ChunkId| by.live.contains(b) || stays.contains(b);
+            let stay = if !*going {
+                base.as_ref().is_none_or(base_stays)
+            } else {
+                let copies = staying.get(id).map(Vec::as_slice).unwrap_or_default();
+                let copy = copies.iter().find(|(_, _, b)| b.is_none()).or_else(|| {
+                    copies
+                        .iter()
+                        .find(|(_, _, b)| b.as_ref().is_some_and(base_stays))
+                });
+                if let Some(&(c, i, _)) = copy {
+                    rescued.insert(*id, (c, i));
                 }
-                Some(base) => kept_deltas.push((e.id, base)),
-                None => {}
+                copy.is_some()
+            };
+            if stay {
+                stays.insert(*id);
             }
         }
-    }
-    loop {
-        let before = leaving.len();
-        for (id, base) in &kept_deltas {
-            if leaving.contains(base) {
-                leaving.insert(*id);
-            }
-        }
-        if leaving.len() == before {
-            return Ok((leaving, rescued));
+        if stays.len() == before {
+            break;
         }
     }
+    // A dead delta whose base the index does not name is not in `stays`: it leaves.
+    let leaving = named
+        .iter()
+        .map(|(id, _, _)| *id)
+        .filter(|id| !stays.contains(id))
+        .collect();
+    (leaving, rescued)
 }
 
 /// Inversed deltas (LoopDelta §4.5, GC as §4.6) that become the copy of their chunk S, so
