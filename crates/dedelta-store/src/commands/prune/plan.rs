@@ -229,7 +229,8 @@ pub(super) fn plan(
             live: &live,
             damage: &damage,
         },
-    );
+        &index,
+    )?;
     let mut promoted = promoted;
     promoted.extend(rescued);
     // Containers kept whose indexed entries leave the index (dead deltas on a base that
@@ -295,7 +296,8 @@ struct Leaving<'a> {
 fn leaving_the_index(
     metas: &[ContainerEntries],
     by: &Leaving<'_>,
-) -> (HashSet<ChunkId>, CopiesNamed) {
+    index: &crate::client::index::IndexReader,
+) -> Result<(HashSet<ChunkId>, CopiesNamed)> {
     let goes = |cid: &ContainerId| by.deleted.contains(cid) || by.rewrite.contains(cid);
     // The copies that stay, of dead chunks, that an index rebuilt might name: each with its
     // base if it is a delta.
@@ -328,13 +330,29 @@ fn leaving_the_index(
     // `faults::a_dead_chunk_whose_kept_copy_is_a_delta_on_a_dead_indexed_base_stays_indexed`).
     let mut stays: HashSet<ChunkId> = HashSet::new();
     let mut rescued: CopiesNamed = HashMap::new();
+    // The other bases of dead copies, each once: indexed (and not a dead chunk named above,
+    // whose fate the loop decides), they stay.
+    let dead_named: HashSet<ChunkId> = named.iter().map(|(id, _, _)| *id).collect();
+    let mut others_indexed: HashSet<ChunkId> = HashSet::new();
+    let bases = named
+        .iter()
+        .filter_map(|(_, _, b)| *b)
+        .chain(staying.values().flatten().filter_map(|(_, _, b)| *b));
+    for b in bases {
+        let other = !dead_named.contains(&b) && !by.live.contains(&b);
+        if other && !others_indexed.contains(&b) && index.get(&b)?.is_some() {
+            others_indexed.insert(b);
+        }
+    }
     loop {
         let before = stays.len();
         for (id, going, base) in &named {
             if stays.contains(id) {
                 continue;
             }
-            let base_stays = |b: &ChunkId| by.live.contains(b) || stays.contains(b);
+            let base_stays = |b: &ChunkId| {
+                by.live.contains(b) || stays.contains(b) || others_indexed.contains(b)
+            };
             let stay = if !*going {
                 base.as_ref().is_none_or(base_stays)
             } else {
@@ -363,7 +381,7 @@ fn leaving_the_index(
         .map(|(id, _, _)| *id)
         .filter(|id| !stays.contains(id))
         .collect();
-    (leaving, rescued)
+    Ok((leaving, rescued))
 }
 
 /// Inversed deltas (LoopDelta §4.5, GC as §4.6) that become the copy of their chunk S, so
