@@ -477,16 +477,7 @@ fn the_bases_of_duplicate_deltas_are_noted_beside_them() {
 fn the_local_base_cache_flags_the_chunks_stored_in_full() {
     use dedelta_store::client::local_cache::CacheIndex;
     let tmp = tempfile::tempdir().unwrap();
-    let delta = DeltaConfig {
-        sketch: None,
-        dupadj: true,
-        max_depth: 2,
-        ..DeltaConfig::default()
-    };
-    let mut cfg = config(1, delta);
-    cfg.chunker.kind = ChunkerKind::Fixed;
-    let chunk = cfg.chunker.params.avg_size;
-    let repo = init_repo(&tmp.path().join("repo"), cfg);
+    let (repo, chunk) = dupadj_only_fixed_at_depth(tmp.path(), 2);
     let cache = tmp.path().join("cache");
     let index = cache.join(&repo.config().id).join("bases.idx");
     let src = tmp.path().join("src");
@@ -591,9 +582,15 @@ fn local_base_cache_serves_bases_and_changes_nothing_stored() {
 /// byte edits move no boundary and a walk pairs each changed chunk with its old version);
 /// returns it and the chunk size.
 pub(crate) fn dupadj_only_fixed(dir: &Path) -> (IndexedRepository, usize) {
+    dupadj_only_fixed_at_depth(dir, DeltaConfig::default().max_depth)
+}
+
+/// [`dupadj_only_fixed`] with delta chains up to `max_depth` deep.
+fn dupadj_only_fixed_at_depth(dir: &Path, max_depth: u8) -> (IndexedRepository, usize) {
     let delta = DeltaConfig {
         sketch: None,
         dupadj: true,
+        max_depth,
         ..DeltaConfig::default()
     };
     let mut cfg = config(1, delta);

@@ -16,8 +16,8 @@
 
 use crate::support::{
     backup_files, backup_files_with, backup_options, backup_with, config, container_of_first_chunk,
-    files_restored, forget_ids, gone, locked, loopdelta_delta, me, noise, prune_with, read_files,
-    restore_to, run_check, text, time_of, versioned_text, write_files, Files,
+    files, files_restored, forget_ids, gone, locked, loopdelta_delta, me, noise, prune_with,
+    read_files, restore_to, run_check, text, time_of, versioned_text, write_files, Files,
 };
 use dedelta_store::backend::local::LocalBackend;
 use dedelta_store::backend::memory::MemoryBackend;
@@ -1648,6 +1648,24 @@ fn rebuilt_index_keeps_a_live_delta_copy_of_a_chunk_with_a_dead_one() {
     }
 }
 
+/// The chunks of the files whose path ends with `name` in snapshot `id`.
+fn chunks_of_file(
+    repo: &IndexedRepository,
+    id: &dedelta_store::format::snapshot::SnapshotId,
+    name: &[u8],
+) -> std::collections::HashSet<dedelta_core::ChunkId> {
+    let (_, snap) = snapshots::load(repo.backend().as_ref(), &id.to_hex()).unwrap();
+    let mut ids = std::collections::HashSet::new();
+    dedelta_store::read::walk_tree(repo, &snap, |node, chunks| {
+        if node.path.ends_with(name) {
+            ids.extend(chunks.iter().map(|c| c.id));
+        }
+        Ok(())
+    })
+    .unwrap();
+    ids
+}
+
 /// Found by the strict campaign (seed 199436801, step 230): a dead chunk whose indexed copy
 /// goes with its container, but which has another copy in a container prune keeps (here made
 /// by taking the chunk out of the index, so that a later backup stores it again; in the
@@ -1662,37 +1680,32 @@ fn a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed() {
         let x = noise(6_000, 1);
         let y = noise(6_000, 2);
         let z = noise(6_000, 3);
-        let files = |named: &[(&str, &Vec<u8>)]| -> Files {
-            named
-                .iter()
-                .map(|(n, d)| (n.to_string(), (*d).clone()))
-                .collect()
-        };
         // S1 stores X and Y in one container (K).
-        let s1 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("y", &y)]), 1, &me())
-            .unwrap()
-            .snapshot_id;
+        let s1 = backup_files(
+            &repo,
+            &t.src(),
+            &files([("x", x.clone()), ("y", y.clone())]),
+            1,
+            &me(),
+        )
+        .unwrap()
+        .snapshot_id;
         // X leaves this index, so S2 stores it again beside Z (container C), where the index
         // names it from then on; K keeps a copy the index does not name.
-        let x_ids: std::collections::HashSet<_> = {
-            let (_, snap) = snapshots::load(repo.backend().as_ref(), &s1.to_hex()).unwrap();
-            let mut ids = std::collections::HashSet::new();
-            dedelta_store::read::walk_tree(&repo, &snap, |node, chunks| {
-                if node.path.ends_with(b"x") {
-                    ids.extend(chunks.iter().map(|c| c.id));
-                }
-                Ok(())
-            })
-            .unwrap();
-            ids
-        };
+        let x_ids = chunks_of_file(&repo, &s1, b"x");
         assert!(!x_ids.is_empty());
         repo.index().remove_chunks(&x_ids).unwrap();
-        let s2 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("z", &z)]), 2, &me())
-            .unwrap()
-            .snapshot_id;
+        let s2 = backup_files(
+            &repo,
+            &t.src(),
+            &files([("x", x.clone()), ("z", z.clone())]),
+            2,
+            &me(),
+        )
+        .unwrap()
+        .snapshot_id;
         // S3 keeps Y (and so K) alive; S1 and S2 go, and with them X and Z.
-        let s3 = backup_files(&repo, &t.src(), &files(&[("y", &y)]), 3, &me())
+        let s3 = backup_files(&repo, &t.src(), &files([("y", y.clone())]), 3, &me())
             .unwrap()
             .snapshot_id;
         locked(&repo, &me(), |lock| {
@@ -1711,7 +1724,7 @@ fn a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed() {
             );
         }
         let mut model = Model::new();
-        model.insert(s3.to_hex(), files(&[("y", &y)]));
+        model.insert(s3.to_hex(), files([("y", y.clone())]));
         assert_consistent(&repo, &model, &t, &when);
         // A backup of X deduplicates against the copy kept, and restores.
         let where_x = |repo: &IndexedRepository| -> Vec<_> {
@@ -1721,9 +1734,19 @@ fn a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed() {
                 .collect()
         };
         let before = where_x(&repo);
-        let s4 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("y", &y)]), 4, &me()).unwrap();
+        let s4 = backup_files(
+            &repo,
+            &t.src(),
+            &files([("x", x.clone()), ("y", y.clone())]),
+            4,
+            &me(),
+        )
+        .unwrap();
         assert_eq!(where_x(&repo), before, "{when}: X stored again");
-        model.insert(s4.snapshot_id.to_hex(), files(&[("x", &x), ("y", &y)]));
+        model.insert(
+            s4.snapshot_id.to_hex(),
+            files([("x", x.clone()), ("y", y.clone())]),
+        );
         assert_consistent(&repo, &model, &t, &when);
     }
 }
@@ -1744,43 +1767,49 @@ fn a_dead_chunk_whose_kept_copy_is_a_delta_on_a_dead_indexed_base_stays_indexed(
             x[i] = b'#';
         }
         let (y, y2, z) = (noise(6_000, 2), noise(6_000, 3), noise(6_000, 4));
-        let files = |named: &[(&str, &Vec<u8>)]| -> Files {
-            named
-                .iter()
-                .map(|(n, d)| (n.to_string(), (*d).clone()))
-                .collect()
-        };
-        let chunks_of = |id: &dedelta_store::format::snapshot::SnapshotId, name: &[u8]| {
-            let (_, snap) = snapshots::load(repo.backend().as_ref(), &id.to_hex()).unwrap();
-            let mut ids = std::collections::HashSet::new();
-            dedelta_store::read::walk_tree(&repo, &snap, |node, chunks| {
-                if node.path.ends_with(name) {
-                    ids.extend(chunks.iter().map(|c| c.id));
-                }
-                Ok(())
-            })
-            .unwrap();
-            ids
-        };
         // S0 stores B beside Y (container K0); S1 stores X, deltas on B, beside Y2 (K1).
-        let s0 = backup_files(&repo, &t.src(), &files(&[("b", &b), ("y", &y)]), 1, &me())
-            .unwrap()
-            .snapshot_id;
-        let s1 =
-            backup_files(&repo, &t.src(), &files(&[("x", &x), ("y2", &y2)]), 2, &me()).unwrap();
+        let s0 = backup_files(
+            &repo,
+            &t.src(),
+            &files([("b", b.clone()), ("y", y.clone())]),
+            1,
+            &me(),
+        )
+        .unwrap()
+        .snapshot_id;
+        let s1 = backup_files(
+            &repo,
+            &t.src(),
+            &files([("x", x.clone()), ("y2", y2.clone())]),
+            2,
+            &me(),
+        )
+        .unwrap();
         assert!(s1.summary.delta_chunks > 0, "{:?}", s1.summary);
         let s1 = s1.snapshot_id;
         // X leaves this index, so S2 stores it again beside Z (container C), where the index
         // names it from then on; K1 keeps the delta copies the index does not name.
-        let x_ids = chunks_of(&s1, b"x");
+        let x_ids = chunks_of_file(&repo, &s1, b"x");
         repo.index().remove_chunks(&x_ids).unwrap();
-        let s2 = backup_files(&repo, &t.src(), &files(&[("x", &x), ("z", &z)]), 3, &me())
-            .unwrap()
-            .snapshot_id;
+        let s2 = backup_files(
+            &repo,
+            &t.src(),
+            &files([("x", x.clone()), ("z", z.clone())]),
+            3,
+            &me(),
+        )
+        .unwrap()
+        .snapshot_id;
         // S3 keeps Y and Y2 (and so K0 and K1) alive; B, X and Z die.
-        let s3 = backup_files(&repo, &t.src(), &files(&[("y", &y), ("y2", &y2)]), 4, &me())
-            .unwrap()
-            .snapshot_id;
+        let s3 = backup_files(
+            &repo,
+            &t.src(),
+            &files([("y", y.clone()), ("y2", y2.clone())]),
+            4,
+            &me(),
+        )
+        .unwrap()
+        .snapshot_id;
         locked(&repo, &me(), |lock| {
             forget_ids(&repo, lock, &[s0.to_hex(), s1.to_hex(), s2.to_hex()])
         })
@@ -1790,7 +1819,7 @@ fn a_dead_chunk_whose_kept_copy_is_a_delta_on_a_dead_indexed_base_stays_indexed(
         let when = format!("{store:?}: after the prune");
         assert_index_as_rebuilt(&t, &repo, &when);
         let mut model = Model::new();
-        model.insert(s3.to_hex(), files(&[("y", &y), ("y2", &y2)]));
+        model.insert(s3.to_hex(), files([("y", y.clone()), ("y2", y2.clone())]));
         assert_consistent(&repo, &model, &t, &when);
     }
 }
