@@ -15,6 +15,7 @@
 //! ends.
 
 use super::base_cache::BaseCache;
+pub use super::cache_save::LocalCacheSave;
 use super::prefetch::PrefetchedBases;
 use crate::client::local_cache::{self, LocalBaseCache};
 use crate::error::{Error, Result};
@@ -62,44 +63,6 @@ pub struct Base {
     pub bytes: Bytes,
     /// Its depth: a delta against it has depth `depth + 1`.
     pub depth: u8,
-}
-
-/// The local base cache being written on a thread of its own (see
-/// [`BaseFetcher::save_local_cache`]). Dropping it waits for the thread: a backup that
-/// failed must not leave it writing while the next backup of the same process opens the
-/// cache.
-pub struct LocalCacheSave(SaveState);
-
-enum SaveState {
-    /// Nothing to write (no local cache), or done with this outcome.
-    Done(Option<String>),
-    /// Being written.
-    Running(std::thread::JoinHandle<Option<String>>),
-}
-
-impl LocalCacheSave {
-    /// No save: nothing to write, or one that ended with this outcome.
-    pub fn done(why: Option<String>) -> Self {
-        LocalCacheSave(SaveState::Done(why))
-    }
-
-    /// Waits for the save; returns why the cache could not be written, if so.
-    pub fn wait(mut self) -> Option<String> {
-        match std::mem::replace(&mut self.0, SaveState::Done(None)) {
-            SaveState::Done(why) => why,
-            SaveState::Running(h) => h
-                .join()
-                .unwrap_or_else(|_| Some("local base cache not saved: its thread panicked".into())),
-        }
-    }
-}
-
-impl Drop for LocalCacheSave {
-    fn drop(&mut self) {
-        if let SaveState::Running(h) = std::mem::replace(&mut self.0, SaveState::Done(None)) {
-            let _ = h.join();
-        }
-    }
 }
 
 /// A reader for a backup's delta bases (and, before, its parent tree): metadata read whole,
@@ -442,19 +405,13 @@ impl<'a> BaseFetcher<'a> {
             .collect();
         let old = self.local.take();
         let current = std::mem::take(&mut self.current);
-        let spawned = std::thread::Builder::new()
-            .name("dedelta-base-cache".into())
-            .spawn(move || {
-                LocalBaseCache::save_preferring(&path, fresh, old.as_ref(), budget, |id| {
-                    current.contains(id)
-                })
-                .err()
-                .map(|e| e.to_string())
-            });
-        match spawned {
-            Ok(handle) => LocalCacheSave(SaveState::Running(handle)),
-            Err(e) => LocalCacheSave::done(Some(format!("local base cache not saved: {e}"))),
-        }
+        LocalCacheSave::spawn(move || {
+            LocalBaseCache::save_preferring(&path, fresh, old.as_ref(), budget, |id| {
+                current.contains(id)
+            })
+            .err()
+            .map(|e| e.to_string())
+        })
     }
 
     /// Keeps a new chunk of this backup (a delta of `depth`, or 0 if stored in full) as a

@@ -58,6 +58,7 @@
 mod base_ahead;
 mod base_cache;
 pub mod bases;
+mod cache_save;
 pub mod caf;
 mod chunk;
 pub mod dedup;
