@@ -1677,37 +1677,20 @@ fn a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed() {
     for store in [Store::Memory, Store::Sealed] {
         let t = Trial::new(store, None, None);
         let repo = t.open().unwrap();
+        let back_up = |files: Files, n| backup_files(&repo, &t.src(), &files, n, &me()).unwrap();
         let x = noise(6_000, 1);
         let y = noise(6_000, 2);
         let z = noise(6_000, 3);
         // S1 stores X and Y in one container (K).
-        let s1 = backup_files(
-            &repo,
-            &t.src(),
-            &files([("x", x.clone()), ("y", y.clone())]),
-            1,
-            &me(),
-        )
-        .unwrap()
-        .snapshot_id;
+        let s1 = back_up(files([("x", x.clone()), ("y", y.clone())]), 1).snapshot_id;
         // X leaves this index, so S2 stores it again beside Z (container C), where the index
         // names it from then on; K keeps a copy the index does not name.
         let x_ids = chunks_of_file(&repo, &s1, b"x");
         assert!(!x_ids.is_empty());
         repo.index().remove_chunks(&x_ids).unwrap();
-        let s2 = backup_files(
-            &repo,
-            &t.src(),
-            &files([("x", x.clone()), ("z", z.clone())]),
-            2,
-            &me(),
-        )
-        .unwrap()
-        .snapshot_id;
+        let s2 = back_up(files([("x", x.clone()), ("z", z.clone())]), 2).snapshot_id;
         // S3 keeps Y (and so K) alive; S1 and S2 go, and with them X and Z.
-        let s3 = backup_files(&repo, &t.src(), &files([("y", y.clone())]), 3, &me())
-            .unwrap()
-            .snapshot_id;
+        let s3 = back_up(files([("y", y.clone())]), 3).snapshot_id;
         locked(&repo, &me(), |lock| {
             forget_ids(&repo, lock, &[s1.to_hex(), s2.to_hex()])
         })
@@ -1734,14 +1717,7 @@ fn a_dead_chunk_with_a_copy_in_a_container_kept_stays_indexed() {
                 .collect()
         };
         let before = where_x(&repo);
-        let s4 = backup_files(
-            &repo,
-            &t.src(),
-            &files([("x", x.clone()), ("y", y.clone())]),
-            4,
-            &me(),
-        )
-        .unwrap();
+        let s4 = back_up(files([("x", x.clone()), ("y", y.clone())]), 4);
         assert_eq!(where_x(&repo), before, "{when}: X stored again");
         model.insert(
             s4.snapshot_id.to_hex(),
@@ -1761,6 +1737,7 @@ fn a_dead_chunk_whose_kept_copy_is_a_delta_on_a_dead_indexed_base_stays_indexed(
     for store in [Store::Memory, Store::Sealed] {
         let t = Trial::new(store, None, None);
         let repo = t.open().unwrap();
+        let back_up = |files: Files, n| backup_files(&repo, &t.src(), &files, n, &me()).unwrap();
         let b = text(12_000, 1);
         let mut x = b.clone();
         for i in (500..x.len()).step_by(2_000) {
@@ -1768,48 +1745,17 @@ fn a_dead_chunk_whose_kept_copy_is_a_delta_on_a_dead_indexed_base_stays_indexed(
         }
         let (y, y2, z) = (noise(6_000, 2), noise(6_000, 3), noise(6_000, 4));
         // S0 stores B beside Y (container K0); S1 stores X, deltas on B, beside Y2 (K1).
-        let s0 = backup_files(
-            &repo,
-            &t.src(),
-            &files([("b", b.clone()), ("y", y.clone())]),
-            1,
-            &me(),
-        )
-        .unwrap()
-        .snapshot_id;
-        let s1 = backup_files(
-            &repo,
-            &t.src(),
-            &files([("x", x.clone()), ("y2", y2.clone())]),
-            2,
-            &me(),
-        )
-        .unwrap();
+        let s0 = back_up(files([("b", b.clone()), ("y", y.clone())]), 1).snapshot_id;
+        let s1 = back_up(files([("x", x.clone()), ("y2", y2.clone())]), 2);
         assert!(s1.summary.delta_chunks > 0, "{:?}", s1.summary);
         let s1 = s1.snapshot_id;
         // X leaves this index, so S2 stores it again beside Z (container C), where the index
         // names it from then on; K1 keeps the delta copies the index does not name.
         let x_ids = chunks_of_file(&repo, &s1, b"x");
         repo.index().remove_chunks(&x_ids).unwrap();
-        let s2 = backup_files(
-            &repo,
-            &t.src(),
-            &files([("x", x.clone()), ("z", z.clone())]),
-            3,
-            &me(),
-        )
-        .unwrap()
-        .snapshot_id;
+        let s2 = back_up(files([("x", x.clone()), ("z", z.clone())]), 3).snapshot_id;
         // S3 keeps Y and Y2 (and so K0 and K1) alive; B, X and Z die.
-        let s3 = backup_files(
-            &repo,
-            &t.src(),
-            &files([("y", y.clone()), ("y2", y2.clone())]),
-            4,
-            &me(),
-        )
-        .unwrap()
-        .snapshot_id;
+        let s3 = back_up(files([("y", y.clone()), ("y2", y2.clone())]), 4).snapshot_id;
         locked(&repo, &me(), |lock| {
             forget_ids(&repo, lock, &[s0.to_hex(), s1.to_hex(), s2.to_hex()])
         })
