@@ -315,8 +315,8 @@ impl<'a> DeltaStage<'a> {
 
     /// Reads bases from the local base cache in directory `path` (see
     /// [`BaseFetcher::use_local_cache`]).
-    pub fn use_local_cache(&mut self, path: PathBuf) -> Option<String> {
-        self.bases.use_local_cache(path)
+    pub fn use_local_cache(&mut self, path: PathBuf, depths: bool) -> Option<String> {
+        self.bases.use_local_cache(path, depths)
     }
 
     /// Updates the local base cache (see [`BaseFetcher::save_local_cache`]).

@@ -478,7 +478,7 @@ fn run(
     });
 
     notices.extend(dedup_out.notices);
-    let cache_save = dedup_out.cache_save;
+    let mut cache_save = dedup_out.cache_save;
     let mut summary = dedup_out.summary;
     summary.files = walked.files;
     summary.dirs = walked.dirs;
@@ -547,6 +547,8 @@ fn run(
         Err(_) => notices.push("the chunk index's update panicked".into()),
     }
     let snapshot_id = saved?;
+    // The local base cache may now record the delta depths of this backup's chunks.
+    cache_save.committed();
     let mut metrics = BackupMetrics {
         stage_seconds: times.seconds(),
         bases: dedup_out.base_counts,

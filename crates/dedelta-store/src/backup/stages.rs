@@ -84,7 +84,13 @@ pub(super) fn delta_stage<'a>(
     // LoopDelta's bases come from its prefetch cache only (no local base cache).
     if let (Some(root), None) = (&opts.cache_dir, prefetched) {
         match crate::client::cache::repo_dir(root, &repo.config().id) {
-            Ok(dir) => notices.extend(stage.use_local_cache(dir)),
+            Ok(dir) => {
+                // A backup that stores chunks again may change depths as it goes.
+                let stores_again = opts.rewriting.is_some()
+                    || opts.loopdelta.cache_aware_filter
+                    || opts.loopdelta.inversed_delta;
+                notices.extend(stage.use_local_cache(dir, !stores_again))
+            }
             Err(e) => notices.push(format!("{e}; no local base cache")),
         }
     }

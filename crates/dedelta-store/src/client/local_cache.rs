@@ -37,6 +37,7 @@
 //! being encoded against, after their check. Tried on 2026-11-24 (1 % of a backup's CPU); the
 //! campaign test caught restores failing on such deltas.
 
+use crate::client::index::LayoutMark;
 use bytes::Bytes;
 use dedelta_core::fingerprint::CHUNK_ID_LEN;
 use dedelta_core::BuildChunkIdHasher;
@@ -50,12 +51,16 @@ use xxhash_rust::xxh3::xxh3_64;
 
 /// Index file magic.
 pub const MAGIC: &[u8; 8] = b"DDBCACHE";
-/// Format version (3: an XXH3 per entry; 4: a flags byte per entry).
-pub const VERSION: u32 = 4;
-/// Magic, version, generation and entry count.
-const HEAD_LEN: usize = 24;
-/// Fingerprint, offset (u64), length (u32), XXH3-64 (u64) and flags (u8) of one entry.
-const ENTRY_LEN: usize = CHUNK_ID_LEN + 21;
+/// Format version (3: an XXH3 per entry; 4: a flags byte per entry; 5: the index's layout
+/// mark and a delta depth per entry).
+pub const VERSION: u32 = 5;
+/// Magic, version, generation, entry count and the layout mark (three u64).
+const HEAD_LEN: usize = 48;
+/// Fingerprint, offset (u64), length (u32), XXH3-64 (u64), flags (u8) and depth (u8) of one
+/// entry.
+const ENTRY_LEN: usize = CHUNK_ID_LEN + 22;
+/// Depth byte of an entry whose depth is not known.
+const DEPTH_UNKNOWN: u8 = 0xff;
 /// Entry flag: the chunk was stored in full when the entry was written (see [`Extent::full`]).
 const FLAG_FULL: u8 = 1;
 /// Default size budget of the live entries. With delta chains a version's candidates are the
@@ -111,6 +116,10 @@ pub struct Extent {
     /// entries a save keeps (see [`LocalBaseCache::save_preferring`]), never used for a
     /// delta's depth.
     pub full: bool,
+    /// The delta depth of the chunk's indexed copy when the entry was written (0: stored in
+    /// full), valid while the index keeps the layout of [`CacheIndex::mark`]; `None` if not
+    /// known.
+    pub depth: Option<u8>,
 }
 
 /// A decoded index file.
@@ -118,6 +127,10 @@ pub struct Extent {
 pub struct CacheIndex {
     /// Names the data file, `bases.<generation as 16 hex digits>`.
     pub generation: u64,
+    /// The index layout the entries' depths hold under (see [`LayoutMark`]): taken at the
+    /// start of the backup that wrote the cache, which wrote depths only once its snapshot
+    /// and index were committed.
+    pub mark: LayoutMark,
     /// The entries, in the order stored (most recently useful first).
     pub entries: Vec<(ChunkId, Extent)>,
 }
@@ -140,6 +153,11 @@ impl CacheIndex {
         }
         let generation = u64_at(12);
         let count = u32_at(20) as usize;
+        let mark = LayoutMark {
+            slots: u64_at(24),
+            slots_hash: u64_at(32),
+            superseded_hash: u64_at(40),
+        };
         let entry_bytes = bytes.len() - HEAD_LEN - 4;
         if entry_bytes / ENTRY_LEN != count || !entry_bytes.is_multiple_of(ENTRY_LEN) {
             return Err(format!(
@@ -162,6 +180,14 @@ impl CacheIndex {
                 FLAG_FULL => true,
                 other => return Err(format!("entry flags {other:#04x} are not defined")),
             };
+            let depth = match e[53] {
+                DEPTH_UNKNOWN => None,
+                d if d <= crate::format::config::MAX_DELTA_DEPTH => Some(d),
+                other => return Err(format!("entry depth {other} is beyond any chain")),
+            };
+            if full && depth.is_some_and(|d| d != 0) {
+                return Err("an entry stored in full has a delta depth".into());
+            }
             if offset.checked_add(u64::from(len)).is_none() {
                 return Err(format!("entry at offset {offset} overflows"));
             }
@@ -172,11 +198,13 @@ impl CacheIndex {
                     len,
                     xxh3,
                     full,
+                    depth,
                 },
             ));
         }
         Ok(CacheIndex {
             generation,
+            mark,
             entries,
         })
     }
@@ -188,12 +216,20 @@ impl CacheIndex {
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.extend_from_slice(&self.generation.to_le_bytes());
         b.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for v in [
+            self.mark.slots,
+            self.mark.slots_hash,
+            self.mark.superseded_hash,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
         for (id, x) in &self.entries {
             b.extend_from_slice(id.as_bytes());
             b.extend_from_slice(&x.offset.to_le_bytes());
             b.extend_from_slice(&x.len.to_le_bytes());
             b.extend_from_slice(&x.xxh3.to_le_bytes());
             b.push(if x.full { FLAG_FULL } else { 0 });
+            b.push(x.depth.unwrap_or(DEPTH_UNKNOWN));
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -226,6 +262,8 @@ fn data_file_name(generation: u64) -> String {
 /// An open cache: its index and mapped data file.
 pub struct LocalBaseCache {
     generation: u64,
+    /// The layout the entries' depths hold under.
+    mark: LayoutMark,
     /// The data file as long as it was when opened (every entry lies within it).
     data: Bytes,
     entries: HashMap<ChunkId, Extent, BuildChunkIdHasher>,
@@ -269,6 +307,7 @@ impl LocalBaseCache {
         };
         Ok(Some(LocalBaseCache {
             generation: index.generation,
+            mark: index.mark,
             data,
             entries: index.entries.into_iter().collect(),
         }))
@@ -282,6 +321,24 @@ impl LocalBaseCache {
     /// Whether no entry is held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The index layout under which the entries' depths hold.
+    pub fn mark(&self) -> LayoutMark {
+        self.mark
+    }
+
+    /// Forgets every entry's depth: the index no longer keeps the layout they hold under
+    /// (see [`LayoutMark`]).
+    pub fn forget_depths(&mut self) {
+        for x in self.entries.values_mut() {
+            x.depth = None;
+        }
+    }
+
+    /// The recorded delta depth of `id`'s indexed copy, if known (see [`Extent::depth`]).
+    pub fn depth_of(&self, id: &ChunkId) -> Option<u8> {
+        self.entries.get(id)?.depth
     }
 
     /// Whether an entry for `id` is held (not yet checked against its XXH3).
@@ -324,8 +381,8 @@ impl LocalBaseCache {
         old: Option<&LocalBaseCache>,
         budget: usize,
     ) -> Result<(), CacheError> {
-        let fresh = fresh.into_iter().map(|(id, bytes)| (id, bytes, false));
-        Self::save_preferring(dir, fresh, old, budget, |_| false)
+        let fresh = fresh.into_iter().map(|(id, bytes)| (id, bytes, None));
+        Self::save_preferring(dir, fresh, old, budget, |_| false, || None)
     }
 
     /// [`Self::save`], taking first, of `old`'s other entries, those `current` names: the
@@ -335,7 +392,14 @@ impl LocalBaseCache {
     /// current: from the seventh of the 10 Redis dumps on, 679-851 bases a backup read back
     /// from the repository were such chunks (DupAdj candidates one to seven versions old).
     ///
-    /// Each `fresh` entry says whether its chunk is stored in full ([`Extent::full`]). After
+    /// Each `fresh` entry has its delta depth if known (0: stored in full, see
+    /// [`Extent::full`] and [`Extent::depth`]). Depths are written only under the layout
+    /// `mark` returns, which it is asked for once the data file is written: the backup's
+    /// mark from before it changed the index, given once its snapshot is committed (a backup
+    /// that failed gives `None`, and every depth is written unknown: its last containers may
+    /// never have been stored, and another copy of those chunks indexed later would have
+    /// other depths). Old entries keep the depths they have ([`Self::forget_depths`] when
+    /// the index no longer keeps their mark). After
     /// the current chunks come the old entries of chunks stored in full, then the others:
     /// chunks in full are the roots of every delta chain and the only chunks the sketch
     /// index names, so a chunk that DupAdj's base leaves in full (a delta above the
@@ -345,18 +409,19 @@ impl LocalBaseCache {
     /// whole region each, 0.2 s of a 0.7 s backup); kept first, 0-3.
     pub fn save_preferring(
         dir: &Path,
-        fresh: impl IntoIterator<Item = (ChunkId, Bytes, bool)>,
+        fresh: impl IntoIterator<Item = (ChunkId, Bytes, Option<u8>)>,
         old: Option<&LocalBaseCache>,
         budget: usize,
         current: impl Fn(&ChunkId) -> bool,
+        mark: impl FnOnce() -> Option<LayoutMark>,
     ) -> Result<(), CacheError> {
         /// Where a chosen entry's bytes come from.
         enum Source {
             New(Bytes),
             Old(Extent),
         }
-        // Each chosen entry with whether its chunk is stored in full.
-        let mut chosen: Vec<(ChunkId, Source, bool)> = Vec::new();
+        // Each chosen entry with whether its chunk is stored in full and its depth if known.
+        let mut chosen: Vec<(ChunkId, Source, bool, Option<u8>)> = Vec::new();
         let mut seen: HashSet<ChunkId, BuildChunkIdHasher> = HashSet::default();
         let mut used = 0usize;
         let mut added = 0u64;
@@ -364,7 +429,7 @@ impl LocalBaseCache {
             Source::New(b) => b.len(),
             Source::Old(x) => x.len as usize,
         };
-        for (id, bytes, full) in fresh {
+        for (id, bytes, depth) in fresh {
             let source = match old.and_then(|o| o.entries.get(&id)) {
                 Some(x) => Source::Old(*x),
                 None => Source::New(bytes),
@@ -377,7 +442,7 @@ impl LocalBaseCache {
                 if let Source::New(b) = &source {
                     added += b.len() as u64;
                 }
-                chosen.push((id, source, full));
+                chosen.push((id, source, depth == Some(0), depth));
             }
         }
         if let Some(old) = old {
@@ -397,7 +462,7 @@ impl LocalBaseCache {
                     break;
                 }
                 used += x.len as usize;
-                chosen.push((*id, Source::Old(*x), x.full));
+                chosen.push((*id, Source::Old(*x), x.full, x.depth));
             }
         }
         std::fs::create_dir_all(dir).map_err(|cause| CacheError::Io {
@@ -436,12 +501,12 @@ impl LocalBaseCache {
             };
             let mut w = BufWriter::with_capacity(1 << 20, file);
             let mut entries = Vec::with_capacity(chosen.len());
-            for (id, source, full) in &chosen {
-                let full = *full;
+            for (id, source, full, depth) in &chosen {
+                let (full, depth) = (*full, *depth);
                 let bytes = match source {
                     // Already in the data file being appended to.
                     Source::Old(x) if append.is_some() => {
-                        entries.push((*id, Extent { full, ..*x }));
+                        entries.push((*id, Extent { full, depth, ..*x }));
                         continue;
                     }
                     Source::Old(x) => old.expect("old entries come from old").slice(*x),
@@ -460,6 +525,7 @@ impl LocalBaseCache {
                         len,
                         xxh3,
                         full,
+                        depth,
                     },
                 ));
                 offset += u64::from(len);
@@ -470,12 +536,20 @@ impl LocalBaseCache {
             }
             Ok(entries)
         };
+        let mut entries = write_data().map_err(|e| {
+            let _ = std::fs::remove_file(&new_data_tmp);
+            io(&data_path)(e)
+        })?;
+        let mark = mark();
+        if mark.is_none() {
+            for (_, x) in &mut entries {
+                x.depth = None;
+            }
+        }
         let index = CacheIndex {
             generation,
-            entries: write_data().map_err(|e| {
-                let _ = std::fs::remove_file(&new_data_tmp);
-                io(&data_path)(e)
-            })?,
+            mark: mark.unwrap_or_default(),
+            entries,
         };
 
         let index_path = dir.join(INDEX_FILE);

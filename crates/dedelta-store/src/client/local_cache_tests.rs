@@ -1,6 +1,7 @@
 //! Tests of the local base cache.
 
 use super::*;
+use crate::format::config::MAX_DELTA_DEPTH;
 
 fn entry(n: u8, len: usize) -> (ChunkId, Bytes) {
     let bytes = vec![n; len];
@@ -67,8 +68,9 @@ fn current_chunks_are_kept_before_other_old_entries() {
     LocalBaseCache::save(dir, [a.clone(), b.clone(), c.clone()], None, 1000).unwrap();
     let old = LocalBaseCache::open(dir).unwrap().unwrap();
     // Room for d and two old entries: c (current, last in the file) and then a.
-    let d_fresh = [(d.0, d.1.clone(), false)];
-    LocalBaseCache::save_preferring(dir, d_fresh, Some(&old), 300, |id| *id == c.0).unwrap();
+    let d_fresh = [(d.0, d.1.clone(), None)];
+    LocalBaseCache::save_preferring(dir, d_fresh, Some(&old), 300, |id| *id == c.0, || None)
+        .unwrap();
     let mut next = LocalBaseCache::open(dir).unwrap().unwrap();
     assert_eq!(next.len(), 3);
     for kept in [&d, &c, &a] {
@@ -91,14 +93,22 @@ fn chunks_stored_in_full_are_kept_before_other_old_entries() {
         entry(4, 100),
         entry(5, 100),
     );
-    let with = |(id, bytes): &(ChunkId, Bytes), full| (*id, bytes.clone(), full);
+    let with =
+        |(id, bytes): &(ChunkId, Bytes), full: bool| (*id, bytes.clone(), Some(u8::from(!full)));
     // a and b are deltas, c in full, in that file order.
     let first = [with(&a, false), with(&b, false), with(&c, true)];
-    LocalBaseCache::save_preferring(dir, first, None, 1000, |_| false).unwrap();
+    LocalBaseCache::save_preferring(dir, first, None, 1000, |_| false, || None).unwrap();
     let old = LocalBaseCache::open(dir).unwrap().unwrap();
     // Room for d and two old entries: b (current), then c (in full) before a.
-    LocalBaseCache::save_preferring(dir, [with(&d, false)], Some(&old), 300, |id| *id == b.0)
-        .unwrap();
+    LocalBaseCache::save_preferring(
+        dir,
+        [with(&d, false)],
+        Some(&old),
+        300,
+        |id| *id == b.0,
+        || None,
+    )
+    .unwrap();
     let mut next = LocalBaseCache::open(dir).unwrap().unwrap();
     for kept in [&d, &b, &c] {
         assert_eq!(next.get(&kept.0).as_deref(), Some(&kept.1[..]));
@@ -107,11 +117,12 @@ fn chunks_stored_in_full_are_kept_before_other_old_entries() {
     assert!(next.entries[&c.0].full && !next.entries[&b.0].full);
     // A fresh entry's flag replaces the old one: d is now known to be stored in full ...
     let fresh = [with(&e, false), with(&d, true)];
-    LocalBaseCache::save_preferring(dir, fresh, Some(&next), 300, |_| false).unwrap();
+    LocalBaseCache::save_preferring(dir, fresh, Some(&next), 300, |_| false, || None).unwrap();
     let last = LocalBaseCache::open(dir).unwrap().unwrap();
     assert!(last.entries[&d.0].full);
     // ... and so is kept with c before e, which lies later in the file than both.
-    LocalBaseCache::save_preferring(dir, [with(&a, false)], Some(&last), 300, |_| false).unwrap();
+    LocalBaseCache::save_preferring(dir, [with(&a, false)], Some(&last), 300, |_| false, || None)
+        .unwrap();
     let mut kept = LocalBaseCache::open(dir).unwrap().unwrap();
     assert!(kept.get(&d.0).is_some() && kept.get(&c.0).is_some());
     assert!(kept.get(&b.0).is_none() && kept.get(&e.0).is_none());
@@ -200,22 +211,27 @@ fn damaged_files_are_rejected_or_their_entries_fail_their_fingerprint() {
 #[test]
 fn index_round_trips_and_decode_never_panics_on_short_or_lying_input() {
     let (a, _) = entry(1, 10);
+    let (b, _) = entry(2, 10);
+    let extent = |offset, full, depth| Extent {
+        offset,
+        len: 10,
+        xxh3: 77,
+        full,
+        depth,
+    };
     let index = CacheIndex {
         generation: 9,
-        entries: vec![(
-            a,
-            Extent {
-                offset: 5,
-                len: 10,
-                xxh3: 77,
-                full: true,
-            },
-        )],
+        mark: LayoutMark {
+            slots: 3,
+            slots_hash: 4,
+            superseded_hash: 5,
+        },
+        entries: vec![(a, extent(5, true, Some(0))), (b, extent(15, false, None))],
     };
     let bytes = index.encode();
     assert_eq!(CacheIndex::decode(&bytes).unwrap(), index);
-    assert!(index.check_within(15).is_ok());
-    assert!(index.check_within(14).is_err());
+    assert!(index.check_within(25).is_ok());
+    assert!(index.check_within(24).is_err());
     for n in 0..bytes.len() + 8 {
         let mut b = bytes.clone();
         b.resize(n, 0);
@@ -226,13 +242,73 @@ fn index_round_trips_and_decode_never_panics_on_short_or_lying_input() {
     let mut lying = bytes.clone();
     lying[20..24].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(CacheIndex::decode(&lying).is_err());
-    // A flags byte with an undefined bit (its CRC made right) is rejected.
-    let mut flags = bytes.clone();
-    let at = HEAD_LEN + ENTRY_LEN - 1;
-    flags[at] = 0x03;
-    let crc = crc32c::crc32c(&flags[..flags.len() - 4]);
-    let n = flags.len();
-    flags[n - 4..].copy_from_slice(&crc.to_le_bytes());
-    let err = CacheIndex::decode(&flags).unwrap_err();
+    // The first entry's byte `at` set to `value`, its CRC made right.
+    let altered = |at: usize, value: u8| {
+        let mut b = bytes.clone();
+        b[HEAD_LEN + at] = value;
+        let crc = crc32c::crc32c(&b[..b.len() - 4]);
+        let n = b.len();
+        b[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        CacheIndex::decode(&b)
+    };
+    // A flags byte with an undefined bit is rejected.
+    let err = altered(ENTRY_LEN - 2, 0x03).unwrap_err();
     assert!(err.contains("flags"), "{err}");
+    // So is a depth beyond any chain, and a delta depth on a chunk stored in full.
+    let err = altered(ENTRY_LEN - 1, MAX_DELTA_DEPTH + 1).unwrap_err();
+    assert!(err.contains("depth"), "{err}");
+    let err = altered(ENTRY_LEN - 1, 2).unwrap_err();
+    assert!(err.contains("in full"), "{err}");
+}
+
+/// Depths are written under the mark the save is given once the data is written, and only
+/// then: a save given no mark (a backup that did not commit) records none, and old entries
+/// keep theirs unless forgotten.
+#[test]
+fn depths_are_recorded_only_under_a_mark() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (a, b, c) = (entry(1, 100), entry(2, 100), entry(3, 100));
+    let mark = LayoutMark {
+        slots: 2,
+        slots_hash: 7,
+        superseded_hash: 8,
+    };
+    let fresh = |x: &(ChunkId, Bytes), d| (x.0, x.1.clone(), Some(d));
+    LocalBaseCache::save_preferring(
+        dir,
+        [fresh(&a, 0), fresh(&b, 3)],
+        None,
+        1000,
+        |_| false,
+        || Some(mark),
+    )
+    .unwrap();
+    let mut old = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert_eq!(old.mark(), mark);
+    assert_eq!((old.depth_of(&a.0), old.depth_of(&b.0)), (Some(0), Some(3)));
+    // Not committed: nothing recorded, though the data is saved and `a` is still flagged.
+    let save = |old: &LocalBaseCache, mark: Option<LayoutMark>| {
+        LocalBaseCache::save_preferring(dir, [fresh(&c, 1)], Some(old), 1000, |_| false, || mark)
+            .unwrap();
+        LocalBaseCache::open(dir).unwrap().unwrap()
+    };
+    let uncommitted = save(&old, None);
+    for x in [&a, &b, &c] {
+        assert_eq!(uncommitted.depth_of(&x.0), None);
+    }
+    assert!(uncommitted.entries[&a.0].full && uncommitted.contains(&c.0));
+    // Committed: the old entries keep theirs, the fresh one has its own.
+    let committed = save(&old, Some(mark));
+    assert_eq!(committed.depth_of(&b.0), Some(3));
+    assert_eq!(committed.depth_of(&c.0), Some(1));
+    // Forgotten (the index no longer keeps their mark): only the fresh one's is recorded.
+    old.forget_depths();
+    let forgotten = save(&old, Some(mark));
+    assert_eq!(
+        (forgotten.depth_of(&a.0), forgotten.depth_of(&b.0)),
+        (None, None)
+    );
+    assert_eq!(forgotten.depth_of(&c.0), Some(1));
+    assert!(forgotten.entries[&a.0].full);
 }

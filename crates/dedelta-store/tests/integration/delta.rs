@@ -505,6 +505,153 @@ fn the_local_base_cache_flags_the_chunks_stored_in_full() {
     assert_eq!(full, 2 * n, "{second:?}");
 }
 
+/// The depth of the indexed copy of `id`, down the copies the index names (0: in full).
+fn indexed_depth(repo: &IndexedRepository, mut id: ChunkId) -> u8 {
+    let mut depth = 0;
+    loop {
+        let at = repo.index().get(&id).unwrap().expect("indexed");
+        let meta = read_container_meta(repo.backend().as_ref(), &at.container.to_hex()).unwrap();
+        match meta.entries[at.entry as usize].kind {
+            EntryKind::Full => return depth,
+            EntryKind::Delta { base, .. } => (depth, id) = (depth + 1, base),
+        }
+    }
+}
+
+/// The local base cache records each entry's delta depth, so that the next backup does not
+/// walk its candidates down the index (issue 20), under the index layout of the backup that
+/// wrote it. Every depth it records is the depth of the copy the index names, also after
+/// another client stored chunks again in full (Capping, without this cache): the next
+/// backup sees that the index no longer names the same copies and forgets the old depths.
+#[test]
+fn the_local_base_cache_records_true_depths_until_copies_change() {
+    use dedelta_store::backup::rewrite::Capping;
+    use dedelta_store::client::local_cache::CacheIndex;
+    let tmp = tempfile::tempdir().unwrap();
+    let (repo, chunk) = dupadj_only_fixed_at_depth(tmp.path(), 4);
+    let cache = tmp.path().join("cache");
+    let index = cache.join(&repo.config().id).join("bases.idx");
+    let src = tmp.path().join("src");
+    let n = 8;
+    let mut data = text(2 * n * chunk, 5);
+    let recorded = || CacheIndex::decode(&fs::read(&index).unwrap()).unwrap();
+    let all_true = |what: &str| {
+        let entries = recorded().entries;
+        let depths: Vec<u8> = entries.iter().filter_map(|(_, x)| x.depth).collect();
+        for (id, x) in &entries {
+            if let Some(d) = x.depth {
+                assert_eq!(d, indexed_depth(&repo, *id), "{what}: {}", id.to_hex());
+            }
+        }
+        depths
+    };
+    // A quarter of the chunks change in every version: the unchanged ones outnumber them.
+    let mut edit = |v: u64| {
+        for i in 0..n / 2 {
+            data[i * chunk + 100 + v as usize] = b'#';
+        }
+        write_files(&src, &files([("f", data.clone())]));
+    };
+    for v in 0..3 {
+        edit(v);
+        run_backup_cached(&repo, &src, v, Some(&cache));
+    }
+    let depths = all_true("after three versions");
+    assert!(depths.iter().any(|&d| d >= 2), "{depths:?}");
+    // Another client backs the same version up again, Capping at one old container per
+    // segment (the whole file): it keeps the first version's, holding the unchanged chunks,
+    // and stores the changed ones, deltas two deep, again in full. The copies the index
+    // names change, and with them the depths of the chains through them.
+    let mark = recorded().mark;
+    let capped = locked(&repo, &me(), |lock| {
+        let mut opts = backup_options(vec![src.clone()], time_of(3));
+        opts.sources.force = true;
+        opts.rewriting = Some(Box::new(Capping {
+            segment_bytes: (4 * n * chunk) as u64,
+            level: 1,
+        }));
+        backup_with(&repo, lock, opts)
+    })
+    .unwrap();
+    assert!(capped.metrics.rewritten.chunks > 0);
+    assert!(!repo.index().layout_kept_since(&mark));
+    for v in 4..6 {
+        edit(v);
+        run_backup_cached(&repo, &src, v, Some(&cache));
+        all_true(&format!("version {v}"));
+    }
+}
+
+/// A backup crashed at any of its writes leaves the local base cache recording only true
+/// depths of chunks the index names: the save records depths only once the snapshot is
+/// committed. Before, the last containers of a crashed backup may never have been stored, and
+/// another copy of their chunks indexed later would have other depths.
+#[test]
+fn a_crashed_backup_records_no_depth_the_index_does_not_back() {
+    use dedelta_store::backend::memory::MemoryBackend;
+    use dedelta_store::backend::wrap::fault::{CrashEffect, FaultBackend, FaultPlan};
+    use dedelta_store::backend::Backend;
+    use dedelta_store::client::local_cache::CacheIndex;
+    use std::sync::Arc;
+    let (cfg, chunk) = dupadj_only_fixed_config(4);
+    let n = 8;
+    let mut crash_points = 0;
+    for effect in [CrashEffect::Lost, CrashEffect::Durable] {
+        for at in 0.. {
+            let tmp = tempfile::tempdir().unwrap();
+            let inner = Arc::new(MemoryBackend::default());
+            inner
+                .put(FileKind::Config, "config", &cfg.to_bytes())
+                .unwrap();
+            let fault = Arc::new(FaultBackend::new(inner));
+            let index = tmp.path().join("index").join("chunks.idx");
+            let open = || {
+                dedelta_store::Repository::open(fault.clone(), index.clone())
+                    .unwrap()
+                    .open_index()
+                    .unwrap()
+            };
+            let (cache, src) = (tmp.path().join("cache"), tmp.path().join("src"));
+            let mut data = text(2 * n * chunk, 5);
+            let mut edit = |v: u64| {
+                for i in 0..n {
+                    data[i * chunk + 100 + v as usize] = b'#';
+                }
+                write_files(&src, &files([("f", data.clone())]));
+            };
+            let repo = open();
+            for v in 0..2 {
+                edit(v);
+                run_backup_cached(&repo, &src, v, Some(&cache));
+            }
+            edit(2);
+            fault.arm(FaultPlan::crash(at, effect));
+            let crashed = locked(&repo, &me(), |lock| {
+                let mut opts = backup_options(vec![src.clone()], time_of(2));
+                opts.cache_dir = Some(cache.clone());
+                backup_with(&repo, lock, opts)
+            });
+            fault.disarm();
+            drop(repo);
+            if crashed.is_ok() {
+                break;
+            }
+            crash_points += 1;
+            let repo = open();
+            let bases = cache.join(&repo.config().id).join("bases.idx");
+            let recorded = CacheIndex::decode(&fs::read(bases).unwrap()).unwrap();
+            for (id, x) in recorded.entries {
+                if let Some(d) = x.depth {
+                    let when = format!("crash at write {at} {effect:?}: {}", id.to_hex());
+                    assert!(repo.index().get(&id).unwrap().is_some(), "{when}");
+                    assert_eq!(d, indexed_depth(&repo, id), "{when}");
+                }
+            }
+        }
+    }
+    assert!(crash_points >= 4, "{crash_points}");
+}
+
 /// Backs up versions 0..5 of the test tree twice, with and without a local base cache; the
 /// cache must serve bases and leave every stored byte as it was. A garbage cache file is a
 /// notice and is rebuilt; after everything is forgotten and pruned, cached bases that the
@@ -587,6 +734,12 @@ pub(crate) fn dupadj_only_fixed(dir: &Path) -> (IndexedRepository, usize) {
 
 /// [`dupadj_only_fixed`] with delta chains up to `max_depth` deep.
 fn dupadj_only_fixed_at_depth(dir: &Path, max_depth: u8) -> (IndexedRepository, usize) {
+    let (cfg, chunk) = dupadj_only_fixed_config(max_depth);
+    (init_repo(&dir.join("repo"), cfg), chunk)
+}
+
+/// The config of [`dupadj_only_fixed_at_depth`] and its chunk size.
+fn dupadj_only_fixed_config(max_depth: u8) -> (dedelta_store::format::config::RepoConfig, usize) {
     let delta = DeltaConfig {
         sketch: None,
         dupadj: true,
@@ -596,7 +749,7 @@ fn dupadj_only_fixed_at_depth(dir: &Path, max_depth: u8) -> (IndexedRepository, 
     let mut cfg = config(1, delta);
     cfg.chunker.kind = ChunkerKind::Fixed;
     let chunk = cfg.chunker.params.avg_size;
-    (init_repo(&dir.join("repo"), cfg), chunk)
+    (cfg, chunk)
 }
 
 /// DupAdj's backward walk crosses a block boundary (issue 15): every chunk of the first MiB

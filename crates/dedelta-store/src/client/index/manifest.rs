@@ -89,6 +89,23 @@ impl Slot {
     }
 }
 
+/// What the delta depths of the indexed chunks depend on: which copy of each chunk the index
+/// names. Taken at one time and compared later ([`Manifest::layout_kept_since`]): equal when
+/// the index only took in new containers since, so that every chunk then indexed is still
+/// indexed at the same copy, whose delta chain (a chain of copies) is the same. A prune, a
+/// rebuild, damage recorded, a container forgotten or a newer copy of an indexed chunk (a
+/// rewrite, a catch-up meeting two copies) all change it. The local base cache keeps the
+/// depths of its chunks under such a mark (`crate::client::local_cache`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LayoutMark {
+    /// Containers (slots) the index had.
+    pub slots: u64,
+    /// XXH3 of those slots: container, range and flags.
+    pub slots_hash: u64,
+    /// XXH3 of the superseded entry numbers.
+    pub superseded_hash: u64,
+}
+
 /// The manifest's contents.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Manifest {
@@ -241,6 +258,39 @@ impl Manifest {
         })
     }
 
+    /// The index's [`LayoutMark`] now.
+    pub fn layout_mark(&self) -> LayoutMark {
+        self.mark_over(self.slots.len())
+    }
+
+    /// Whether every chunk indexed when `mark` was taken is still indexed at the same copy:
+    /// its containers are still the first ones, unchanged (only containers were added since),
+    /// and no entry was superseded since.
+    pub fn layout_kept_since(&self, mark: &LayoutMark) -> bool {
+        usize::try_from(mark.slots)
+            .is_ok_and(|n| n <= self.slots.len() && self.mark_over(n) == *mark)
+    }
+
+    /// The mark over the first `n` slots.
+    fn mark_over(&self, n: usize) -> LayoutMark {
+        let mut slots = xxhash_rust::xxh3::Xxh3::new();
+        for s in &self.slots[..n] {
+            slots.update(&s.id.0);
+            slots.update(&s.first.to_le_bytes());
+            slots.update(&s.entries.to_le_bytes());
+            slots.update(&[s.flags()]);
+        }
+        let mut superseded = xxhash_rust::xxh3::Xxh3::new();
+        for e in &self.superseded {
+            superseded.update(&e.to_le_bytes());
+        }
+        LayoutMark {
+            slots: n as u64,
+            slots_hash: slots.digest(),
+            superseded_hash: superseded.digest(),
+        }
+    }
+
     /// Records that global entry numbers `numbers` are superseded (see [`Self::superseded`]).
     pub fn note_superseded(&mut self, numbers: impl IntoIterator<Item = u64>) {
         let before = self.superseded.len();
@@ -346,6 +396,45 @@ mod tests {
             ],
             superseded: vec![3, 12],
         }
+    }
+
+    /// The layout mark holds while containers are only added, and breaks with anything that
+    /// can give an indexed chunk another copy: a superseded entry, a container trimmed,
+    /// forgotten or gone, a range renumbered.
+    #[test]
+    fn the_layout_mark_holds_while_containers_are_only_added() {
+        let m = sample();
+        let mark = m.layout_mark();
+        assert!(m.layout_kept_since(&mark));
+        let mut added = m.clone();
+        added.slots.push(Slot {
+            id: ContainerId([3; 32]),
+            first: 30,
+            entries: 5,
+            known: true,
+            trimmed: false,
+            deltas_left_out: false,
+        });
+        assert!(added.layout_kept_since(&mark));
+        assert_ne!(added.layout_mark(), mark);
+        let changes: [fn(&mut Manifest); 6] = [
+            |m| m.note_superseded([20]),
+            |m| m.slots[0].trimmed = true,
+            |m| m.slots[0].known = false,
+            |m| m.slots[1].deltas_left_out = true,
+            |m| {
+                m.slots.remove(0);
+            },
+            |m| m.slots[1].first = 11,
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut changed = added.clone();
+            change(&mut changed);
+            assert!(!changed.layout_kept_since(&mark), "change {i}");
+        }
+        let mut shorter = m.clone();
+        shorter.slots.pop();
+        assert!(!shorter.layout_kept_since(&mark));
     }
 
     /// `m` encoded as a manifest of `version` 2 or 3 (no superseded list).

@@ -63,6 +63,7 @@ pub use filter::FingerprintFilter;
 use lock::hold_lock;
 #[cfg(test)]
 use lock::lock_path;
+pub use manifest::LayoutMark;
 use manifest::{Manifest, RunRecord, Slot};
 pub use private::PrivateIndex;
 pub use rebuild::{DeltaCopy, Rebuild};
@@ -469,6 +470,23 @@ impl ChunkIndex {
             .filter(|s| s.known)
             .map(|s| s.id)
             .collect())
+    }
+
+    /// Which copies the index names now (see [`LayoutMark`]).
+    pub fn layout_mark(&self) -> LayoutMark {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .layout_mark()
+    }
+
+    /// Whether every chunk indexed at `mark` is still indexed at the same copy (see
+    /// [`LayoutMark`]).
+    pub fn layout_kept_since(&self, mark: &LayoutMark) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .layout_kept_since(mark)
     }
 
     /// The digest of the damage records this index has applied (0 if none was stored).
