@@ -65,6 +65,7 @@ use dedelta_store::backend::wrap::fault::{
     ReadFault,
 };
 use dedelta_store::backend::{Backend, FileKind};
+use dedelta_store::client::local_cache::CacheIndex;
 use dedelta_store::commands::check::CheckReport;
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::repair_packs;
@@ -77,6 +78,7 @@ use dedelta_store::progress::NoProgress;
 use dedelta_store::read::walk_tree;
 use dedelta_store::repository::damage::DamageSet;
 use dedelta_store::repository::lock::{remove_locks, LockInfo, RepoLock};
+use dedelta_store::repository::read_container_meta;
 use dedelta_store::repository::snapshot_filter::SnapshotFilter;
 use dedelta_store::repository::snapshots;
 use dedelta_store::{Error, IndexedRepository, Repository};
@@ -493,6 +495,8 @@ struct World {
     /// The other client's index: each client keeps its own, and catches up with what the
     /// other did when it opens the repository (see `step_reopen`).
     other_index: PathBuf,
+    /// Client A's local caches (the base cache among them): its backups use them.
+    cache: PathBuf,
     fault: Arc<FaultBackend>,
     repo: Option<IndexedRepository>,
     model: BTreeMap<String, Expected>,
@@ -538,6 +542,7 @@ impl World {
         fs::create_dir_all(&src).unwrap();
         let index = dir.join("client-a").join("chunks.idx");
         let other_index = dir.join("client-b").join("chunks.idx");
+        let cache = dir.join("client-a").join("cache");
         let fault = Arc::new(FaultBackend::new(inner));
         let mut w = World {
             rng: Rng(seed),
@@ -545,6 +550,7 @@ impl World {
             src,
             index,
             other_index,
+            cache,
             fault,
             repo: None,
             model: BTreeMap::new(),
@@ -630,7 +636,9 @@ impl World {
         match cmd {
             Command::Backup(style) => {
                 freeze_times(&self.src, self.clock);
-                let opts = style.apply(backup_options(vec![self.src.clone()], time_of(self.clock)));
+                let mut opts =
+                    style.apply(backup_options(vec![self.src.clone()], time_of(self.clock)));
+                opts.cache_dir = Some(self.cache.clone());
                 let r = backup_with(repo, lock, opts)?;
                 Ok(Some(r.snapshot_id.to_hex()))
             }
@@ -2048,6 +2056,55 @@ fn index_caught_up(repo: &IndexedRepository) -> Outcome {
     }
 }
 
+/// The delta depths the local base cache recorded are true while the index keeps the layout
+/// they were recorded under (`LayoutMark`; a backup then uses them in place of walking the
+/// index): each chunk given one is indexed, and the copies the index names down its chain are
+/// that many deltas deep. A chain through a container that cannot be read now (damage) is
+/// not judged.
+fn local_cache_depths_true(w: &World) -> Outcome {
+    let repo = w.repo();
+    let path = w.cache.join(&repo.config().id).join("bases.idx");
+    let Ok(bytes) = fs::read(&path) else {
+        return Ok(());
+    };
+    let cache = CacheIndex::decode(&bytes).map_err(|e| format!("local base cache: {e}"))?;
+    if !repo.index().layout_kept_since(&cache.mark) {
+        return Ok(());
+    }
+    for (id, x) in &cache.entries {
+        let Some(recorded) = x.depth else {
+            continue;
+        };
+        let (mut at, mut depth) = (*id, 0u8);
+        let truth = loop {
+            let Some(loc) = repo.index().get(&at).map_err(|e| e.to_string())? else {
+                return Err(format!(
+                    "local base cache: chunk {id} has depth {recorded} recorded, but {at} \
+                     down its chain is not indexed"
+                ));
+            };
+            let Ok(meta) = read_container_meta(repo.backend().as_ref(), &loc.container.to_hex())
+            else {
+                break None;
+            };
+            match meta.entries.get(loc.entry as usize).map(|e| e.kind) {
+                Some(EntryKind::Full) => break Some(depth),
+                Some(EntryKind::Delta { base, .. }) if depth < 16 => {
+                    (at, depth) = (base, depth + 1);
+                }
+                other => return Err(format!("local base cache: chunk {id}'s chain: {other:?}")),
+            }
+        };
+        if let Some(truth) = truth {
+            ensure!(
+                truth == recorded,
+                "local base cache: chunk {id} has depth {recorded} recorded, its chain is {truth} deep"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The index names the same chunks as one built afresh from the containers (a client
 /// opening the repository for the first time): an index that names fewer cannot restore
 /// what another client's backup deduplicated against (seed 696826238, fixed in prune).
@@ -2126,7 +2183,8 @@ fn episode(seed: u64, steps: u64) -> Figures {
         w.note(format!("{step}: {}", kind.name));
         *w.figures.steps.entry(kind.name).or_default() += 1;
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (kind.run)(&mut w)))
-            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))));
+            .unwrap_or_else(|p| Err(format!("panicked: {}", panic_message(&*p))))
+            .and_then(|_| local_cache_depths_true(&w));
         if let Err(msg) = outcome {
             fail(&w, seed, step, &msg);
         }
