@@ -21,7 +21,7 @@ use dedelta_store::repository::read_container_meta;
 use dedelta_store::IndexedRepository;
 use std::collections::HashMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Version `v` of a file: the base text with a few scattered edits per version.
 fn version(base: &[u8], v: u64) -> Vec<u8> {
@@ -477,10 +477,7 @@ fn the_bases_of_duplicate_deltas_are_noted_beside_them() {
 fn the_local_base_cache_flags_the_chunks_stored_in_full() {
     use dedelta_store::client::local_cache::CacheIndex;
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, chunk) = dupadj_only_fixed_at_depth(tmp.path(), 2);
-    let cache = tmp.path().join("cache");
-    let index = cache.join(&repo.config().id).join("bases.idx");
-    let src = tmp.path().join("src");
+    let (repo, chunk, cache, index, src) = cached_dupadj(tmp.path(), 2);
     let n = 8;
     let mut data = text(2 * n * chunk, 5);
     let flags = |v: u64, data: &[u8]| {
@@ -528,10 +525,7 @@ fn the_local_base_cache_records_true_depths_until_copies_change() {
     use dedelta_store::backup::rewrite::Capping;
     use dedelta_store::client::local_cache::CacheIndex;
     let tmp = tempfile::tempdir().unwrap();
-    let (repo, chunk) = dupadj_only_fixed_at_depth(tmp.path(), 4);
-    let cache = tmp.path().join("cache");
-    let index = cache.join(&repo.config().id).join("bases.idx");
-    let src = tmp.path().join("src");
+    let (repo, chunk, cache, index, src) = cached_dupadj(tmp.path(), 4);
     let n = 8;
     let mut data = text(2 * n * chunk, 5);
     let recorded = || CacheIndex::decode(&fs::read(&index).unwrap()).unwrap();
@@ -736,6 +730,18 @@ pub(crate) fn dupadj_only_fixed(dir: &Path) -> (IndexedRepository, usize) {
 fn dupadj_only_fixed_at_depth(dir: &Path, max_depth: u8) -> (IndexedRepository, usize) {
     let (cfg, chunk) = dupadj_only_fixed_config(max_depth);
     (init_repo(&dir.join("repo"), cfg), chunk)
+}
+
+/// [`dupadj_only_fixed_at_depth`] in `dir` with a local base cache: the repository, its chunk
+/// size, the cache directory, the cache's index file and the source directory.
+fn cached_dupadj(
+    dir: &Path,
+    max_depth: u8,
+) -> (IndexedRepository, usize, PathBuf, PathBuf, PathBuf) {
+    let (repo, chunk) = dupadj_only_fixed_at_depth(dir, max_depth);
+    let cache = dir.join("cache");
+    let index = cache.join(&repo.config().id).join("bases.idx");
+    (repo, chunk, cache, index, dir.join("src"))
 }
 
 /// The config of [`dupadj_only_fixed_at_depth`] and its chunk size.
