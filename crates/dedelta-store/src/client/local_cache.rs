@@ -54,8 +54,8 @@ pub const MAGIC: &[u8; 8] = b"DDBCACHE";
 /// Format version (3: an XXH3 per entry; 4: a flags byte per entry; 5: the index's layout
 /// mark and a delta depth per entry).
 pub const VERSION: u32 = 5;
-/// Magic, version, generation, entry count and the layout mark (three u64).
-const HEAD_LEN: usize = 48;
+/// Magic, version, generation, entry count and the layout mark (four u64).
+const HEAD_LEN: usize = 56;
 /// Fingerprint, offset (u64), length (u32), XXH3-64 (u64), flags (u8) and depth (u8) of one
 /// entry.
 const ENTRY_LEN: usize = CHUNK_ID_LEN + 22;
@@ -154,9 +154,10 @@ impl CacheIndex {
         let generation = u64_at(12);
         let count = u32_at(20) as usize;
         let mark = LayoutMark {
-            slots: u64_at(24),
-            slots_hash: u64_at(32),
-            superseded_hash: u64_at(40),
+            epoch: u64_at(24),
+            slots: u64_at(32),
+            slots_hash: u64_at(40),
+            superseded_hash: u64_at(48),
         };
         let entry_bytes = bytes.len() - HEAD_LEN - 4;
         if entry_bytes / ENTRY_LEN != count || !entry_bytes.is_multiple_of(ENTRY_LEN) {
@@ -217,6 +218,7 @@ impl CacheIndex {
         b.extend_from_slice(&self.generation.to_le_bytes());
         b.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
         for v in [
+            self.mark.epoch,
             self.mark.slots,
             self.mark.slots_hash,
             self.mark.superseded_hash,

@@ -222,6 +222,7 @@ fn index_round_trips_and_decode_never_panics_on_short_or_lying_input() {
     let index = CacheIndex {
         generation: 9,
         mark: LayoutMark {
+            epoch: 2,
             slots: 3,
             slots_hash: 4,
             superseded_hash: 5,
@@ -270,6 +271,7 @@ fn depths_are_recorded_only_under_a_mark() {
     let dir = tmp.path();
     let (a, b, c) = (entry(1, 100), entry(2, 100), entry(3, 100));
     let mark = LayoutMark {
+        epoch: 6,
         slots: 2,
         slots_hash: 7,
         superseded_hash: 8,

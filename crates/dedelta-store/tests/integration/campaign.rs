@@ -2255,6 +2255,27 @@ fn campaign() {
     assert!(total.restores_exact > 0);
 }
 
+/// Seeds that failed (after every step the campaign checks the local base cache's recorded
+/// depths) when the cache first recorded depths under the index's layout mark, before the
+/// mark held the index's epoch: `check` recorded damage and rebuilt the index without the
+/// damaged copies, numbering the containers as before and setting no flag, so the mark was
+/// kept; the next backup took chunks no longer indexed, or indexed again at other copies, at
+/// the depths recorded before (seed 642337792 at step 1: a depth of 1 for a chain 2 deep; the
+/// others: depths for chunks the index no longer named, and seed 1996113548 a snapshot that
+/// could not be restored, its delta on such a chunk). Each failed in every replay with the
+/// epoch left out of the mark.
+#[test]
+fn depths_recorded_before_checks_rebuild_are_not_used_after_it() {
+    for (seed, steps) in [
+        (642_337_792, 2),
+        (2_119_210_275, 3),
+        (2_970_916_923, 3),
+        (197_961_817, 11),
+    ] {
+        assert_eq!(episode(seed, steps).episodes, 1);
+    }
+}
+
 /// Seeds that failed when restore first read own copies stored as deltas (issue 17): seed
 /// 1000 at steps 182 and 269, 7002 at step 155, each a snapshot healed by `check` then a
 /// backup whose restore found "its delta chain is longer than 16 (or loops)". A base was

@@ -8,7 +8,8 @@
 //! container count u32, then per container: id (32 bytes), first global entry number u64,
 //! entry count u32, flags u8 (bit 0 known, bit 1 trimmed, bit 2 deltas left out, the others
 //! zero); (version 4) superseded count u32, then that many global entry numbers u64, strictly
-//! increasing, each inside a container's range; CRC-32C of everything before it (u32).
+//! increasing, each inside a container's range; (version 5) layout epoch u64; CRC-32C of
+//! everything before it (u32).
 
 use crate::error::{Error, Result};
 use crate::format::container::ContainerId;
@@ -23,7 +24,8 @@ const MAGIC: [u8; 8] = *b"DDIXMAN\0";
 /// was removed from it, so the locality fingerprint index trusts none of its entries).
 /// 4: the entries superseded by a newer copy of their chunk are listed
 /// ([`Manifest::superseded`]); a manifest of version 2 or 3 is still read, with none listed.
-pub const VERSION: u32 = 4;
+/// 5: the layout epoch ([`Manifest::epoch`]); an older manifest is read with epoch 0.
+pub const VERSION: u32 = 5;
 
 /// The oldest manifest version this build reads.
 const OLDEST_VERSION: u32 = 2;
@@ -94,10 +96,13 @@ impl Slot {
 /// the index only took in new containers since, so that every chunk then indexed is still
 /// indexed at the same copy, whose delta chain (a chain of copies) is the same. A prune, a
 /// rebuild, damage recorded, a container forgotten or a newer copy of an indexed chunk (a
-/// rewrite, a catch-up meeting two copies) all change it. The local base cache keeps the
+/// rewrite, a catch-up meeting two copies) all change it: the epoch, and the slots' flags
+/// or the superseded entries. The local base cache keeps the
 /// depths of its chunks under such a mark (`crate::client::local_cache`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LayoutMark {
+    /// The index's [`Manifest::epoch`].
+    pub epoch: u64,
     /// Containers (slots) the index had.
     pub slots: u64,
     /// XXH3 of those slots: container, range and flags.
@@ -128,6 +133,11 @@ pub struct Manifest {
     /// whichever containers it holds (see `crate::backup::fingerprint_index`). Only numbers
     /// of known, untrimmed containers are kept ([`Manifest::tidy_superseded`]).
     pub superseded: Vec<u64>,
+    /// Drawn afresh ([`Manifest::new_epoch`]) whenever an indexed chunk may leave the index
+    /// or change its copy: a new or reset index, a rebuild, a removal (prune, repair packs),
+    /// an entry superseded. Part of the [`LayoutMark`]: a rebuild that numbers the containers
+    /// as before, and leaves some copies out (check's damaged ones), changes no slot.
+    pub epoch: u64,
 }
 
 impl Manifest {
@@ -158,6 +168,7 @@ impl Manifest {
         for n in &self.superseded {
             out.extend_from_slice(&n.to_le_bytes());
         }
+        out.extend_from_slice(&self.epoch.to_le_bytes());
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
@@ -243,6 +254,11 @@ impl Manifest {
                 superseded.push(e);
             }
         }
+        let epoch = if version >= 5 {
+            r.u64().ok_or_else(bad)?
+        } else {
+            0
+        };
         let seqs_ok = runs.iter().all(|run| run.seq < next_seq);
         if r.at != body.len() || end > next_entry || !seqs_ok {
             return Err(bad());
@@ -255,7 +271,32 @@ impl Manifest {
             runs,
             slots,
             superseded,
+            epoch,
         })
+    }
+
+    /// A manifest with nothing in it and a fresh epoch (a new or reset index, or a rebuild's
+    /// start), keeping `next_seq` so that no run file number is used twice.
+    pub fn fresh(next_seq: u64) -> Manifest {
+        let mut m = Manifest {
+            next_seq,
+            ..Manifest::default()
+        };
+        m.new_epoch();
+        m
+    }
+
+    /// Draws a new [`Self::epoch`]: an indexed chunk may leave the index or change its copy.
+    pub fn new_epoch(&mut self) {
+        let mut b = [0u8; 8];
+        let drawn = getrandom::getrandom(&mut b).map(|()| u64::from_le_bytes(b));
+        // Without a random source: the clock's nanoseconds, mixed with the last epoch.
+        self.epoch = drawn.unwrap_or_else(|_| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            (nanos ^ self.epoch.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        });
     }
 
     /// The index's [`LayoutMark`] now.
@@ -285,6 +326,7 @@ impl Manifest {
             superseded.update(&e.to_le_bytes());
         }
         LayoutMark {
+            epoch: self.epoch,
             slots: n as u64,
             slots_hash: slots.digest(),
             superseded_hash: superseded.digest(),
@@ -298,6 +340,9 @@ impl Manifest {
         if self.superseded.len() != before {
             self.superseded.sort_unstable();
             self.superseded.dedup();
+            if self.superseded.len() != before {
+                self.new_epoch();
+            }
         }
     }
 
@@ -395,7 +440,32 @@ mod tests {
                 },
             ],
             superseded: vec![3, 12],
+            epoch: 99,
         }
+    }
+
+    /// A version 4 manifest (no epoch) is read with epoch 0; the epoch round-trips, and a new
+    /// superseded entry draws another.
+    #[test]
+    fn the_epoch_round_trips_and_changes_with_a_superseded_entry() {
+        let m = sample();
+        assert_eq!(Manifest::decode(&m.encode()).unwrap().epoch, 99);
+        let mut v4 = m.encode();
+        let n = v4.len();
+        v4.drain(n - 12..n - 4);
+        v4.truncate(v4.len() - 4);
+        v4[8] = 4;
+        let crc = crc32c::crc32c(&v4);
+        v4.extend_from_slice(&crc.to_le_bytes());
+        let read = Manifest::decode(&v4).unwrap();
+        assert_eq!(read.epoch, 0);
+        assert_eq!(read.superseded, m.superseded);
+        let mut changed = m.clone();
+        changed.note_superseded([20]);
+        assert_ne!(changed.epoch, m.epoch);
+        let mut same = m.clone();
+        same.note_superseded([3]);
+        assert_eq!(same.epoch, m.epoch, "nothing new superseded");
     }
 
     /// The layout mark holds while containers are only added, and breaks with anything that
@@ -417,8 +487,9 @@ mod tests {
         });
         assert!(added.layout_kept_since(&mark));
         assert_ne!(added.layout_mark(), mark);
-        let changes: [fn(&mut Manifest); 6] = [
+        let changes: [fn(&mut Manifest); 7] = [
             |m| m.note_superseded([20]),
+            |m| m.new_epoch(),
             |m| m.slots[0].trimmed = true,
             |m| m.slots[0].known = false,
             |m| m.slots[1].deltas_left_out = true,
@@ -441,7 +512,7 @@ mod tests {
     fn encode_before_4(m: &Manifest, version: u8) -> Vec<u8> {
         let mut bytes = m.encode();
         let n = bytes.len();
-        bytes.truncate(n - 4 - 4 - 8 * m.superseded.len());
+        bytes.truncate(n - 4 - 8 - 4 - 8 * m.superseded.len());
         bytes[8] = version;
         let crc = crc32c::crc32c(&bytes);
         bytes.extend_from_slice(&crc.to_le_bytes());

@@ -233,7 +233,7 @@ impl ChunkIndex {
         let manifest = match std::fs::read(path) {
             Ok(bytes) => Manifest::decode(&bytes).map_err(damaged)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let m = Manifest::default();
+                let m = Manifest::fresh(0);
                 m.store(path)?;
                 m
             }
@@ -343,10 +343,7 @@ impl ChunkIndex {
     /// index found damaged while open.
     pub fn reset(&self) -> Result<()> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let fresh = Manifest {
-            next_seq: state.next_seq,
-            ..Manifest::default()
-        };
+        let fresh = Manifest::fresh(state.next_seq);
         fresh.store(self.path())?;
         remove_orphans(self.path(), &HashSet::new());
         self.shared.drop_filter();

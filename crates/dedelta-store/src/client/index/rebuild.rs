@@ -53,8 +53,7 @@ impl super::ChunkIndex {
             c.manifest = Manifest {
                 complete: true,
                 damage_digest,
-                next_seq: c.manifest.next_seq,
-                ..Manifest::default()
+                ..Manifest::fresh(c.manifest.next_seq)
             };
             let mut r = Rebuild {
                 path: self.path(),

@@ -52,6 +52,8 @@ impl ChunkIndex {
         drop(view);
         let going: HashSet<&ContainerId> = going.iter().collect();
         self.change(|c| {
+            // Chunks leave the index: the depths recorded under the old layout no longer hold.
+            c.manifest.new_epoch();
             for s in &mut c.manifest.slots {
                 if going.contains(&s.id) {
                     s.known = false;
@@ -112,6 +114,7 @@ impl ChunkIndex {
         }
         let deleted: HashSet<&ContainerId> = deleted.iter().collect();
         self.change(|c| {
+            c.manifest.new_epoch();
             for s in &mut c.manifest.slots {
                 if deleted.contains(&s.id) {
                     s.known = false;
