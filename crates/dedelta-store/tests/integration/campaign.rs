@@ -78,7 +78,6 @@ use dedelta_store::progress::NoProgress;
 use dedelta_store::read::walk_tree;
 use dedelta_store::repository::damage::DamageSet;
 use dedelta_store::repository::lock::{remove_locks, LockInfo, RepoLock};
-use dedelta_store::repository::read_container_meta;
 use dedelta_store::repository::snapshot_filter::SnapshotFilter;
 use dedelta_store::repository::snapshots;
 use dedelta_store::{Error, IndexedRepository, Repository};
@@ -2075,26 +2074,9 @@ fn local_cache_depths_true(w: &World) -> Outcome {
         let Some(recorded) = x.depth else {
             continue;
         };
-        let (mut at, mut depth) = (*id, 0u8);
-        let truth = loop {
-            let Some(loc) = repo.index().get(&at).map_err(|e| e.to_string())? else {
-                return Err(format!(
-                    "local base cache: chunk {id} has depth {recorded} recorded, but {at} \
-                     down its chain is not indexed"
-                ));
-            };
-            let Ok(meta) = read_container_meta(repo.backend().as_ref(), &loc.container.to_hex())
-            else {
-                break None;
-            };
-            match meta.entries.get(loc.entry as usize).map(|e| e.kind) {
-                Some(EntryKind::Full) => break Some(depth),
-                Some(EntryKind::Delta { base, .. }) if depth < 16 => {
-                    (at, depth) = (base, depth + 1);
-                }
-                other => return Err(format!("local base cache: chunk {id}'s chain: {other:?}")),
-            }
-        };
+        let truth = crate::support::indexed_depth(repo, *id).map_err(|e| {
+            format!("local base cache: chunk {id} has depth {recorded} recorded: {e}")
+        })?;
         if let Some(truth) = truth {
             ensure!(
                 truth == recorded,

@@ -502,17 +502,11 @@ fn the_local_base_cache_flags_the_chunks_stored_in_full() {
     assert_eq!(full, 2 * n, "{second:?}");
 }
 
-/// The depth of the indexed copy of `id`, down the copies the index names (0: in full).
-fn indexed_depth(repo: &IndexedRepository, mut id: ChunkId) -> u8 {
-    let mut depth = 0;
-    loop {
-        let at = repo.index().get(&id).unwrap().expect("indexed");
-        let meta = read_container_meta(repo.backend().as_ref(), &at.container.to_hex()).unwrap();
-        match meta.entries[at.entry as usize].kind {
-            EntryKind::Full => return depth,
-            EntryKind::Delta { base, .. } => (depth, id) = (depth + 1, base),
-        }
-    }
+/// The depth of the indexed copy of `id`, which must be readable.
+fn indexed_depth(repo: &IndexedRepository, id: ChunkId) -> u8 {
+    crate::support::indexed_depth(repo, id)
+        .unwrap()
+        .expect("readable chain")
 }
 
 /// The local base cache records each entry's delta depth, so that the next backup does not

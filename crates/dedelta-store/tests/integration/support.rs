@@ -4,13 +4,14 @@
 //! Data is deterministic (xorshift64 from a seed), so that a failure replays. Times are fixed
 //! strings, so that a test's snapshots and containers are the same bytes on every run.
 
+use dedelta_core::ChunkId;
 use dedelta_store::backend::FileKind;
 use dedelta_store::commands::backup::{self, BackupOptions, BackupResult, Workers};
 use dedelta_store::commands::check::{self, CheckReport};
 use dedelta_store::commands::forget::{self, KeepPolicy};
 use dedelta_store::commands::{prune, restore};
 use dedelta_store::format::config::{DeltaConfig, RepoConfig};
-use dedelta_store::format::container::ContainerId;
+use dedelta_store::format::container::{ContainerId, EntryKind};
 use dedelta_store::format::snapshot::Snapshot;
 use dedelta_store::progress::NoProgress;
 use dedelta_store::read::{RestoreCacheChoice, DEFAULT_ASSEMBLY_BYTES};
@@ -482,4 +483,31 @@ pub fn sorted_names(backend: &dyn dedelta_store::backend::Backend, kind: FileKin
         .collect();
     names.sort();
     names
+}
+
+/// The delta depth of the copy of `id` the index names, down the copies it names (0: stored
+/// in full). `Ok(None)` if a container on the way cannot be read (damage); an error if a chunk
+/// on the way is not indexed, or the chain is longer than readers follow.
+pub fn indexed_depth(repo: &IndexedRepository, id: ChunkId) -> Result<Option<u8>, String> {
+    let (mut at, mut depth) = (id, 0u8);
+    loop {
+        let Some(loc) = repo.index().get(&at).map_err(|e| e.to_string())? else {
+            return Err(format!("{at} down the chain of {id} is not indexed"));
+        };
+        let Ok(meta) = dedelta_store::repository::read_container_meta(
+            repo.backend().as_ref(),
+            &loc.container.to_hex(),
+        ) else {
+            return Ok(None);
+        };
+        match meta.entries.get(loc.entry as usize).map(|e| e.kind) {
+            Some(EntryKind::Full) => return Ok(Some(depth)),
+            Some(EntryKind::Delta { base, .. })
+                if depth < dedelta_store::format::config::MAX_DELTA_DEPTH =>
+            {
+                (at, depth) = (base, depth + 1);
+            }
+            other => return Err(format!("the chain of {id}: {other:?} at {at}")),
+        }
+    }
 }
