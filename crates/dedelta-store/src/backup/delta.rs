@@ -368,10 +368,17 @@ impl<'a> DeltaStage<'a> {
     }
 
     /// With [`Self::sketch_dupadj_misses`], after DupAdj's round: sketches the data chunks
-    /// still stored in full (DupAdj's misses) and appends the sketch index's candidates to
-    /// theirs. Returns the most candidates a chunk of the batch has.
+    /// that go on to a later candidate ([`Self::tries_more`]: those still stored in full,
+    /// DupAdj's misses, and with best-of-N those whose delta is not good enough yet) and
+    /// appends the sketch index's candidates to theirs, so that every chunk tries the
+    /// candidates it would have tried sketched from the start. Returns the most candidates a
+    /// chunk of the batch has.
+    ///
+    /// Before 2026-11-30 only the chunks still in full were sketched: with best-of-N a
+    /// chunk whose DupAdj delta was kept but poor never tried its sketch candidate, and the
+    /// 10 Redis dumps stored 0.9 % more than sketched from the start.
     fn sketch_dupadj_misses_now(&mut self, batch: &mut [NewChunk]) -> Result<usize> {
-        let picked = self.sketch_picked(batch, |_, c| matches!(c.stored, Stored::Full));
+        let picked = self.sketch_picked(batch, |_, c| self.tries_more(c));
         let t = Instant::now();
         for i in picked {
             let c = &mut batch[i];
@@ -487,18 +494,30 @@ impl<'a> DeltaStage<'a> {
 
     /// The candidate chunk `c` tries in round `round`, if it tries one.
     fn round_candidate(&self, c: &NewChunk, round: usize) -> Option<(ChunkId, CandidateSource)> {
-        // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
-        if self.cfg.candidates == 1 && !c.tree && matches!(c.stored, Stored::Delta { .. }) {
+        if !self.tries_more(c) {
             return None;
         }
-        // Best-of-N stops at a delta that is good enough (`candidates_enough`).
-        if let (Some(enough), Stored::Delta { delta, .. }) = (self.cfg.candidates_enough, &c.stored)
-        {
-            if !c.tree && delta.len() as f64 <= c.data.len() as f64 * enough {
-                return None;
-            }
-        }
         c.candidates.get(round).copied()
+    }
+
+    /// Whether `c` goes on to its next candidate, if it has one: a chunk still in full or of
+    /// the tree stream always does; one with a delta only under best-of-N, until the delta
+    /// is good enough.
+    fn tries_more(&self, c: &NewChunk) -> bool {
+        let Stored::Delta { delta, .. } = &c.stored else {
+            return true;
+        };
+        if c.tree {
+            return true;
+        }
+        // FirstFit keeps the first delta that saves enough; best-of-N tries them all.
+        if self.cfg.candidates == 1 {
+            return false;
+        }
+        // Best-of-N stops at a delta that is good enough (`candidates_enough`).
+        self.cfg
+            .candidates_enough
+            .is_none_or(|enough| delta.len() as f64 > c.data.len() as f64 * enough)
     }
 
     /// Decides the waiting chunks; returns them in stream order, except that with `hold` the

@@ -138,12 +138,12 @@ pub struct DeltaConfig {
     #[serde(default, skip_serializing_if = "is_oldest")]
     pub sketch_keep: SketchKeep,
     /// Super-features only for the new data chunks DupAdj did not resolve (DARE §3.1): a chunk
-    /// whose DupAdj base gives a delta worth keeping is never sketched, the others are
-    /// sketched after that attempt (on the dedup thread) and looked up in the sketch index.
-    /// Off (absent): every new chunk is sketched with its fingerprint on the worker pool,
-    /// before DupAdj is asked. Applies only with [`Self::dupadj`] and a sketch method; it
-    /// changes which chunks are sketched, and so which deltas' metadata have super-features
-    /// (none are read), not what a chunk's delta is.
+    /// whose DupAdj base gives a delta worth keeping (with best-of-N, one good enough to stop
+    /// at, [`Self::candidates_enough`]) is never sketched, the others are sketched after that
+    /// attempt (on the dedup thread, with the pool's free threads) and looked up in the
+    /// sketch index. Off (absent): every new chunk is sketched with its fingerprint on the
+    /// worker pool, before DupAdj is asked. Applies only with [`Self::dupadj`] and a sketch
+    /// method; it changes which chunks are sketched, not what is stored.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sketch_dupadj_misses: bool,
     /// With the `prefetch` sketch index: a container goes on a backup's dense container list
