@@ -52,7 +52,8 @@ fn paper_presets_are_what_they_say() {
     assert!(dare.dupadj && dare.sketch == Some(SketchKind::NTransform));
     assert!(dare.sketch_dupadj_misses);
     assert!(!get("dare-sketch-all").sketch_dupadj_misses);
-    assert!(!get("recommended").sketch_dupadj_misses);
+    // The default since 2026-11-30: the same stored, fewer chunks sketched.
+    assert!(get("recommended").sketch_dupadj_misses);
     assert_eq!(sf(&dare), (3, 2));
     let sidc = get("sidc");
     assert_eq!(sidc.sketch_index, SketchIndexKind::Stream);

@@ -242,29 +242,30 @@ fn reanchor_percent_is_recorded() {
     }
 }
 
-/// `init` records `--sketch-keep newest` and `--sketch-dupadj-misses on` in the config, and
-/// writes neither key by default (absent = oldest, every chunk sketched); a backup with
-/// `--sketch-dupadj-misses on` sketches fewer chunks than one without.
+/// `init` records `--sketch-keep newest` in the config and writes no key for the default
+/// (absent = oldest); it sketches only DupAdj's misses by default (recorded, since absent
+/// means every chunk sketched, as in repositories made before 2026-11-30) and records
+/// `--sketch-dupadj-misses off` by leaving the key out. A backup sketching the misses only
+/// sketches fewer chunks and stores the same.
 #[test]
 fn sketch_keep_and_dupadj_misses_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let init = |name: &str, args: &[&str]| init_config(dir.path(), name, args);
     let (plain, config) = init("plain", &[]);
     assert!(!config.contains("sketch_keep"), "{config}");
-    assert!(!config.contains("sketch_dupadj_misses"), "{config}");
-    let (set, config) = init(
-        "set",
-        &["--sketch-keep", "newest", "--sketch-dupadj-misses", "on"],
-    );
-    assert!(config.contains("\"sketch_keep\": \"newest\""), "{config}");
     assert!(
         config.contains("\"sketch_dupadj_misses\": true"),
         "{config}"
     );
+    let (all, config) = init("all", &["--sketch-dupadj-misses", "off"]);
+    assert!(!config.contains("sketch_dupadj_misses"), "{config}");
+    let (_, config) = init("newest", &["--sketch-keep", "newest"]);
+    assert!(config.contains("\"sketch_keep\": \"newest\""), "{config}");
     let src = dir.path().join("src");
     fs::create_dir_all(&src).unwrap();
     let mut sketched = Vec::new();
-    for repo in [&plain, &set] {
+    let mut stored = Vec::new();
+    for repo in [&plain, &all] {
         let mut last = serde_json::Value::Null;
         for v in 0..2 {
             versioned(&src.join("f.txt"), v);
@@ -279,8 +280,13 @@ fn sketch_keep_and_dupadj_misses_are_recorded() {
         }
         assert!(last["dupadj_deltas"].as_u64().unwrap() > 0, "{last}");
         sketched.push(last["sketched_chunks"].as_u64().unwrap());
+        stored.push((
+            last["bytes_after_delta"].as_u64().unwrap(),
+            last["delta_chunks"].as_u64().unwrap(),
+        ));
     }
-    assert!(sketched[1] < sketched[0], "{sketched:?}");
+    assert!(sketched[0] < sketched[1], "{sketched:?}");
+    assert_eq!(stored[0], stored[1]);
 }
 
 /// The local base cache lives where `DEDELTA_CACHE_DIR` says, serves the next backup's bases,

@@ -97,10 +97,12 @@ fn dedup_only_containers_are_unchanged() {
 }
 
 /// The delta settings version-1 repositories were created with (Odess 3 x 4, Ddelta, before
-/// the re-anchoring key existed).
+/// the re-anchoring key existed, every new chunk sketched: version-1 metadata records a
+/// delta's super-features).
 fn version_1_delta() -> DeltaConfig {
     let mut d = DeltaConfig::recommended();
     d.codec = DeltaKind::Ddelta;
+    d.sketch_dupadj_misses = false;
     d.sketch_params.features_per_sf = 4;
     d.reanchor = None;
     d.max_depth = 1;
@@ -124,6 +126,7 @@ fn version_3_first_delta() -> DeltaConfig {
         reanchor: Some(ONE_LEVEL_REANCHOR),
         candidates: 1,
         candidates_enough: None,
+        sketch_dupadj_misses: false,
         ..DeltaConfig::recommended()
     }
 }
@@ -158,7 +161,8 @@ fn delta_containers_are_unchanged_v3() {
 
 /// Today's defaults: re-anchoring at 60 %, a second candidate base below 10 %, Edelta (since
 /// 2026-11-29; with Ddelta the last container was c857606b3ac106ac instead of
-/// 756bcbed934d2531).
+/// 756bcbed934d2531), super-features only for what DupAdj leaves (since 2026-11-30: the same
+/// containers).
 #[test]
 fn delta_containers_are_unchanged_v3_defaults() {
     let names = container_names(3, DeltaConfig::recommended(), 2);

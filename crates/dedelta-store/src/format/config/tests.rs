@@ -69,7 +69,7 @@ fn default_config_matches_the_doc_example() {
                    "sketch_index": "full", "dupadj": true, "min_saving": 0.1,
                    "base_cache_bytes": 268435456, "stream_cache_containers": 64,
                    "candidates": 2, "candidates_enough": 0.1,
-                   "reanchor": 0.6, "max_depth": 8 }
+                   "reanchor": 0.6, "max_depth": 8, "sketch_dupadj_misses": true }
     });
     assert_eq!(v, expected);
     let bytes = cfg.to_bytes();
