@@ -11,7 +11,9 @@
 //!                                          |  one job per block (or run: the pool cuts it)
 //!                                          v
 //! worker pool      fingerprint.rs        BLAKE3, index lookup (fingerprint_index/),
-//!                                          super-features
+//!                                          super-features (with sketch_dupadj_misses off;
+//!                                          by default the delta stage sketches what
+//!                                          DupAdj leaves)
 //!                                          |  results in stream order (one-shot receivers)
 //!                                          v
 //! dedup thread     lookahead.rs          LoopDelta: duplicates reached a window ahead;
