@@ -376,7 +376,7 @@ impl<'a> DeltaStage<'a> {
     ///
     /// Before 2026-11-30 only the chunks still in full were sketched: with best-of-N a
     /// chunk whose DupAdj delta was kept but poor never tried its sketch candidate, and the
-    /// 10 Redis dumps stored 0.9 % more than sketched from the start.
+    /// 10 Redis dumps stored 0.8 % more than sketched from the start.
     fn sketch_dupadj_misses_now(&mut self, batch: &mut [NewChunk]) -> Result<usize> {
         let picked = self.sketch_picked(batch, |_, c| self.tries_more(c));
         let t = Instant::now();

@@ -1016,7 +1016,7 @@ fn dare_sketches_only_dupadj_misses() {
 /// sketching DupAdj's misses stores what sketching every chunk does: a chunk whose DupAdj
 /// delta was kept but is not good enough is sketched too, and tries its sketch candidate.
 /// Before 2026-11-30 only the chunks left in full were sketched, and such chunks kept their
-/// poor delta (the 10 Redis dumps stored 0.9 % more).
+/// poor delta (the 10 Redis dumps stored 0.8 % more).
 #[test]
 fn dare_sketches_the_chunks_best_of_n_goes_on_with() {
     sketching_misses_stores_what_sketching_all_does(
