@@ -3,8 +3,8 @@
 //!
 //! The delta stage of backup. New (non-duplicate) chunks are gathered per block, in stream
 //! order, with their super-features (computed on the worker pool with the fingerprints; with
-//! `delta.sketch_dupadj_misses`, here and only for DupAdj's misses, DARE §3.1: see
-//! [`DeltaStage::sketch_dupadj_misses`]), and decided as a batch:
+//! `delta.sketch_dupadj_misses`, the default, here and only for the chunks DupAdj leaves to
+//! the sketch index, DARE §3.1: see delta_misses.rs), and decided as a batch:
 //! 1. candidates are found in order ([`super::resemble`]: DupAdj first, then the sketch index;
 //!    for a tree chunk, the parent snapshot's tree chunks at the same place, then the sketch
 //!    index);
@@ -279,40 +279,6 @@ impl<'a> DeltaStage<'a> {
         });
     }
 
-    /// Sketches only DupAdj's misses (DARE §3.1): new data chunks arrive unsketched, and
-    /// `sketcher` gives super-features to those without a DupAdj hint before their candidates
-    /// are looked up, and to those whose DupAdj base gave no delta worth keeping after that
-    /// attempt; the sketch index's candidates then follow as they would have.
-    pub fn sketch_dupadj_misses(&mut self, sketcher: Arc<dyn Sketcher>) {
-        self.misses_sketcher = Some(sketcher);
-    }
-
-    /// With [`Self::sketch_dupadj_misses`]: sketches the data chunks of `batch` that have no
-    /// super-features yet and that `pick` selects by position and chunk (on the stage's pool
-    /// when it has one); returns their positions.
-    fn sketch_picked(
-        &self,
-        batch: &mut [NewChunk],
-        pick: impl Fn(usize, &NewChunk) -> bool,
-    ) -> Vec<usize> {
-        let Some(sk) = self.misses_sketcher.as_deref() else {
-            return Vec::new();
-        };
-        let t = Instant::now();
-        // Empty super-features mark an unsketched chunk: a sketch of M >= 1 has M values.
-        let mut picked: Vec<(usize, &mut NewChunk)> = batch
-            .iter_mut()
-            .enumerate()
-            .filter(|(i, c)| c.dupadj_new() && c.sfs.0.is_empty() && pick(*i, c))
-            .collect();
-        self.for_each(&mut picked, |(_, c)| c.sfs = sk.sketch(&c.data));
-        StageTimes::add(&self.times.sketch, t);
-        self.times
-            .sketched_chunks
-            .fetch_add(picked.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        picked.into_iter().map(|(i, _)| i).collect()
-    }
-
     /// Reads bases from the local base cache in directory `path` (see
     /// [`BaseFetcher::use_local_cache`]).
     pub fn use_local_cache(&mut self, path: PathBuf, depths: bool) -> Option<String> {
@@ -365,34 +331,6 @@ impl<'a> DeltaStage<'a> {
     /// Whether chunks are waiting.
     pub fn has_pending(&self) -> bool {
         !self.batch.is_empty()
-    }
-
-    /// With [`Self::sketch_dupadj_misses`], after DupAdj's round: sketches the data chunks
-    /// that go on to a later candidate ([`Self::tries_more`]: those still stored in full,
-    /// DupAdj's misses, and with best-of-N those whose delta is not good enough yet) and
-    /// appends the sketch index's candidates to theirs, so that every chunk tries the
-    /// candidates it would have tried sketched from the start. Returns the most candidates a
-    /// chunk of the batch has.
-    ///
-    /// Before 2026-11-30 only the chunks still in full were sketched: with best-of-N a
-    /// chunk whose DupAdj delta was kept but poor never tried its sketch candidate, and the
-    /// 10 Redis dumps stored 0.8 % more than sketched from the start.
-    fn sketch_dupadj_misses_now(&mut self, batch: &mut [NewChunk]) -> Result<usize> {
-        let picked = self.sketch_picked(batch, |_, c| self.tries_more(c));
-        let t = Instant::now();
-        for i in picked {
-            let c = &mut batch[i];
-            for found in self
-                .search
-                .candidates(Vec::new(), &c.sfs, self.cfg.candidates)?
-            {
-                if !c.candidates.iter().any(|(w, _)| *w == found.0) {
-                    c.candidates.push(found);
-                }
-            }
-        }
-        StageTimes::add(&self.times.base_read, t);
-        Ok(batch.iter().map(|c| c.candidates.len()).max().unwrap_or(0))
     }
 
     /// Encodes every chunk that has a next base against it, in parallel when the stage has a
@@ -676,3 +614,6 @@ impl<'a> DeltaStage<'a> {
         Ok(batch)
     }
 }
+
+#[path = "delta_misses.rs"]
+mod misses;
