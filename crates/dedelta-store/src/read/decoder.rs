@@ -45,6 +45,11 @@ impl ChunkDecoder {
         b
     }
 
+    /// The cached bytes of base `id`, if held, without counting a hit or refreshing it.
+    pub(crate) fn peek_base(&self, id: &ChunkId) -> Option<Arc<Vec<u8>>> {
+        self.bases.peek(id).cloned()
+    }
+
     /// Keeps the bytes of a chunk that deltas may name as their base.
     pub(crate) fn put_base(&mut self, id: ChunkId, bytes: Arc<Vec<u8>>) -> Arc<Vec<u8>> {
         self.stats.base_cache_misses += 1;

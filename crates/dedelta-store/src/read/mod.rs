@@ -113,8 +113,9 @@ pub struct ReadStats {
     /// Regions decompressed only partway (dump: as far as the chunks it expects) and
     /// decompressed again, whole, for a chunk past that point.
     pub regions_decoded_again: u64,
-    /// Chunks stored in full met again in the same region in memory, whose fingerprint had
-    /// matched there already, so they were not hashed again (restore and dump).
+    /// Chunks met again in the same region in memory, whose fingerprint had matched there
+    /// already, so they were not hashed again (restore and dump): chunks stored in full, and
+    /// deltas rebuilt from a base known to hold its true content (`read/pipelined.rs`).
     pub chunks_verified_before: u64,
 }
 

@@ -147,3 +147,68 @@ fn a_chunk_is_taken_as_verified_only_in_the_bytes_that_matched() {
     }
     assert_eq!(d.stats().chunks_verified_before, 2);
 }
+
+/// A delta met again in the same bytes is not hashed again when its base is trusted: its base
+/// chain's every link matched before where it lies (here the base, restored first). Met with
+/// its base from the cache, the same. Met with its base rebuilt from another copy, never
+/// verified, it is hashed again; when that copy is damaged it fails and names the base (taken
+/// as verified, it would have given wrong bytes).
+#[test]
+fn a_delta_is_taken_as_verified_only_on_a_trusted_base() {
+    let base = text(20_000, 5);
+    let mut v1 = base.clone();
+    v1[300..340].copy_from_slice(&[b'Z'; 40]);
+    let b = full(&base);
+    let dl = delta(&v1, &base);
+    let mut d = PipelinedDecoder::new(HASHER);
+    let decode = |d: &mut PipelinedDecoder, f: FetchedChunk| {
+        d.decode(&f).map(<[u8]>::to_vec).map_err(|e| e.to_string())
+    };
+    assert_eq!(decode(&mut d, fetched(b.clone(), vec![])), Ok(base.clone()));
+    // First met: hashed (its base's link matched before), then taken as verified twice.
+    assert_eq!(
+        decode(&mut d, fetched(dl.clone(), vec![b.clone()])),
+        Ok(v1.clone())
+    );
+    assert_eq!(
+        decode(&mut d, fetched(dl.clone(), vec![b.clone()])),
+        Ok(v1.clone())
+    );
+    assert_eq!(decode(&mut d, fetched(dl.clone(), vec![])), Ok(v1.clone()));
+    assert_eq!(d.stats().chunks_verified_before, 2);
+
+    // Another copy of the base, intact but never verified: the delta is hashed again, and
+    // again from the cache, which now holds that copy.
+    assert_eq!(
+        decode(&mut d, fetched(dl.clone(), vec![full(&base)])),
+        Ok(v1.clone())
+    );
+    assert_eq!(decode(&mut d, fetched(dl.clone(), vec![])), Ok(v1.clone()));
+    assert_eq!(d.stats().chunks_verified_before, 2);
+
+    // A damaged copy of the base, in the bytes the delta copies from.
+    let mut bytes = base.clone();
+    bytes[5_000] ^= 0x20;
+    let damaged = LocatedChunk::for_test(HASHER.id(&base), bytes.len(), None, bytes);
+    let e = decode(&mut d, fetched(dl.clone(), vec![damaged])).unwrap_err();
+    assert!(e.contains("delta base"), "{e}");
+    assert_eq!(d.stats().chunks_verified_before, 2);
+}
+
+/// A delta verified against a base that was not trusted is not remembered: its bytes decoded
+/// against the base's true content are known only from a trusted base. So it is hashed each
+/// time it is met on an untrusted base.
+#[test]
+fn a_delta_verified_on_an_untrusted_base_is_hashed_again() {
+    let base = text(20_000, 6);
+    let mut v1 = base.clone();
+    v1[900..960].copy_from_slice(&[b'W'; 60]);
+    let b = full(&base);
+    let dl = delta(&v1, &base);
+    let mut d = PipelinedDecoder::new(HASHER);
+    for _ in 0..3 {
+        let f = fetched(dl.clone(), vec![b.clone()]);
+        assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(v1.clone()));
+    }
+    assert_eq!(d.stats().chunks_verified_before, 0);
+}
