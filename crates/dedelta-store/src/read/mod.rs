@@ -29,6 +29,7 @@ mod restore_plan;
 mod stream;
 mod subtree;
 mod tree;
+mod verified;
 
 pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};

@@ -6,6 +6,7 @@ use super::helper::Helper;
 use super::locator::CopyRule;
 use super::reader::chain_too_long;
 use super::restore_plan::AheadPlan;
+use super::verified::Verified;
 use super::{
     id_lru, ChunkDecoder, ChunkLocator, IdLru, LocatedChunk, ReadStats, RestoreCacheChoice,
     RestoreCacheStats, RESTORE_BASE_CACHE_ENTRIES,
@@ -16,7 +17,6 @@ use crate::format::container::ContainerId;
 use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
 
 /// What the locating thread hands over for one chunk: the chunk, and for a delta whose base
 /// the decoding thread does not hold yet, the located bases down its chain, nearest first, to
@@ -279,51 +279,18 @@ pub struct PipelinedDecoder {
     decoder: ChunkDecoder,
     /// Rebuilt deltas of the batch being decoded, one buffer each (reused batch after batch).
     scratch: Vec<Vec<u8>>,
-    /// Chunks stored in full whose fingerprint matched, and where the bytes that matched lie
-    /// ([`LocatedChunk::stored_at`]): a chunk met again in the same cached region is the same
-    /// bytes in memory, and is not hashed again. Why: a tree of versions restores most chunks
-    /// many times over (the 20 SQLAlchemy versions: 1.2 GB written from 62 MB of chunks,
-    /// 490 MB of it chunks stored in full met again), and hashing each copy took 0.2 of the
-    /// restore's 1.9 CPU-seconds.
-    ///
-    /// Deltas are kept here too, when their base was the base's true content ([`Trusted`]):
-    /// the same delta bytes decoded against the same base content give the same chunk. The
-    /// tree of 20 versions decoded 58,640 deltas for 13,257 stored, and hashing those met
-    /// again was 62 % of the restore's hashing.
-    verified: IdLru<(Weak<Vec<u8>>, usize)>,
-    /// Which bases in the decoder's cache hold their chunk's true content (see [`Trusted`]).
-    trusted: Trusted,
+    /// What is known to be verified where it lies, not hashed again ([`Verified`]).
+    verified: Verified,
     /// Chunks not hashed again for it.
     verified_before: u64,
 }
-
-/// The bases of the decoder's cache whose bytes are their chunk's true content, known
-/// without hashing them: rebuilt from a chain whose every link is in `verified` where it lies
-/// now (a chunk stored in full whose bytes there matched its fingerprint; a delta whose bytes
-/// there, decoded against its base's true content, matched its fingerprint), starting from a
-/// trusted base or a chunk stored in full. Each entry points at the cache's bytes (`Weak`: the
-/// allocation outlives the cache's copy, so a pointer equal to the cache's is those bytes);
-/// a base the cache has replaced since is no longer trusted.
-struct Trusted(IdLru<Weak<Vec<u8>>>);
-
-impl Trusted {
-    /// Whether `bytes`, the cache's base `id`, are trusted.
-    fn holds(&mut self, id: &ChunkId, bytes: &Arc<Vec<u8>>) -> bool {
-        self.0
-            .get(id)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(bytes)))
-    }
-}
-
-/// Chunks [`PipelinedDecoder`] remembers as verified where they lie (some 100 bytes each).
-const VERIFIED_ENTRIES: usize = 1 << 16;
 
 /// A chunk of a batch, decoded, before its fingerprint is checked.
 enum Decoded {
     /// Stored in full: its bytes are its slice of the region.
     Full,
     /// A delta rebuilt into scratch buffer `scratch`, from the bases `held` (farthest first;
-    /// checked only if the chunk fails); `trusted` when its base was (see [`Trusted`]).
+    /// checked only if the chunk fails); `trusted` when its base was (see [`Verified`]).
     Delta {
         scratch: usize,
         held: Vec<(ChunkId, std::sync::Arc<Vec<u8>>)>,
@@ -337,8 +304,7 @@ impl PipelinedDecoder {
         PipelinedDecoder {
             decoder: ChunkDecoder::with_bases(RESTORE_BASE_CACHE_ENTRIES, hasher),
             scratch: Vec::new(),
-            verified: id_lru(VERIFIED_ENTRIES),
-            trusted: Trusted(id_lru(RESTORE_BASE_CACHE_ENTRIES)),
+            verified: Verified::new(),
             verified_before: 0,
         }
     }
@@ -370,15 +336,14 @@ impl PipelinedDecoder {
     /// them is, which a damaged base fails (a delta decoded against other bytes does not
     /// give the chunk's fingerprint). Only then are the bases it used checked, to name the
     /// damaged one. With delta chains this halves the hashing of a restore (20 SQLAlchemy
-    /// versions at depth 4: 7,525 bases verified for 62 MB restored). A chunk stored in
-    /// full that matched before in the same bytes in memory is not hashed again (see
-    /// `verified`).
+    /// versions at depth 4: 7,525 bases verified for 62 MB restored). A chunk that matched
+    /// before in the same bytes in memory (a delta: on a trusted base) is not hashed again
+    /// (see [`Verified`]).
     pub fn decode_batch<'b>(&'b mut self, batch: &[&'b FetchedChunk]) -> Vec<Result<&'b [u8]>> {
         let PipelinedDecoder {
             decoder,
             scratch,
             verified,
-            trusted,
             verified_before,
         } = self;
         let deltas = batch
@@ -391,7 +356,7 @@ impl PipelinedDecoder {
         let mut decoded = Vec::with_capacity(batch.len());
         let mut free = scratch.iter_mut().enumerate();
         for f in batch {
-            decoded.push(rebuild(decoder, f, &mut free, verified, trusted));
+            decoded.push(rebuild(decoder, f, &mut free, verified));
         }
         let scratch: &'b [Vec<u8>] = scratch;
         let bytes_of = |f: &'b FetchedChunk, d: &Decoded| -> &'b [u8] {
@@ -400,14 +365,13 @@ impl PipelinedDecoder {
                 Decoded::Delta { scratch: i, .. } => &scratch[*i],
             }
         };
-        // Chunks checked before in the same bytes, deltas from a trusted base (see
-        // `verified`).
+        // Chunks checked before in the same bytes, deltas from a trusted base.
         let known: Vec<bool> = batch
             .iter()
             .zip(&decoded)
             .map(|(f, d)| {
                 matches!(d, Ok(Decoded::Full | Decoded::Delta { trusted: true, .. }))
-                    && is_verified(verified, &f.chunk)
+                    && verified.matched(&f.chunk)
             })
             .collect();
         // The other fingerprints, shared with a free thread: (bytes, the id they hash to).
@@ -446,7 +410,7 @@ impl PipelinedDecoder {
             }
             if ids.next().flatten() == Some(c.id) {
                 if matches!(d, Decoded::Full | Decoded::Delta { trusted: true, .. }) {
-                    verified.put(c.id, c.stored_at());
+                    verified.record(c);
                 }
                 out.push(Ok(bytes_of(f, &d)));
                 continue;
@@ -472,8 +436,7 @@ fn rebuild<'s>(
     decoder: &mut ChunkDecoder,
     f: &FetchedChunk,
     free: &mut impl Iterator<Item = (usize, &'s mut Vec<u8>)>,
-    verified: &mut IdLru<(Weak<Vec<u8>>, usize)>,
-    trusted: &mut Trusted,
+    verified: &mut Verified,
 ) -> Result<Decoded> {
     let c = &f.chunk;
     let Some(b) = c.delta_base else {
@@ -484,35 +447,16 @@ fn rebuild<'s>(
         Err(e) => return Err(base_unreadable(c, &b, e)),
         Ok(chain) if chain.is_empty() => {
             let base = decoder.cached_base(&b);
-            let t = base.as_ref().is_some_and(|bytes| trusted.holds(&b, bytes));
+            let t = base
+                .as_ref()
+                .is_some_and(|bytes| verified.trusts(&b, bytes));
             (base, t)
         }
         Ok(chain) => {
-            // Whether each link, farthest first, will be trusted once rebuilt.
-            let mut t = match chain.last().and_then(|l| l.delta_base) {
-                None => true,
-                Some(below) => decoder
-                    .peek_base(&below)
-                    .is_some_and(|bytes| trusted.holds(&below, &bytes)),
-            };
-            let links: Vec<bool> = chain
-                .iter()
-                .rev()
-                .map(|l| {
-                    t = t && is_verified(verified, l);
-                    t
-                })
-                .collect();
             let base = decoder
                 .accept_chain(chain)
                 .map_err(|e| base_unreadable(c, &b, &e))?;
-            for (l, &t) in chain.iter().rev().zip(&links) {
-                match decoder.peek_base(&l.id) {
-                    Some(bytes) if t => trusted.0.put(l.id, Arc::downgrade(&bytes)),
-                    _ => trusted.0.pop(&l.id),
-                };
-            }
-            (Some(base), t)
+            (Some(base), verified.note_chain(decoder, chain))
         }
     };
     let Some((i, out)) = free.next() else {
@@ -536,12 +480,6 @@ fn rebuild<'s>(
         held: decoder.held_bases(chain, &b),
         trusted: base_trusted,
     })
-}
-
-/// Whether `c`'s stored bytes, where they lie now, matched its fingerprint before (see
-/// [`PipelinedDecoder::decode_batch`]'s `verified`).
-fn is_verified(verified: &mut IdLru<(Weak<Vec<u8>>, usize)>, c: &LocatedChunk) -> bool {
-    verified.get(&c.id).is_some_and(|at| c.is_stored_at(at))
 }
 
 /// Chunks a batch of [`receive_batch`] or [`SendBatch`] holds at most.
