@@ -99,19 +99,12 @@ impl ChunkDecoder {
         out: &'b mut Vec<u8>,
         verify: bool,
     ) -> Result<&'b [u8]> {
-        let data: &[u8] = match (c.delta_base, base) {
-            (None, _) => c.stored(),
-            (Some(_), Some(base)) => {
+        let data: &[u8] = match c.delta_base {
+            None => c.stored(),
+            Some(_) => {
                 out.clear();
-                out.reserve(c.original_len);
-                self.codec
-                    .decode(base, c.stored(), out)
-                    .map_err(|e| c.corrupt(e.to_string()))?;
-                self.stats.deltas_decoded += 1;
+                self.decode_delta_appending(c, base, out)?;
                 out
-            }
-            (Some(b), None) => {
-                return Err(c.corrupt(format!("its delta base {b} is not available")))
             }
         };
         if data.len() != c.original_len || (verify && self.hasher.id(data) != c.id) {
@@ -119,6 +112,38 @@ impl ChunkDecoder {
         }
         Ok(data)
     }
+
+    /// Appends delta `c` rebuilt from `base` (its base's bytes, `None` if not available) to
+    /// `out`, checked for length, not against its fingerprint; on an error `out` is left as
+    /// it was.
+    pub(crate) fn decode_delta_appending(
+        &mut self,
+        c: &LocatedChunk,
+        base: Option<&[u8]>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let base = match (c.delta_base, base) {
+            (Some(_), Some(base)) => base,
+            (Some(b), None) => {
+                return Err(c.corrupt(format!("its delta base {b} is not available")))
+            }
+            (None, _) => return Err(c.corrupt("is not stored as a delta".into())),
+        };
+        let at = out.len();
+        out.reserve(c.original_len);
+        let decoded = self.codec.decode(base, c.stored(), out);
+        if let Err(e) = decoded {
+            out.truncate(at);
+            return Err(c.corrupt(e.to_string()));
+        }
+        self.stats.deltas_decoded += 1;
+        if out.len() - at != c.original_len {
+            out.truncate(at);
+            return Err(c.corrupt("content does not match its fingerprint".into()));
+        }
+        Ok(())
+    }
+
     /// Which cached base, if any, does not match its fingerprint: called when a chunk rebuilt
     /// from bases that were not verified fails its own check, to name the damaged base rather
     /// than the chunk. `chain` is what the chunk was rebuilt from, nearest first; when it is

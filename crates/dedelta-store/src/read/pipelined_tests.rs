@@ -71,6 +71,21 @@ fn a_batch_decodes_as_chunks_one_by_one() {
         let refs: Vec<&FetchedChunk> = chunks.iter().collect();
         let batch = messages(d.decode_batch(&refs));
         assert_eq!(batch, one_by_one);
+        // Into a buffer: the same bytes, after what it held, and nothing of a failed chunk.
+        let mut d = PipelinedDecoder::new(HASHER);
+        let mut out = b"before".to_vec();
+        let ranges = d.decode_batch_into(&refs, &mut out);
+        let into: Vec<_> = ranges
+            .iter()
+            .map(|r| match r {
+                Ok(r) => Ok(out[r.clone()].to_vec()),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect();
+        assert_eq!(into, one_by_one);
+        assert!(out.starts_with(b"before"));
+        let ok: Vec<_> = ranges.iter().flatten().cloned().collect();
+        assert!(ok.windows(2).all(|w| w[0].end <= w[1].start) && ok[0].start == 6);
         assert_eq!(batch[copies - 1], Ok(other.clone()));
         assert_eq!(batch[copies], Ok(v1.clone()));
         let forged_err = batch[copies + 1].as_ref().unwrap_err();
@@ -211,4 +226,47 @@ fn a_delta_verified_on_an_untrusted_base_is_hashed_again() {
         assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(v1.clone()));
     }
     assert_eq!(d.stats().chunks_verified_before, 0);
+}
+
+/// A delta that cannot be rebuilt (its instructions cut short, or rebuilt to the wrong
+/// length) leaves nothing in the buffer, so the next chunk's bytes follow the last good one's.
+#[test]
+fn a_delta_that_cannot_be_rebuilt_appends_nothing() {
+    let base = text(20_000, 1);
+    let mut v1 = base.clone();
+    v1[300..340].copy_from_slice(&[b'Z'; 40]);
+    let good = delta(&v1, &base);
+    let mut cut = delta(&v1, &base);
+    let stored = cut.stored().to_vec();
+    cut = LocatedChunk::for_test(
+        cut.id,
+        v1.len(),
+        cut.delta_base,
+        stored[..stored.len() - 3].to_vec(),
+    );
+    let mut long = delta(&v1, &base);
+    long = LocatedChunk::for_test(
+        long.id,
+        v1.len() - 1,
+        long.delta_base,
+        long.stored().to_vec(),
+    );
+    let after = text(5_000, 7);
+    let chunks = [
+        fetched(good, vec![full(&base)]),
+        fetched(cut, vec![]),
+        fetched(long, vec![]),
+        fetched(full(&after), vec![]),
+    ];
+    let refs: Vec<&FetchedChunk> = chunks.iter().collect();
+    let mut d = PipelinedDecoder::new(HASHER);
+    let mut out = Vec::new();
+    let got = d.decode_batch_into(&refs, &mut out);
+    assert_eq!(got[0].as_ref().ok(), Some(&(0..v1.len())));
+    assert!(got[1].is_err() && got[2].is_err());
+    assert_eq!(
+        got[3].as_ref().ok(),
+        Some(&(v1.len()..v1.len() + after.len()))
+    );
+    assert_eq!(out, [v1, after].concat());
 }

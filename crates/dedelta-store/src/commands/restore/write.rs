@@ -7,7 +7,8 @@
 //! (creating, filling, renaming and closing each file; tmpfs allocating its pages). On one
 //! thread, restoring the 20 unpacked SQLAlchemy versions (1.2 GB, 23,269 files) held 78 % of
 //! the restore's CPU time there, and bounded it. The bytes are copied once, into the batch's
-//! buffer, as the files' write buffers copied them before.
+//! buffer, as the files' write buffers copied them before; deltas are rebuilt straight into
+//! it ([`PipelinedDecoder::decode_batch_into`]).
 
 use super::*;
 use crate::buffers::BufferPool;
@@ -100,26 +101,22 @@ pub(super) fn write_events<'scope, 'env>(
             }
         }
         let refs: Vec<&FetchedChunk> = chunks.iter().collect();
-        let mut decoded = decoder.decode_batch(&refs).into_iter();
         let mut out = OpBatch {
             ops: Vec::with_capacity(events.len()),
             bytes: buffers.take(total.max(BATCH_BUFFER_BYTES)),
         };
+        let mut decoded = decoder.decode_batch_into(&refs, &mut out.bytes).into_iter();
         for ev in events.drain(..) {
             match ev {
                 Some(ev) => out.ops.push(Op::Event(Box::new(ev))),
                 None => match decoded.next() {
-                    Some(Ok(data)) => {
-                        let at = out.bytes.len();
-                        out.bytes.extend_from_slice(data);
-                        out.ops.push(Op::Data(at..out.bytes.len()));
-                    }
+                    Some(Ok(range)) => out.ops.push(Op::Data(range)),
                     Some(Err(e)) => out.ops.push(Op::Failed(e)),
                     None => {}
                 },
             }
         }
-        drop(decoded);
+        drop(refs);
         chunks.clear();
         if to_target.send(out).is_err() {
             // The target's thread is gone (it panicked): its join says so.
