@@ -1,5 +1,5 @@
-//! Rebuilding a located chunk: a delta is decoded against its base (bases are verified once
-//! and kept in an LRU cache), and every chunk is checked against its fingerprint.
+//! Rebuilding a located chunk: a delta is decoded against its base (bases rebuilt from deltas
+//! are kept in an LRU cache), and every chunk is checked against its fingerprint.
 
 use super::{LocatedChunk, ReadStats, BASE_CACHE_ENTRIES};
 use crate::error::{Error, Result};
@@ -60,32 +60,30 @@ impl ChunkDecoder {
     /// Rebuilds the located delta bases of a chunk, `chain` nearest first (a delta chain,
     /// docs/format.md "Reading a chunk"): the farthest is stored in full, or is a delta whose
     /// own base this decoder holds. Each is checked for length, not against its fingerprint
-    /// (the chunk rebuilt from them is; see [`Self::find_damaged_base`]), and cached; returns
-    /// the nearest one's bytes.
-    pub(crate) fn accept_chain(&mut self, chain: &[LocatedChunk]) -> Result<Arc<Vec<u8>>> {
+    /// (the chunk rebuilt from them is; see [`Self::find_damaged_base`]); returns the nearest
+    /// one's bytes. Only the links rebuilt from a delta are cached: a link stored in full is
+    /// used where it lies in its region (copying it into the cache was 3 % of a restore's
+    /// CPU), and the locating half sends it again with each delta that needs it.
+    pub(crate) fn accept_chain(&mut self, chain: &[LocatedChunk]) -> Result<BaseBytes> {
         let Some(farthest) = chain.last() else {
             return Err(Error::Index("an empty delta chain".into()));
         };
-        let mut below =
-            match farthest.delta_base {
-                None => None,
-                Some(b) => Some(self.cached_base(&b).ok_or_else(|| {
-                    farthest.corrupt(format!("its delta base {b} is not available"))
-                })?),
-            };
-        for base in chain.iter().rev() {
+        let mut below = match farthest.delta_base {
+            None => None,
+            Some(b) => Some(BaseBytes::Rebuilt(self.cached_base(&b).ok_or_else(
+                || farthest.corrupt(format!("its delta base {b} is not available")),
+            )?)),
+        };
+        for link in chain.iter().rev() {
             let mut out = Vec::new();
-            self.decode(
-                base,
-                below.as_deref().map(|b| b.as_slice()),
-                &mut out,
-                false,
-            )?;
-            let bytes = match base.delta_base {
-                Some(_) => out,
-                None => base.stored().to_vec(),
-            };
-            below = Some(self.put_base(base.id, Arc::new(bytes)));
+            self.decode(link, below.as_ref().map(BaseBytes::bytes), &mut out, false)?;
+            below = Some(match link.delta_base {
+                Some(_) => BaseBytes::Rebuilt(self.put_base(link.id, Arc::new(out))),
+                None => {
+                    self.stats.bases_in_place += 1;
+                    BaseBytes::Stored(link.clone())
+                }
+            });
         }
         below.ok_or_else(|| Error::Index("an empty delta chain".into()))
     }
@@ -147,8 +145,8 @@ impl ChunkDecoder {
     /// Which cached base, if any, does not match its fingerprint: called when a chunk rebuilt
     /// from bases that were not verified fails its own check, to name the damaged base rather
     /// than the chunk. `chain` is what the chunk was rebuilt from, nearest first; when it is
-    /// empty, `base` (the chunk's base, from the cache) is checked. A damaged base is dropped
-    /// from the cache.
+    /// empty, `base` (the chunk's base, from the cache) is checked. A damaged base rebuilt
+    /// from a delta is dropped from the cache.
     pub(crate) fn find_damaged_base(
         &mut self,
         chain: &[LocatedChunk],
@@ -159,35 +157,51 @@ impl ChunkDecoder {
     }
 
     /// The bases a chunk was rebuilt from as this decoder holds them now, farthest first:
-    /// `chain` (nearest first), or `base` when it is empty. Kept by a caller that checks the
-    /// chunk later (a batch), when the cache may have let them go, for
-    /// [`Self::find_damaged_in`].
+    /// `chain` (nearest first; its links stored in full as they lie, the others as cached),
+    /// or `base` when it is empty. Kept by a caller that checks the chunk later (a batch),
+    /// when the cache may have let them go, for [`Self::find_damaged_in`].
     pub(crate) fn held_bases(
         &mut self,
         chain: &[LocatedChunk],
         base: &ChunkId,
-    ) -> Vec<(ChunkId, Arc<Vec<u8>>)> {
-        let ids: Vec<ChunkId> = if chain.is_empty() {
-            vec![*base]
-        } else {
-            chain.iter().rev().map(|l| l.id).collect()
-        };
-        ids.into_iter()
-            .filter_map(|id| Some((id, self.bases.peek(&id)?.clone())))
+    ) -> Vec<(ChunkId, BaseBytes)> {
+        if chain.is_empty() {
+            return self
+                .bases
+                .peek(base)
+                .map(|b| (*base, BaseBytes::Rebuilt(b.clone())))
+                .into_iter()
+                .collect();
+        }
+        chain
+            .iter()
+            .rev()
+            .filter_map(|l| {
+                let bytes = match l.delta_base {
+                    None => BaseBytes::Stored(l.clone()),
+                    Some(_) => BaseBytes::Rebuilt(self.bases.peek(&l.id)?.clone()),
+                };
+                Some((l.id, bytes))
+            })
             .collect()
     }
 
     /// Which of `held` (from [`Self::held_bases`], farthest first) does not match its
     /// fingerprint: the first that fails is the damaged one, named by its location in `chain`
-    /// if it is there. It is dropped from the cache if the cache still holds those bytes.
+    /// if it is there. A rebuilt one is dropped from the cache if the cache still holds
+    /// those bytes.
     pub(crate) fn find_damaged_in(
         &mut self,
-        held: &[(ChunkId, Arc<Vec<u8>>)],
+        held: &[(ChunkId, BaseBytes)],
         chain: &[LocatedChunk],
     ) -> Option<Error> {
-        let (id, bytes) = held.iter().find(|(id, b)| self.hasher.id(b) != *id)?;
-        if self.bases.peek(id).is_some_and(|c| Arc::ptr_eq(c, bytes)) {
-            self.bases.pop(id);
+        let (id, bytes) = held
+            .iter()
+            .find(|(id, b)| self.hasher.id(b.bytes()) != *id)?;
+        if let BaseBytes::Rebuilt(bytes) = bytes {
+            if self.bases.peek(id).is_some_and(|c| Arc::ptr_eq(c, bytes)) {
+                self.bases.pop(id);
+            }
         }
         let reason = "content does not match its fingerprint".to_string();
         Some(match chain.iter().find(|l| l.id == *id) {
@@ -203,6 +217,26 @@ impl ChunkDecoder {
     /// How this decoder computes chunk ids.
     pub(crate) fn hasher(&self) -> &ChunkHasher {
         &self.hasher
+    }
+}
+
+/// The bytes of a delta base: rebuilt from its own delta (and kept in the decoder's cache),
+/// or a chunk stored in full, used where it lies in its region.
+#[derive(Clone, Debug)]
+pub(crate) enum BaseBytes {
+    /// Rebuilt from a delta: the cache's allocation.
+    Rebuilt(Arc<Vec<u8>>),
+    /// Stored in full: its slice of its region.
+    Stored(LocatedChunk),
+}
+
+impl BaseBytes {
+    /// The base's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            BaseBytes::Rebuilt(b) => b,
+            BaseBytes::Stored(c) => c.stored(),
+        }
     }
 }
 

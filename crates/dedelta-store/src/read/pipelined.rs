@@ -1,7 +1,7 @@
 //! Reading chunks on two threads (restore, dump): one locates chunks and decompresses their
 //! regions, the other decodes deltas, verifies and writes.
 
-use super::decoder::base_unreadable;
+use super::decoder::{base_unreadable, BaseBytes};
 use super::helper::Helper;
 use super::locator::CopyRule;
 use super::reader::chain_too_long;
@@ -18,7 +18,6 @@ use crate::repository::IndexedRepository;
 use dedelta_core::ChunkId;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
 
 /// What the locating thread hands over for one chunk: the chunk, and for a delta whose base
 /// the decoding thread does not hold yet, the located bases down its chain, nearest first, to
@@ -47,7 +46,9 @@ impl FetchedChunk {
 
 /// The locating half of a two-thread read. It mirrors the decoding half's base cache (same
 /// capacity, same sequence of uses, so the same LRU state) to send each base only when the
-/// decoder does not hold it.
+/// decoder does not hold it. The decoder caches only bases rebuilt from deltas, so a base
+/// stored in full is sent each time a delta needs it (found again in the restore cache's
+/// regions).
 pub struct PipelinedLocator<'a> {
     locator: ChunkLocator<'a>,
     held: IdLru<()>,
@@ -223,9 +224,10 @@ impl<'a> PipelinedLocator<'a> {
                 Err(e) => break Err(e),
             }
         };
-        // The decoder caches the bases it rebuilds, farthest first, and none if one fails.
+        // The decoder caches the bases it rebuilds from deltas, farthest first, and none if
+        // one fails; a base stored in full it uses in place, so it is located again next time.
         let bases = found.map(|()| {
-            for b in bases.iter().rev() {
+            for b in bases.iter().rev().filter(|b| b.delta_base.is_some()) {
                 self.held.put(b.id, ());
             }
             bases
@@ -262,10 +264,11 @@ pub(super) fn chain_regions(
             break;
         };
         wanted.push((cid, region));
-        chain.push(b);
+        chain.push((b, below.is_some()));
         next = below;
     }
-    for b in chain.iter().rev() {
+    // As fetch_bases: only the bases rebuilt from deltas are cached.
+    for (b, _) in chain.iter().rev().filter(|(_, is_delta)| *is_delta) {
         held.put(*b, ());
     }
 }
@@ -298,7 +301,7 @@ enum Decoded {
     /// [`Verified`]).
     Delta {
         range: Range<usize>,
-        held: Vec<(ChunkId, Arc<Vec<u8>>)>,
+        held: Vec<(ChunkId, BaseBytes)>,
         trusted: bool,
     },
 }
@@ -533,7 +536,7 @@ fn rebuild(
             let t = base
                 .as_ref()
                 .is_some_and(|bytes| verified.trusts(&b, bytes));
-            (base, t)
+            (base.map(BaseBytes::Rebuilt), t)
         }
         Ok(chain) => {
             let base = decoder
@@ -544,7 +547,7 @@ fn rebuild(
     };
     let at = buf.len();
     let failed = decoder
-        .decode_delta_appending(c, base.as_deref().map(|b| b.as_slice()), buf)
+        .decode_delta_appending(c, base.as_ref().map(BaseBytes::bytes), buf)
         .err();
     let chain = f.bases.as_deref().unwrap_or_default();
     if let Some(e) = failed {

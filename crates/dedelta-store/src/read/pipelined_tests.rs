@@ -39,9 +39,10 @@ fn messages(results: Vec<Result<&[u8]>>) -> Vec<std::result::Result<Vec<u8>, Str
 }
 
 /// A batch gives what decoding its chunks one by one gives: full chunks, a delta whose base
-/// comes with it, a delta on the base the first left in the cache; a chunk whose bytes are
-/// not its fingerprint's fails alone, whether the batch is hashed on one thread or shared with
-/// the helper (a large batch).
+/// comes with it (a base stored in full comes with every delta on it: it is not cached), a
+/// delta on a base an earlier chain left in the cache (one rebuilt from a delta); a chunk
+/// whose bytes are not its fingerprint's fails alone, whether the batch is hashed on one
+/// thread or shared with the helper (a large batch).
 #[test]
 fn a_batch_decodes_as_chunks_one_by_one() {
     let base = text(20_000, 1);
@@ -49,6 +50,10 @@ fn a_batch_decodes_as_chunks_one_by_one() {
     v1[500..520].copy_from_slice(&[b'X'; 20]);
     let mut v2 = base.clone();
     v2.truncate(18_000);
+    let mut w1 = v1.clone();
+    w1[9_000..9_030].copy_from_slice(&[b'W'; 30]);
+    let mut w2 = v1.clone();
+    w2.truncate(15_000);
     let other = text(9_000, 3);
     let mut forged = full(&other);
     forged.id = HASHER.id(b"something else");
@@ -59,7 +64,12 @@ fn a_batch_decodes_as_chunks_one_by_one() {
         }
         chunks.push(fetched(delta(&v1, &base), vec![full(&base)]));
         chunks.push(fetched(forged.clone(), vec![]));
-        chunks.push(fetched(delta(&v2, &base), vec![]));
+        chunks.push(fetched(delta(&v2, &base), vec![full(&base)]));
+        chunks.push(fetched(
+            delta(&w1, &v1),
+            vec![delta(&v1, &base), full(&base)],
+        ));
+        chunks.push(fetched(delta(&w2, &v1), vec![]));
         let one_by_one: Vec<_> = {
             let mut d = PipelinedDecoder::new(HASHER);
             chunks
@@ -94,12 +104,15 @@ fn a_batch_decodes_as_chunks_one_by_one() {
             "{forged_err}"
         );
         assert_eq!(batch[copies + 2], Ok(v2.clone()));
+        assert_eq!(batch[copies + 3], Ok(w1.clone()));
+        assert_eq!(batch[copies + 4], Ok(w2.clone()));
     }
 }
 
-/// A delta rebuilt from a base whose bytes are wrong (its region read fine) fails its own
-/// check, and the error names the base, even when later chunks of the batch used the cache;
-/// the base is dropped, so a later delta on it is not rebuilt from it again.
+/// A delta rebuilt from a base stored in full whose bytes are wrong (its region read fine)
+/// fails its own check, and the error names the base, even when later chunks of the batch
+/// used the cache. Such a base is never cached (used where it lies), so a later delta on it
+/// without it is not rebuilt from it, and one sent with it again names it again.
 #[test]
 fn a_damaged_base_is_named_and_dropped() {
     let base = text(20_000, 1);
@@ -123,6 +136,64 @@ fn a_damaged_base_is_named_and_dropped() {
     let later = fetched(delta(&v1, &base), vec![]);
     let e = d.decode(&later).unwrap_err().to_string();
     assert!(e.contains("not available"), "{e}");
+    let again = d.decode(&chunks[0]).unwrap_err().to_string();
+    assert!(
+        again.contains("delta base") && again.contains(&base_hex),
+        "{again}"
+    );
+}
+
+/// A base rebuilt from a delta whose bytes are wrong (its delta intact, decoded to the right
+/// length, but from other bytes) is named by the delta rebuilt from it, the full base below
+/// it, intact, being checked first; and it is dropped from the cache, so a later delta on it
+/// is not rebuilt from it again.
+#[test]
+fn a_damaged_rebuilt_base_is_named_and_dropped() {
+    let below = text(20_000, 8);
+    let mut base = below.clone();
+    base[2_000..2_010].copy_from_slice(&[b'V'; 10]);
+    let mut wrong = base.clone();
+    wrong[7_000] ^= 0x20;
+    let mut v1 = base.clone();
+    v1[100..110].copy_from_slice(&[b'Y'; 10]);
+    let mut damaged_base = delta(&wrong, &below);
+    damaged_base.id = HASHER.id(&base);
+    let f = fetched(delta(&v1, &base), vec![damaged_base, full(&below)]);
+    let mut d = PipelinedDecoder::new(HASHER);
+    let e = d.decode(&f).unwrap_err().to_string();
+    let base_hex = HASHER.id(&base).to_hex();
+    assert!(e.contains("delta base") && e.contains(&base_hex), "{e}");
+    assert!(!e.contains(&HASHER.id(&below).to_hex()), "{e}");
+    assert!(d.decoder.peek_base(&HASHER.id(&base)).is_none());
+    let later = fetched(delta(&v1, &base), vec![]);
+    let e = d.decode(&later).unwrap_err().to_string();
+    assert!(e.contains("not available"), "{e}");
+}
+
+/// A base stored in full is used where it lies, not cached, so a later delta on it needs it
+/// sent again (as the locating half does), and is rebuilt from it; a base rebuilt from a
+/// delta is cached.
+#[test]
+fn a_base_stored_in_full_is_not_cached() {
+    let base = text(20_000, 9);
+    let mut v1 = base.clone();
+    v1[400..440].copy_from_slice(&[b'Q'; 40]);
+    let mut w1 = v1.clone();
+    w1[8_000..8_020].copy_from_slice(&[b'R'; 20]);
+    let mut d = PipelinedDecoder::new(HASHER);
+    for round in 0..3 {
+        let f = fetched(delta(&v1, &base), vec![full(&base)]);
+        assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(v1.clone()));
+        assert!(d.decoder.peek_base(&HASHER.id(&base)).is_none());
+        let s = d.stats();
+        assert_eq!((s.bases_in_place, s.base_cache_misses), (round + 1, 0));
+    }
+    let f = fetched(delta(&w1, &v1), vec![delta(&v1, &base), full(&base)]);
+    assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(w1.clone()));
+    assert!(d.decoder.peek_base(&HASHER.id(&v1)).is_some());
+    assert!(d.decoder.peek_base(&HASHER.id(&base)).is_none());
+    let s = d.stats();
+    assert_eq!((s.bases_in_place, s.base_cache_misses), (4, 1));
 }
 
 /// A chunk stored in full is not hashed again only while its bytes are those that matched:
@@ -164,10 +235,10 @@ fn a_chunk_is_taken_as_verified_only_in_the_bytes_that_matched() {
 }
 
 /// A delta met again in the same bytes is not hashed again when its base is trusted: its base
-/// chain's every link matched before where it lies (here the base, restored first). Met with
-/// its base from the cache, the same. Met with its base rebuilt from another copy, never
-/// verified, it is hashed again; when that copy is damaged it fails and names the base (taken
-/// as verified, it would have given wrong bytes).
+/// chain's every link matched before where it lies (here the base stored in full, restored
+/// first, and sent again with each delta: it is not cached). Met with another copy of its
+/// base, never verified, it is hashed again; when that copy is damaged it fails and names the
+/// base (taken as verified, it would have given wrong bytes).
 #[test]
 fn a_delta_is_taken_as_verified_only_on_a_trusted_base() {
     let base = text(20_000, 5);
@@ -189,17 +260,28 @@ fn a_delta_is_taken_as_verified_only_on_a_trusted_base() {
         decode(&mut d, fetched(dl.clone(), vec![b.clone()])),
         Ok(v1.clone())
     );
-    assert_eq!(decode(&mut d, fetched(dl.clone(), vec![])), Ok(v1.clone()));
-    assert_eq!(d.stats().chunks_verified_before, 2);
-
-    // Another copy of the base, intact but never verified: the delta is hashed again, and
-    // again from the cache, which now holds that copy.
     assert_eq!(
-        decode(&mut d, fetched(dl.clone(), vec![full(&base)])),
+        decode(&mut d, fetched(dl.clone(), vec![b.clone()])),
         Ok(v1.clone())
     );
-    assert_eq!(decode(&mut d, fetched(dl.clone(), vec![])), Ok(v1.clone()));
     assert_eq!(d.stats().chunks_verified_before, 2);
+
+    // Another copy of the base, intact but never verified: the delta is hashed again, each
+    // time.
+    let other_copy = full(&base);
+    for _ in 0..2 {
+        assert_eq!(
+            decode(&mut d, fetched(dl.clone(), vec![other_copy.clone()])),
+            Ok(v1.clone())
+        );
+    }
+    assert_eq!(d.stats().chunks_verified_before, 2);
+    // The first copy still is trusted.
+    assert_eq!(
+        decode(&mut d, fetched(dl.clone(), vec![b.clone()])),
+        Ok(v1.clone())
+    );
+    assert_eq!(d.stats().chunks_verified_before, 3);
 
     // A damaged copy of the base, in the bytes the delta copies from.
     let mut bytes = base.clone();
@@ -207,7 +289,48 @@ fn a_delta_is_taken_as_verified_only_on_a_trusted_base() {
     let damaged = LocatedChunk::for_test(HASHER.id(&base), bytes.len(), None, bytes);
     let e = decode(&mut d, fetched(dl.clone(), vec![damaged])).unwrap_err();
     assert!(e.contains("delta base"), "{e}");
-    assert_eq!(d.stats().chunks_verified_before, 2);
+    assert_eq!(d.stats().chunks_verified_before, 3);
+}
+
+/// A base rebuilt from a delta and cached is trusted when the chain it was rebuilt from was
+/// (here a base stored in full and the base's delta, both restored first): a delta met again
+/// on it, from the cache, is not hashed again. Rebuilt from another copy of its delta, never
+/// verified, the cached base is not trusted, and the delta on it is hashed again.
+#[test]
+fn a_delta_on_a_cached_base_is_taken_as_verified_only_when_that_base_is_trusted() {
+    let below = text(20_000, 11);
+    let mut base = below.clone();
+    base[1_000..1_040].copy_from_slice(&[b'P'; 40]);
+    let mut v1 = base.clone();
+    v1[6_000..6_030].copy_from_slice(&[b'O'; 30]);
+    let (b0, b1, dl) = (full(&below), delta(&base, &below), delta(&v1, &base));
+    let mut d = PipelinedDecoder::new(HASHER);
+    let decode = |d: &mut PipelinedDecoder, f: FetchedChunk| {
+        d.decode(&f).map(<[u8]>::to_vec).map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        decode(&mut d, fetched(b0.clone(), vec![])),
+        Ok(below.clone())
+    );
+    assert_eq!(
+        decode(&mut d, fetched(b1.clone(), vec![b0.clone()])),
+        Ok(base.clone())
+    );
+    assert_eq!(
+        decode(&mut d, fetched(dl.clone(), vec![b1.clone(), b0.clone()])),
+        Ok(v1.clone())
+    );
+    assert_eq!(d.stats().chunks_verified_before, 0);
+    assert_eq!(decode(&mut d, fetched(dl.clone(), vec![])), Ok(v1.clone()));
+    assert_eq!(d.stats().chunks_verified_before, 1);
+
+    let other_b1 = delta(&base, &below);
+    assert_eq!(
+        decode(&mut d, fetched(dl.clone(), vec![other_b1, b0.clone()])),
+        Ok(v1.clone())
+    );
+    assert_eq!(decode(&mut d, fetched(dl.clone(), vec![])), Ok(v1.clone()));
+    assert_eq!(d.stats().chunks_verified_before, 1);
 }
 
 /// A delta verified against a base that was not trusted is not remembered: its bytes decoded
@@ -254,8 +377,8 @@ fn a_delta_that_cannot_be_rebuilt_appends_nothing() {
     let after = text(5_000, 7);
     let chunks = [
         fetched(good, vec![full(&base)]),
-        fetched(cut, vec![]),
-        fetched(long, vec![]),
+        fetched(cut, vec![full(&base)]),
+        fetched(long, vec![full(&base)]),
         fetched(full(&after), vec![]),
     ];
     let refs: Vec<&FetchedChunk> = chunks.iter().collect();

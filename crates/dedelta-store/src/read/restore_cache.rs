@@ -24,9 +24,10 @@
 //!   (chunks are slices of them, so nothing is copied): memory is the area's regions, at
 //!   most one per chunk of the area and per delta base it needs.
 //!
-//! Delta bases go through the same cache: restore's decoder keeps the bases it rebuilt
-//! ([`super::RESTORE_BASE_CACHE_ENTRIES`]), and a base it lacks is located like any chunk, so
-//! a base in a container the cache does not hold costs a container read. (The papers'
+//! Delta bases go through the same cache: restore's decoder keeps the bases it rebuilt from
+//! deltas ([`super::RESTORE_BASE_CACHE_ENTRIES`]), and a base it lacks (always one stored in
+//! full, which it uses where it lies) is located like any chunk, so a base in a container the
+//! cache does not hold costs a container read. (The papers'
 //! systems have no cache of bases; this one spares some reads they would count.)
 //!
 //! The restore speed factor ([`speed_factor`]) is MB restored per container read counted

@@ -15,12 +15,15 @@
 //!   rebuilt from a trusted base, and taken as verified only when rebuilt from one again: a
 //!   delta verified against an unchecked copy of its base proves it for that copy's bytes
 //!   only.
-//! - **Trusted bases.** A base in the decoder's cache holds its true content, known without
-//!   hashing it, when it was rebuilt from a chain whose every link matched where it lies now,
-//!   starting from a chunk stored in full or a trusted base: by induction, each link decoded
-//!   from its remembered bytes against its base's true content gives its own content. Each is
-//!   recorded by the cache's allocation (a `Weak`, so a pointer equal to the cache's is those
-//!   bytes); a base the cache rebuilt from other bytes is not trusted.
+//! - **Trusted bases.** A base holds its true content, known without hashing it, when it
+//!   was rebuilt from a chain whose every link matched where it lies now, starting from a
+//!   chunk stored in full or a trusted base: by induction, each link decoded from its
+//!   remembered bytes against its base's true content gives its own content. A base rebuilt
+//!   from a delta is recorded by the cache's allocation (a `Weak`, so a pointer equal to the
+//!   cache's is those bytes); a base the cache rebuilt from other bytes is not trusted. A base
+//!   stored in full is not cached but used where it lies in its region, sent again with each
+//!   delta that needs it: it is trusted exactly when those bytes matched before where they
+//!   lie ([`Verified::matched`] of the link), the first case above with nothing to record.
 
 use super::{id_lru, ChunkDecoder, IdLru, LocatedChunk, RESTORE_BASE_CACHE_ENTRIES};
 use dedelta_core::ChunkId;
@@ -65,7 +68,8 @@ impl Verified {
 
     /// After `decoder` rebuilt `chain` (nearest first, [`ChunkDecoder::accept_chain`]):
     /// records which of its links the cache now holds trusted, and whether the nearest, the
-    /// delta's base, is.
+    /// delta's base, is. A link stored in full is not cached (used where it lies), so nothing
+    /// is recorded for it: it is trusted when it matched where it lies.
     pub(super) fn note_chain(&mut self, decoder: &ChunkDecoder, chain: &[LocatedChunk]) -> bool {
         let mut trusted = match chain.last().and_then(|l| l.delta_base) {
             None => true,
@@ -75,6 +79,9 @@ impl Verified {
         };
         for link in chain.iter().rev() {
             trusted = trusted && self.matched(link);
+            if link.delta_base.is_none() {
+                continue;
+            }
             match decoder.peek_base(&link.id) {
                 Some(bytes) if trusted => self.bases.put(link.id, Arc::downgrade(&bytes)),
                 _ => self.bases.pop(&link.id),
