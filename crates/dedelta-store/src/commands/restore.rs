@@ -166,6 +166,17 @@ pub struct RestoreStats {
 }
 
 impl RestoreStats {
+    /// Adds the counts of what `other` wrote (a target thread's, see [`write`]).
+    fn add_counts(&mut self, other: &RestoreStats) {
+        self.files += other.files;
+        self.dirs += other.dirs;
+        self.symlinks += other.symlinks;
+        self.special_files += other.special_files;
+        self.hard_links += other.hard_links;
+        self.bytes_written += other.bytes_written;
+        self.files_unchanged += other.files_unchanged;
+    }
+
     /// The papers' restore speed factor (DARE §4.5, LoopDelta §5.1): MB restored per
     /// container read through the restore cache; `None` when no container was read.
     pub fn speed_factor(&self) -> Option<f64> {

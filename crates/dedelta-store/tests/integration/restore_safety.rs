@@ -517,3 +517,43 @@ fn a_container_removed_under_a_reader_is_missing_not_corrupt() {
         "{msg}"
     );
 }
+
+/// Restore writes files on more than one thread, but the target must see the nodes in tree
+/// order, as one thread makes them. A crafted snapshot holds a large file and then a
+/// directory below its path, and a file and then a directory at the same path: made out of
+/// order, the directory would come first (the file still queued behind others) and the file
+/// fail on it. In order, the file is made, the nodes below it are refused, and the directory
+/// at its path replaces it.
+#[test]
+fn nodes_at_or_below_a_file_are_made_after_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo(tmp.path());
+    let big = |seed: u8| -> Vec<u8> {
+        (0..2_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ seed)
+            .collect()
+    };
+    let mut items = Vec::new();
+    for i in 0..6u8 {
+        items.push(Item::File(format!("q{i}").into_bytes(), big(i)));
+    }
+    items.extend([
+        Item::File(b"x".to_vec(), big(7)),
+        Item::Dir(b"x/sub"),
+        file(b"x/sub/f", b"below a file"),
+        Item::File(b"y".to_vec(), big(8)),
+        Item::Dir(b"y"),
+        file(b"z", b"fine"),
+    ]);
+    let snap = store(&repo, &items, &Damage::default());
+    for round in 0..3 {
+        let target = tmp.path().join(format!("target{round}"));
+        let st = restore_to(&repo, &snap, &target).unwrap();
+        let errs = messages(&st);
+        let paths: Vec<&str> = errs.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(paths, ["/x/sub", "/x/sub/f"], "{errs:?}");
+        assert_eq!(fs::read(target.join("x")).unwrap(), big(7));
+        assert!(fs::symlink_metadata(target.join("y")).unwrap().is_dir());
+        assert_eq!(fs::read(target.join("z")).unwrap(), b"fine");
+    }
+}

@@ -159,6 +159,15 @@ impl MetaApplier {
         Ok(())
     }
 
+    /// Adds what `other` (another thread's) counted.
+    pub fn merge(&mut self, other: &MetaApplier) {
+        self.owners_not_set += other.owners_not_set;
+        self.xattrs_not_set += other.xattrs_not_set;
+        if self.first_xattr_error.is_none() {
+            self.first_xattr_error = other.first_xattr_error.clone();
+        }
+    }
+
     /// One warning per kind of metadata the target refused.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();

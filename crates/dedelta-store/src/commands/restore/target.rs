@@ -187,6 +187,19 @@ impl Target {
         Ok(t)
     }
 
+    /// The same target for another writing thread (`writer`, from 1): its own handles,
+    /// temporary names apart from every other writer's, unnamed files as probed here.
+    pub fn for_writer(&self, writer: usize) -> std::io::Result<Target> {
+        Ok(Target {
+            root: rustix::io::fcntl_dupfd_cloexec(&self.root, 0)?,
+            chain: Vec::new(),
+            pid: self.pid,
+            next_tmp: (writer as u64) << 40,
+            unnamed: self.unnamed,
+            meta: MetaApplier::new(),
+        })
+    }
+
     /// How unnamed files can be named in the target (see [`LinkUnnamed::probe`]).
     fn probe_unnamed(&mut self) -> Option<LinkUnnamed> {
         let names = [self.tmp_name(), self.tmp_name()];
