@@ -3,10 +3,13 @@
 //! ```text
 //!  reader thread ("dedelta-restore-reader")      caller's thread
 //!  walk the tree, PipelinedLocator:               PipelinedDecoder: decode deltas, verify
-//!  index lookup, region decompression  --Event--> every chunk; Target: write through
-//!  through the restore cache                      directory handles, rename into place
-//!                   (bounded channel, 256)        events taken in batches; the batch's
-//!                                                 hashing shared with "dedelta-verify"
+//!  index lookup, region decompression  --Event--> every chunk; events taken in batches, the
+//!  through the restore cache                      batch's hashing shared with
+//!                   (bounded channel, 256)        "dedelta-verify"; directories made
+//!                                                     |  each file whole to one of
+//!                                                     v  two target threads
+//!                                                 "dedelta-restore-target" (write.rs): write
+//!                                                 through directory handles, link into place
 //! ```
 //!
 //! The reading side is here; the writing side is [`write`].
