@@ -14,6 +14,9 @@ pub struct ChunkDecoder {
     stats: ReadStats,
     /// How chunk ids are computed (keyed in an encrypted repository).
     hasher: ChunkHasher,
+    /// Whether [`Self::accept_chain`] uses a base stored in full where it lies rather than
+    /// copying it into the cache (see [`super::full_bases_in_place`]).
+    full_bases_in_place: bool,
 }
 
 impl ChunkDecoder {
@@ -30,7 +33,20 @@ impl ChunkDecoder {
             // Every codec writes the same instruction format, which any codec decodes.
             codec: new_codec(DeltaKind::Ddelta),
             stats: ReadStats::default(),
+            full_bases_in_place: false,
         }
+    }
+
+    /// This decoder, using bases stored in full where they lie (`true`) or copying them into
+    /// its cache (see [`super::full_bases_in_place`]).
+    pub(crate) fn with_full_bases_in_place(mut self, in_place: bool) -> Self {
+        self.full_bases_in_place = in_place;
+        self
+    }
+
+    /// Whether bases stored in full are used where they lie, not cached.
+    pub(crate) fn full_bases_in_place(&self) -> bool {
+        self.full_bases_in_place
     }
     /// Counters so far.
     pub fn stats(&self) -> ReadStats {
@@ -61,9 +77,10 @@ impl ChunkDecoder {
     /// docs/format.md "Reading a chunk"): the farthest is stored in full, or is a delta whose
     /// own base this decoder holds. Each is checked for length, not against its fingerprint
     /// (the chunk rebuilt from them is; see [`Self::find_damaged_base`]); returns the nearest
-    /// one's bytes. Only the links rebuilt from a delta are cached: a link stored in full is
-    /// used where it lies in its region (copying it into the cache was 3 % of a restore's
-    /// CPU), and the locating half sends it again with each delta that needs it.
+    /// one's bytes. The links rebuilt from a delta are cached; a link stored in full is
+    /// copied into the cache too, or, with [`Self::with_full_bases_in_place`], used where it
+    /// lies in its region (copying it was 3 % of a restore's CPU), the locating half sending
+    /// it again with each delta that needs it.
     pub(crate) fn accept_chain(&mut self, chain: &[LocatedChunk]) -> Result<BaseBytes> {
         let Some(farthest) = chain.last() else {
             return Err(Error::Index("an empty delta chain".into()));
@@ -79,9 +96,12 @@ impl ChunkDecoder {
             self.decode(link, below.as_ref().map(BaseBytes::bytes), &mut out, false)?;
             below = Some(match link.delta_base {
                 Some(_) => BaseBytes::Rebuilt(self.put_base(link.id, Arc::new(out))),
-                None => {
+                None if self.full_bases_in_place => {
                     self.stats.bases_in_place += 1;
                     BaseBytes::Stored(link.clone())
+                }
+                None => {
+                    BaseBytes::Rebuilt(self.put_base(link.id, Arc::new(link.stored().to_vec())))
                 }
             });
         }
@@ -178,8 +198,8 @@ impl ChunkDecoder {
             .rev()
             .filter_map(|l| {
                 let bytes = match l.delta_base {
-                    None => BaseBytes::Stored(l.clone()),
-                    Some(_) => BaseBytes::Rebuilt(self.bases.peek(&l.id)?.clone()),
+                    None if self.full_bases_in_place => BaseBytes::Stored(l.clone()),
+                    _ => BaseBytes::Rebuilt(self.bases.peek(&l.id)?.clone()),
                 };
                 Some((l.id, bytes))
             })

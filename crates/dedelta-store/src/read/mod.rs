@@ -36,7 +36,8 @@ pub use decoder::ChunkDecoder;
 pub use locator::{ChunkLocator, LocatedChunk};
 pub(crate) use pipelined::SendBatch;
 pub use pipelined::{
-    receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator, READ_AHEAD_BYTES,
+    full_bases_in_place, receive_batch, FetchedChunk, PipelinedDecoder, PipelinedLocator,
+    READ_AHEAD_BYTES,
 };
 pub use reader::{verify_chunk, ChunkReader};
 pub use restore_cache::{
@@ -65,9 +66,9 @@ pub(crate) const BASE_CACHE_ENTRIES: usize = 4096;
 /// entries, 311 at 4,096), so a large cache mostly costs first-touch page faults: at 4,096
 /// entries (about 40 MB) that dump took 26,900 page faults and 181 ms of CPU, at 512 14,300
 /// and 144 ms.
-/// Only bases rebuilt from a delta are kept: a base stored in full is used where it lies in
-/// its region, located again by the locating half each time a delta needs it (copied into
-/// the cache, 36,000 of the 47,337 bases of a 1.2 GB tree's restore were 3 % of its CPU).
+/// With a large restore cache only bases rebuilt from a delta are kept: a base stored in full
+/// is used where it lies in its region, located again by the locating half each time a delta
+/// needs it (see [`full_bases_in_place`]).
 pub(crate) const RESTORE_BASE_CACHE_ENTRIES: usize = 512;
 /// Decompression buffers kept for reuse.
 pub(crate) const SPARE_BUFFERS: usize = 16;

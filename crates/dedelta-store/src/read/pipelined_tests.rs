@@ -393,3 +393,36 @@ fn a_delta_that_cannot_be_rebuilt_appends_nothing() {
     );
     assert_eq!(out, [v1, after].concat());
 }
+
+/// With a small restore cache (the papers' runs) a base stored in full is copied into the
+/// decoder's cache, as before bases were used in place: a later delta on it needs no chain
+/// (the locator's mirror holds it too), so its container is not read again.
+#[test]
+fn with_a_small_restore_cache_a_base_stored_in_full_is_cached() {
+    use crate::read::RestoreCacheChoice;
+    assert!(!full_bases_in_place(&RestoreCacheChoice::Lru {
+        containers: 4
+    }));
+    assert!(full_bases_in_place(&RestoreCacheChoice::Lru {
+        containers: RESTORE_BASE_CACHE_ENTRIES
+    }));
+    assert!(!full_bases_in_place(&RestoreCacheChoice::Forward {
+        area_bytes: 64 << 20
+    }));
+    let base = text(20_000, 9);
+    let mut v1 = base.clone();
+    v1[400..440].copy_from_slice(&[b'Q'; 40]);
+    let mut v2 = base.clone();
+    v2[9_000..9_030].copy_from_slice(&[b'S'; 30]);
+    let mut d = PipelinedDecoder::for_cache(HASHER, false);
+    let f = fetched(delta(&v1, &base), vec![full(&base)]);
+    assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(v1.clone()));
+    assert!(d.decoder.peek_base(&HASHER.id(&base)).is_some());
+    let later = fetched(delta(&v2, &base), vec![]);
+    assert_eq!(d.decode(&later).map(<[u8]>::to_vec).ok(), Some(v2.clone()));
+    let s = d.stats();
+    assert_eq!(
+        (s.bases_in_place, s.base_cache_misses, s.base_cache_hits),
+        (0, 1, 1)
+    );
+}

@@ -33,13 +33,16 @@ pub(super) struct AheadPlan {
     budget: u64,
     /// The decoder's base cache as it will be once the planned chunks are fetched.
     projected: super::IdLru<()>,
+    /// Whether the decoder caches bases stored in full ([`super::full_bases_in_place`]).
+    full_bases_in_place: bool,
 }
 
 impl AheadPlan {
     /// A plan keeping at most `budget` decompressed bytes requested ahead, the decoder
     /// holding the bases of `held` now.
-    pub(super) fn new(budget: u64, held: &super::IdLru<()>) -> Self {
+    pub(super) fn new(budget: u64, held: &super::IdLru<()>, full_bases_in_place: bool) -> Self {
         AheadPlan {
+            full_bases_in_place,
             upcoming: VecDeque::new(),
             planned: VecDeque::new(),
             charged: 0,
@@ -88,7 +91,13 @@ impl AheadPlan {
             locator.read_chain_metas(&batch, &self.projected);
             let mut wanted = Vec::new();
             for id in &batch {
-                chain_regions(locator, id, &mut self.projected, &mut wanted);
+                chain_regions(
+                    locator,
+                    id,
+                    &mut self.projected,
+                    &mut wanted,
+                    self.full_bases_in_place,
+                );
             }
             let bytes = locator.request_regions(&wanted);
             self.charged += bytes;

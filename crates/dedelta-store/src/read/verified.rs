@@ -79,7 +79,7 @@ impl Verified {
         };
         for link in chain.iter().rev() {
             trusted = trusted && self.matched(link);
-            if link.delta_base.is_none() {
+            if link.delta_base.is_none() && decoder.full_bases_in_place() {
                 continue;
             }
             match decoder.peek_base(&link.id) {

@@ -132,7 +132,7 @@ const PRUNE_IN_FLIGHT: usize = 4096;
 pub(super) fn write_events<'scope, 'env>(
     rx: &crossbeam_channel::Receiver<Event>,
     target: Target,
-    hasher: dedelta_core::ChunkHasher,
+    mut decoder: PipelinedDecoder,
     progress: &'scope dyn Progress,
     scope: &'scope std::thread::Scope<'scope, 'env>,
 ) -> RestoreStats {
@@ -158,7 +158,6 @@ pub(super) fn write_events<'scope, 'env>(
             }
         }
     }
-    let mut decoder = PipelinedDecoder::new(hasher);
     let mut routes = Routes::default();
     let (mut batch, mut events, mut chunks) = (Vec::new(), Vec::new(), Vec::new());
     let data_bytes = |ev: &Event| match ev {
