@@ -126,7 +126,7 @@ pub struct ReadStats {
     pub regions_decoded_again: u64,
     /// Chunks met again in the same region in memory, whose fingerprint had matched there
     /// already, so they were not hashed again (restore and dump): chunks stored in full, and
-    /// deltas rebuilt from a base known to hold its true content (`read/pipelined.rs`).
+    /// deltas rebuilt from a base known to hold its true content (`read/verified.rs`).
     pub chunks_verified_before: u64,
 }
 

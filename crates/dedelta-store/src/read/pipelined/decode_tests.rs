@@ -1,6 +1,7 @@
 //! The decoding half's batches: what each chunk of a batch gives, alone or beside chunks that
 //! fail, and which base a failing delta is traced to.
 
+use super::super::*;
 use super::*;
 use dedelta_core::delta::{new_codec, DeltaKind};
 use dedelta_core::ChunkHasher;
