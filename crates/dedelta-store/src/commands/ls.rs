@@ -102,7 +102,7 @@ pub fn dump_found(
     }
     // Chunks go over in batches (see SendBatch).
     let (tx, rx) = crossbeam_channel::bounded::<Vec<FetchedChunk>>(8);
-    let in_place = crate::read::full_bases_in_place(&cache);
+    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher(), &cache);
     std::thread::scope(|s| {
         let locating = std::thread::Builder::new().name("dedelta-locate".into());
         let producer = locating.spawn_scoped(s, move || -> Result<RestoreCacheStats> {
@@ -142,7 +142,6 @@ pub fn dump_found(
         // crate::write_behind).
         let mut output = WriteBehind::new(s, out, node.size);
         let writing = |e| Error::io("writing to standard output", e);
-        let mut decoder = PipelinedDecoder::for_cache(repo.chunk_hasher(), in_place);
         let mut written = 0u64;
         let decoded = (|| -> Result<()> {
             for batch in rx.iter() {

@@ -59,8 +59,8 @@ use crate::format::snapshot::Snapshot;
 use crate::format::tree::{ChunkRef, Node, NodeKind};
 use crate::progress::Progress;
 use crate::read::{
-    full_bases_in_place, receive_batch, speed_factor, FetchedChunk, PipelinedDecoder,
-    PipelinedLocator, ReadStats, RestoreCacheChoice, RestoreCacheStats,
+    receive_batch, speed_factor, FetchedChunk, PipelinedDecoder, PipelinedLocator, ReadStats,
+    RestoreCacheChoice, RestoreCacheStats,
 };
 use crate::read::{walk_tree_restoring, Subtree};
 use crate::repository::IndexedRepository;
@@ -327,8 +327,7 @@ fn restore_selected(
                 read_events(repo, snapshot, selector, opts, cache_bytes, &tx)
             })
             .map_err(|e| Error::io("starting the restore reader thread", e))?;
-        let decoder =
-            PipelinedDecoder::for_cache(repo.chunk_hasher(), full_bases_in_place(&opts.cache));
+        let decoder = PipelinedDecoder::new(repo.chunk_hasher(), &opts.cache);
         let mut stats = write_events(&rx, target, decoder, progress, s);
         drop(rx);
         let (reads, restore_cache) = producer

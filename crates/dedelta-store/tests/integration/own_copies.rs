@@ -187,7 +187,10 @@ fn an_own_delta_copy_on_a_damaged_base_falls_back_to_the_index_copy() {
             .unwrap()
             .reading_own_copies(&snap.containers);
     let fetched = pipelined.fetch(&chunk).unwrap();
-    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
+    let mut decoder = PipelinedDecoder::new(
+        repo.chunk_hasher(),
+        &RestoreCacheChoice::Lru { containers: 4 },
+    );
     let got = decoder.decode(&fetched).unwrap();
     assert_eq!(ChunkId::of(got), chunk);
 }
@@ -254,7 +257,10 @@ fn own_delta_copies_restore_after_their_damaged_bases_are_healed() {
         PipelinedLocator::new(&repo, RestoreCacheChoice::Lru { containers: 4 }, 1 << 20)
             .unwrap()
             .reading_own_copies(&snap.containers);
-    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
+    let mut decoder = PipelinedDecoder::new(
+        repo.chunk_hasher(),
+        &RestoreCacheChoice::Lru { containers: 4 },
+    );
     for (a, _) in &pairs {
         let fetched = pipelined.fetch(a).unwrap();
         assert_eq!(ChunkId::of(decoder.decode(&fetched).unwrap()), *a);

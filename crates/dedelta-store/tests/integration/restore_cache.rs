@@ -316,7 +316,7 @@ fn announced_chunks_decompress_their_regions_only_as_far_as_needed() {
         .collect();
     let mut locator =
         PipelinedLocator::new(&repo, RestoreCacheChoice::default(), 64 << 20).unwrap();
-    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
+    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher(), &RestoreCacheChoice::default());
     let mut fetch = |locator: &mut PipelinedLocator<'_>, k: usize| {
         let f = locator.fetch(&recipe[k].id).unwrap();
         let at = starts[k] as usize;
@@ -431,7 +431,7 @@ fn a_delta_on_a_base_stored_in_full_is_sent_again_each_time() {
     }
     let mut locator =
         PipelinedLocator::new(&repo, RestoreCacheChoice::default(), 64 << 20).unwrap();
-    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher());
+    let mut decoder = PipelinedDecoder::new(repo.chunk_hasher(), &RestoreCacheChoice::default());
     for id in &ids {
         for _ in 0..2 {
             let f = locator.fetch(id).unwrap();

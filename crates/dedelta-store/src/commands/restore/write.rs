@@ -109,12 +109,12 @@ impl Routes {
             .find_map(|p| self.in_flight.get(p).map(|(w, _)| *w))
     }
 
-    /// Forgets the nodes their threads have made (those up to `done[w]`), once there are
-    /// many.
-    fn prune(&mut self, done: &[Arc<AtomicU64>]) {
+    /// Forgets the nodes their threads have made (those up to each one's `done`), once
+    /// there are many.
+    fn prune(&mut self, writers: &[WriterThread<'_, '_>]) {
         if self.in_flight.len() >= PRUNE_IN_FLIGHT {
             self.in_flight
-                .retain(|_, (w, at)| *at > done[*w].load(Ordering::Acquire));
+                .retain(|_, (w, at)| *at > writers[*w].done.load(Ordering::Acquire));
         }
     }
 }
@@ -269,8 +269,7 @@ pub(super) fn write_events<'scope, 'env>(
         if let Some(b) = Arc::into_inner(bytes) {
             buffers.give(b);
         }
-        let done: Vec<Arc<AtomicU64>> = writers.iter().map(|w| w.done.clone()).collect();
-        routes.prune(&done);
+        routes.prune(&writers);
     }
     let (handles, senders): (Vec<_>, Vec<_>) =
         writers.into_iter().map(|w| (w.thread, w.ops)).unzip();

@@ -5,8 +5,9 @@ use super::super::decoder::{base_unreadable, BaseBytes};
 use super::super::helper::Helper;
 use super::super::verified::Verified;
 use super::super::{ChunkDecoder, ReadStats, RESTORE_BASE_CACHE_ENTRIES};
-use super::FetchedChunk;
+use super::{full_bases_in_place, FetchedChunk};
 use crate::error::Result;
+use crate::read::RestoreCacheChoice;
 use dedelta_core::ChunkId;
 use std::ops::Range;
 
@@ -80,17 +81,14 @@ fn bytes_at<'b>(f: &'b FetchedChunk, place: &Place, buf: &'b [u8]) -> &'b [u8] {
 }
 
 impl PipelinedDecoder {
-    /// A decoder checking chunks with `hasher` (the repository's).
-    pub fn new(hasher: dedelta_core::ChunkHasher) -> Self {
-        Self::for_cache(hasher, true)
-    }
-
-    /// A decoder for a locator reading through a restore cache for which
-    /// [`full_bases_in_place`] says `in_place`.
-    pub fn for_cache(hasher: dedelta_core::ChunkHasher, in_place: bool) -> Self {
+    /// A decoder checking chunks with `hasher` (the repository's), fed by a
+    /// [`PipelinedLocator`](super::PipelinedLocator) reading through restore cache `cache`:
+    /// the same choice as the locator's, so that both keep the bases stored in full, or
+    /// neither ([`full_bases_in_place`]).
+    pub fn new(hasher: dedelta_core::ChunkHasher, cache: &RestoreCacheChoice) -> Self {
         PipelinedDecoder {
             decoder: ChunkDecoder::with_bases(RESTORE_BASE_CACHE_ENTRIES, hasher)
-                .with_full_bases_in_place(in_place),
+                .with_full_bases_in_place(full_bases_in_place(cache)),
             scratch: Vec::new(),
             verified: Verified::new(),
             verified_before: 0,

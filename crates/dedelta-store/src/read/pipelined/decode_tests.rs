@@ -3,6 +3,7 @@
 
 use super::super::*;
 use super::*;
+use crate::read::RestoreCacheChoice;
 use dedelta_core::delta::{new_codec, DeltaKind};
 use dedelta_core::ChunkHasher;
 
@@ -72,18 +73,18 @@ fn a_batch_decodes_as_chunks_one_by_one() {
         ));
         chunks.push(fetched(delta(&w2, &v1), vec![]));
         let one_by_one: Vec<_> = {
-            let mut d = PipelinedDecoder::new(HASHER);
+            let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
             chunks
                 .iter()
                 .map(|f| d.decode(f).map(<[u8]>::to_vec).map_err(|e| e.to_string()))
                 .collect()
         };
-        let mut d = PipelinedDecoder::new(HASHER);
+        let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
         let refs: Vec<&FetchedChunk> = chunks.iter().collect();
         let batch = messages(d.decode_batch(&refs));
         assert_eq!(batch, one_by_one);
         // Into a buffer: the same bytes, after what it held, and nothing of a failed chunk.
-        let mut d = PipelinedDecoder::new(HASHER);
+        let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
         let mut out = b"before".to_vec();
         let ranges = d.decode_batch_into(&refs, &mut out);
         let into: Vec<_> = ranges
@@ -127,7 +128,7 @@ fn a_damaged_base_is_named_and_dropped() {
     for _ in 0..30 {
         chunks.push(fetched(full(&filler), vec![]));
     }
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     let refs: Vec<&FetchedChunk> = chunks.iter().collect();
     let batch = messages(d.decode_batch(&refs));
     let e = batch[0].as_ref().unwrap_err();
@@ -160,7 +161,7 @@ fn a_damaged_rebuilt_base_is_named_and_dropped() {
     let mut damaged_base = delta(&wrong, &below);
     damaged_base.id = HASHER.id(&base);
     let f = fetched(delta(&v1, &base), vec![damaged_base, full(&below)]);
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     let e = d.decode(&f).unwrap_err().to_string();
     let base_hex = HASHER.id(&base).to_hex();
     assert!(e.contains("delta base") && e.contains(&base_hex), "{e}");
@@ -181,7 +182,7 @@ fn a_base_stored_in_full_is_not_cached() {
     v1[400..440].copy_from_slice(&[b'Q'; 40]);
     let mut w1 = v1.clone();
     w1[8_000..8_020].copy_from_slice(&[b'R'; 20]);
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     for round in 0..3 {
         let f = fetched(delta(&v1, &base), vec![full(&base)]);
         assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(v1.clone()));
@@ -206,7 +207,7 @@ fn a_base_stored_in_full_is_not_cached() {
 fn a_chunk_is_taken_as_verified_only_in_the_bytes_that_matched() {
     let data = text(9_000, 4);
     let good = full(&data);
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     for _ in 0..3 {
         let again = fetched(good.clone(), vec![]);
         assert_eq!(
@@ -247,7 +248,7 @@ fn a_delta_is_taken_as_verified_only_on_a_trusted_base() {
     v1[300..340].copy_from_slice(&[b'Z'; 40]);
     let b = full(&base);
     let dl = delta(&v1, &base);
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     let decode = |d: &mut PipelinedDecoder, f: FetchedChunk| {
         d.decode(&f).map(<[u8]>::to_vec).map_err(|e| e.to_string())
     };
@@ -305,7 +306,7 @@ fn a_delta_on_a_cached_base_is_taken_as_verified_only_when_that_base_is_trusted(
     let mut v1 = base.clone();
     v1[6_000..6_030].copy_from_slice(&[b'O'; 30]);
     let (b0, b1, dl) = (full(&below), delta(&base, &below), delta(&v1, &base));
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     let decode = |d: &mut PipelinedDecoder, f: FetchedChunk| {
         d.decode(&f).map(<[u8]>::to_vec).map_err(|e| e.to_string())
     };
@@ -344,7 +345,7 @@ fn a_delta_verified_on_an_untrusted_base_is_hashed_again() {
     v1[900..960].copy_from_slice(&[b'W'; 60]);
     let b = full(&base);
     let dl = delta(&v1, &base);
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     for _ in 0..3 {
         let f = fetched(dl.clone(), vec![b.clone()]);
         assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(v1.clone()));
@@ -383,7 +384,7 @@ fn a_delta_that_cannot_be_rebuilt_appends_nothing() {
         fetched(full(&after), vec![]),
     ];
     let refs: Vec<&FetchedChunk> = chunks.iter().collect();
-    let mut d = PipelinedDecoder::new(HASHER);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::default());
     let mut out = Vec::new();
     let got = d.decode_batch_into(&refs, &mut out);
     assert_eq!(got[0].as_ref().ok(), Some(&(0..v1.len())));
@@ -400,7 +401,6 @@ fn a_delta_that_cannot_be_rebuilt_appends_nothing() {
 /// (the locator's mirror holds it too), so its container is not read again.
 #[test]
 fn with_a_small_restore_cache_a_base_stored_in_full_is_cached() {
-    use crate::read::RestoreCacheChoice;
     assert!(!full_bases_in_place(&RestoreCacheChoice::Lru {
         containers: 4
     }));
@@ -415,7 +415,7 @@ fn with_a_small_restore_cache_a_base_stored_in_full_is_cached() {
     v1[400..440].copy_from_slice(&[b'Q'; 40]);
     let mut v2 = base.clone();
     v2[9_000..9_030].copy_from_slice(&[b'S'; 30]);
-    let mut d = PipelinedDecoder::for_cache(HASHER, false);
+    let mut d = PipelinedDecoder::new(HASHER, &RestoreCacheChoice::Lru { containers: 4 });
     let f = fetched(delta(&v1, &base), vec![full(&base)]);
     assert_eq!(d.decode(&f).map(<[u8]>::to_vec).ok(), Some(v1.clone()));
     assert!(d.decoder.peek_base(&HASHER.id(&base)).is_some());
