@@ -138,6 +138,7 @@ pub fn backup(res: &backup::BackupResult, io: &IoReport, json: bool) -> Result<(
         v["base_cache_local_current"] = json!(m.bases.local_current);
         v["stage_seconds"] = json!(m.stage_seconds);
         v["sketched_chunks"] = json!(m.sketched_chunks);
+        v["saving_test_compressions"] = json!(m.saving_test_compressions);
         v["lookups"] = json!(m.lookups);
         v["lookups"]["random_reads"] = json!(m.lookups.random_reads());
         v["lookups"]["filter_fp_rate"] = json!(m.lookups.filter_fp_rate());

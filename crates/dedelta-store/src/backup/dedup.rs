@@ -68,6 +68,8 @@ pub(super) struct DedupOutput {
     pub cache_save: LocalCacheSave,
     /// Where delta bases came from.
     pub base_counts: BaseCounts,
+    /// Chunks the saving test compressed alone.
+    pub saving_test_compressions: u64,
     /// What the rewriting strategy did.
     pub rewritten: RewriteCounts,
     /// The old containers whose copies the backup's duplicates reference (the snapshot
@@ -266,6 +268,10 @@ impl<'a> DedupStage<'a> {
                 .as_ref()
                 .map(|d| d.base_counts())
                 .unwrap_or_default(),
+            saving_test_compressions: self
+                .delta
+                .as_ref()
+                .map_or(0, |d| d.saving_test_compressions()),
             rewritten: RewriteCounts {
                 caf: self.caf.map(|c| c.counts).unwrap_or_default(),
                 ..self.rewritten

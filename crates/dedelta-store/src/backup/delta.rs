@@ -34,6 +34,7 @@ use super::bases::{Base, BaseCounts, BaseFetcher, LocalCacheSave};
 use super::inverse::{InversedCopy, Inverter};
 use super::metrics::StageTimes;
 use super::resemble::{CandidateSearch, CandidateSource};
+use super::saving::Compressibility;
 use crate::error::Result;
 use crate::format::config::DeltaConfig;
 use crate::format::container::ContainerId;
@@ -189,6 +190,9 @@ pub struct DeltaStage<'a> {
     /// DupAdj's candidates predicted as chunks enter the look-ahead window, for their
     /// regions to be read ahead (see [`super::base_ahead`]).
     predictor: Option<super::base_ahead::BasePredictor>,
+    /// How well the chunks compressed alone so far: when the saving test may do without
+    /// compressing one (see [`super::saving`]).
+    compressibility: Compressibility,
 }
 
 impl<'a> DeltaStage<'a> {
@@ -214,6 +218,7 @@ impl<'a> DeltaStage<'a> {
             misses_sketcher: None,
             inverse: None,
             predictor: None,
+            compressibility: Compressibility::default(),
         })
     }
 
@@ -295,6 +300,11 @@ impl<'a> DeltaStage<'a> {
         self.bases.take_notices()
     }
 
+    /// Chunks the saving test compressed alone (see [`super::saving`]).
+    pub fn saving_test_compressions(&self) -> u64 {
+        self.compressibility.measured()
+    }
+
     /// Where the bases came from so far.
     pub fn base_counts(&self) -> BaseCounts {
         self.bases.counts
@@ -351,6 +361,8 @@ impl<'a> DeltaStage<'a> {
         // the next versions on that drifting copy too (`dare`, one level without
         // re-anchoring: 17.61 MB raw, 19.81 compressed).
         let compare_compressed = self.cfg.max_depth > 1;
+        // As learnt from the batches before this one: the same whatever the threads do.
+        let learnt = self.compressibility;
         let encode = |c: &mut NewChunk| {
             let Some((base, source)) = c.next_base.take() else {
                 return;
@@ -359,7 +371,8 @@ impl<'a> DeltaStage<'a> {
             codec.encode(&base.bytes, &c.data, &mut delta);
             // What the chunk would cost stored in full: zstd level 1 of the chunk alone,
             // computed only when the delta is not obviously smaller (8x below raw size,
-            // which a single chunk rarely compresses to). See `compare_compressed` for what
+            // which a single chunk rarely compresses to, or below what the chunks so far
+            // compressed to, with a margin: see `saving`). See `compare_compressed` for what
             // the delta is compared as.
             // Re-anchoring: a delta above the bound is not kept, so the chunk is stored in full
             // (unless a later candidate gives a smaller delta) and becomes the next versions'
@@ -371,7 +384,7 @@ impl<'a> DeltaStage<'a> {
             };
             let in_bound = max_delta.is_none_or(|m| delta.len() as f64 <= c.data.len() as f64 * m);
             let keep_it = in_bound
-                && (delta.len() * 8 <= c.data.len() || {
+                && (learnt.delta_surely_saves(&c.id, delta.len(), c.data.len(), keep) || {
                     let cost = *c
                         .full_cost
                         .get_or_insert_with(|| Compression::zstd(1).compress(&c.data).1.len());
@@ -576,6 +589,9 @@ impl<'a> DeltaStage<'a> {
         }
         // 3. Bookkeeping in order: full chunks become candidates and bases for later chunks.
         for c in &batch {
+            if let Some(cost) = c.full_cost {
+                self.compressibility.learn(c.data.len(), cost);
+            }
             if let Some((len, why)) = c.smallest {
                 summary.delta_detected += 1;
                 summary.detected_source_bytes += c.data.len() as u64;

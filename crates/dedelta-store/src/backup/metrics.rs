@@ -76,4 +76,7 @@ pub struct BackupMetrics {
     /// list written), when the backup's sketch index is `prefetch`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<super::prefetch::PrefetchCounts>,
+    /// New chunks the saving test compressed alone to weigh a delta against (see
+    /// `backup::saving`).
+    pub saving_test_compressions: u64,
 }

@@ -80,6 +80,7 @@ pub mod prefetch;
 mod recent_containers;
 pub mod resemble;
 pub mod rewrite;
+mod saving;
 pub mod select;
 mod small_files;
 mod stages;
@@ -568,6 +569,7 @@ fn run(
         },
         rewritten: dedup_out.rewritten,
         prefetch: prefetched.as_ref().map(|(p, _)| p.counts()),
+        saving_test_compressions: dedup_out.saving_test_compressions,
     };
     // The dense list goes after its snapshot: it is a hint for the next backup, and a backup
     // killed before it leaves a snapshot without one (see crate::format::dense).

@@ -4,7 +4,7 @@
 
 use crate::support::{
     backup_options, backup_with, config, every_restore_cache, files, forget_ids, init_repo, locked,
-    me, prune_with, restore_to, restored_root, run_check, snapshot_ids, stored_bytes, text,
+    me, noise, prune_with, restore_to, restored_root, run_check, snapshot_ids, stored_bytes, text,
     time_of, write_files, Files,
 };
 use dedelta_core::chunker::ChunkerKind;
@@ -1143,4 +1143,42 @@ fn bases_read_back_ahead_change_nothing_stored() {
     }
     restore_all(&cold, tmp.path(), &contents, 64 << 20);
     assert!(run_check(&cold, true).unwrap().problems.is_empty());
+}
+
+/// On data that compresses poorly, the saving test compresses a chunk alone to weigh its
+/// delta only until it has learnt how well the chunks compress (`backup::saving`): most of
+/// the deltas are kept without compressing their chunk, and everything restores bit-exact.
+#[test]
+fn the_saving_test_stops_compressing_chunks_that_compress_poorly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = init_repo(&tmp.path().join("r"), config(1, DeltaConfig::recommended()));
+    let src = tmp.path().join("src");
+    // Several batches: the stage learns from one batch for the next.
+    let v0 = noise(6 << 20, 1);
+    // A run of 300 new bytes every 2 KiB: deltas about a sixth of their chunk, above the
+    // 8x rule, far below what a chunk of noise compresses to.
+    let mut v1 = v0.clone();
+    for (k, at) in (0..v1.len()).step_by(2048).enumerate() {
+        let end = (at + 300).min(v1.len());
+        v1[at..end].copy_from_slice(&noise(end - at, 100 + k as u64));
+    }
+    let mut contents: Contents = Vec::new();
+    for (n, data) in [v0, v1].into_iter().enumerate() {
+        let f = files([("data.bin", data)]);
+        write_files(&src, &f);
+        contents.push(f);
+        let res = run_backup_cached(&repo, &src, n as u64, None);
+        if n == 1 {
+            let s = &res.summary;
+            let compressed = res.metrics.saving_test_compressions;
+            assert!(s.delta_chunks > 1500, "{s:?}");
+            assert!(
+                compressed >= 256 && compressed * 2 < s.delta_chunks,
+                "{compressed} chunks compressed for {} deltas",
+                s.delta_chunks
+            );
+        }
+    }
+    restore_all(&repo, tmp.path(), &contents, 64 << 20);
+    assert!(run_check(&repo, true).unwrap().problems.is_empty());
 }
