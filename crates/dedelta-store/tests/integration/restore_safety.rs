@@ -38,6 +38,8 @@ enum Item {
     Dir(&'static [u8]),
     File(Vec<u8>, Vec<u8>),
     Link(&'static [u8], Vec<u8>),
+    /// A file with two links: the same inode number at every path that names it.
+    HardLinked(Vec<u8>, Vec<u8>, u64),
 }
 
 fn file(path: &[u8], content: &[u8]) -> Item {
@@ -108,8 +110,13 @@ fn store(repo: &IndexedRepository, items: &[Item], damage: &Damage) -> Snapshot 
                 n.target = target.clone();
                 enc.node(&n, &mut tree);
             }
-            Item::File(p, content) => {
+            Item::File(p, content) | Item::HardLinked(p, content, _) => {
                 let mut n = node(p, NodeKind::File);
+                if let Item::HardLinked(_, _, ino) = item {
+                    n.meta.nlink = 2;
+                    n.meta.dev = 1;
+                    n.meta.ino = *ino;
+                }
                 n.size = content.len() as u64;
                 if let Some((path, off)) = &damage.size_off_by {
                     if path == p {
@@ -554,6 +561,50 @@ fn nodes_at_or_below_a_file_are_made_after_it() {
         assert_eq!(paths, ["/x/sub", "/x/sub/f"], "{errs:?}");
         assert_eq!(fs::read(target.join("x")).unwrap(), big(7));
         assert!(fs::symlink_metadata(target.join("y")).unwrap().is_dir());
+        assert_eq!(fs::read(target.join("z")).unwrap(), b"fine");
+    }
+}
+
+/// A hard link whose file is still being written on one target thread while its own path
+/// lies below a node in flight on the other: whichever threads they take, the link is made
+/// once both are done, names the file's inode, and nothing fails.
+#[test]
+fn a_hard_link_below_a_node_in_flight_waits_for_its_file() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo(tmp.path());
+    let big = |seed: u8| -> Vec<u8> {
+        (0..2_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ seed)
+            .collect()
+    };
+    let mut items = Vec::new();
+    for i in 0..4u8 {
+        items.push(Item::File(format!("q{i}").into_bytes(), big(i)));
+    }
+    // The file linked to is large and the file below which the link lies small, so that
+    // the link's thread reaches it while the file's thread is still writing.
+    let linked = [big(7), big(9), big(10), big(11)].concat();
+    items.extend([
+        Item::HardLinked(b"a".to_vec(), linked.clone(), 42),
+        Item::File(b"y".to_vec(), big(8)[..100_000].to_vec()),
+        Item::Dir(b"y"),
+        Item::HardLinked(b"y/l".to_vec(), linked.clone(), 42),
+        file(b"z", b"fine"),
+    ]);
+    let snap = store(&repo, &items, &Damage::default());
+    for round in 0..4 {
+        let target = tmp.path().join(format!("target{round}"));
+        let st = restore_to(&repo, &snap, &target).unwrap();
+        assert!(messages(&st).is_empty(), "{:?}", messages(&st));
+        assert_eq!(st.hard_links, 1);
+        assert!(fs::symlink_metadata(target.join("y")).unwrap().is_dir());
+        let (a, l) = (target.join("a"), target.join("y/l"));
+        assert_eq!(fs::read(&l).unwrap(), linked);
+        assert_eq!(
+            fs::metadata(&a).unwrap().ino(),
+            fs::metadata(&l).unwrap().ino()
+        );
         assert_eq!(fs::read(target.join("z")).unwrap(), b"fine");
     }
 }
