@@ -98,7 +98,9 @@ pub struct DeltaConfig {
     /// Duplicate-adjacency detection (DARE) before super-features.
     pub dupadj: bool,
     /// A delta is kept only if its length is at most `(1 - min_saving)` times the chunk's
-    /// zstd-compressed size (so it saves space after local compression too).
+    /// zstd-compressed size (so it saves space after local compression too). Writers may
+    /// skip compressing a chunk whose delta is far below that bound by what the backup has
+    /// seen of its chunks (`backup::saving`).
     pub min_saving: f64,
     /// Bytes of base chunks cached in memory during backup.
     pub base_cache_bytes: usize,
