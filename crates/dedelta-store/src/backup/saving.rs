@@ -47,8 +47,9 @@ impl Compressibility {
         self.best = self.best.max(raw as f64 / cost.max(1) as f64);
     }
 
-    /// Whether a delta of `delta` bytes surely keeps `keep` of chunk `id` of `raw` bytes
-    /// compressed alone, without compressing it.
+    /// Whether a delta of `delta` bytes may be taken as at most `keep` times chunk `id`
+    /// (`raw` bytes) compressed alone without compressing it: by the 8x rule, or, unless the
+    /// chunk is one of the sampled, by the learnt ratio with its margin.
     pub fn delta_surely_saves(&self, id: &ChunkId, delta: usize, raw: usize, keep: f64) -> bool {
         if delta * 8 <= raw {
             return true;
