@@ -28,9 +28,9 @@ use dedelta_core::ChunkId;
 
 /// How much better than the best ratio measured a chunk may compress before a delta taken
 /// without compressing it could save less than asked.
-pub(super) const MARGIN: f64 = 1.5;
+const MARGIN: f64 = 1.5;
 /// Chunks compressed before the learnt ratio is used.
-pub(super) const MIN_MEASURED: u64 = 256;
+const MIN_MEASURED: u64 = 256;
 
 /// The best compression ratio among the chunks compressed so far (see the module
 /// documentation).

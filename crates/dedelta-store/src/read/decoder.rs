@@ -1,6 +1,7 @@
 //! Rebuilding a located chunk: a delta is decoded against its base (bases rebuilt from deltas
 //! are kept in an LRU cache), and every chunk is checked against its fingerprint.
 
+use super::pipelined::decoder_caches;
 use super::{LocatedChunk, ReadStats, BASE_CACHE_ENTRIES};
 use crate::error::{Error, Result};
 use dedelta_core::delta::{new_codec, DeltaCodec, DeltaKind};
@@ -96,7 +97,7 @@ impl ChunkDecoder {
             self.decode(link, below.as_ref().map(BaseBytes::bytes), &mut out, false)?;
             below = Some(match link.delta_base {
                 Some(_) => BaseBytes::Rebuilt(self.put_base(link.id, Arc::new(out))),
-                None if self.full_bases_in_place => {
+                None if !decoder_caches(false, self.full_bases_in_place) => {
                     self.stats.bases_in_place += 1;
                     BaseBytes::Stored(link.clone())
                 }
@@ -198,7 +199,9 @@ impl ChunkDecoder {
             .rev()
             .filter_map(|l| {
                 let bytes = match l.delta_base {
-                    None if self.full_bases_in_place => BaseBytes::Stored(l.clone()),
+                    None if !decoder_caches(false, self.full_bases_in_place) => {
+                        BaseBytes::Stored(l.clone())
+                    }
                     _ => BaseBytes::Rebuilt(self.bases.peek(&l.id)?.clone()),
                 };
                 Some((l.id, bytes))

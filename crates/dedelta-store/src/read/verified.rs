@@ -25,6 +25,7 @@
 //!   delta that needs it: it is trusted exactly when those bytes matched before where they
 //!   lie ([`Verified::matched`] of the link), the first case above with nothing to record.
 
+use super::pipelined::decoder_caches;
 use super::{id_lru, ChunkDecoder, IdLru, LocatedChunk, RESTORE_BASE_CACHE_ENTRIES};
 use dedelta_core::ChunkId;
 use std::sync::{Arc, Weak};
@@ -79,7 +80,7 @@ impl Verified {
         };
         for link in chain.iter().rev() {
             trusted = trusted && self.matched(link);
-            if link.delta_base.is_none() && decoder.full_bases_in_place() {
+            if !decoder_caches(link.delta_base.is_some(), decoder.full_bases_in_place()) {
                 continue;
             }
             match decoder.peek_base(&link.id) {

@@ -42,6 +42,14 @@ enum Item {
     HardLinked(Vec<u8>, Vec<u8>, u64),
 }
 
+/// 2 MB of bytes that do not repeat within a chunk, different for each `seed`: a file large
+/// enough to stay in flight on a restore's target thread while later nodes come.
+fn big(seed: u8) -> Vec<u8> {
+    (0..2_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ seed)
+        .collect()
+}
+
 fn file(path: &[u8], content: &[u8]) -> Item {
     Item::File(path.to_vec(), content.to_vec())
 }
@@ -535,11 +543,6 @@ fn a_container_removed_under_a_reader_is_missing_not_corrupt() {
 fn nodes_at_or_below_a_file_are_made_after_it() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = repo(tmp.path());
-    let big = |seed: u8| -> Vec<u8> {
-        (0..2_000_000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ seed)
-            .collect()
-    };
     let mut items = Vec::new();
     for i in 0..6u8 {
         items.push(Item::File(format!("q{i}").into_bytes(), big(i)));
@@ -573,11 +576,6 @@ fn a_hard_link_below_a_node_in_flight_waits_for_its_file() {
     use std::os::unix::fs::MetadataExt;
     let tmp = tempfile::tempdir().unwrap();
     let repo = repo(tmp.path());
-    let big = |seed: u8| -> Vec<u8> {
-        (0..2_000_000u32)
-            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8 ^ seed)
-            .collect()
-    };
     let mut items = Vec::new();
     for i in 0..4u8 {
         items.push(Item::File(format!("q{i}").into_bytes(), big(i)));

@@ -78,6 +78,15 @@ pub fn full_bases_in_place(cache: &RestoreCacheChoice) -> bool {
     matches!(cache, RestoreCacheChoice::Lru { containers } if *containers >= RESTORE_BASE_CACHE_ENTRIES)
 }
 
+/// Whether the decoding half keeps a link of a delta chain in its base cache, and so whether
+/// the locating half's mirror of that cache takes it: a link rebuilt from a delta
+/// (`link_is_delta`) always, one stored in full only when bases stored in full are not used
+/// where they lie ([`full_bases_in_place`]). Both halves cache by this one rule, so that the
+/// mirror holds what the decoder holds.
+pub(crate) fn decoder_caches(link_is_delta: bool, full_bases_in_place: bool) -> bool {
+    link_is_delta || !full_bases_in_place
+}
+
 impl<'a> PipelinedLocator<'a> {
     /// A locator whose regions go through the restore cache `cache` (an LRU's regions also
     /// bounded by `cache_bytes`).
@@ -247,7 +256,7 @@ impl<'a> PipelinedLocator<'a> {
             for b in bases
                 .iter()
                 .rev()
-                .filter(|b| b.delta_base.is_some() || !self.in_place)
+                .filter(|b| decoder_caches(b.delta_base.is_some(), self.in_place))
             {
                 self.held.put(b.id, ());
             }
@@ -293,7 +302,7 @@ pub(super) fn chain_regions(
     for (b, _) in chain
         .iter()
         .rev()
-        .filter(|(_, is_delta)| *is_delta || !full_bases_in_place)
+        .filter(|(_, is_delta)| decoder_caches(*is_delta, full_bases_in_place))
     {
         held.put(*b, ());
     }
