@@ -429,7 +429,7 @@ impl<'a> BaseFetcher<'a> {
             LocalBaseCache::save_preferring(
                 &path,
                 fresh,
-                old.as_ref(),
+                old,
                 budget,
                 |id| current.contains(id),
                 // Depths only under the mark from before this backup changed the index, and

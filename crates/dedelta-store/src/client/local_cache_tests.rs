@@ -97,7 +97,15 @@ fn chunks_stored_in_full_are_kept_before_other_old_entries() {
         |(id, bytes): &(ChunkId, Bytes), full: bool| (*id, bytes.clone(), Some(u8::from(!full)));
     // a and b are deltas, c in full, in that file order.
     let first = [with(&a, false), with(&b, false), with(&c, true)];
-    LocalBaseCache::save_preferring(dir, first, None, 1000, |_| false, || None).unwrap();
+    LocalBaseCache::save_preferring(
+        dir,
+        first,
+        None::<&LocalBaseCache>,
+        1000,
+        |_| false,
+        || None,
+    )
+    .unwrap();
     let old = LocalBaseCache::open(dir).unwrap().unwrap();
     // Room for d and two old entries: b (current), then c (in full) before a.
     LocalBaseCache::save_preferring(
@@ -280,7 +288,7 @@ fn depths_are_recorded_only_under_a_mark() {
     LocalBaseCache::save_preferring(
         dir,
         [fresh(&a, 0), fresh(&b, 3)],
-        None,
+        None::<&LocalBaseCache>,
         1000,
         |_| false,
         || Some(mark),
@@ -313,4 +321,41 @@ fn depths_are_recorded_only_under_a_mark() {
     );
     assert_eq!(forgotten.depth_of(&c.0), Some(1));
     assert!(forgotten.entries[&a.0].full);
+}
+
+/// The data file is written in batches of vectored writes: many entries, over several
+/// batches by count and by size, land where the index says, when appended to an old cache
+/// the save owns (and drops beside the write) as when written afresh.
+#[test]
+fn entries_over_many_write_batches_read_back_and_an_owned_old_cache_is_appended_to() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let make = |n: usize| {
+        let bytes: Vec<u8> = (0..1 + n * 37 % 4000).map(|i| (i * 7 + n) as u8).collect();
+        (ChunkId::of(&bytes), Bytes::from(bytes))
+    };
+    let first: Vec<_> = (0..1300).map(make).collect();
+    let second: Vec<_> = (1300..2000).map(make).collect();
+    assert!(first.len() > 2 * WriteBatch::MAX_PARTS);
+    let budget = 64 << 20;
+    LocalBaseCache::save(dir, first.iter().cloned(), None, budget).unwrap();
+    let old = LocalBaseCache::open(dir).unwrap().unwrap();
+    let old_len = old.data.len();
+    assert!(old_len > 2 * WriteBatch::MAX_LEN);
+    LocalBaseCache::save_preferring(
+        dir,
+        second.iter().map(|(id, b)| (*id, b.clone(), None)),
+        Some(old),
+        budget,
+        |_| false,
+        || None,
+    )
+    .unwrap();
+    let mut cache = LocalBaseCache::open(dir).unwrap().unwrap();
+    assert_eq!(cache.generation, 1, "appended, not rewritten");
+    assert!(cache.data.len() > old_len);
+    assert_eq!(cache.len(), 2000);
+    for (id, bytes) in first.iter().chain(&second) {
+        assert_eq!(cache.get(id).as_deref(), Some(&bytes[..]));
+    }
 }
