@@ -1,5 +1,6 @@
 //! Tests of the local base cache.
 
+use super::index::{ENTRY_LEN, HEAD_LEN};
 use super::*;
 use crate::format::config::MAX_DELTA_DEPTH;
 
