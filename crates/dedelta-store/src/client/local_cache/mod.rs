@@ -267,9 +267,10 @@ impl LocalBaseCache {
             Source::New(b) => b.len(),
             Source::Old(x) => x.len as usize,
         };
-        let old_entries = old.as_ref().map(|o| &o.borrow().entries);
+        // `old` itself is needed again only to be dropped or read (see below).
+        let old_ref: Option<&LocalBaseCache> = old.as_ref().map(Borrow::borrow);
         for (id, bytes, depth) in fresh {
-            let source = match old_entries.and_then(|e| e.get(&id)) {
+            let source = match old_ref.and_then(|o| o.entries.get(&id)) {
                 Some(x) => Source::Old(*x),
                 None => Source::New(bytes),
             };
@@ -284,8 +285,7 @@ impl LocalBaseCache {
                 chosen.push((id, source, depth == Some(0), depth));
             }
         }
-        if let Some(old) = &old {
-            let old: &LocalBaseCache = old.borrow();
+        if let Some(old) = old_ref {
             // The current chunks first, then chunks stored in full; each group in file
             // order, so that a rewrite reads the old file forward. The key is computed once
             // per entry, not per comparison (`current` is a set lookup): this choice took
@@ -311,7 +311,6 @@ impl LocalBaseCache {
         })?;
 
         // Append to the old data file, or write a new one.
-        let old_ref = old.as_ref().map(|o| o.borrow());
         let append = old_ref.is_some_and(|o| o.data.len() as u64 + added <= 2 * budget as u64);
         let generation = match old_ref {
             Some(o) if append => o.generation,
